@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package uroce needs to build, test and run its demos. Idempotent: when all
+# packages are present it does nothing. Run as root (or with sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config clang-format
+  libibverbs-dev ibverbs-utils rdma-core perftest   # verbs ABI headers, the unmodified test programs
+  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  tshark iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages: ${missing[*]}; run as root (sudo $0)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether non-root users may capture; answer no without a prompt.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what uroce needs, builds it, and runs the whole test suite:
+#   1. a release build (RelWithDebInfo): unit, engine, verbs and integration tests (ctest);
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the tests that link uroce directly.
+# Tests that need root (packet capture, network namespaces) skip with a reason when not root.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+"$root/scripts/install-deps.sh"
+
+echo "== release build"
+"$root/scripts/build.sh" "$root/build"
+ctest --test-dir "$root/build" -j"$jobs" --output-on-failure --timeout 600
+
+echo "== ASan+UBSan build"
+"$root/scripts/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=address,undefined \
+  -DUROCE_BUILD_BENCH=OFF
+# Integration tests preload liburoce into unmodified, uninstrumented programs, which the ASan
+# runtime does not support; the sanitizer run covers every test that links uroce itself.
+ctest --test-dir "$root/build-asan" -j"$jobs" --output-on-failure --timeout 600 -LE integration

@@ -1,0 +1,106 @@
+// The narrow interfaces through which the deterministic transport core meets the world: time is a
+// parameter, packets leave through a PacketSink, memory is reached through MemoryAccess (which
+// enforces keys, PDs, bounds and access flags), completions leave through CompletionSink.
+// Nothing in transport/ reads a clock, opens a socket or starts a thread.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace uroce::transport {
+
+// Nanoseconds on the caller's clock: CLOCK_MONOTONIC in the engine, virtual time in tests.
+using Time = uint64_t;
+inline constexpr Time kNever = std::numeric_limits<Time>::max();
+
+// Largest IB packet (BTH..pad, no ICRC) the transport builds: 4096 B payload + headers.
+inline constexpr size_t kMaxIbPacket = 4096 + 64;
+
+// IP ECN codepoints (RFC 3168).
+inline constexpr uint8_t kEcnNotEct = 0, kEcnEct1 = 1, kEcnEct0 = 2, kEcnCe = 3;
+
+// One outgoing IB packet. The port adds IP/UDP (or Ethernet/IP/UDP) framing and the ICRC.
+struct TxBuf {
+  uint32_t dst_ip = 0;    // IPv4, host byte order
+  uint16_t src_port = 0;  // UDP source port (ECMP entropy, derived from the QPN)
+  uint8_t ecn = kEcnNotEct;
+  uint32_t len = 0;       // bytes used in data
+  alignas(8) uint8_t data[kMaxIbPacket];
+};
+
+class PacketSink {
+ public:
+  virtual ~PacketSink() = default;
+  // A free buffer, or nullptr when the port's transmit ring is full: the caller keeps its state
+  // and sends on a later pump().
+  virtual TxBuf* tx_alloc() = 0;
+  // Queues a buffer from tx_alloc(); the port flushes queued packets in batches.
+  virtual void tx_commit(TxBuf* buf) = 0;
+};
+
+// What the port knows of a received packet beyond its bytes.
+struct RxInfo {
+  uint32_t src_ip = 0;    // host byte order
+  uint32_t dst_ip = 0;
+  uint16_t src_port = 0;
+  uint8_t ecn = kEcnNotEct;
+};
+
+// Result of resolving a memory key. Each failure is a distinct cause because the transport maps
+// them to different completion statuses and NAKs.
+enum class MemStatus : uint8_t {
+  kOk = 0,
+  kBadKey,     // no such key (or invalidated)
+  kBadPd,      // key belongs to another protection domain
+  kOutOfBounds,
+  kNoAccess,   // the region lacks the requested access flag
+};
+
+struct MemRef {
+  MemStatus status = MemStatus::kBadKey;
+  uint8_t* ptr = nullptr;  // host address of the first byte, valid when status == kOk
+};
+
+class MemoryAccess {
+ public:
+  virtual ~MemoryAccess() = default;
+  // Resolves [addr, addr + len) under `key` for `access` (IBV_ACCESS_* bits; 0 = local read),
+  // checking that the key exists, is an lkey (local) or rkey (remote) of PD `pd`, covers the range
+  // and grants the access. len == 0 succeeds for any existing key of the PD.
+  virtual MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
+                               int access) = 0;
+  virtual MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
+                                int access) = 0;
+  // Atomic operations go through here so they are atomic with respect to every other atomic on
+  // the device (IBV_ATOMIC_HCA); `ptr` was resolved by resolve_remote and is 8-byte aligned.
+  // Returns the original value.
+  virtual uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) = 0;
+  virtual uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) = 0;
+};
+
+class CompletionSink {
+ public:
+  virtual ~CompletionSink() = default;
+  // A completion for the CQ. Must not fail: the CQ reports its own overrun.
+  virtual void push(const ibv_wc& wc) = 0;
+  // The same, saying whether the completion is "solicited": a receive completion of a message
+  // whose last packet had BTH.SE set (IBTA 9.2.3). ibv_wc has no flag for it, yet a CQ armed with
+  // ibv_req_notify_cq(cq, 1) must fire only for such completions (and for errors, which the CQ
+  // sees in wc.status). The default forwards to push(wc), so sinks that don't care need nothing.
+  virtual void push(const ibv_wc& wc, bool solicited) {
+    (void)solicited;
+    push(wc);
+  }
+};
+
+// Asynchronous events a QP raises (IBV_EVENT_*), e.g. IBV_EVENT_COMM_EST or IBV_EVENT_QP_FATAL.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void qp_event(uint32_t qpn, ibv_event_type type) = 0;
+};
+
+}  // namespace uroce::transport

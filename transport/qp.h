@@ -1,0 +1,126 @@
+// A queue pair of the transport core: the IBTA QP state machine (ch. 10.3), the requester, the
+// responder and the completer of one QP. The engine owns QPs, serialises every call on one QP
+// and passes the current time into each call. See docs/architecture.md.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "transport/env.h"
+#include "wire/wire.h"
+
+namespace uroce::transport {
+
+inline constexpr uint32_t kMaxSge = 16;          // per WR, send and receive
+inline constexpr uint32_t kMaxInlineData = 256;  // bytes of IBV_SEND_INLINE data per WR
+inline constexpr uint32_t kMaxQpWr = 16384;      // per queue
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+// A send WQE as the verbs layer hands it over, already validated for shape (opcode supported by
+// the QP type, num_sge <= max, inline size <= max). Keys are resolved when the data is read, so a
+// bad lkey completes with IBV_WC_LOC_PROT_ERR as on hardware.
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  unsigned send_flags = 0;  // IBV_SEND_*
+  uint32_t imm_be = 0;      // immediate data, network byte order; or the rkey to invalidate
+  uint64_t remote_addr = 0; // RDMA / atomic
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0; // atomic
+  uint64_t swap = 0;
+  // UD address (from the AH): destination IPv4, QPN and Q_Key.
+  uint32_t ud_dst_ip = 0;
+  uint32_t ud_remote_qpn = 0;
+  uint32_t ud_remote_qkey = 0;
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sge{};
+  // With IBV_SEND_INLINE the data is copied here at post time and `sge` is unused.
+  uint32_t inline_len = 0;
+  std::array<uint8_t, kMaxInlineData> inline_data{};
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sge{};
+};
+
+struct QpInit {
+  ibv_qp_type type = IBV_QPT_RC;
+  uint32_t qpn = 0;
+  uint32_t pd = 0;        // protection domain handle, as MemoryAccess knows it
+  uint32_t local_ip = 0;  // device IPv4, host byte order
+  uint32_t max_send_wr = 0, max_recv_wr = 0;
+  uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline_data = 0;
+  bool sq_sig_all = false;
+  CompletionSink* send_cq = nullptr;
+  CompletionSink* recv_cq = nullptr;
+  EventSink* events = nullptr;  // may be null
+};
+
+// Per-QP counters; names follow rxe's hw_counters where one exists.
+struct QpCounters {
+  uint64_t sent_pkts = 0, rcvd_pkts = 0;
+  uint64_t retry_exceeded_err = 0, rnr_retry_exceeded_err = 0;
+  uint64_t send_rnr_err = 0;       // RNR NAKs sent (no receive WQE)
+  uint64_t rcvd_rnr_err = 0;       // RNR NAKs received
+  uint64_t rcvd_seq_err = 0;       // PSN sequence error NAKs received
+  uint64_t out_of_seq_request = 0; // requests received out of sequence (NAK sent)
+  uint64_t duplicate_request = 0;  // duplicate requests received (re-ACKed)
+  uint64_t send_err = 0;
+  uint64_t completer_retry_err = 0, local_ack_timeout_err = 0;
+  uint64_t retransmitted_pkts = 0;
+  uint64_t dropped_pkts = 0;       // received but dropped (wrong state, bad opcode for QP type…)
+};
+
+class Qp {
+ public:
+  Qp(const QpInit& init, PacketSink& tx, MemoryAccess& mem);
+  ~Qp();
+  Qp(const Qp&) = delete;
+  Qp& operator=(const Qp&) = delete;
+
+  uint32_t qpn() const;
+  ibv_qp_type type() const;
+  ibv_qp_state state() const;
+
+  // Validates the transition and the attribute mask against IBTA's table of required and
+  // optional attributes (ch. 10.3, as ibv_modify_qp(3) lists it) and the attribute values; applies
+  // it on success. Returns 0 or EINVAL, like hardware providers. Moving to ERR flushes every
+  // outstanding WQE with IBV_WC_WR_FLUSH_ERR; moving to RESET empties the queues silently.
+  int modify(const ibv_qp_attr& attr, int mask, Time now);
+  void query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const;
+
+  // Queue work. post_send: EINVAL in RESET/INIT/RTR, ENOMEM when the send queue is full; in ERR
+  // the WQE completes with IBV_WC_WR_FLUSH_ERR (IBTA C10-?). post_recv: EINVAL in RESET, ENOMEM
+  // when full; flushed in ERR.
+  int post_send(const SendWqe& wqe, Time now);
+  int post_recv(const RecvWqe& wqe);
+
+  // A parsed packet addressed to this QP (the engine dispatches on BTH DestQP).
+  void receive(const wire::Packet& pkt, const RxInfo& rx, Time now);
+  // Transmit what the send window, the rate and the port's buffers allow.
+  void pump(Time now);
+  // True when pump() has something it could send (used to re-pump after tx backpressure).
+  bool wants_pump() const;
+  // Earliest time on_timer() must run (retransmission, RNR wait, ACK coalescing), or kNever.
+  Time next_deadline() const;
+  void on_timer(Time now);
+
+  const QpCounters& counters() const;
+
+  struct Impl;  // transport-internal; defined in qp_impl.h
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,202 @@
+// RoCEv2 ICRC, IBTA Annex A17.3.3 (IPv4 case).
+//
+// The ICRC is the standard CRC-32 of IEEE 802.3 (zlib's crc32: reflected polynomial 0xEDB88320,
+// initial value and final XOR 0xFFFFFFFF) over a pseudo-packet in which every field that a router
+// may change is replaced by ones:
+//   8 bytes of 0xFF              stand-in for the LRH (RoCEv2 has none)
+//   IPv4 header                  TOS (incl. ECN), TTL and header checksum set to all ones
+//   UDP header                   checksum set to all ones
+//   BTH                          resv8a (byte 4, which carries FECN/BECN in RoCEv2) set to ones
+//   extended headers, payload, pad
+// Byte order, found from the known-answer frames in tests/wire (ConnectX-4 Lx CNP, Linux rxe, and
+// a third-party UC SEND): the wire carries the zlib crc32 value least significant byte first, so
+// icrc() returns exactly zlib's value and store_le32() puts it on the wire.
+#include "transport/wire/icrc.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "transport/wire/wire.h"
+
+namespace uroce::wire {
+namespace {
+
+constexpr size_t kLrhStandIn = 8;
+constexpr size_t kIpv4MinHeader = 20;
+constexpr size_t kUdpHeader = 8;
+constexpr size_t kPseudoBytes = kLrhStandIn + kIpv4MinHeader + kUdpHeader;
+constexpr size_t kIpIdOffset = 4;       // within the IPv4 header
+constexpr size_t kBthResv8aOffset = 4;  // within BTH
+constexpr uint8_t kIpProtoUdp = 17;
+
+uint32_t crc_update(uint32_t crc, const uint8_t* p, size_t n) {
+  // zlib takes uInt lengths; feed it in chunks so a (never expected) huge span stays correct.
+  while (n > 0) {
+    const uInt chunk = n > (1u << 30) ? (1u << 30) : uInt(n);
+    crc = uint32_t(crc32(crc, p, chunk));
+    p += chunk;
+    n -= chunk;
+  }
+  return crc;
+}
+
+// Continues `crc` over the IB packet with BTH resv8a masked to ones. Reads only inside `ib`.
+uint32_t crc_ib(uint32_t crc, std::span<const uint8_t> ib) {
+  if (ib.size() <= kBthResv8aOffset) return crc_update(crc, ib.data(), ib.size());
+  crc = crc_update(crc, ib.data(), kBthResv8aOffset);
+  const uint8_t ones = 0xff;
+  crc = crc_update(crc, &ones, 1);
+  return crc_update(crc, ib.data() + kBthResv8aOffset + 1, ib.size() - kBthResv8aOffset - 1);
+}
+
+void put_be16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+void put_be32(uint8_t* p, uint32_t v) {
+  put_be16(p, uint16_t(v >> 16));
+  put_be16(p + 2, uint16_t(v));
+}
+
+// Linear part of the CRC contributed by each IP ID bit at the ID field's position, i.e. the CRC
+// difference between ID = 1<<i and ID = 0 over just the two ID bytes. Shifting these through the
+// bytes that follow the ID field (crc32_combine_op) gives each bit's effect on the final ICRC.
+std::array<uint32_t, 16> make_id_bit_crcs() {
+  std::array<uint32_t, 16> g{};
+  const uint8_t zero[2] = {0, 0};
+  const uint32_t c0 = uint32_t(crc32(0, zero, 2));
+  for (int i = 0; i < 16; ++i) {
+    uint8_t b[2];
+    put_be16(b, uint16_t(1u << i));
+    g[i] = uint32_t(crc32(0, b, 2)) ^ c0;
+  }
+  return g;
+}
+
+// Each ID bit's effect on the final ICRC for a packet with `after` bytes behind the ID field, in
+// echelon form (vec[i] has leading bit pivot[i], pivots strictly decreasing) and tagged with the ID
+// bits that produce it, so reducing a CRC difference by it yields the ID in one pass.
+struct IdBasis {
+  size_t after = SIZE_MAX;
+  uint8_t pivot[16] = {};
+  uint32_t vec[16] = {};
+  uint16_t combo[16] = {};
+};
+
+IdBasis make_id_basis(size_t after) {
+  static const std::array<uint32_t, 16> kIdBitCrc = make_id_bit_crcs();
+  const uLong op = crc32_combine_gen(z_off_t(after));
+  // Gaussian elimination over GF(2), indexed by leading bit.
+  uint32_t by_bit[32] = {};
+  uint16_t combo_by_bit[32] = {};
+  for (int i = 0; i < 16; ++i) {
+    uint32_t v = uint32_t(crc32_combine_op(kIdBitCrc[i], 0, op));
+    uint16_t c = uint16_t(1u << i);
+    for (int bit = 31; bit >= 0 && v; --bit) {
+      if (!(v >> bit & 1)) continue;
+      if (!by_bit[bit]) {
+        by_bit[bit] = v;
+        combo_by_bit[bit] = c;
+        break;
+      }
+      v ^= by_bit[bit];
+      c ^= combo_by_bit[bit];
+    }
+    // v == 0 would mean two ID values give the same ICRC. It cannot happen: the 16 ID bits are
+    // one burst, and CRC-32 detects every burst of up to 32 bits. (Tested over all 65536 IDs.)
+  }
+  IdBasis b;
+  b.after = after;
+  int n = 0;
+  for (int bit = 31; bit >= 0 && n < 16; --bit) {
+    if (!by_bit[bit]) continue;
+    b.pivot[n] = uint8_t(bit);
+    b.vec[n] = by_bit[bit];
+    b.combo[n] = combo_by_bit[bit];
+    ++n;
+  }
+  return b;
+}
+
+}  // namespace
+
+uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib) {
+  const size_t udp_len = kUdpHeader + ib.size() + kIcrcBytes;
+  uint8_t h[kPseudoBytes];
+  std::memset(h, 0xff, kLrhStandIn);
+  uint8_t* ip = h + kLrhStandIn;
+  ip[0] = 0x45;  // version 4, IHL 5: the framing has no options
+  ip[1] = 0xff;  // TOS masked
+  put_be16(ip + 2, uint16_t(kIpv4MinHeader + udp_len));
+  put_be16(ip + kIpIdOffset, f.ip_id);
+  put_be16(ip + 6, f.dont_fragment ? 0x4000 : 0);
+  ip[8] = 0xff;  // TTL masked
+  ip[9] = kIpProtoUdp;
+  ip[10] = ip[11] = 0xff;  // header checksum masked
+  put_be32(ip + 12, f.src_ip);
+  put_be32(ip + 16, f.dst_ip);
+  uint8_t* udp = ip + kIpv4MinHeader;
+  put_be16(udp, f.src_port);
+  put_be16(udp + 2, f.dst_port);
+  put_be16(udp + 4, uint16_t(udp_len));
+  udp[6] = udp[7] = 0xff;  // UDP checksum masked
+  uint32_t crc = crc_update(0, h, sizeof h);
+  return crc_ib(crc, ib);
+}
+
+uint32_t icrc_ipv4(std::span<const uint8_t> pkt) {
+  // Malformed input cannot crash this: each masked field is masked only if it lies inside `pkt`,
+  // and the result simply will not match the received ICRC.
+  const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  uint32_t crc = crc_update(0, ones, kLrhStandIn);
+  if (pkt.size() < kIpv4MinHeader) return crc_update(crc, pkt.data(), pkt.size());
+  size_t ihl = size_t(pkt[0] & 0x0f) * 4;
+  if (ihl < kIpv4MinHeader || ihl + kUdpHeader > pkt.size()) ihl = kIpv4MinHeader;
+  uint8_t hdr[60 + kUdpHeader];
+  const size_t hlen = std::min(ihl + kUdpHeader, pkt.size());
+  std::memcpy(hdr, pkt.data(), hlen);
+  hdr[1] = 0xff;                                                     // TOS
+  hdr[8] = 0xff;                                                     // TTL
+  hdr[10] = hdr[11] = 0xff;                                          // header checksum
+  if (hlen == ihl + kUdpHeader) hdr[ihl + 6] = hdr[ihl + 7] = 0xff;  // UDP checksum
+  crc = crc_update(crc, hdr, hlen);
+  return crc_ib(crc, pkt.subspan(hlen));
+}
+
+bool icrc_matches_some_ip_id(const Ipv4UdpFraming& f, std::span<const uint8_t> ib,
+                             uint32_t received, uint16_t* ip_id_out) {
+  // For equal-length messages CRC(a ^ d) = CRC(a) ^ L(d) with L linear over GF(2), so with the
+  // ID unknown: received == icrc(ID=0) ^ L(ID). L maps the 16 ID bits to 32 CRC bits and is
+  // injective (a CRC-32 detects every error burst of at most 32 bits), so at most one ID fits.
+  Ipv4UdpFraming f0 = f;
+  f0.ip_id = 0;
+  uint32_t target = icrc(f0, ib) ^ received;
+  if (target == 0) {
+    if (ip_id_out) *ip_id_out = 0;
+    return true;
+  }
+
+  // Bytes after the ID field: the rest of the IPv4 header, the UDP header and the IB packet.
+  const size_t after = (kIpv4MinHeader - kIpIdOffset - 2) + kUdpHeader + ib.size();
+  // The basis depends only on that length, and a flow's packets come in a few lengths (full-MTU
+  // segments, ACKs), so keep a few per thread: a hit costs 16 conditional XORs.
+  thread_local IdBasis cache[8];
+  IdBasis& b = cache[(after / 4) % 8];
+  if (b.after != after) b = make_id_basis(after);
+  uint16_t id = 0;
+  for (int i = 0; i < 16; ++i) {
+    if (target >> b.pivot[i] & 1) {
+      target ^= b.vec[i];
+      id ^= b.combo[i];
+    }
+  }
+  if (target != 0) return false;  // outside the span of the ID bits: no ID makes the ICRC valid
+  if (ip_id_out) *ip_id_out = id;
+  return true;
+}
+
+}  // namespace uroce::wire

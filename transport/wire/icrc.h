@@ -1,0 +1,50 @@
+// The RoCEv2 invariant CRC (IBTA Annex A17.3.3): a CRC-32 (the Ethernet polynomial) over 64 bits
+// of ones standing in for the LRH, the IPv4 header with TOS, TTL and header checksum masked to
+// ones, the UDP header with its checksum masked to ones, the BTH with its resv8a byte masked to
+// ones, and everything up to the ICRC. It is transmitted least significant byte first.
+//
+// The port layers own it: only they know the IP and UDP headers the packet travels in.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace uroce::wire {
+
+// Everything of the IPv4/UDP framing that the ICRC covers and that is not masked.
+struct Ipv4UdpFraming {
+  uint32_t src_ip = 0;  // host byte order
+  uint32_t dst_ip = 0;  // host byte order
+  uint16_t ip_id = 0;
+  bool dont_fragment = true;
+  uint16_t src_port = 0;
+  uint16_t dst_port = 4791;
+};
+
+// ICRC of one IB packet (`ib` = BTH..payload+pad, without the ICRC) in the given framing. The
+// value is returned so that storing it little-endian (le32) reproduces the wire bytes.
+uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib);
+
+// ICRC over a complete IPv4 packet (IP header at ip[0], ICRC in the last 4 bytes not included in
+// `ip`): used by the DPDK port and by the known-answer tests on captured frames.
+uint32_t icrc_ipv4(std::span<const uint8_t> ip_packet_without_icrc);
+
+// Verification when the receiver cannot see the IP Identification field (a kernel UDP socket
+// never shows it, and peers put arbitrary values there: rxe counts up, RNICs use others). The
+// CRC is affine in the 16 ID bits, so this checks whether *some* ID makes `received` valid and
+// returns that ID. A random corruption passes with probability 2^-16 instead of 2^-32; see
+// docs/wire-format.md for the trade-off.
+bool icrc_matches_some_ip_id(const Ipv4UdpFraming& f, std::span<const uint8_t> ib,
+                             uint32_t received, uint16_t* ip_id_out);
+
+inline uint32_t load_le32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+inline void store_le32(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v);
+  p[1] = uint8_t(v >> 8);
+  p[2] = uint8_t(v >> 16);
+  p[3] = uint8_t(v >> 24);
+}
+
+}  // namespace uroce::wire

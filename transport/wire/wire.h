@@ -1,0 +1,215 @@
+// RoCEv2 wire format: the InfiniBand Base Transport Header and its extended headers (IBTA Vol. 1
+// ch. 9.2-9.5), the opcode table that says which headers each opcode carries, and the parser and
+// builder the transport uses. Everything the transport puts on or reads off the wire goes through
+// this header; nothing else in the project switches on opcodes to find a header.
+//
+// An "IB packet" here is what a RoCEv2 UDP datagram carries between the UDP header and the ICRC:
+// BTH, extended headers, payload and pad. The ICRC itself belongs to the port layer (see icrc.h),
+// because it covers the IP and UDP headers that only the port knows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace uroce::wire {
+
+inline constexpr uint16_t kRoceV2UdpPort = 4791;  // IANA, RoCEv2 Annex A17.
+inline constexpr size_t kBthBytes = 12;
+inline constexpr size_t kRethBytes = 16;
+inline constexpr size_t kAethBytes = 4;
+inline constexpr size_t kDethBytes = 8;
+inline constexpr size_t kImmBytes = 4;
+inline constexpr size_t kIethBytes = 4;
+inline constexpr size_t kAtomicEthBytes = 28;
+inline constexpr size_t kAtomicAckEthBytes = 8;
+inline constexpr size_t kCnpPadBytes = 16;  // CNP: 16 reserved bytes after BTH (Annex A17.9.3).
+inline constexpr size_t kIcrcBytes = 4;
+inline constexpr uint32_t kQpnMask = 0x00ffffff;
+inline constexpr uint16_t kDefaultPkey = 0xffff;
+
+// Opcodes, IBTA Table 38. The high 3 bits select the transport, the low 5 the operation.
+enum class Opcode : uint8_t {
+  // RC
+  kRcSendFirst = 0x00,
+  kRcSendMiddle = 0x01,
+  kRcSendLast = 0x02,
+  kRcSendLastImm = 0x03,
+  kRcSendOnly = 0x04,
+  kRcSendOnlyImm = 0x05,
+  kRcWriteFirst = 0x06,
+  kRcWriteMiddle = 0x07,
+  kRcWriteLast = 0x08,
+  kRcWriteLastImm = 0x09,
+  kRcWriteOnly = 0x0a,
+  kRcWriteOnlyImm = 0x0b,
+  kRcReadRequest = 0x0c,
+  kRcReadResponseFirst = 0x0d,
+  kRcReadResponseMiddle = 0x0e,
+  kRcReadResponseLast = 0x0f,
+  kRcReadResponseOnly = 0x10,
+  kRcAcknowledge = 0x11,
+  kRcAtomicAcknowledge = 0x12,
+  kRcCompareSwap = 0x13,
+  kRcFetchAdd = 0x14,
+  kRcSendLastInv = 0x16,
+  kRcSendOnlyInv = 0x17,
+  // UC
+  kUcSendFirst = 0x20,
+  kUcSendMiddle = 0x21,
+  kUcSendLast = 0x22,
+  kUcSendLastImm = 0x23,
+  kUcSendOnly = 0x24,
+  kUcSendOnlyImm = 0x25,
+  kUcWriteFirst = 0x26,
+  kUcWriteMiddle = 0x27,
+  kUcWriteLast = 0x28,
+  kUcWriteLastImm = 0x29,
+  kUcWriteOnly = 0x2a,
+  kUcWriteOnlyImm = 0x2b,
+  // UD
+  kUdSendOnly = 0x64,
+  kUdSendOnlyImm = 0x65,
+  // RoCEv2 Congestion Notification Packet (Annex A17.9.3).
+  kCnp = 0x81,
+};
+
+// What an opcode carries and means. Bit flags of OpcodeInfo::flags.
+enum OpFlag : uint32_t {
+  kHasReth = 1u << 0,
+  kHasAeth = 1u << 1,
+  kHasDeth = 1u << 2,
+  kHasImm = 1u << 3,
+  kHasIeth = 1u << 4,
+  kHasAtomicEth = 1u << 5,
+  kHasAtomicAckEth = 1u << 6,
+  kHasPayload = 1u << 7,  // may carry payload (zero-length payload allowed)
+  kFirst = 1u << 8,
+  kMiddle = 1u << 9,
+  kLast = 1u << 10,
+  kOnly = kFirst | kLast,
+  kRequest = 1u << 11,   // sent by a requester
+  kResponse = 1u << 12,  // sent by a responder (ACK, read response, atomic ACK)
+  kSend = 1u << 13,
+  kWrite = 1u << 14,
+  kRead = 1u << 15,
+  kAtomic = 1u << 16,
+  kConsumesRecv = 1u << 17,  // consumes a receive WQE (SEND*, WRITE*_IMM)
+  kCnpFlag = 1u << 18,
+};
+
+// Transport service of an opcode (its top 3 bits).
+enum class Service : uint8_t { kRc = 0, kUc = 1, kRd = 2, kUd = 3, kCnp = 4, kInvalid = 0xff };
+
+struct OpcodeInfo {
+  const char* name;    // Wireshark-style name, e.g. "RC SEND FIRST"; nullptr for invalid opcodes
+  uint32_t flags;      // OpFlag bits
+  uint8_t header_len;  // BTH + all extended headers, bytes
+  // Offsets from the start of BTH of each extended header it carries (0 = absent).
+  uint8_t reth_off, aeth_off, deth_off, imm_off, ieth_off, atomic_eth_off, atomic_ack_off;
+};
+
+// The 256-entry table; invalid opcodes have name == nullptr.
+const OpcodeInfo& opcode_info(uint8_t opcode);
+inline const OpcodeInfo& opcode_info(Opcode op) {
+  return opcode_info(static_cast<uint8_t>(op));
+}
+Service service_of(uint8_t opcode);
+
+// AETH syndromes, IBTA 9.7.5.2.1 (Table 44).
+enum class AethType : uint8_t { kAck = 0, kRnrNak = 1, kReserved = 2, kNak = 3 };
+enum class NakCode : uint8_t {
+  kPsnSequenceError = 0,
+  kInvalidRequest = 1,
+  kRemoteAccessError = 2,
+  kRemoteOperationalError = 3,
+  kInvalidRdRequest = 4,
+};
+inline constexpr uint8_t kAethCreditInvalid = 0x1f;  // "no credit count" syndrome 0b00011111
+inline constexpr uint8_t aeth_syndrome(AethType t, uint8_t value5) {
+  return static_cast<uint8_t>((static_cast<uint8_t>(t) << 5) | (value5 & 0x1f));
+}
+inline constexpr AethType aeth_type(uint8_t syndrome) {
+  return AethType((syndrome >> 5) & 3);
+}
+inline constexpr uint8_t aeth_value(uint8_t syndrome) {
+  return syndrome & 0x1f;
+}
+
+// Decoded header fields, host byte order (except imm_data, kept as on the wire like ibv_wc).
+struct Bth {
+  uint8_t opcode = 0;
+  bool se = false;      // solicited event
+  bool migreq = false;  // migration state (always 1 from uroce senders: migrated, no APM)
+  uint8_t pad = 0;      // pad count 0..3
+  uint8_t tver = 0;     // transport header version, must be 0
+  uint16_t pkey = kDefaultPkey;
+  bool fecn = false;  // RoCEv2 reuses resv8a bits: FECN = bit 7, BECN = bit 6
+  bool becn = false;
+  uint32_t dest_qp = 0;  // 24 bits
+  bool ack_req = false;
+  uint32_t psn = 0;  // 24 bits
+};
+struct Reth {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t dma_len = 0;
+};
+struct Aeth {
+  uint8_t syndrome = 0;
+  uint32_t msn = 0;  // 24 bits
+};
+struct Deth {
+  uint32_t qkey = 0;
+  uint32_t src_qp = 0;  // 24 bits
+};
+struct AtomicEth {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint64_t swap_add = 0;
+  uint64_t compare = 0;
+};
+
+// A parsed IB packet. Extended headers are valid only when the opcode's flags say so. `payload`
+// points into the buffer given to parse() and excludes the pad bytes.
+struct Packet {
+  Bth bth;
+  const OpcodeInfo* info = nullptr;
+  Reth reth;
+  Aeth aeth;
+  Deth deth;
+  uint32_t imm_be = 0;     // ImmDt, network byte order as ibv_wc.imm_data wants it
+  uint32_t ieth_rkey = 0;  // IETH (SEND with invalidate)
+  AtomicEth atomic;
+  uint64_t atomic_ack = 0;  // AtomicAckETH: original remote data
+  std::span<const uint8_t> payload;
+};
+
+// Why parse() refused a packet; each value is a counted drop at the receiver.
+enum class ParseError : uint8_t {
+  kOk = 0,
+  kTooShort,    // shorter than BTH or than the opcode's headers, or pad larger than the payload
+  kBadOpcode,   // opcode not in the table (e.g. RD, reserved)
+  kBadVersion,  // BTH TVer != 0 (only version 0 is defined, IBTA 9.2): silently dropped
+  kBadPad,      // pad on an opcode that carries no payload
+  kBadLength,   // bytes after the headers of an opcode that carries no payload (ACK, READ
+                // REQUEST, atomics, CNP)
+};
+const char* to_string(ParseError e);
+
+// Parses BTH..payload (the UDP payload without its trailing ICRC). Never reads outside `ib`.
+ParseError parse(std::span<const uint8_t> ib, Packet& out);
+
+// Writes BTH and every extended header the opcode carries (taken from `p`; p.info and p.payload are
+// ignored) into `out`, which must hold opcode_info(p.bth.opcode).header_len bytes. Returns the
+// number of bytes written (0, writing nothing, for an opcode not in the table). Reserved bits and
+// the CNP's 16 reserved bytes are written as zero; 24-bit fields are masked to 24 bits. The caller
+// appends payload and `p.bth.pad` zero bytes.
+size_t build_headers(const Packet& p, uint8_t* out);
+
+// Pad count for a payload so that payload + pad is a multiple of 4 (IBTA 9.2.2).
+inline constexpr uint8_t pad_for(size_t payload_len) {
+  return static_cast<uint8_t>((4 - (payload_len & 3)) & 3);
+}
+
+}  // namespace uroce::wire
