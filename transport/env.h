@@ -27,7 +27,7 @@ struct TxBuf {
   uint32_t dst_ip = 0;    // IPv4, host byte order
   uint16_t src_port = 0;  // UDP source port (ECMP entropy, derived from the QPN)
   uint8_t ecn = kEcnNotEct;
-  uint32_t len = 0;       // bytes used in data
+  uint32_t len = 0;  // bytes used in data
   alignas(8) uint8_t data[kMaxIbPacket];
 };
 
@@ -43,7 +43,7 @@ class PacketSink {
 
 // What the port knows of a received packet beyond its bytes.
 struct RxInfo {
-  uint32_t src_ip = 0;    // host byte order
+  uint32_t src_ip = 0;  // host byte order
   uint32_t dst_ip = 0;
   uint16_t src_port = 0;
   uint8_t ecn = kEcnNotEct;
@@ -53,10 +53,10 @@ struct RxInfo {
 // them to different completion statuses and NAKs.
 enum class MemStatus : uint8_t {
   kOk = 0,
-  kBadKey,     // no such key (or invalidated)
-  kBadPd,      // key belongs to another protection domain
+  kBadKey,  // no such key (or invalidated)
+  kBadPd,   // key belongs to another protection domain
   kOutOfBounds,
-  kNoAccess,   // the region lacks the requested access flag
+  kNoAccess,  // the region lacks the requested access flag
 };
 
 struct MemRef {

@@ -30,11 +30,11 @@ struct Sge {
 struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
-  unsigned send_flags = 0;  // IBV_SEND_*
-  uint32_t imm_be = 0;      // immediate data, network byte order; or the rkey to invalidate
-  uint64_t remote_addr = 0; // RDMA / atomic
+  unsigned send_flags = 0;   // IBV_SEND_*
+  uint32_t imm_be = 0;       // immediate data, network byte order; or the rkey to invalidate
+  uint64_t remote_addr = 0;  // RDMA / atomic
   uint32_t rkey = 0;
-  uint64_t compare_add = 0; // atomic
+  uint64_t compare_add = 0;  // atomic
   uint64_t swap = 0;
   // UD address (from the AH): destination IPv4, QPN and Q_Key.
   uint32_t ud_dst_ip = 0;
@@ -70,15 +70,15 @@ struct QpInit {
 struct QpCounters {
   uint64_t sent_pkts = 0, rcvd_pkts = 0;
   uint64_t retry_exceeded_err = 0, rnr_retry_exceeded_err = 0;
-  uint64_t send_rnr_err = 0;       // RNR NAKs sent (no receive WQE)
-  uint64_t rcvd_rnr_err = 0;       // RNR NAKs received
-  uint64_t rcvd_seq_err = 0;       // PSN sequence error NAKs received
-  uint64_t out_of_seq_request = 0; // requests received out of sequence (NAK sent)
-  uint64_t duplicate_request = 0;  // duplicate requests received (re-ACKed)
+  uint64_t send_rnr_err = 0;        // RNR NAKs sent (no receive WQE)
+  uint64_t rcvd_rnr_err = 0;        // RNR NAKs received
+  uint64_t rcvd_seq_err = 0;        // PSN sequence error NAKs received
+  uint64_t out_of_seq_request = 0;  // requests received out of sequence (NAK sent)
+  uint64_t duplicate_request = 0;   // duplicate requests received (re-ACKed)
   uint64_t send_err = 0;
   uint64_t completer_retry_err = 0, local_ack_timeout_err = 0;
   uint64_t retransmitted_pkts = 0;
-  uint64_t dropped_pkts = 0;       // received but dropped (wrong state, bad opcode for QP type…)
+  uint64_t dropped_pkts = 0;  // received but dropped (wrong state, bad opcode for QP type…)
 };
 
 class Qp {
@@ -100,12 +100,16 @@ class Qp {
   void query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const;
 
   // Queue work. post_send: EINVAL in RESET/INIT/RTR, ENOMEM when the send queue is full; in ERR
-  // the WQE completes with IBV_WC_WR_FLUSH_ERR (IBTA C10-?). post_recv: EINVAL in RESET, ENOMEM
-  // when full; flushed in ERR.
+  // the WQE completes with IBV_WC_WR_FLUSH_ERR. post_recv: EINVAL in RESET, ENOMEM
+  // when full; flushed in ERR. post_send also returns EINVAL for what the transport does not
+  // implement (today: anything but IBV_WR_SEND/SEND_WITH_IMM on RC) and ends with pump(now).
   int post_send(const SendWqe& wqe, Time now);
   int post_recv(const RecvWqe& wqe);
 
-  // A parsed packet addressed to this QP (the engine dispatches on BTH DestQP).
+  // A parsed packet addressed to this QP (the engine dispatches on BTH DestQP). RC accepts only
+  // packets whose rx.src_ip is the connected peer (from ah_attr.grh.dgid); others, and packets in
+  // RESET/INIT/ERR, are counted in dropped_pkts. Ends with pump(now), so ACKs and what an ACK
+  // lets through leave at once.
   void receive(const wire::Packet& pkt, const RxInfo& rx, Time now);
   // Transmit what the send window, the rate and the port's buffers allow.
   void pump(Time now);

@@ -1,0 +1,311 @@
+#include "harness.h"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+
+namespace uroce::transport::test {
+
+uint32_t FakeMemory::reg(uint32_t pd, void* addr, size_t len, int access) {
+  const uint32_t key = next_key_++;
+  regions_[key] = Region{pd, reinterpret_cast<uint64_t>(addr), len, access};
+  return key;
+}
+
+MemRef FakeMemory::resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
+                                 int access) {
+  MemRef r;
+  auto it = regions_.find(lkey);
+  if (it == regions_.end()) return r;
+  const Region& g = it->second;
+  r.status = MemStatus::kBadPd;
+  if (g.pd != pd) return r;
+  r.status = MemStatus::kOutOfBounds;
+  if (addr < g.base || len > g.len || addr - g.base > g.len - len) return r;
+  r.status = MemStatus::kNoAccess;
+  if ((access & IBV_ACCESS_LOCAL_WRITE) && !(g.access & IBV_ACCESS_LOCAL_WRITE)) return r;
+  r.status = MemStatus::kOk;
+  r.ptr = reinterpret_cast<uint8_t*>(addr);
+  return r;
+}
+
+MemRef FakeMemory::resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
+                                  int access) {
+  MemRef r = resolve_local(rkey, pd, addr, len, 0);
+  if (r.status != MemStatus::kOk) return r;
+  if ((regions_[rkey].access & access) != access) return MemRef{MemStatus::kNoAccess, nullptr};
+  return r;
+}
+
+uint64_t FakeMemory::atomic_fetch_add(uint8_t* ptr, uint64_t add) {
+  uint64_t v;
+  std::memcpy(&v, ptr, 8);
+  const uint64_t n = v + add;
+  std::memcpy(ptr, &n, 8);
+  return v;
+}
+
+uint64_t FakeMemory::atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) {
+  uint64_t v;
+  std::memcpy(&v, ptr, 8);
+  if (v == compare) std::memcpy(ptr, &swap, 8);
+  return v;
+}
+
+TxBuf* CaptureSink::tx_alloc() {
+  if (budget == 0) return nullptr;
+  if (budget > 0) --budget;
+  scratch_.len = 0;
+  return &scratch_;
+}
+
+void CaptureSink::tx_commit(TxBuf* buf) {
+  // Copy only the used bytes' worth of struct (the rest is irrelevant).
+  sent.emplace_back();
+  TxBuf& t = sent.back();
+  t.dst_ip = buf->dst_ip;
+  t.src_port = buf->src_port;
+  t.ecn = buf->ecn;
+  t.len = buf->len;
+  std::memcpy(t.data, buf->data, buf->len);
+}
+
+wire::Packet parsed(const TxBuf& buf) {
+  wire::Packet p;
+  const wire::ParseError e = wire::parse(std::span<const uint8_t>(buf.data, buf.len), p);
+  EXPECT_EQ(e, wire::ParseError::kOk) << wire::to_string(e);
+  return p;
+}
+
+ibv_ah_attr ah_for(uint32_t ip) {
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  ah.grh.dgid.raw[10] = 0xff;
+  ah.grh.dgid.raw[11] = 0xff;
+  const uint32_t be = htonl(ip);
+  std::memcpy(&ah.grh.dgid.raw[12], &be, 4);
+  return ah;
+}
+
+Node::Node(uint32_t qpn, uint32_t ip_, bool sq_sig_all) : ip(ip_) {
+  init.type = IBV_QPT_RC;
+  init.qpn = qpn;
+  init.pd = pd;
+  init.local_ip = ip;
+  init.max_send_wr = init.max_recv_wr = 4096;
+  init.max_send_sge = init.max_recv_sge = kMaxSge;
+  init.max_inline_data = kMaxInlineData;
+  init.sq_sig_all = sq_sig_all;
+  init.send_cq = &scq;
+  init.recv_cq = &rcq;
+  init.events = &events;
+  qp = std::make_unique<Qp>(init, sink, mem);
+}
+
+void Node::connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
+                   const PathParams& p) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0),
+            0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = p.mtu;
+  a.dest_qp_num = remote_qpn;
+  a.rq_psn = rq_psn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = p.min_rnr_timer;
+  a.ah_attr = ah_for(remote_ip);
+  ASSERT_EQ(qp->modify(a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                       0),
+            0);
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = sq_psn;
+  a.timeout = p.timeout;
+  a.retry_cnt = p.retry_cnt;
+  a.rnr_retry = p.rnr_retry;
+  a.max_rd_atomic = 1;
+  ASSERT_EQ(qp->modify(a,
+                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+                       0),
+            0);
+}
+
+uint32_t Node::buffer(std::vector<uint8_t>& storage, size_t len, uint8_t fill) {
+  storage.assign(len, fill);
+  return mem.reg(pd, storage.data(), len, IBV_ACCESS_LOCAL_WRITE);
+}
+
+SendWqe send_wqe(uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey, ibv_wr_opcode op) {
+  SendWqe w;
+  w.wr_id = wr_id;
+  w.opcode = op;
+  w.num_sge = 1;
+  w.sge[0] = Sge{addr, len, lkey};
+  return w;
+}
+
+RecvWqe recv_wqe(uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey) {
+  RecvWqe w;
+  w.wr_id = wr_id;
+  w.num_sge = 1;
+  w.sge[0] = Sge{addr, len, lkey};
+  return w;
+}
+
+Link::Link(Node& a, Node& b, LinkParams p) : nodes_{&a, &b}, p_(p), rng_(p.seed) {}
+
+void Link::schedule(int dst, const TxBuf& buf, Time delay) {
+  InFlight f;
+  f.at = now + delay;
+  f.seq = seq_++;
+  f.dst = dst;
+  f.buf.len = buf.len;
+  f.buf.dst_ip = buf.dst_ip;
+  f.buf.src_port = buf.src_port;
+  f.buf.ecn = buf.ecn;
+  std::memcpy(f.buf.data, buf.data, buf.len);
+  flight_.push(std::move(f));
+}
+
+void Link::collect() {
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int from = 0; from < 2; ++from) {
+    auto& sent = nodes_[from]->sink.sent;
+    while (!sent.empty()) {
+      const TxBuf& b = sent.front();
+      wire::Packet pkt;
+      if (wire::parse(std::span<const uint8_t>(b.data, b.len), pkt) != wire::ParseError::kOk) {
+        ++parse_errors;
+      } else if ((drop_if && drop_if(from, pkt)) || u(rng_) < p_.loss) {
+        ++lost;
+      } else {
+        const auto delay = [&] {
+          // Reordering: some packets take a detour of up to 4 latencies.
+          Time d = p_.latency;
+          if (u(rng_) < p_.reorder) d += static_cast<Time>(u(rng_) * 4 * p_.latency);
+          return d;
+        };
+        schedule(1 - from, b, delay());
+        if (u(rng_) < p_.dup) {
+          ++duplicated;
+          schedule(1 - from, b, delay());
+        }
+      }
+      sent.pop_front();
+    }
+  }
+}
+
+bool Link::step(Time limit) {
+  collect();
+  if (++steps_ > kMaxSteps) {
+    ADD_FAILURE() << "link did not settle after " << kMaxSteps << " events";
+    return false;
+  }
+  const Time pkt_at = flight_.empty() ? kNever : flight_.top().at;
+  const Time t0 = nodes_[0]->qp->next_deadline(), t1 = nodes_[1]->qp->next_deadline();
+  const Time next = std::min({pkt_at, t0, t1});
+  if (next == kNever || next > limit) return false;
+  now = std::max(now, next);
+  if (pkt_at == next) {
+    InFlight f = flight_.top();
+    flight_.pop();
+    Node& dst = *nodes_[f.dst];
+    wire::Packet pkt;
+    if (wire::parse(std::span<const uint8_t>(f.buf.data, f.buf.len), pkt) ==
+        wire::ParseError::kOk) {
+      RxInfo rx;
+      rx.src_ip = nodes_[1 - f.dst]->ip;
+      rx.dst_ip = dst.ip;
+      rx.src_port = f.buf.src_port;
+      rx.ecn = f.buf.ecn;
+      dst.qp->receive(pkt, rx, now);
+      ++delivered;
+    }
+  } else {
+    nodes_[t0 == next ? 0 : 1]->qp->on_timer(now);
+  }
+  for (Node* n : nodes_) {
+    if (n->qp->wants_pump()) n->qp->pump(now);
+  }
+  return true;
+}
+
+bool Link::run_until(const std::function<bool()>& done, Time limit) {
+  while (!done() && step(limit)) {
+  }
+  return done();
+}
+
+}  // namespace uroce::transport::test
+
+namespace uroce::transport::test {
+
+std::unique_ptr<Crafted> craft(wire::Opcode op, uint32_t dest_qpn, uint32_t psn, bool ack_req,
+                               std::span<const uint8_t> payload, uint32_t imm_be) {
+  auto c = std::make_unique<Crafted>();
+  wire::Packet p;
+  p.bth.opcode = static_cast<uint8_t>(op);
+  p.bth.migreq = true;
+  p.bth.pkey = wire::kDefaultPkey;
+  p.bth.dest_qp = dest_qpn;
+  p.bth.ack_req = ack_req;
+  p.bth.psn = psn & 0xffffff;
+  p.bth.pad = wire::pad_for(payload.size());
+  p.imm_be = imm_be;
+  const size_t h = wire::build_headers(p, c->buf.data);
+  if (!payload.empty()) std::memcpy(c->buf.data + h, payload.data(), payload.size());
+  std::memset(c->buf.data + h + payload.size(), 0, p.bth.pad);
+  c->buf.len = static_cast<uint32_t>(h + payload.size() + p.bth.pad);
+  c->pkt = parsed(c->buf);
+  return c;
+}
+
+std::unique_ptr<Crafted> craft_ack(uint32_t dest_qpn, uint32_t psn, uint8_t syndrome,
+                                   uint32_t msn) {
+  auto c = std::make_unique<Crafted>();
+  wire::Packet p;
+  p.bth.opcode = static_cast<uint8_t>(wire::Opcode::kRcAcknowledge);
+  p.bth.pkey = wire::kDefaultPkey;
+  p.bth.dest_qp = dest_qpn;
+  p.bth.psn = psn & 0xffffff;
+  p.aeth.syndrome = syndrome;
+  p.aeth.msn = msn;
+  c->buf.len = static_cast<uint32_t>(wire::build_headers(p, c->buf.data));
+  c->pkt = parsed(c->buf);
+  return c;
+}
+
+void deliver(Node& n, const Crafted& c, uint32_t src_ip, Time now) {
+  RxInfo rx;
+  rx.src_ip = src_ip;
+  rx.dst_ip = n.ip;
+  n.qp->receive(c.pkt, rx, now);
+}
+
+std::vector<std::unique_ptr<Crafted>> drain(Node& n) {
+  std::vector<std::unique_ptr<Crafted>> out;
+  for (const TxBuf& b : n.sink.sent) {
+    auto c = std::make_unique<Crafted>();
+    c->buf.len = b.len;
+    c->buf.dst_ip = b.dst_ip;
+    c->buf.src_port = b.src_port;
+    c->buf.ecn = b.ecn;
+    std::memcpy(c->buf.data, b.data, b.len);
+    c->pkt = parsed(c->buf);
+    out.push_back(std::move(c));
+  }
+  n.sink.sent.clear();
+  return out;
+}
+
+}  // namespace uroce::transport::test

@@ -1,0 +1,181 @@
+// Test harness for the transport core: fake memory over real buffers, a packet sink that
+// captures, completion/event recorders, QP set-up helpers, and a virtual-time link between two
+// QPs with seeded loss, duplication and reordering. Nothing here reads a clock.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <deque>
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "transport/qp.h"
+
+namespace uroce::transport::test {
+
+// MemoryAccess over registered host buffers; lkey == rkey. Enforces key, PD, bounds and access
+// like the engine's key table.
+class FakeMemory : public MemoryAccess {
+ public:
+  uint32_t reg(uint32_t pd, void* addr, size_t len, int access);
+  void dereg(uint32_t key) { regions_.erase(key); }
+  MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
+                       int access) override;
+  MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
+                        int access) override;
+  uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
+  uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
+
+ private:
+  struct Region {
+    uint32_t pd;
+    uint64_t base;
+    uint64_t len;
+    int access;
+  };
+  std::map<uint32_t, Region> regions_;
+  uint32_t next_key_ = 0x100;
+};
+
+// Captures every committed packet. `budget` limits how many buffers tx_alloc() hands out before
+// it returns nullptr (backpressure); -1 = unlimited.
+class CaptureSink : public PacketSink {
+ public:
+  TxBuf* tx_alloc() override;
+  void tx_commit(TxBuf* buf) override;
+  std::deque<TxBuf> sent;
+  int64_t budget = -1;
+
+ private:
+  TxBuf scratch_;
+};
+
+class CqRecorder : public CompletionSink {
+ public:
+  void push(const ibv_wc& wc) override { wcs.push_back(wc); }
+  std::vector<ibv_wc> wcs;
+};
+
+class EventRecorder : public EventSink {
+ public:
+  void qp_event(uint32_t, ibv_event_type type) override { events.push_back(type); }
+  std::vector<ibv_event_type> events;
+};
+
+// Parses a captured packet (the Packet's payload points into `buf`).
+wire::Packet parsed(const TxBuf& buf);
+
+struct PathParams {
+  ibv_mtu mtu = IBV_MTU_1024;
+  uint8_t timeout = 14;  // 4.096 us * 2^14 = 67 ms
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;
+  uint8_t min_rnr_timer = 1;  // 10 us
+};
+
+// One QP with its memory, sink and CQs.
+struct Node {
+  Node(uint32_t qpn, uint32_t ip, bool sq_sig_all = true);
+  // RESET → INIT → RTR → RTS towards (remote_ip, remote_qpn).
+  void connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
+               const PathParams& p = {});
+  // Registers a buffer of `len` bytes (filled with `fill`) and returns its key.
+  uint32_t buffer(std::vector<uint8_t>& storage, size_t len, uint8_t fill = 0);
+
+  uint32_t ip;
+  uint32_t pd = 7;
+  FakeMemory mem;
+  CaptureSink sink;
+  CqRecorder scq, rcq;
+  EventRecorder events;
+  QpInit init;
+  std::unique_ptr<Qp> qp;
+};
+
+ibv_ah_attr ah_for(uint32_t ip);
+SendWqe send_wqe(uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey,
+                 ibv_wr_opcode op = IBV_WR_SEND);
+RecvWqe recv_wqe(uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey);
+
+struct LinkParams {
+  double loss = 0, dup = 0, reorder = 0;
+  Time latency = 2'000;  // ns, one way
+  uint64_t seed = 1;
+};
+
+// Two nodes joined by a lossy link in virtual time. Packets a node commits are picked up after
+// each event and scheduled for delivery; QP deadlines are events too.
+class Link {
+ public:
+  Link(Node& a, Node& b, LinkParams p = {});
+  // Returns true to drop this packet (sent by node `from`, 0 = a, 1 = b); applied before the
+  // random loss.
+  std::function<bool(int from, const wire::Packet&)> drop_if;
+
+  // Runs events until done() or no event remains before `limit`. Returns done().
+  bool run_until(const std::function<bool()>& done, Time limit);
+  // Runs until nothing is in flight and no deadline is due before `limit`.
+  void run_idle(Time limit) {
+    run_until([] { return false; }, limit);
+  }
+
+  Time now = 0;
+  uint64_t delivered = 0, lost = 0, duplicated = 0, parse_errors = 0;
+
+ private:
+  struct InFlight {
+    Time at;
+    uint64_t seq;
+    int dst;
+    TxBuf buf;
+    bool operator>(const InFlight& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  void collect();
+  void schedule(int dst, const TxBuf& buf, Time delay);
+  bool step(Time limit);
+
+  Node* nodes_[2];
+  LinkParams p_;
+  std::mt19937_64 rng_;
+  std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> flight_;
+  uint64_t seq_ = 0;
+  uint64_t steps_ = 0;
+  static constexpr uint64_t kMaxSteps = 20'000'000;  // a QP that never settles fails, not hangs
+};
+
+}  // namespace uroce::transport::test
+
+namespace uroce::transport::test {
+
+// A crafted packet to feed into Qp::receive(): owns its bytes.
+struct Crafted {
+  TxBuf buf;
+  wire::Packet pkt;  // parsed view of buf
+};
+// Builds an RC packet with opcode `op` to `dest_qpn` (payload for opcodes that carry one).
+std::unique_ptr<Crafted> craft(wire::Opcode op, uint32_t dest_qpn, uint32_t psn, bool ack_req,
+                               std::span<const uint8_t> payload = {}, uint32_t imm_be = 0);
+std::unique_ptr<Crafted> craft_ack(uint32_t dest_qpn, uint32_t psn, uint8_t syndrome,
+                                   uint32_t msn = 0);
+inline uint8_t ack_syndrome() {
+  return wire::aeth_syndrome(wire::AethType::kAck, wire::kAethCreditInvalid);
+}
+inline uint8_t nak_syndrome(wire::NakCode c) {
+  return wire::aeth_syndrome(wire::AethType::kNak, uint8_t(c));
+}
+inline uint8_t rnr_syndrome(uint8_t timer) {
+  return wire::aeth_syndrome(wire::AethType::kRnrNak, timer);
+}
+// Delivers a crafted packet to `n` as if from `src_ip`.
+void deliver(Node& n, const Crafted& c, uint32_t src_ip, Time now);
+// Takes and parses every packet `n` sent so far.
+std::vector<std::unique_ptr<Crafted>> drain(Node& n);
+
+}  // namespace uroce::transport::test

@@ -1,0 +1,32 @@
+// What every role of a QP reads from its QP: identity, the connected path, the memory and the
+// counters. Roles get this, never each other.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+#include "transport/env.h"
+#include "transport/qp.h"
+
+namespace uroce::transport {
+
+struct QpContext {
+  const QpInit& init;
+  const ibv_qp_attr& attr;  // attributes as last modified (masked fields only ever set)
+  MemoryAccess& mem;
+  QpCounters& counters;
+  // Derived from `attr` at modify time.
+  uint32_t remote_ip = 0;  // from ah_attr.grh.dgid, host byte order
+  uint32_t mtu = 256;      // path MTU, bytes
+  uint16_t src_port = 0;   // UDP source port of every packet of this QP
+};
+
+// UDP source port for a QPN: RoCEv2 leaves it free for ECMP entropy (Annex A17.5.1.2); the top
+// two bits set keep it in the dynamic range 0xC000..0xFFFF, as rxe and NICs do.
+inline uint16_t src_port_for_qpn(uint32_t qpn) {
+  const uint32_t h = (qpn & 0xffffff) * 2654435761u;  // Fibonacci hashing spreads nearby QPNs
+  return static_cast<uint16_t>(0xC000 | ((h >> 18) & 0x3fff));
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,57 @@
+// Typed events between the roles of one QP. qp.cc routes them: a role returns what happened, the
+// dispatcher hands it to the role that must react. No role reads or writes another's state.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <optional>
+
+#include "transport/env.h"
+#include "transport/psn.h"
+
+namespace uroce::transport {
+
+// Completer → requester: every PSN before `next_unacked` is acknowledged (IBTA 9.7.5.1: ACKs
+// are cumulative). The requester's window opens; a cursor behind it jumps forward.
+struct AckedThrough {
+  Psn next_unacked;
+};
+
+// Completer → requester: transmit again from `psn` (go-back-N after a PSN sequence error NAK,
+// an RNR NAK or a local ACK timeout), not before `not_before` (the RNR timer; 0 = now).
+struct RetransmitFrom {
+  Psn psn;
+  Time not_before = 0;
+};
+
+// Requester → completer: packets up to (excluding) `sent_end` have been transmitted at least
+// once; the retransmission timer must run while any of them is unacknowledged.
+struct PacketsSent {
+  Psn sent_end;
+};
+
+// Any role → QP: the QP must enter the error state (the role has already completed the WQE that
+// caused it with its error status). IBTA 10.3.1: RC errors move the QP to ERR.
+struct QpFatal {};
+
+// What the completer reports after handling a response or a timer.
+struct CompleterOutcome {
+  std::optional<AckedThrough> acked;
+  std::optional<RetransmitFrom> retransmit;
+  std::optional<QpFatal> fatal;
+};
+
+// What the requester reports after a pump.
+struct RequesterOutcome {
+  std::optional<PacketsSent> sent;
+  bool blocked_by_port = false;  // tx_alloc() returned nullptr
+  bool local_error = false;      // a WQE became kLocalError: the completer must look at the front
+};
+
+// What the responder reports after a request.
+struct ResponderOutcome {
+  std::optional<QpFatal> fatal;
+  bool first_packet = false;  // the first valid request since RTR (IBV_EVENT_COMM_EST)
+};
+
+}  // namespace uroce::transport

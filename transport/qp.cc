@@ -1,0 +1,287 @@
+// The QP dispatcher: state machine application, work posting, packet routing, and the typed
+// events between requester, responder and completer. See qp.h and qp_impl.h.
+#include "transport/qp.h"
+
+#include <algorithm>
+#include <cerrno>
+
+#include "transport/dma.h"
+#include "transport/qp_impl.h"
+#include "transport/qp_state.h"
+
+namespace uroce::transport {
+namespace {
+
+// Largest message (IBTA: 2^31 bytes), as the device reports in max_msg_sz.
+constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;
+
+ibv_wc flush_wc(uint64_t wr_id, ibv_wc_opcode op, uint32_t qpn) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.status = IBV_WC_WR_FLUSH_ERR;
+  wc.opcode = op;
+  wc.qp_num = qpn;
+  return wc;
+}
+
+}  // namespace
+
+Qp::Qp(const QpInit& init, PacketSink& tx, MemoryAccess& mem)
+    : impl_(std::make_unique<Impl>(init, tx, mem)) {
+  impl_->ctx.src_port = src_port_for_qpn(init.qpn);
+}
+Qp::~Qp() = default;
+
+uint32_t Qp::qpn() const {
+  return impl_->init.qpn;
+}
+ibv_qp_type Qp::type() const {
+  return impl_->init.type;
+}
+ibv_qp_state Qp::state() const {
+  return impl_->state;
+}
+const QpCounters& Qp::counters() const {
+  return impl_->counters;
+}
+
+void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
+  if (mask & IBV_QP_PKEY_INDEX) attr.pkey_index = a.pkey_index;
+  if (mask & IBV_QP_PORT) attr.port_num = a.port_num;
+  if (mask & IBV_QP_ACCESS_FLAGS) attr.qp_access_flags = a.qp_access_flags;
+  if (mask & IBV_QP_QKEY) attr.qkey = a.qkey;
+  if (mask & IBV_QP_AV) {
+    attr.ah_attr = a.ah_attr;
+    gid_to_ipv4(a.ah_attr.grh.dgid, &ctx.remote_ip);  // validated by check_modify
+  }
+  if (mask & IBV_QP_PATH_MTU) {
+    attr.path_mtu = a.path_mtu;
+    ctx.mtu = mtu_bytes(a.path_mtu);
+  }
+  if (mask & IBV_QP_DEST_QPN) attr.dest_qp_num = a.dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) attr.rq_psn = a.rq_psn & kPsnMask;
+  if (mask & IBV_QP_SQ_PSN) attr.sq_psn = a.sq_psn & kPsnMask;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) attr.max_rd_atomic = a.max_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) attr.min_rnr_timer = a.min_rnr_timer;
+  if (mask & IBV_QP_TIMEOUT) attr.timeout = a.timeout;
+  if (mask & IBV_QP_RETRY_CNT) attr.retry_cnt = a.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) attr.rnr_retry = a.rnr_retry;
+  if (mask & IBV_QP_PATH_MIG_STATE) attr.path_mig_state = a.path_mig_state;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) attr.en_sqd_async_notify = a.en_sqd_async_notify;
+}
+
+void Qp::Impl::flush() {
+  // IBTA 10.3.1 (Error state): every outstanding WQE completes with "flushed in error",
+  // signaled or not, send queue first, each queue in order.
+  for (SendQueue::Seq s = sq.begin(); s != sq.end(); ++s) {
+    init.send_cq->push(flush_wc(sq.at(s).wqe.wr_id, IBV_WC_SEND, init.qpn));
+  }
+  sq.clear();
+  for (const RecvWqe& w : rq) init.recv_cq->push(flush_wc(w.wr_id, IBV_WC_RECV, init.qpn));
+  rq.clear();
+}
+
+void Qp::Impl::enter_error() {
+  state = IBV_QPS_ERR;
+  flush();
+  // The responder keeps a pending NAK: it is still sent (pump() in ERR sends responses only), so
+  // the peer learns why. Requester and completer stop: the queue they work on is gone.
+}
+
+void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
+  if (o.acked) requester.on_acked(*o.acked, sq);
+  if (o.fatal) {
+    enter_error();
+    return;
+  }
+  if (o.retransmit) requester.on_retransmit(*o.retransmit, sq);
+  // A WQE the requester could not execute completes once everything before it has.
+  if (!sq.empty() && sq.front().state == WqeState::kLocalError) {
+    handle(completer.complete_local_error(ctx, sq), now);
+  }
+}
+
+void Qp::Impl::handle(const RequesterOutcome& o, Time now) {
+  if (o.sent) completer.on_sent(*o.sent, now, ctx);
+  if (o.local_error && !sq.empty() && sq.front().state == WqeState::kLocalError) {
+    handle(completer.complete_local_error(ctx, sq), now);
+  }
+}
+
+int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
+  Impl& q = *impl_;
+  const ModifyCheck c = check_modify(q.init.type, q.state, a, mask);
+  if (c.err != 0) return c.err;
+  const ibv_qp_state cur = q.state;
+  q.apply_attrs(a, mask);
+  switch (c.next) {
+    case IBV_QPS_RESET:
+      // Back to the state of a new QP: queues emptied without completions (IBTA 10.3.1).
+      q.sq.clear();
+      q.rq.clear();
+      q.attr = ibv_qp_attr{};
+      q.requester = Requester{};
+      q.responder = Responder{};
+      q.completer = Completer{};
+      q.state = IBV_QPS_RESET;
+      break;
+    case IBV_QPS_INIT:
+      q.state = IBV_QPS_INIT;
+      break;
+    case IBV_QPS_RTR:
+      if (cur == IBV_QPS_INIT) q.responder.reset(Psn(q.attr.rq_psn));
+      q.state = IBV_QPS_RTR;
+      break;
+    case IBV_QPS_RTS:
+      if (cur == IBV_QPS_RTR) {
+        q.requester.reset(Psn(q.attr.sq_psn));
+        q.completer.reset(Psn(q.attr.sq_psn), q.attr);
+      }
+      q.state = IBV_QPS_RTS;
+      pump(now);  // SQD → RTS resumes WQEs queued meanwhile
+      break;
+    case IBV_QPS_SQD:
+      if (cur != IBV_QPS_SQD) q.sq_drained_reported = false;
+      q.state = IBV_QPS_SQD;
+      pump(now);
+      break;
+    case IBV_QPS_ERR:
+      if (cur != IBV_QPS_ERR) q.enter_error();
+      break;
+    default:
+      q.state = c.next;
+      break;
+  }
+  return 0;
+}
+
+void Qp::query(ibv_qp_attr& a, ibv_qp_init_attr& init) const {
+  const Impl& q = *impl_;
+  a = q.attr;
+  a.qp_state = a.cur_qp_state = q.state;
+  a.cap.max_send_wr = q.init.max_send_wr;
+  a.cap.max_recv_wr = q.init.max_recv_wr;
+  a.cap.max_send_sge = q.init.max_send_sge;
+  a.cap.max_recv_sge = q.init.max_recv_sge;
+  a.cap.max_inline_data = q.init.max_inline_data;
+  a.sq_draining = q.state == IBV_QPS_SQD && !q.sq_drained_reported;
+  init = ibv_qp_init_attr{};
+  init.qp_type = q.init.type;
+  init.sq_sig_all = q.init.sq_sig_all;
+  init.cap = a.cap;
+}
+
+int Qp::post_send(const SendWqe& wqe, Time now) {
+  Impl& q = *impl_;
+  // Only RC is implemented; UC/UD data paths come later.
+  if (q.init.type != IBV_QPT_RC) return EINVAL;
+  if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT || q.state == IBV_QPS_RTR) return EINVAL;
+  if (!wr_opcode_info(wqe.opcode).supported) return EINVAL;
+  const bool is_inline = wqe.send_flags & IBV_SEND_INLINE;
+  uint64_t length;
+  if (is_inline) {
+    if (wqe.inline_len > std::min(q.init.max_inline_data, kMaxInlineData)) return EINVAL;
+    length = wqe.inline_len;
+  } else {
+    if (wqe.num_sge > std::min(q.init.max_send_sge, kMaxSge)) return EINVAL;
+    length = sge_total(wqe.sge.data(), wqe.num_sge);
+  }
+  if (length > kMaxMessageBytes) return EINVAL;
+  if (q.state == IBV_QPS_ERR) {
+    // Posting to a QP in ERR is allowed and completes at once, flushed (IBTA 10.8.3.1).
+    q.init.send_cq->push(flush_wc(wqe.wr_id, IBV_WC_SEND, q.init.qpn));
+    return 0;
+  }
+  if (q.sq.size() >= q.init.max_send_wr) return ENOMEM;
+  SendEntry e;
+  e.wqe = wqe;
+  e.length = static_cast<uint32_t>(length);
+  e.signaled = q.init.sq_sig_all || (wqe.send_flags & IBV_SEND_SIGNALED);
+  q.sq.push(e);
+  pump(now);
+  return 0;
+}
+
+int Qp::post_recv(const RecvWqe& wqe) {
+  Impl& q = *impl_;
+  if (q.state == IBV_QPS_RESET) return EINVAL;
+  if (wqe.num_sge > std::min(q.init.max_recv_sge, kMaxSge)) return EINVAL;
+  if (q.state == IBV_QPS_ERR) {
+    q.init.recv_cq->push(flush_wc(wqe.wr_id, IBV_WC_RECV, q.init.qpn));
+    return 0;
+  }
+  if (q.rq.size() >= q.init.max_recv_wr) return ENOMEM;
+  q.rq.push_back(wqe);
+  return 0;
+}
+
+void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
+  Impl& q = *impl_;
+  // Cheapest checks first; each refusal is a counted drop (IBTA 9.6: silently dropped packets).
+  const bool accepting = q.state == IBV_QPS_RTR || q.sending_state();
+  if (pkt.info == nullptr || !accepting || wire::service_of(pkt.bth.opcode) != wire::Service::kRc ||
+      q.init.type != IBV_QPT_RC || (pkt.bth.pkey & 0x7fff) != (wire::kDefaultPkey & 0x7fff) ||
+      rx.src_ip != q.ctx.remote_ip) {
+    ++q.counters.dropped_pkts;
+    return;
+  }
+  ++q.counters.rcvd_pkts;
+  const uint32_t flags = pkt.info->flags;
+  if (flags & wire::kRequest) {
+    const ResponderOutcome o = q.responder.on_request(pkt, q.ctx, q.rq);
+    // IBTA 11.6.3: the first packet received in RTR establishes communication.
+    if (o.first_packet && q.state == IBV_QPS_RTR) q.raise(IBV_EVENT_COMM_EST);
+    if (o.fatal) q.enter_error();
+  } else if ((flags & wire::kResponse) && q.sending_state()) {
+    q.handle(q.completer.on_response(pkt, now, q.ctx, q.sq), now);
+  } else {
+    ++q.counters.dropped_pkts;  // a response while in RTR (we sent nothing yet)
+  }
+  pump(now);
+}
+
+void Qp::pump(Time now) {
+  Impl& q = *impl_;
+  if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return;
+  if (q.responder.has_response()) {
+    TxBuf* buf = q.tx.tx_alloc();
+    if (buf == nullptr) return;
+    q.responder.write_response(q.ctx, buf);
+    q.tx.tx_commit(buf);
+    ++q.counters.sent_pkts;
+  }
+  if (!q.sending_state()) return;
+  q.handle(q.requester.pump(now, q.ctx, q.sq, q.tx, q.state == IBV_QPS_RTS), now);
+  if (q.state == IBV_QPS_SQD && !q.sq_drained_reported && !q.completer.outstanding() &&
+      (q.sq.empty() || q.sq.front().state == WqeState::kQueued)) {
+    // IBTA 10.3.1 (SQ Drain): every WQE in progress has completed.
+    q.sq_drained_reported = true;
+    if (q.attr.en_sqd_async_notify) q.raise(IBV_EVENT_SQ_DRAINED);
+  }
+}
+
+bool Qp::wants_pump() const {
+  const Impl& q = *impl_;
+  if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return false;
+  if (q.responder.has_response()) return true;
+  // Time 0: a running RNR wait reads as "not now"; next_deadline() reports when it ends.
+  return q.sending_state() &&
+         q.requester.state(0, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending;
+}
+
+Time Qp::next_deadline() const {
+  const Impl& q = *impl_;
+  if (!q.sending_state()) return kNever;
+  return std::min(q.completer.deadline(), q.requester.wake_time());
+}
+
+void Qp::on_timer(Time now) {
+  Impl& q = *impl_;
+  if (q.sending_state() && q.completer.deadline() <= now) {
+    q.handle(q.completer.on_timer(now, q.ctx, q.sq), now);
+  }
+  pump(now);
+}
+
+}  // namespace uroce::transport

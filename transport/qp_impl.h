@@ -1,0 +1,52 @@
+// The state of one QP: its attributes, its queues and its three roles. qp.cc is the dispatcher:
+// it runs the state machine, routes packets to the requester/responder/completer and carries the
+// typed events (events.h) between them. Transport-internal.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <deque>
+
+#include "transport/completer.h"
+#include "transport/context.h"
+#include "transport/qp.h"
+#include "transport/requester.h"
+#include "transport/responder.h"
+#include "transport/send_queue.h"
+
+namespace uroce::transport {
+
+struct Qp::Impl {
+  Impl(const QpInit& i, PacketSink& t, MemoryAccess& m)
+      : init(i), tx(t), mem(m), ctx{init, attr, mem, counters} {}
+
+  const QpInit init;
+  PacketSink& tx;
+  MemoryAccess& mem;
+
+  ibv_qp_state state = IBV_QPS_RESET;
+  ibv_qp_attr attr{};  // every attribute ever set by modify(); state fields kept in `state`
+  QpCounters counters;
+  QpContext ctx;  // refers to init, attr, mem, counters; path fields set by modify()
+
+  SendQueue sq;            // posted send WQEs, oldest first
+  std::deque<RecvWqe> rq;  // posted receive WQEs, oldest first
+  Requester requester;
+  Responder responder;
+  Completer completer;
+
+  bool sq_drained_reported = false;  // IBV_EVENT_SQ_DRAINED raised for the current SQD period
+
+  // Dispatcher steps (qp.cc).
+  void apply_attrs(const ibv_qp_attr& a, int mask);
+  void enter_error();
+  void flush();
+  void handle(const CompleterOutcome& o, Time now);
+  void handle(const RequesterOutcome& o, Time now);
+  void raise(ibv_event_type ev) {
+    if (init.events != nullptr) init.events->qp_event(init.qpn, ev);
+  }
+  bool sending_state() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
+};
+
+}  // namespace uroce::transport

@@ -1,0 +1,232 @@
+// The QP state transition table and attribute validation. The masks follow IBTA Vol. 1 ch. 10.3
+// ("QP attributes by transition") as ibv_modify_qp(3) lists them; the Linux kernel keeps the same
+// table in ib_modify_qp_is_ok().
+#include "transport/qp_state.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "transport/env.h"
+
+namespace uroce::transport {
+namespace {
+
+constexpr int kPathRc = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+constexpr int kPathUc = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+constexpr int kRtsRc =
+    IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+
+// Index of a QP type in the per-type columns below: RC, UC, UD.
+int type_index(ibv_qp_type t) {
+  switch (t) {
+    case IBV_QPT_RC:
+      return 0;
+    case IBV_QPT_UC:
+      return 1;
+    case IBV_QPT_UD:
+      return 2;
+    default:
+      return -1;
+  }
+}
+
+struct Entry {
+  bool valid;
+  int required[3];  // RC, UC, UD
+  int optional[3];
+};
+
+constexpr int kNumStates = IBV_QPS_ERR + 1;  // RESET INIT RTR RTS SQD SQE ERR
+
+// kTable[cur][next].
+constexpr Entry make_table_entry(bool valid) {
+  return Entry{valid, {0, 0, 0}, {0, 0, 0}};
+}
+
+struct Table {
+  Entry e[kNumStates][kNumStates];
+  constexpr Table() : e{} {
+    for (int s = 0; s < kNumStates; ++s) {
+      // Any state may go to RESET, and any but RESET to ERR, with no other attribute (IBTA
+      // 10.3.1, QP state diagram; the kernel's ib_modify_qp_is_ok() agrees).
+      e[s][IBV_QPS_RESET] = make_table_entry(true);
+      e[s][IBV_QPS_ERR] = make_table_entry(s != IBV_QPS_RESET);
+    }
+    e[IBV_QPS_RESET][IBV_QPS_INIT] = {true,
+                                      {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                                       IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                                       IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY},
+                                      {0, 0, 0}};
+    e[IBV_QPS_INIT][IBV_QPS_INIT] = {true,
+                                     {0, 0, 0},
+                                     {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                                      IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+                                      IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY}};
+    e[IBV_QPS_INIT][IBV_QPS_RTR] = {true,
+                                    {kPathRc, kPathUc, 0},
+                                    {IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+                                     IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+                                     IBV_QP_PKEY_INDEX | IBV_QP_QKEY}};
+    e[IBV_QPS_RTR][IBV_QPS_RTS] = {
+        true,
+        {kRtsRc, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN},
+        {IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+             IBV_QP_PATH_MIG_STATE,
+         IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE,
+         IBV_QP_CUR_STATE | IBV_QP_QKEY}};
+    const Entry to_rts = {
+        true,
+        {0, 0, 0},
+        {IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+             IBV_QP_MIN_RNR_TIMER,
+         IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE,
+         IBV_QP_CUR_STATE | IBV_QP_QKEY}};
+    e[IBV_QPS_RTS][IBV_QPS_RTS] = to_rts;
+    e[IBV_QPS_SQD][IBV_QPS_RTS] = to_rts;
+    e[IBV_QPS_RTS][IBV_QPS_SQD] = {
+        true,
+        {0, 0, 0},
+        {IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY}};
+    e[IBV_QPS_SQD][IBV_QPS_SQD] = {
+        true,
+        {0, 0, 0},
+        {IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+             IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH |
+             IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE,
+         IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+             IBV_QP_PATH_MIG_STATE,
+         IBV_QP_PKEY_INDEX | IBV_QP_QKEY}};
+    // SQE exists for UC/UD only (an RC send error moves the QP to ERR); uroce never enters it,
+    // but a QP told it is there may leave it as the table says.
+    e[IBV_QPS_SQE][IBV_QPS_RTS] = {
+        true,
+        {0, 0, 0},
+        {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, IBV_QP_CUR_STATE | IBV_QP_QKEY}};
+  }
+};
+constexpr Table kTable;
+
+constexpr int kAllowedQpAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+// One physical port, one P_Key (the default 0xffff at index 0), as the device reports.
+constexpr uint8_t kPortNum = 1;
+constexpr uint16_t kNumPkeys = 1;
+// ibv_query_device reports this as max_qp_rd_atom / max_qp_init_rd_atom.
+constexpr uint8_t kMaxRdAtomic = 16;
+
+bool values_ok(const ibv_qp_attr& a, int mask) {
+  if ((mask & IBV_QP_PORT) && a.port_num != kPortNum) return false;
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= kNumPkeys) return false;
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kAllowedQpAccess)) return false;
+  if ((mask & IBV_QP_PATH_MTU) && mtu_bytes(a.path_mtu) == 0) return false;
+  if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num > 0xffffff) return false;
+  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return false;
+  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return false;
+  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return false;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return false;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) return false;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) return false;
+  // No automatic path migration: there is one path, always "migrated" (IBTA 17.2.8).
+  if (mask & IBV_QP_ALT_PATH) return false;
+  if ((mask & IBV_QP_PATH_MIG_STATE) && a.path_mig_state != IBV_MIG_MIGRATED) return false;
+  if (mask & IBV_QP_AV) {
+    // RoCE addresses by GID only (Annex A16/A17): the AH must carry a GRH whose DGID is an
+    // IPv4-mapped address, the only kind the IPv4 ports can reach.
+    uint32_t ip;
+    if (!a.ah_attr.is_global || !gid_to_ipv4(a.ah_attr.grh.dgid, &ip)) return false;
+    if (a.ah_attr.port_num > kPortNum) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TransitionMasks transition_masks(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next) {
+  const int t = type_index(type);
+  if (t < 0 || cur < 0 || cur >= kNumStates || next < 0 || next >= kNumStates) return {};
+  const Entry& e = kTable.e[cur][next];
+  return {e.valid, e.required[t], e.optional[t]};
+}
+
+ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask) {
+  ModifyCheck r;
+  r.err = EINVAL;
+  if (mask & IBV_QP_CUR_STATE) {
+    // The caller's view of the current state must match ours (IBTA 11.2.5.2: "the current state
+    // is an optional input"; a mismatch is an invalid modifier).
+    if (attr.cur_qp_state != cur) return r;
+  }
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+  const TransitionMasks m = transition_masks(type, cur, next);
+  if (!m.valid) return r;
+  if ((mask & m.required) != m.required) return r;
+  if (mask & ~(m.required | m.optional | IBV_QP_STATE)) return r;
+  if (!values_ok(attr, mask)) return r;
+  r.err = 0;
+  r.next = next;
+  return r;
+}
+
+const char* to_string(ibv_qp_state s) {
+  switch (s) {
+    case IBV_QPS_RESET:
+      return "RESET";
+    case IBV_QPS_INIT:
+      return "INIT";
+    case IBV_QPS_RTR:
+      return "RTR";
+    case IBV_QPS_RTS:
+      return "RTS";
+    case IBV_QPS_SQD:
+      return "SQD";
+    case IBV_QPS_SQE:
+      return "SQE";
+    case IBV_QPS_ERR:
+      return "ERR";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+uint32_t mtu_bytes(ibv_mtu mtu) {
+  switch (mtu) {
+    case IBV_MTU_256:
+      return 256;
+    case IBV_MTU_512:
+      return 512;
+    case IBV_MTU_1024:
+      return 1024;
+    case IBV_MTU_2048:
+      return 2048;
+    case IBV_MTU_4096:
+      return 4096;
+    default:
+      return 0;
+  }
+}
+
+bool gid_to_ipv4(const ibv_gid& gid, uint32_t* ip) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(gid.raw, kPrefix, sizeof kPrefix) != 0) return false;
+  *ip = uint32_t(gid.raw[12]) << 24 | uint32_t(gid.raw[13]) << 16 | uint32_t(gid.raw[14]) << 8 |
+        gid.raw[15];
+  return true;
+}
+
+uint64_t ack_timeout_ns(uint8_t timeout) {
+  if (timeout == 0) return kNever;
+  // 4.096 us * 2^timeout = 4096 ns << timeout; timeout <= 31 keeps this below 2^44.
+  return uint64_t{4096} << (timeout & 31);
+}
+
+uint64_t rnr_timer_ns(uint8_t code) {
+  // IBTA Table 45, in units of 10 us: code 0 means 655.36 ms, codes 1..31 grow by ~1.5x/1.33x.
+  static constexpr uint32_t kTens[32] = {65536, 1,    2,    3,     4,     6,     8,     12,
+                                         16,    24,   32,   48,    64,    96,    128,   192,
+                                         256,   384,  512,  768,   1024,  1536,  2048,  3072,
+                                         4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
+  return uint64_t{kTens[code & 31]} * 10'000;
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,44 @@
+// The IBTA QP state machine (Vol. 1 ch. 10.3.1, Table "QP state transition properties"): which
+// transitions exist, which attributes each requires or allows per QP type, and which attribute
+// values are acceptable. Pure functions; qp.cc applies the transition.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+namespace uroce::transport {
+
+struct ModifyCheck {
+  int err = 0;                        // 0 or EINVAL
+  ibv_qp_state next = IBV_QPS_RESET;  // the state to enter when err == 0
+};
+
+// Validates `mask` and the values it selects for a QP of `type` now in `cur` (ibv_modify_qp(3)).
+// Without IBV_QP_STATE the transition is cur → cur. IBV_QP_CUR_STATE, when given, must name the
+// current state and is only accepted where the table allows it.
+ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask);
+
+// The attribute masks of one transition for one QP type.
+struct TransitionMasks {
+  bool valid = false;
+  int required = 0;  // besides IBV_QP_STATE
+  int optional = 0;
+};
+TransitionMasks transition_masks(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next);
+
+const char* to_string(ibv_qp_state s);
+
+// Path MTU in bytes for an ibv_mtu value (IBV_MTU_256..IBV_MTU_4096), or 0 if invalid.
+uint32_t mtu_bytes(ibv_mtu mtu);
+
+// The IPv4 address of a RoCEv2 GID of the form ::ffff:a.b.c.d (host byte order), or false.
+bool gid_to_ipv4(const ibv_gid& gid, uint32_t* ip);
+
+// Time units of the QP attributes. Local ACK timeout: 4.096 us * 2^timeout, 0 = infinite
+// (IBTA 9.7.6.1.3, C9-140); returns kNever for 0.
+uint64_t ack_timeout_ns(uint8_t timeout);
+// RNR NAK timer field (IBTA Table 45, the encoding of min_rnr_timer): nanoseconds.
+uint64_t rnr_timer_ns(uint8_t code);
+
+}  // namespace uroce::transport
