@@ -33,7 +33,8 @@ sockaddr_in make_addr(const std::string& ip, uint16_t port) {
 
 // Messages larger than a datagram are split into datagrams of at most `mtu` bytes, as uroce
 // segments by path MTU; the receiver counts bytes until the whole message is in.
-bool send_msg(int fd, const sockaddr_in& to, const std::vector<char>& buf, size_t size, size_t mtu) {
+bool send_msg(int fd, const sockaddr_in& to, const std::vector<char>& buf, size_t size,
+              size_t mtu) {
   for (size_t off = 0; off < size || (size == 0 && off == 0); off += mtu) {
     size_t n = std::min(mtu, size - off);
     if (sendto(fd, buf.data() + off, n, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to) < 0) {
@@ -49,8 +50,8 @@ bool recv_msg(int fd, std::vector<char>& buf, size_t size, sockaddr_in* from) {
   size_t got = 0;
   do {
     socklen_t len = sizeof *from;
-    ssize_t n = recvfrom(fd, buf.data() + got, buf.size() - got, 0, reinterpret_cast<sockaddr*>(from),
-                         &len);
+    ssize_t n = recvfrom(fd, buf.data() + got, buf.size() - got, 0,
+                         reinterpret_cast<sockaddr*>(from), &len);
     if (n < 0) {
       if (errno == EINTR) continue;
       std::perror("udp_pingpong: recvfrom");

@@ -153,7 +153,7 @@ void Responder::complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv
     wc.imm_data = last->imm_be;
   }
   rq.pop_front();
-  ctx.init.recv_cq->push(wc);
+  ctx.init.recv_cq->push(wc, last != nullptr && last->bth.se);
 }
 
 void Responder::write_response(const QpContext& ctx, TxBuf* buf) {

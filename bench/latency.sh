@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Latency of uroce RC SEND ping-pong (the unmodified ibv_rc_pingpong over uroce) against a raw UDP
+# ping-pong (bench/udp_pingpong) between the same two loopback addresses, run side by side, one size
+# after the other. Prints a Markdown table of microseconds per round trip and the ratio.
+#   bench/latency.sh [BUILD_DIR] [ITERS]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+iters=${2:-5000}
+run=$build/bin/uroce-run
+udp=$build/bin/udp_pingpong
+srv=127.0.0.1 cli=127.0.0.2 mtu=4096
+
+usec_per_iter() { sed -n 's/.* = \([0-9.]*\) usec\/iter.*/\1/p' "$1" | tail -n 1; }
+
+wait_tcp() { for _ in $(seq 100); do ss -ltnH "sport = :$1" | grep -q . && return; sleep 0.05; done; }
+
+uroce_lat() {
+  local size=$1 out; out=$(mktemp)
+  UROCE_DEVICES=uroce0=$srv "$run" ibv_rc_pingpong -d uroce0 -g 0 -m $mtu -s "$size" -n "$iters" \
+    -p 18999 >/dev/null 2>&1 &
+  local pid=$!
+  wait_tcp 18999
+  UROCE_DEVICES=uroce0=$cli "$run" ibv_rc_pingpong -d uroce0 -g 0 -m $mtu -s "$size" -n "$iters" \
+    -p 18999 $srv >"$out" 2>&1
+  wait $pid
+  usec_per_iter "$out"; rm -f "$out"
+}
+
+udp_lat() {
+  local size=$1 out; out=$(mktemp)
+  "$udp" --bind $srv -p 19000 -s "$size" -m $mtu -n "$iters" >/dev/null &
+  local pid=$!
+  sleep 0.2
+  "$udp" --bind $cli --peer $srv -p 19000 -s "$size" -m $mtu -n "$iters" >"$out"
+  wait $pid
+  usec_per_iter "$out"; rm -f "$out"
+}
+
+echo "| size (B) | uroce RC SEND (us/iter) | raw UDP (us/iter) | uroce / UDP |"
+echo "| ---: | ---: | ---: | ---: |"
+for size in 2 64 1024 4096 16384 65536; do
+  u=$(uroce_lat "$size")
+  b=$(udp_lat "$size")
+  ratio=$(awk -v u="$u" -v b="$b" 'BEGIN { if (b > 0 && u != "") printf "%.2f", u / b; else print "n/a" }')
+  echo "| $size | ${u:-failed} | $b | $ratio |"
+done

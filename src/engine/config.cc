@@ -1,0 +1,281 @@
+// Parsing of UROCE_DEVICES and UROCE_FAULTS. Every malformed value is reported with the variable
+// and the offending token; nothing here throws or aborts on bad input.
+#include "engine/config.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <string_view>
+
+namespace uroce {
+namespace {
+
+constexpr std::string_view kDevicesVar = "UROCE_DEVICES";
+constexpr std::string_view kFaultsVar = "UROCE_FAULTS";
+// ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
+constexpr size_t kMaxNameLen = 63;
+
+void set_err(std::string* err, std::string_view var, const std::string& msg) {
+  if (err) *err = std::string(var) + ": " + msg;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Splits on ',' keeping empty pieces, so "a,,b" and "a," can be reported.
+std::vector<std::string_view> split_commas(std::string_view s) {
+  std::vector<std::string_view> out;
+  for (;;) {
+    size_t c = s.find(',');
+    out.push_back(trim(s.substr(0, c)));
+    if (c == std::string_view::npos) break;
+    s.remove_prefix(c + 1);
+  }
+  return out;
+}
+
+bool valid_name(std::string_view n) {
+  if (n.empty() || n.size() > kMaxNameLen) return false;
+  for (char c : n) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Strict dotted-quad IPv4 (inet_pton refuses "1.2.3", octal and hex forms). Host byte order.
+std::optional<uint32_t> parse_ipv4(std::string_view s) {
+  if (s.size() > 15 || s.find('\0') != std::string_view::npos) return std::nullopt;
+  std::string tmp(s);
+  in_addr a{};
+  if (inet_pton(AF_INET, tmp.c_str(), &a) != 1) return std::nullopt;
+  return ntohl(a.s_addr);
+}
+
+struct IfAddrs {
+  ifaddrs* head = nullptr;
+  IfAddrs() {
+    if (getifaddrs(&head) != 0) head = nullptr;
+  }
+  ~IfAddrs() {
+    if (head) freeifaddrs(head);
+  }
+  IfAddrs(const IfAddrs&) = delete;
+  IfAddrs& operator=(const IfAddrs&) = delete;
+};
+
+uint32_t ipv4_of(const ifaddrs* ifa) {
+  return ntohl(reinterpret_cast<const sockaddr_in*>(ifa->ifa_addr)->sin_addr.s_addr);
+}
+bool is_ipv4(const ifaddrs* ifa) {
+  return ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET;
+}
+
+// The interface an address belongs to: an exact match, else a loopback interface whose subnet
+// holds it (127.0.0.2 is local through lo's 127.0.0.0/8 without being listed). "" if none.
+std::string netdev_of(uint32_t ip) {
+  IfAddrs ifs;
+  for (ifaddrs* p = ifs.head; p; p = p->ifa_next)
+    if (is_ipv4(p) && ipv4_of(p) == ip) return p->ifa_name;
+  for (ifaddrs* p = ifs.head; p; p = p->ifa_next) {
+    if (!is_ipv4(p) || !(p->ifa_flags & IFF_LOOPBACK) || !p->ifa_netmask) continue;
+    uint32_t mask = ntohl(reinterpret_cast<const sockaddr_in*>(p->ifa_netmask)->sin_addr.s_addr);
+    if ((ip & mask) == (ipv4_of(p) & mask)) return p->ifa_name;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string format_ipv4(uint32_t ip) {
+  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 0xff) + "." +
+         std::to_string((ip >> 8) & 0xff) + "." + std::to_string(ip & 0xff);
+}
+
+std::optional<uint32_t> resolve_netdev_ipv4(const std::string& netdev, std::string* err) {
+  IfAddrs ifs;
+  bool seen = false;
+  for (ifaddrs* p = ifs.head; p; p = p->ifa_next) {
+    if (netdev != p->ifa_name) continue;
+    seen = true;
+    if (is_ipv4(p)) return ipv4_of(p);
+  }
+  if (err)
+    *err = seen ? "interface '" + netdev + "' has no IPv4 address"
+                : "no interface named '" + netdev + "'";
+  return std::nullopt;
+}
+
+DeviceConfig default_device_config() {
+  DeviceConfig d;
+  d.name = "uroce0";
+  IfAddrs ifs;
+  for (ifaddrs* p = ifs.head; p; p = p->ifa_next) {
+    if (!is_ipv4(p) || !(p->ifa_flags & IFF_UP) || (p->ifa_flags & IFF_LOOPBACK)) continue;
+    d.ipv4 = ipv4_of(p);
+    d.netdev = p->ifa_name;
+    return d;
+  }
+  d.ipv4 = 0x7f000001;  // 127.0.0.1
+  d.netdev = netdev_of(d.ipv4);
+  return d;
+}
+
+std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, std::string* err) {
+  std::vector<DeviceConfig> out;
+  std::set<std::string> names;
+  std::set<uint32_t> addrs;
+  if (trim(spec).empty()) {
+    set_err(err, kDevicesVar, "empty device list");
+    return std::nullopt;
+  }
+  for (std::string_view entry : split_commas(spec)) {
+    if (entry.empty()) {
+      set_err(err, kDevicesVar, "empty entry in '" + spec + "'");
+      return std::nullopt;
+    }
+    size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) {
+      set_err(err, kDevicesVar, "'" + std::string(entry) + "' is not name=address or name=netdev");
+      return std::nullopt;
+    }
+    std::string_view name = trim(entry.substr(0, eq));
+    std::string_view value = trim(entry.substr(eq + 1));
+    if (!valid_name(name)) {
+      set_err(err, kDevicesVar,
+              "bad device name '" + std::string(name) + "' in '" + std::string(entry) +
+                  "' (1-63 characters of [A-Za-z0-9_.-])");
+      return std::nullopt;
+    }
+    if (value.empty()) {
+      set_err(err, kDevicesVar, "no address or netdev for device '" + std::string(name) + "'");
+      return std::nullopt;
+    }
+    DeviceConfig d;
+    d.name = std::string(name);
+    if (auto ip = parse_ipv4(value)) {
+      d.ipv4 = *ip;
+      d.netdev = netdev_of(*ip);
+    } else if (value.find_first_not_of("0123456789.") == std::string_view::npos) {
+      // Looks like an address but is not a valid one (e.g. "10.0.0.256", "1.2.3").
+      set_err(err, kDevicesVar, "bad IPv4 address '" + std::string(value) + "'");
+      return std::nullopt;
+    } else if (value.size() >= IFNAMSIZ) {
+      set_err(err, kDevicesVar, "netdev name '" + std::string(value) + "' is too long");
+      return std::nullopt;
+    } else {
+      std::string why;
+      auto resolved = resolve_netdev_ipv4(std::string(value), &why);
+      if (!resolved) {
+        set_err(err, kDevicesVar, "device '" + std::string(name) + "': " + why);
+        return std::nullopt;
+      }
+      d.ipv4 = *resolved;
+      d.netdev = std::string(value);
+    }
+    // A device needs one concrete unicast address to bind; INADDR_ANY, broadcast and multicast
+    // addresses cannot carry RoCEv2 (its GID is the address).
+    if (d.ipv4 == 0 || d.ipv4 == 0xffffffff || (d.ipv4 >> 28) == 0xe) {
+      set_err(err, kDevicesVar,
+              "address " + format_ipv4(d.ipv4) + " of device '" + d.name + "' is not unicast");
+      return std::nullopt;
+    }
+    if (!names.insert(d.name).second) {
+      set_err(err, kDevicesVar, "device name '" + d.name + "' given twice");
+      return std::nullopt;
+    }
+    if (!addrs.insert(d.ipv4).second) {
+      set_err(err, kDevicesVar, "address " + format_ipv4(d.ipv4) + " used by two devices");
+      return std::nullopt;
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* err) {
+  FaultConfig f;
+  if (trim(spec).empty()) return f;
+  std::set<std::string> seen;
+  for (std::string_view entry : split_commas(spec)) {
+    if (entry.empty()) {
+      set_err(err, kFaultsVar, "empty entry in '" + spec + "'");
+      return std::nullopt;
+    }
+    size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) {
+      set_err(err, kFaultsVar, "'" + std::string(entry) + "' is not key=value");
+      return std::nullopt;
+    }
+    std::string key(trim(entry.substr(0, eq)));
+    std::string value(trim(entry.substr(eq + 1)));
+    if (!seen.insert(key).second) {
+      set_err(err, kFaultsVar, "key '" + key + "' given twice");
+      return std::nullopt;
+    }
+    if (key == "loss") {
+      // strtod accepts "nan", "inf", hex floats and leading blanks; only plain decimals pass.
+      bool plain =
+          !value.empty() && value.find_first_not_of("0123456789.eE+-") == std::string::npos;
+      char* end = nullptr;
+      errno = 0;
+      double p = plain ? std::strtod(value.c_str(), &end) : 0.0;
+      if (!plain || errno != 0 || end != value.c_str() + value.size() || !std::isfinite(p)) {
+        set_err(err, kFaultsVar, "loss '" + value + "' is not a number");
+        return std::nullopt;
+      }
+      if (p < 0.0 || p > 1.0) {
+        set_err(err, kFaultsVar, "loss '" + value + "' is out of range [0, 1]");
+        return std::nullopt;
+      }
+      f.rx_loss = p;
+    } else if (key == "seed") {
+      // Decimal only; strtoull would accept "-1" (as 2^64-1) and leading blanks.
+      if (value.empty() || value.size() > 20 ||
+          value.find_first_not_of("0123456789") != std::string::npos) {
+        set_err(err, kFaultsVar, "seed '" + value + "' is not an unsigned decimal integer");
+        return std::nullopt;
+      }
+      errno = 0;
+      unsigned long long s = std::strtoull(value.c_str(), nullptr, 10);
+      if (errno == ERANGE) {
+        set_err(err, kFaultsVar, "seed '" + value + "' is out of range [0, 2^64)");
+        return std::nullopt;
+      }
+      f.seed = s;
+    } else {
+      set_err(err, kFaultsVar, "unknown key '" + key + "' (known: loss, seed)");
+      return std::nullopt;
+    }
+  }
+  return f;
+}
+
+std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
+  const char* devs = std::getenv(std::string(kDevicesVar).c_str());
+  const char* faults = std::getenv(std::string(kFaultsVar).c_str());
+  std::vector<DeviceConfig> out;
+  // An empty variable counts as unset, as shells make "VAR=" easy to leave behind.
+  if (devs && *devs) {
+    auto parsed = parse_devices(devs, err);
+    if (!parsed) return std::nullopt;
+    out = std::move(*parsed);
+  } else {
+    out.push_back(default_device_config());
+  }
+  auto f = parse_faults(faults ? faults : "", err);
+  if (!f) return std::nullopt;
+  for (auto& d : out) d.faults = *f;
+  return out;
+}
+
+}  // namespace uroce

@@ -1,0 +1,160 @@
+// Completion queues, completion channels and the async event queue.
+//
+// The channel and the async queue use an eventfd in semaphore mode whose counter equals the number
+// of queued events: poll/epoll see the fd readable exactly while an event waits, a read takes one
+// event's token, and the kernel applies the fd's O_NONBLOCK flag to that read, so a blocking or
+// non-blocking get behaves as the application configured the fd (as with the kernel's uverbs
+// event files). The token is written after the event is queued, under the queue's lock, so a
+// successful read always finds an event to dequeue.
+#include "engine/cq.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+namespace uroce {
+namespace {
+
+int make_event_fd() {
+  int fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  return fd;
+}
+
+// Takes one token from a semaphore eventfd; 0, or EAGAIN when non-blocking and empty.
+int take_token(int fd) {
+  uint64_t v;
+  for (;;) {
+    ssize_t r = read(fd, &v, sizeof v);
+    if (r == static_cast<ssize_t>(sizeof v)) return 0;
+    if (r < 0 && errno == EINTR) continue;
+    return r < 0 ? errno : EIO;
+  }
+}
+
+void give_token(int fd) {
+  uint64_t one = 1;
+  // Cannot fail short of 2^64-2 unread events.
+  ssize_t r = write(fd, &one, sizeof one);
+  (void)r;
+}
+
+}  // namespace
+
+CompChannel::CompChannel() : fd_(make_event_fd()) {}
+CompChannel::~CompChannel() {
+  close(fd_);
+}
+
+void CompChannel::notify(void* cq_cookie) {
+  std::lock_guard<std::mutex> g(mu_);
+  events_.push_back(cq_cookie);
+  give_token(fd_);
+}
+
+int CompChannel::get_event(void** cq_cookie) {
+  int rc = take_token(fd_);
+  if (rc != 0) return rc;
+  std::lock_guard<std::mutex> g(mu_);
+  *cq_cookie = events_.front();
+  events_.pop_front();
+  return 0;
+}
+
+size_t CompChannel::pending() {
+  std::lock_guard<std::mutex> g(mu_);
+  return events_.size();
+}
+
+Cq::Cq(uint32_t cqe, CompChannel* channel, void* cookie)
+    : cqe_(cqe), channel_(channel), cookie_(cookie) {}
+
+void Cq::push(const ibv_wc& wc) {
+  push(wc, false);
+}
+
+void Cq::push(const ibv_wc& wc, bool solicited) {
+  bool fire = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (ring_.size() >= cqe_) {
+      // IBTA o11-?: a CQ overrun is an error of the CQ; the completion is lost and the verbs layer
+      // reports IBV_EVENT_CQ_ERR. The ring is never grown past its capacity.
+      overrun_ = true;
+      return;
+    }
+    ring_.push_back(wc);
+    // ibv_req_notify_cq(3): with solicited_only, an event fires for a solicited receive
+    // completion or for any unsuccessful completion; otherwise for any new completion. Arming is
+    // one-shot (IBTA C11-?: the CQ is re-armed by the consumer after each event).
+    if (arm_ == Arm::kNext ||
+        (arm_ == Arm::kSolicited && (solicited || wc.status != IBV_WC_SUCCESS))) {
+      arm_ = Arm::kNone;
+      fire = channel_ != nullptr;
+    }
+  }
+  if (fire) channel_->notify(cookie_);
+}
+
+int Cq::poll(int n, ibv_wc* out) {
+  if (n <= 0) return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  int k = 0;
+  while (k < n && !ring_.empty()) {
+    out[k++] = ring_.front();
+    ring_.pop_front();
+  }
+  return k;
+}
+
+int Cq::req_notify(bool solicited_only) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (channel_ == nullptr) return EINVAL;  // nothing could ever be notified
+  // Arming for "next" subsumes an earlier "solicited" arming, never the other way round.
+  if (!solicited_only)
+    arm_ = Arm::kNext;
+  else if (arm_ == Arm::kNone)
+    arm_ = Arm::kSolicited;
+  return 0;
+}
+
+int Cq::resize(uint32_t cqe) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (cqe == 0 || cqe < ring_.size()) return EINVAL;
+  cqe_ = cqe;
+  return 0;
+}
+
+bool Cq::overrun() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return overrun_;
+}
+
+size_t Cq::size() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return ring_.size();
+}
+
+AsyncEventQueue::AsyncEventQueue() : fd_(make_event_fd()) {}
+AsyncEventQueue::~AsyncEventQueue() {
+  close(fd_);
+}
+
+void AsyncEventQueue::push(const ibv_async_event& ev) {
+  std::lock_guard<std::mutex> g(mu_);
+  q_.push_back(ev);
+  give_token(fd_);
+}
+
+int AsyncEventQueue::get(ibv_async_event* ev) {
+  int rc = take_token(fd_);
+  if (rc != 0) return rc;
+  std::lock_guard<std::mutex> g(mu_);
+  *ev = q_.front();
+  q_.pop_front();
+  return 0;
+}
+
+}  // namespace uroce

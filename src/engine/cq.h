@@ -1,0 +1,76 @@
+// Completion queues, completion channels and the async event queue: the objects the engine
+// produces into and application threads consume from. Each has its own lock, never the device's.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "transport/env.h"
+
+namespace uroce {
+
+// A completion channel: an eventfd the application can poll/epoll, plus the queue of CQs whose
+// armed notification fired, in order, for ibv_get_cq_event.
+class CompChannel {
+ public:
+  CompChannel();  // throws std::system_error if no eventfd can be had
+  ~CompChannel();
+  int fd() const { return fd_; }
+  void notify(void* cq_cookie);  // queue an event and make fd() readable
+  // Dequeues one event; blocks unless the fd is O_NONBLOCK (then EAGAIN), like the kernel's.
+  // Returns 0 or a positive errno.
+  int get_event(void** cq_cookie);
+  size_t pending();  // events queued and not yet taken
+
+ private:
+  int fd_ = -1;
+  std::mutex mu_;
+  std::deque<void*> events_;
+};
+
+// A CQ: a bounded ring of ibv_wc. push() is called by the engine with the device lock held.
+class Cq : public transport::CompletionSink {
+ public:
+  Cq(uint32_t cqe, CompChannel* channel, void* cookie);
+  // A completion; lost (and overrun() set) when the ring holds `capacity()` entries.
+  void push(const ibv_wc& wc) override;
+  // `solicited`: a receive completion of a message with BTH.SE set (see CompletionSink).
+  void push(const ibv_wc& wc, bool solicited) override;
+  int poll(int n, ibv_wc* out);  // returns count, never blocks
+  // Arms one notification (ibv_req_notify_cq): 0, or EINVAL when the CQ has no channel.
+  int req_notify(bool solicited_only);
+  uint32_t capacity() const { return cqe_; }
+  int resize(uint32_t cqe);  // EINVAL if fewer than the queued completions
+  bool overrun() const;      // a completion was lost to a full CQ
+  size_t size() const;       // completions waiting to be polled
+
+ private:
+  mutable std::mutex mu_;
+  std::deque<ibv_wc> ring_;
+  uint32_t cqe_;
+  CompChannel* channel_;
+  void* cookie_;
+  enum class Arm { kNone, kNext, kSolicited } arm_ = Arm::kNone;
+  bool overrun_ = false;
+};
+
+// The device's async event queue (ibv_get_async_event), with a pollable eventfd.
+class AsyncEventQueue {
+ public:
+  AsyncEventQueue();
+  ~AsyncEventQueue();
+  int fd() const { return fd_; }
+  void push(const ibv_async_event& ev);
+  int get(ibv_async_event* ev);  // blocks unless O_NONBLOCK (then EAGAIN); 0 or a positive errno
+
+ private:
+  int fd_ = -1;
+  std::mutex mu_;
+  std::deque<ibv_async_event> q_;
+};
+
+}  // namespace uroce

@@ -1,0 +1,151 @@
+// One uroce device: its configuration, the engine that runs its transport (receive, transmit,
+// timers) on a thread that sleeps when idle, its port (kernel UDP socket), its memory-key table
+// and its QP table. The verbs layer (src/verbs) is a thin ABI shell over this class.
+//
+// Locking: one mutex per device (`lock()`) serialises the transport: every transport::Qp call, the
+// key table, the port's transmit ring. Application threads take it to post work (and transmit
+// directly, which saves a wake-up on the latency path); the engine thread takes it to process a
+// received batch and to run timers. CQs have their own lock so polling never waits for the engine.
+//
+// Timers and pumping: after every call on a QP the device records the QP's next_deadline() in a
+// min-heap and, if wants_pump(), lists it for pumping; an engine pass runs the due timers and
+// pumps the listed QPs, so its cost follows what happened, not the number of QPs. The transport
+// contract this relies on: a QP's deadline and wants_pump() change only during calls on it.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/counters.h"
+#include "engine/cq.h"
+#include "engine/engine.h"
+#include "engine/key_table.h"
+#include "transport/qp.h"
+
+namespace uroce {
+
+class UdpPort;
+
+// Identity and limits a device reports through ibv_query_device / ibv_query_port.
+struct DeviceLimits {
+  static constexpr uint32_t kVendorId = 0x1af4;  // uroce reports a fixed, documented vendor id
+  static constexpr uint32_t kMaxQp = 4096;
+  static constexpr uint32_t kMaxCq = 4096;
+  static constexpr uint32_t kMaxCqe = 65536;
+  static constexpr uint32_t kMaxMr = 65536;
+  static constexpr uint32_t kMaxPd = 4096;
+  static constexpr uint64_t kMaxMrSize = 1ull << 40;
+  static constexpr uint32_t kMaxQpRdAtom = 16;
+  static constexpr uint32_t kMaxMsgSize = 1u << 31;
+};
+
+class Device : private Engine::Client, private transport::EventSink {
+ public:
+  // Opens the port (binds the UDP socket) and starts the engine thread. Returns nullptr and sets
+  // *err on failure (address not local, port in use, …).
+  static std::unique_ptr<Device> open(const DeviceConfig& cfg, std::string* err);
+  ~Device();  // stops the engine, closes the port
+
+  const DeviceConfig& config() const { return cfg_; }
+  uint32_t ipv4() const { return cfg_.ipv4; }  // host byte order
+  uint16_t mtu_bytes() const;                  // active path MTU the port supports (1024/4096)
+  uint64_t guid() const;                       // derived from the address; host byte order
+  // GID index 0: the RoCEv2 GID of the address, IPv4-mapped ::ffff:a.b.c.d (Annex A17.4.5.1).
+  ibv_gid gid() const;
+
+  std::mutex& lock() { return mu_; }
+
+  // Protection domains and memory regions (the key table also implements
+  // transport::MemoryAccess). Keys are never reused while the device lives.
+  uint32_t alloc_pd();
+  int dealloc_pd(uint32_t pd);  // EBUSY while MRs or QPs use it
+  int reg_mr(uint32_t pd, void* addr, size_t len, int access, uint32_t* lkey, uint32_t* rkey);
+  // ibv_reg_mr_iova2: SGEs and peers address the region at `iova` instead of `addr`.
+  int reg_mr_iova(uint32_t pd, void* addr, size_t len, uint64_t iova, int access, uint32_t* lkey,
+                  uint32_t* rkey);
+  int dereg_mr(uint32_t lkey);
+  transport::MemoryAccess& memory();
+
+  // Queue pairs. create_qp assigns the QPN (init.qpn is ignored) and returns the QP, owned by the
+  // device until destroy_qp. All calls on a QP go through these wrappers, which take the lock,
+  // read the clock, and flush transmitted packets.
+  //
+  // create_qp: init.qpn and init.local_ip are set by the device; when init.events is null the
+  // device raises the QP's events itself on async_events(), with element.qp set to the handle
+  // given by set_qp_handle (nullptr before). *err: EINVAL (unknown PD, missing CQ, bad caps),
+  // ENOMEM (QP limit).
+  transport::Qp* create_qp(transport::QpInit init, int* err);
+  void set_qp_handle(transport::Qp* qp, ibv_qp* handle);
+  int destroy_qp(transport::Qp* qp);
+  int modify_qp(transport::Qp* qp, const ibv_qp_attr& attr, int mask);
+  void query_qp(transport::Qp* qp, ibv_qp_attr& attr, ibv_qp_init_attr& init);
+  // Posts a chain of WQEs; on error returns the errno and the index of the failed WQE.
+  int post_send(transport::Qp* qp, const transport::SendWqe* wqes, size_t n, size_t* bad);
+  int post_recv(transport::Qp* qp, const transport::RecvWqe* wqes, size_t n, size_t* bad);
+
+  // Asynchronous events (IBV_EVENT_*) for ibv_get_async_event; fd() is readable while any wait.
+  AsyncEventQueue& async_events();
+
+  const DeviceCounters& counters() const;
+  size_t qp_count();
+
+ private:
+  struct QpEntry {
+    std::unique_ptr<transport::Qp> qp;
+    uint32_t pd = 0;
+    ibv_qp* handle = nullptr;  // for async events raised by the device
+    // The QP's next_deadline() as of the last call on it (a QP's deadline changes only during
+    // calls on it, and every call is followed by track()); kNever when none.
+    transport::Time armed = transport::kNever;
+    bool in_pump_list = false;  // listed in pump_list_
+  };
+  // A timer: (deadline, QPN). Entries whose deadline no longer equals the QP's `armed` are stale
+  // and skipped when they surface (lazy deletion).
+  using Timer = std::pair<transport::Time, uint32_t>;
+
+  explicit Device(const DeviceConfig& cfg);
+  // After every application call on a QP (device lock held): send what it can send now, flush,
+  // and make sure the engine wakes for the QP's next deadline or leftover work.
+  void after_call(transport::Qp* qp, transport::Time now);
+  uint32_t alloc_qpn();  // device lock held
+  // Records what a call on a QP changed: its deadline (into timers_) and whether it wants to
+  // pump (into pump_list_). Device lock held.
+  void track(uint32_t qpn, QpEntry& e);
+  transport::Time earliest_timer();  // drops stale heap tops; kNever when none
+
+  // Engine::Client (engine thread, device lock held).
+  void on_packets(std::span<const RxPacket> pkts, transport::Time now) override;
+  transport::Time on_progress(transport::Time now, bool* again) override;
+  // transport::EventSink (device lock held).
+  void qp_event(uint32_t qpn, ibv_event_type type) override;
+
+  // Declaration order is destruction order reversed: the engine goes first, then QPs, then the
+  // port they transmitted into.
+  DeviceConfig cfg_;
+  std::mutex mu_;
+  DeviceCounters counters_;
+  KeyTable keys_;  // device lock
+  AsyncEventQueue async_;
+  uint16_t mtu_ = 1024;  // IB path MTU in bytes, from the netdev's MTU at open
+  std::unique_ptr<UdpPort> port_;
+  std::unordered_map<uint32_t, QpEntry> qps_;  // by QPN; device lock
+  // Work lists, so that an engine pass costs what happened, not the number of QPs. Device lock.
+  std::vector<Timer> timers_;        // min-heap on deadline (std::greater)
+  std::vector<uint32_t> pump_list_;  // QPNs whose wants_pump() was true after their last call
+  std::vector<uint32_t> due_scratch_, pump_scratch_;  // on_progress's, kept for their capacity
+  uint32_t next_qpn_ = 0x11;  // QPs 0 and 1 are special (SMI, GSI); IBTA 3.5.? / 10.2.?
+  std::unique_ptr<Engine> engine_;
+  friend class Engine;
+};
+
+}  // namespace uroce

@@ -1,0 +1,127 @@
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <system_error>
+
+namespace uroce {
+
+transport::Time monotonic_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<transport::Time>(ts.tv_sec) * 1000000000ull +
+         static_cast<transport::Time>(ts.tv_nsec);
+}
+
+namespace {
+
+constexpr transport::Time kMinTimerNs = 10'000;
+
+void drain(int fd) {
+  uint64_t v;
+  while (read(fd, &v, sizeof v) > 0) {
+  }
+}
+
+}  // namespace
+
+Engine::Engine(std::mutex& mu, UdpPort& port, Client& client, std::string thread_name)
+    : mu_(mu), port_(port), client_(client), name_(std::move(thread_name)) {
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  doorbell_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  timerfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+  if (epfd_ < 0 || doorbell_ < 0 || timerfd_ < 0) {
+    int e = errno;
+    for (int fd : {epfd_, doorbell_, timerfd_})
+      if (fd >= 0) close(fd);
+    throw std::system_error(e, std::generic_category(), "engine fds");
+  }
+  for (int fd : {port_.rx_fd(), doorbell_, timerfd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      int e = errno;
+      for (int f : {epfd_, doorbell_, timerfd_}) close(f);
+      throw std::system_error(e, std::generic_category(), "epoll_ctl");
+    }
+  }
+}
+
+Engine::~Engine() {
+  stop();
+  close(timerfd_);
+  close(doorbell_);
+  close(epfd_);
+}
+
+void Engine::start() {
+  thread_ = std::thread([this] { run(); });
+  // Thread names are at most 15 characters; best effort.
+  pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());
+}
+
+void Engine::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  kick();
+  thread_.join();
+}
+
+void Engine::kick() {
+  uint64_t one = 1;
+  ssize_t r = write(doorbell_, &one, sizeof one);
+  (void)r;  // EAGAIN only if the counter is saturated, and then the thread is awake anyway
+}
+
+void Engine::wake_by(transport::Time deadline) {
+  if (deadline < armed_) arm_timer(deadline);
+}
+
+void Engine::arm_timer(transport::Time deadline) {
+  armed_ = deadline;
+  itimerspec its{};
+  if (deadline != transport::kNever) {
+    // A deadline of 0 would disarm the timer; anything in the past fires immediately.
+    transport::Time d = deadline == 0 ? 1 : deadline;
+    its.it_value.tv_sec = static_cast<time_t>(d / 1000000000ull);
+    its.it_value.tv_nsec = static_cast<long>(d % 1000000000ull);
+  }
+  timerfd_settime(timerfd_, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+void Engine::run() {
+  constexpr int kMaxEvents = 4;
+  epoll_event evs[kMaxEvents];
+  bool again = false;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    // Sleep unless the last pass left work ready; level-triggered, so pending datagrams or a
+    // rung doorbell return at once.
+    int n = epoll_wait(epfd_, evs, kMaxEvents, again ? 0 : -1);
+    if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    for (int i = 0; i < n; ++i)
+      if (evs[i].data.fd != port_.rx_fd()) drain(evs[i].data.fd);
+    if (stop_.load(std::memory_order_relaxed)) break;
+
+    std::span<const RxPacket> rx = port_.rx_burst();
+    std::lock_guard<std::mutex> g(mu_);
+    transport::Time now = monotonic_now();
+    if (!rx.empty()) client_.on_packets(rx, now);
+    again = false;
+    transport::Time next = client_.on_progress(now, &again);
+    port_.tx_flush();
+    // A deadline the client did not advance past `now` would make the timer fire at once, for
+    // ever; bound such a (transport) bug to a wake-up per kMinTimerNs instead of a spinning core.
+    if (next <= now) next = now + kMinTimerNs;
+    if (next != armed_) arm_timer(next);
+  }
+}
+
+}  // namespace uroce

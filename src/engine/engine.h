@@ -1,0 +1,72 @@
+// The progress thread of one device: it sleeps in epoll_wait on the port's socket, a doorbell
+// eventfd and a timerfd set to the earliest transport deadline, and on each wake-up receives a
+// batch (outside the device lock: ICRC and parsing need no shared state), then under the device
+// lock hands the batch to its client, lets the client run timers and pump QPs, and flushes the
+// port's transmit ring. An idle device therefore costs no CPU: no spinning, no periodic tick.
+//
+// The client (the Device) knows QPs; the engine knows only threads, fds and time, so it can be
+// tested with a fake client and no transport.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+
+#include "ports/udp/udp_port.h"
+#include "transport/env.h"
+
+namespace uroce {
+
+// Current CLOCK_MONOTONIC time in nanoseconds: the engine's transport::Time.
+transport::Time monotonic_now();
+
+class Engine {
+ public:
+  class Client {
+   public:
+    virtual ~Client() = default;
+    // Both run on the engine thread with the device lock held.
+    virtual void on_packets(std::span<const RxPacket> pkts, transport::Time now) = 0;
+    // Runs due timers and pumps QPs that want to send. Returns the earliest future deadline
+    // (transport::kNever when none) and sets *again when more work is ready right now (e.g. a
+    // QP still wants to pump after the transmit ring filled), so the engine loops without
+    // sleeping.
+    virtual transport::Time on_progress(transport::Time now, bool* again) = 0;
+  };
+
+  // `mu` is the device lock. Throws std::system_error if the fds cannot be created.
+  Engine(std::mutex& mu, UdpPort& port, Client& client, std::string thread_name);
+  ~Engine();  // stops the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void start();
+  void stop();  // idempotent; joins the thread
+
+  // Wakes the thread for a progress pass (any thread, any lock state).
+  void kick();
+  // Ensures the thread wakes no later than `deadline` (CLOCK_MONOTONIC ns). Call with the device
+  // lock held, e.g. after an application call armed a retransmission timer.
+  void wake_by(transport::Time deadline);
+
+  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  void arm_timer(transport::Time deadline);  // device lock held
+
+  std::mutex& mu_;
+  UdpPort& port_;
+  Client& client_;
+  std::string name_;
+  int epfd_ = -1, doorbell_ = -1, timerfd_ = -1;
+  transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> wakeups_{0};
+  std::thread thread_;
+};
+
+}  // namespace uroce

@@ -1,0 +1,359 @@
+#include "ports/udp/udp_port.h"
+
+#include <arpa/inet.h>
+#include <linux/filter.h>
+#include <netinet/ip.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "wire/icrc.h"
+
+namespace uroce {
+namespace {
+
+std::string endpoint(uint32_t ip, uint16_t port) {
+  return format_ipv4(ip) + ":" + std::to_string(port);
+}
+
+sockaddr_in make_addr(uint32_t ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(ip);
+  a.sin_port = htons(port);
+  return a;
+}
+
+// A UDP socket with DF set (IP_PMTUDISC_DO: never fragment, EMSGSIZE instead), bound to ip:port.
+// -1 and errno on failure.
+int bound_socket(uint32_t ip, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int pmtu = IP_PMTUDISC_DO;
+  sockaddr_in a = make_addr(ip, port);
+  if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
+      bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+// splitmix64 (Steele, Lea, Flood 2014): tiny, seedable with any value, good enough for loss.
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void count_parse_error(DeviceCounters& c, wire::ParseError e) {
+  switch (e) {
+    case wire::ParseError::kTooShort:
+      c.rx_parse_too_short.add();
+      break;
+    case wire::ParseError::kBadOpcode:
+      c.rx_parse_bad_opcode.add();
+      break;
+    case wire::ParseError::kBadVersion:
+      c.rx_parse_bad_version.add();
+      break;
+    case wire::ParseError::kBadPad:
+      c.rx_parse_bad_pad.add();
+      break;
+    case wire::ParseError::kBadLength:
+      c.rx_parse_bad_length.add();
+      break;
+    case wire::ParseError::kOk:
+      break;
+    default:
+      c.rx_parse_other.add();
+      break;  // a cause added to wire.h after this list
+  }
+}
+
+}  // namespace
+
+UdpPort::UdpPort(const UdpPortOptions& opt, DeviceCounters& counters)
+    : opt_(opt),
+      counters_(counters),
+      prng_(opt.faults.seed),
+      rx_bufs_(new uint8_t[kRxBatch * kRxBufBytes]),
+      tx_bufs_(new transport::TxBuf[kTxRing]),
+      tx_icrc_(new uint8_t[kTxRing][wire::kIcrcBytes]),
+      tx_route_(new Route[kTxRing]) {
+  rx_out_.reserve(kRxBatch);
+  free_.reserve(kTxRing);
+  queue_.reserve(kTxRing);
+  for (size_t i = kTxRing; i-- > 0;) free_.push_back(static_cast<uint16_t>(i));
+}
+
+UdpPort::~UdpPort() {
+  for (auto& [port, fd] : src_socks_)
+    if (fd >= 0) close(fd);
+  if (fd_ >= 0) close(fd_);
+}
+
+std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters& counters,
+                                       std::string* err) {
+  std::unique_ptr<UdpPort> p(new UdpPort(opt, counters));
+  p->fd_ = bound_socket(opt.ipv4, opt.port);
+  if (p->fd_ < 0) {
+    int e = errno;
+    if (err) {
+      *err = "cannot bind UDP " + endpoint(opt.ipv4, opt.port) + ": " + std::strerror(e);
+      if (e == EADDRINUSE)
+        *err += " (another uroce process, or rxe, already uses this address)";
+      else if (e == EADDRNOTAVAIL)
+        *err += " (the address is not configured on this host)";
+    }
+    return nullptr;
+  }
+  int on = 1;
+  if (setsockopt(p->fd_, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0) {
+    if (err) *err = std::string("setsockopt(IP_RECVTOS): ") + std::strerror(errno);
+    return nullptr;
+  }
+  // Bigger socket buffers absorb bursts while the engine is busy; the kernel caps them at
+  // net.core.[rw]mem_max, which is fine.
+  int bytes = 4 << 20;
+  setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  setsockopt(p->fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  return p;
+}
+
+bool UdpPort::fault_drop() {
+  if (!opt_.faults.enabled()) return false;
+  // 53 random bits → uniform double in [0, 1).
+  double u = static_cast<double>(splitmix64(prng_) >> 11) * 0x1.0p-53;
+  return u < opt_.faults.rx_loss;
+}
+
+std::span<const RxPacket> UdpPort::rx_burst() {
+  rx_out_.clear();
+  mmsghdr msgs[kRxBatch];
+  iovec iov[kRxBatch];
+  sockaddr_in from[kRxBatch];
+  // Room for IP_TOS (one int at most) and whatever else the kernel may add.
+  alignas(cmsghdr) uint8_t ctrl[kRxBatch][CMSG_SPACE(sizeof(int)) * 2];
+  for (size_t i = 0; i < kRxBatch; ++i) {
+    iov[i] = {rx_bufs_.get() + i * kRxBufBytes, kRxBufBytes};
+    msgs[i].msg_hdr = {};
+    msgs[i].msg_hdr.msg_name = &from[i];
+    msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_control = ctrl[i];
+    msgs[i].msg_hdr.msg_controllen = sizeof ctrl[i];
+    msgs[i].msg_len = 0;
+  }
+  int n;
+  do {
+    n = recvmmsg(fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return {};
+
+  for (int i = 0; i < n; ++i) {
+    const msghdr& h = msgs[i].msg_hdr;
+    const uint8_t* buf = static_cast<const uint8_t*>(iov[i].iov_base);
+    size_t len = msgs[i].msg_len;
+    counters_.rcvd_pkts.add();
+    counters_.rcvd_bytes.add(len);
+
+    // Fault injection first, so that a seed drops the same arrivals whatever they contain.
+    if (fault_drop()) {
+      counters_.fault_drops.add();
+      continue;
+    }
+    if (h.msg_flags & MSG_TRUNC) {
+      counters_.rx_truncated.add();
+      continue;
+    }
+    if (len < wire::kBthBytes + wire::kIcrcBytes || h.msg_namelen < sizeof(sockaddr_in)) {
+      counters_.rx_too_short.add();
+      continue;
+    }
+    transport::RxInfo info;
+    info.src_ip = ntohl(from[i].sin_addr.s_addr);
+    info.src_port = ntohs(from[i].sin_port);
+    // The socket is bound to one address, so only datagrams for it arrive here.
+    info.dst_ip = opt_.ipv4;
+    for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c;
+         c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
+      // IP_TOS arrives as one byte; accept an int too, as some kernels' IP_TOS cmsgs are.
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
+        info.ecn = static_cast<uint8_t>(*CMSG_DATA(c) & 3);
+    }
+
+    size_t ib_len = len - wire::kIcrcBytes;
+    wire::Ipv4UdpFraming f;
+    f.src_ip = info.src_ip;
+    f.dst_ip = info.dst_ip;
+    f.dont_fragment = true;
+    f.src_port = info.src_port;
+    f.dst_port = opt_.port;
+    uint16_t ip_id = 0;
+    if (!wire::icrc_matches_some_ip_id(f, {buf, ib_len}, wire::load_le32(buf + ib_len), &ip_id)) {
+      counters_.rcvd_icrc_err.add();
+      continue;
+    }
+    RxPacket& out = rx_out_.emplace_back();
+    wire::ParseError pe = wire::parse({buf, ib_len}, out.pkt);
+    if (pe != wire::ParseError::kOk) {
+      count_parse_error(counters_, pe);
+      rx_out_.pop_back();
+      continue;
+    }
+    out.info = info;
+    out.ip_id = ip_id;
+    if (ip_id != 0) counters_.rx_foreign_ip_id.add();
+    if (info.ecn == transport::kEcnCe) counters_.rcvd_ecn_ce.add();
+  }
+  return rx_out_;
+}
+
+transport::TxBuf* UdpPort::tx_alloc() {
+  if (free_.empty()) return nullptr;
+  uint16_t i = free_.back();
+  free_.pop_back();
+  transport::TxBuf* b = &tx_bufs_[i];
+  b->dst_ip = 0;
+  b->src_port = 0;
+  b->ecn = transport::kEcnNotEct;
+  b->len = 0;
+  return b;
+}
+
+void UdpPort::tx_commit(transport::TxBuf* buf) {
+  // A buffer not from this ring, or a length no packet has, is a transport bug: refuse it rather
+  // than send garbage or write outside the ring.
+  if (buf < tx_bufs_.get() || buf >= tx_bufs_.get() + kTxRing) {
+    counters_.tx_errors.add();
+    return;
+  }
+  auto i = static_cast<uint16_t>(buf - tx_bufs_.get());
+  if (buf->len < wire::kBthBytes || buf->len > transport::kMaxIbPacket) {
+    counters_.tx_errors.add();
+    free_.push_back(i);
+    return;
+  }
+  tx_route_[i].fd = send_fd_for(buf->src_port, &tx_route_[i].port);
+  queue_.push_back(i);
+}
+
+void UdpPort::tx_abort(transport::TxBuf* buf) {
+  free_.push_back(static_cast<uint16_t>(buf - tx_bufs_.get()));
+}
+
+int UdpPort::send_fd_for(uint16_t requested, uint16_t* actual) {
+  *actual = opt_.port;
+  if (requested == 0 || requested == opt_.port) return fd_;
+  auto it = src_socks_.find(requested);
+  if (it == src_socks_.end()) {
+    int fd = -1;
+    if (src_sock_count_ < opt_.max_src_port_sockets) {
+      fd = bound_socket(opt_.ipv4, requested);
+      if (fd >= 0) {
+        // Accept nothing: this socket only sends (classic BPF "ret #0" drops every packet).
+        sock_filter drop_all{BPF_RET | BPF_K, 0, 0, 0};
+        sock_fprog prog{1, &drop_all};
+        int small = 1;  // the kernel rounds up to its minimum
+        if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
+          close(fd);
+          fd = -1;
+        } else {
+          setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+          ++src_sock_count_;
+          counters_.tx_src_port_sockets.add();
+        }
+      }
+    }
+    it = src_socks_.emplace(requested, fd).first;
+  }
+  if (it->second < 0) {
+    counters_.tx_src_port_fallback.add();
+    return fd_;
+  }
+  *actual = requested;
+  return it->second;
+}
+
+uint16_t UdpPort::src_port_for(uint16_t requested) {
+  uint16_t actual;
+  send_fd_for(requested, &actual);
+  return actual;
+}
+
+size_t UdpPort::tx_flush() {
+  size_t sent = 0;
+  size_t i = 0;
+  mmsghdr msgs[kTxBatch];
+  iovec iov[kTxBatch][2];
+  sockaddr_in to[kTxBatch];
+  alignas(cmsghdr) uint8_t ctrl[kTxBatch][CMSG_SPACE(sizeof(int))];
+  while (i < queue_.size()) {
+    int fd = tx_route_[queue_[i]].fd;
+    // A run of consecutive packets that leave from the same socket; commit order is kept.
+    size_t n = 0;
+    while (i + n < queue_.size() && n < kTxBatch && tx_route_[queue_[i + n]].fd == fd) {
+      uint16_t idx = queue_[i + n];
+      transport::TxBuf& b = tx_bufs_[idx];
+      uint16_t port = tx_route_[idx].port;
+      wire::Ipv4UdpFraming f;
+      f.src_ip = opt_.ipv4;
+      f.dst_ip = b.dst_ip;
+      f.ip_id = 0;  // what Linux writes for an unconnected socket with DF set
+      f.dont_fragment = true;
+      f.src_port = port;
+      f.dst_port = opt_.dst_port;
+      wire::store_le32(tx_icrc_[idx], wire::icrc(f, {b.data, b.len}));
+      to[n] = make_addr(b.dst_ip, opt_.dst_port);
+      iov[n][0] = {b.data, b.len};
+      iov[n][1] = {tx_icrc_[idx], wire::kIcrcBytes};
+      msghdr& h = msgs[n].msg_hdr;
+      h = {};
+      h.msg_name = &to[n];
+      h.msg_namelen = sizeof to[n];
+      h.msg_iov = iov[n];
+      h.msg_iovlen = 2;
+      if (b.ecn != transport::kEcnNotEct) {
+        // Per-packet TOS: DSCP 0 and the packet's ECN codepoint (RFC 3168).
+        h.msg_control = ctrl[n];
+        h.msg_controllen = sizeof ctrl[n];
+        cmsghdr* c = CMSG_FIRSTHDR(&h);
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_TOS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        int tos = b.ecn & 3;
+        std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
+      }
+      ++n;
+    }
+    // sendmmsg stops at the first refused datagram: count and skip it, send the rest.
+    size_t done = 0;
+    while (done < n) {
+      int r = sendmmsg(fd, msgs + done, static_cast<unsigned>(n - done), 0);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        counters_.tx_errors.add();
+        ++done;
+        continue;
+      }
+      for (int k = 0; k < r; ++k) {
+        counters_.sent_pkts.add();
+        counters_.sent_bytes.add(msgs[done + k].msg_len);
+      }
+      sent += static_cast<size_t>(r);
+      done += static_cast<size_t>(r);
+    }
+    for (size_t k = 0; k < n; ++k) free_.push_back(queue_[i + k]);
+    i += n;
+  }
+  queue_.clear();
+  return sent;
+}
+
+}  // namespace uroce

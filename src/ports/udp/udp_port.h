@@ -1,0 +1,133 @@
+// The kernel-UDP port: RoCEv2 over an ordinary UDP socket bound to the device address and port
+// 4791 (IANA, Annex A17). It frames nothing itself (the kernel writes IP and UDP headers); it adds
+// the ICRC on send, checks it on receive, applies fault injection, parses, and hands packets to
+// the engine in batches (recvmmsg / sendmmsg).
+//
+// Wire choices (see docs/architecture.md):
+// - IP_PMTUDISC_DO sets DF. For an unconnected socket Linux then writes IP ID 0
+//   (ip_select_ident_segs), and the ICRC we append is computed for ID 0, DF, TOS masked.
+// - ECN: IP_RECVTOS reports each received packet's TOS byte; each sent packet carries its ECN
+//   codepoint (TxBuf::ecn) in an IP_TOS control message, DSCP 0.
+// - ICRC on receive: the socket never shows the IP header, and peers put arbitrary IDs there (rxe
+//   counts up), so a packet is accepted when *some* ID makes its ICRC valid
+//   (wire::icrc_matches_some_ip_id, DF assumed set as every RoCEv2 sender sets it). This catches
+//   every corruption of the bytes we can see except with probability 2^-16.
+// - UDP source port: a socket bound to 4791 can only send from 4791, yet the transport chooses a
+//   source port per QP for ECMP entropy (TxBuf::src_port). The port keeps a small pool of
+//   send-only sockets, one per requested source port, bound to (device address, that port) and
+//   created on first use. A send socket drops everything it would receive (a BPF filter that
+//   accepts nothing) because RoCEv2 traffic always arrives on 4791. When a source port cannot be
+//   had (in use by another program, or the pool's limit reached) packets with it leave from the
+//   4791 socket instead, counted in tx_src_port_fallback; the ICRC always covers the port the
+//   packet really leaves from, so the peer accepts it either way.
+// - Sends block when the kernel's socket buffer is full (rare: it is freed as soon as the packet
+//   is on the wire or in the peer's queue), so the TX ring never overflows inside tx_flush().
+//
+// Threading: rx_burst() is called by one thread (the engine), without the device lock; everything
+// on the transmit side (tx_alloc, tx_commit, tx_flush) with the device lock held.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/counters.h"
+#include "transport/env.h"
+#include "wire/wire.h"
+
+namespace uroce {
+
+// A received packet that passed the ICRC check and parsed. `pkt.payload` points into the port's
+// receive buffers: valid until the next rx_burst().
+struct RxPacket {
+  wire::Packet pkt;
+  transport::RxInfo info;
+  uint16_t ip_id = 0;  // the IP Identification that made the ICRC valid
+};
+
+struct UdpPortOptions {
+  uint32_t ipv4 = 0;                         // device address, host byte order
+  uint16_t port = wire::kRoceV2UdpPort;      // local port to receive on (RoCEv2: 4791)
+  uint16_t dst_port = wire::kRoceV2UdpPort;  // destination port of every sent packet
+  FaultConfig faults;
+  size_t max_src_port_sockets = 64;  // send sockets beyond the 4791 one; 0 = always from `port`
+};
+
+class UdpPort : public transport::PacketSink {
+ public:
+  static constexpr size_t kTxRing = 256;  // TxBufs a device can have queued
+  static constexpr size_t kRxBatch = 32;  // datagrams per recvmmsg
+  static constexpr size_t kTxBatch = 64;  // datagrams per sendmmsg
+  // Largest datagram accepted: the largest IB packet plus its ICRC. Anything longer is no
+  // packet of ours (the kernel truncates it; counted as rx_truncated).
+  static constexpr size_t kRxBufBytes = transport::kMaxIbPacket + wire::kIcrcBytes;
+
+  // Binds the receive socket. nullptr and a message on failure (address not local, port in use).
+  static std::unique_ptr<UdpPort> open(const UdpPortOptions& opt, DeviceCounters& counters,
+                                       std::string* err);
+  ~UdpPort() override;
+  UdpPort(const UdpPort&) = delete;
+  UdpPort& operator=(const UdpPort&) = delete;
+
+  int rx_fd() const { return fd_; }  // readable when datagrams wait (for epoll)
+  uint32_t ipv4() const { return opt_.ipv4; }
+
+  // Receives up to kRxBatch datagrams without blocking, drops (and counts) what fault injection,
+  // the ICRC check and the parser refuse, and returns the rest. Empty when nothing waits.
+  std::span<const RxPacket> rx_burst();
+
+  // transport::PacketSink. tx_alloc returns nullptr when kTxRing buffers are queued.
+  transport::TxBuf* tx_alloc() override;
+  // Queues `buf` (choosing its send socket now). A buffer with len < BTH or > kMaxIbPacket is
+  // refused and counted in tx_errors.
+  void tx_commit(transport::TxBuf* buf) override;
+  // Appends the ICRC to each queued packet and sends them, in commit order. Returns the number the
+  // kernel accepted; refused ones are counted in tx_errors and dropped.
+  size_t tx_flush();
+  size_t tx_queued() const { return queue_.size(); }
+  // Returns an allocated-but-uncommitted buffer to the ring.
+  void tx_abort(transport::TxBuf* buf);
+
+  // The UDP source port a packet asking for `requested` leaves from (opening its socket if
+  // needed): `requested`, or the receive port when no socket can be had for it.
+  uint16_t src_port_for(uint16_t requested);
+
+ private:
+  UdpPort(const UdpPortOptions& opt, DeviceCounters& counters);
+  int send_fd_for(uint16_t requested, uint16_t* actual_port);
+  bool fault_drop();
+
+  UdpPortOptions opt_;
+  DeviceCounters& counters_;
+  int fd_ = -1;
+  uint64_t prng_;  // splitmix64 state for fault injection
+
+  // Receive side: buffers, headers and results for one recvmmsg batch.
+  std::unique_ptr<uint8_t[]> rx_bufs_;  // kRxBatch * kRxBufBytes
+  std::vector<RxPacket> rx_out_;
+
+  // Transmit side. Buffers are indexes into tx_bufs_; each is either free or queued (or held by
+  // the caller between tx_alloc and tx_commit).
+  std::unique_ptr<transport::TxBuf[]> tx_bufs_;
+  std::unique_ptr<uint8_t[][wire::kIcrcBytes]> tx_icrc_;
+  struct Route {
+    int fd = -1;        // socket the packet leaves from, chosen at tx_commit
+    uint16_t port = 0;  // its bound (source) port, which the ICRC covers
+  };
+  std::unique_ptr<Route[]> tx_route_;
+  std::vector<uint16_t> free_;   // stack
+  std::vector<uint16_t> queue_;  // commit order
+
+  // Source port → send socket; -1 records a port that could not be bound (use fd_).
+  std::unordered_map<uint16_t, int> src_socks_;
+  size_t src_sock_count_ = 0;
+};
+
+}  // namespace uroce

@@ -1,0 +1,193 @@
+// Device contexts: ibv_open_device / ibv_close_device, the ops tables the inline verbs call
+// through, and the per-context async event queue.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "engine/counters.h"
+#include "objects.h"
+#include "provider.h"
+
+namespace uroce::verbs {
+namespace {
+
+// ibv_context_ops entries are called by the inline verbs without a NULL check, so every one an
+// application can reach with a uroce object is filled. Those of features uroce does not have
+// report EOPNOTSUPP.
+int op_post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (bad) *bad = wr;
+  return EOPNOTSUPP;
+}
+int op_compat_query_device(ibv_context* ctx, ibv_device_attr* attr) {
+  return query_device(ctx, attr);
+}
+int op_compat_query_port(ibv_context* ctx, uint8_t port, struct _compat_ibv_port_attr* attr) {
+  return query_port(ctx, port, reinterpret_cast<ibv_port_attr*>(attr), kCompatPortAttrBytes);
+}
+
+void fill_ops(VContext* c) {
+  ibv_context_ops& ops = c->vctx.context.ops;
+  ops._compat_query_device = op_compat_query_device;
+  ops._compat_query_port = op_compat_query_port;
+  ops.poll_cq = poll_cq;
+  ops.req_notify_cq = req_notify_cq;
+  ops.post_send = post_send;
+  ops.post_recv = post_recv;
+  ops.post_srq_recv = op_post_srq_recv;
+  // alloc_mw stays NULL: the inline ibv_alloc_mw turns that into EOPNOTSUPP, and without a
+  // memory window no bind_mw/dealloc_mw call can reach uroce.
+
+  // verbs_context members: a NULL member makes the inline verb return EOPNOTSUPP (or fall back
+  // to the legacy entry point), which is the truth for everything not listed here.
+  verbs_context& v = c->vctx;
+  v.query_port = query_port;
+  v.query_device_ex = query_device_ex;
+  v.create_qp_ex = create_qp_ex;
+  v.create_cq_ex = create_cq_ex;
+}
+
+}  // namespace
+
+VContext::VContext(VDevice* d, std::shared_ptr<Device> engine)
+    : ContextAbi{}, udev(d), dev(std::move(engine)) {
+  verbs_context& v = vctx;
+  v.sz = sizeof(verbs_context);
+  ibv_context& c = v.context;
+  c.device = &udev->dev;
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c.cmd_fd = -1;  // no uverbs command channel exists
+  c.async_fd = async.fd();
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  fill_ops(this);
+}
+
+VContext::~VContext() {
+  pthread_mutex_destroy(&vctx.context.mutex);
+}
+
+bool VContext::live_cq(VCq* cq) {
+  std::lock_guard<std::mutex> g(mu);
+  return cqs.count(cq) != 0;
+}
+
+bool VContext::live_qp(VQp* qp) {
+  std::lock_guard<std::mutex> g(mu);
+  return qps.count(qp) != 0;
+}
+
+ibv_context* open_device(ibv_device* dev) {
+  VDevice* d = to_v(dev);
+  std::string err;
+  std::shared_ptr<Device> engine;
+  try {
+    engine = d->acquire(&err);
+  } catch (const std::exception& e) {  // nothing may unwind through the C ABI
+    err = e.what();
+  }
+  if (!engine) {
+    std::fprintf(stderr, "uroce: cannot open device %s: %s\n", d->cfg.name.c_str(), err.c_str());
+    errno = ENODEV;
+    return nullptr;
+  }
+  try {
+    auto* c = new VContext(d, std::move(engine));
+    return to_ibv(c);
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (const std::exception& e) {  // no eventfd for the async queue
+    std::fprintf(stderr, "uroce: cannot open device %s: %s\n", d->cfg.name.c_str(), e.what());
+    errno = EMFILE;
+  }
+  return nullptr;
+}
+
+int close_device(ibv_context* ctx) {
+  VContext* c = to_v(ctx);
+  // Like the kernel on close of the uverbs fd, release what the application left behind so the
+  // engine stops referring to it.
+  destroy_context_objects(c);
+  delete c;
+  return 0;
+}
+
+int query_counters(ibv_context* ctx, uroce_counter* out, int max) {
+  int n = 0;
+  to_v(ctx)->dev->counters().for_each([&](const char* name, uint64_t value) {
+    if (n < max) out[n] = uroce_counter{name, value};
+    ++n;
+  });
+  return n;
+}
+
+int get_async_event(ibv_context* ctx, ibv_async_event* ev) {
+  VContext* c = to_v(ctx);
+  for (;;) {
+    int rc = c->async.get(ev);
+    if (rc) {
+      errno = rc;
+      return -1;
+    }
+    switch (ev->event_type) {
+      case IBV_EVENT_CQ_ERR: {
+        VCq* cq = to_v(ev->element.cq);
+        if (!c->live_cq(cq)) continue;  // the CQ was destroyed while its event was queued
+        pthread_mutex_lock(&cq->cq.mutex);
+        ++cq->async_events_reported;
+        pthread_mutex_unlock(&cq->cq.mutex);
+        return 0;
+      }
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_COMM_EST:
+      case IBV_EVENT_SQ_DRAINED:
+      case IBV_EVENT_PATH_MIG:
+      case IBV_EVENT_PATH_MIG_ERR:
+      case IBV_EVENT_QP_LAST_WQE_REACHED: {
+        VQp* qp = to_v(ev->element.qp);
+        if (!c->live_qp(qp)) continue;
+        pthread_mutex_lock(&qp->qpx.qp_base.mutex);
+        ++qp->async_events_reported;
+        pthread_mutex_unlock(&qp->qpx.qp_base.mutex);
+        return 0;
+      }
+      default:
+        return 0;  // port and device events are not tied to an object
+    }
+  }
+}
+
+void ack_async_event(ibv_async_event* ev) {
+  switch (ev->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = ev->element.cq;
+      pthread_mutex_lock(&cq->mutex);
+      ++cq->async_events_completed;
+      pthread_cond_signal(&cq->cond);
+      pthread_mutex_unlock(&cq->mutex);
+      return;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = ev->element.qp;
+      pthread_mutex_lock(&qp->mutex);
+      ++qp->events_completed;
+      pthread_cond_signal(&qp->cond);
+      pthread_mutex_unlock(&qp->mutex);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace uroce::verbs

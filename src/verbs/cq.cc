@@ -1,0 +1,263 @@
+// Completion channels and completion queues, including the extended poll API of ibv_create_cq_ex.
+// The engine's Cq holds the completions and the arm state; CompChannel holds the eventfd.
+#include <cerrno>
+#include <new>
+
+#include "objects.h"
+#include "provider.h"
+
+namespace uroce::verbs {
+namespace {
+
+// Work-completion fields the extended CQ can report: those ibv_wc carries. Timestamps, CVLAN,
+// flow tags and tag matching are not produced by the transport.
+constexpr uint64_t kSupportedWcFlags =
+    IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+
+// ---- extended poll API: ibv_start_poll / ibv_next_poll / ibv_end_poll and the readers ----
+int ex_next(ibv_cq_ex* cqx) {
+  VCq* cq = to_v(cqx);
+  if (cq->impl.poll(1, &cq->cur) != 1) return ENOENT;
+  cqx->status = cq->cur.status;
+  cqx->wr_id = cq->cur.wr_id;
+  return 0;
+}
+int ex_start(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
+  if (attr && attr->comp_mask) return EINVAL;
+  return ex_next(cqx);
+}
+void ex_end(ibv_cq_ex*) {}
+ibv_wc_opcode ex_opcode(ibv_cq_ex* c) {
+  return to_v(c)->cur.opcode;
+}
+uint32_t ex_vendor_err(ibv_cq_ex* c) {
+  return to_v(c)->cur.vendor_err;
+}
+uint32_t ex_byte_len(ibv_cq_ex* c) {
+  return to_v(c)->cur.byte_len;
+}
+__be32 ex_imm(ibv_cq_ex* c) {
+  return to_v(c)->cur.imm_data;
+}
+uint32_t ex_qp_num(ibv_cq_ex* c) {
+  return to_v(c)->cur.qp_num;
+}
+uint32_t ex_src_qp(ibv_cq_ex* c) {
+  return to_v(c)->cur.src_qp;
+}
+unsigned ex_wc_flags(ibv_cq_ex* c) {
+  return to_v(c)->cur.wc_flags;
+}
+uint32_t ex_slid(ibv_cq_ex* c) {
+  return to_v(c)->cur.slid;
+}
+uint8_t ex_sl(ibv_cq_ex* c) {
+  return to_v(c)->cur.sl;
+}
+uint8_t ex_dlid_path_bits(ibv_cq_ex* c) {
+  return to_v(c)->cur.dlid_path_bits;
+}
+
+VChannel* channel_of(ibv_context* ctx, ibv_comp_channel* ch, int* err) {
+  *err = 0;
+  if (!ch) return nullptr;
+  // A channel of another context (or of a real device) cannot deliver uroce events.
+  if (ch->context != ctx) {
+    *err = EINVAL;
+    return nullptr;
+  }
+  return to_v(ch);
+}
+
+VCq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel* ibch,
+             uint32_t comp_vector) {
+  VContext* c = to_v(ctx);
+  if (cqe < 1 || cqe > DeviceLimits::kMaxCqe || comp_vector >= 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  int err = 0;
+  VChannel* ch = channel_of(ctx, ibch, &err);
+  if (err) {
+    errno = err;
+    return nullptr;
+  }
+  try {
+    auto* cq = new VCq(c, cqe, ch);
+    cq->cq.cq_context = cq_context;
+    std::lock_guard<std::mutex> g(c->mu);
+    if (ch) ++ch->ch.refcnt;
+    c->cqs.insert(cq);
+    return cq;
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+VCq::VCq(VContext* c, uint32_t cqe, VChannel* ch)
+    : CqAbi{}, ctx(c), channel(ch), impl(cqe, ch ? &ch->impl : nullptr, to_ibv(this)) {
+  ibv_cq_ex& x = cq;
+  x.context = &c->vctx.context;
+  x.channel = ch ? &ch->ch : nullptr;
+  x.cqe = static_cast<int>(cqe);
+  // verbs_init_cq is libibverbs-internal: the event bookkeeping is initialised here.
+  pthread_mutex_init(&x.mutex, nullptr);
+  pthread_cond_init(&x.cond, nullptr);
+  x.comp_events_completed = 0;
+  x.async_events_completed = 0;
+  x.start_poll = ex_start;
+  x.next_poll = ex_next;
+  x.end_poll = ex_end;
+  x.read_opcode = ex_opcode;
+  x.read_vendor_err = ex_vendor_err;
+  x.read_byte_len = ex_byte_len;
+  x.read_imm_data = ex_imm;
+  x.read_qp_num = ex_qp_num;
+  x.read_src_qp = ex_src_qp;
+  x.read_wc_flags = ex_wc_flags;
+  x.read_slid = ex_slid;
+  x.read_sl = ex_sl;
+  x.read_dlid_path_bits = ex_dlid_path_bits;
+}
+
+ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
+  VContext* c = to_v(ctx);
+  try {
+    auto* ch = new VChannel();
+    ch->ctx = c;
+    ch->ch.context = ctx;
+    ch->ch.fd = ch->impl.fd();
+    ch->ch.refcnt = 0;
+    std::lock_guard<std::mutex> g(c->mu);
+    c->channels.insert(ch);
+    return &ch->ch;
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (const std::exception&) {  // no eventfd
+    errno = EMFILE;
+  }
+  return nullptr;
+}
+
+int destroy_comp_channel(ibv_comp_channel* ibch) {
+  VChannel* ch = to_v(ibch);
+  VContext* c = ch->ctx;
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    if (ch->ch.refcnt > 0) return EBUSY;  // CQs still deliver events to it
+    c->channels.erase(ch);
+  }
+  delete ch;
+  return 0;
+}
+
+ibv_cq* create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* ch,
+                  int comp_vector) {
+  if (cqe < 1 || comp_vector < 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  VCq* cq =
+      make_cq(ctx, static_cast<uint32_t>(cqe), cq_context, ch, static_cast<uint32_t>(comp_vector));
+  return cq ? to_ibv(cq) : nullptr;
+}
+
+ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
+  if (!attr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  constexpr uint32_t kKnownMask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+  if ((attr->comp_mask & ~kKnownMask) || (attr->wc_flags & ~kSupportedWcFlags)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  // A single-threaded CQ may be used from one thread only: the locked CQ satisfies that too.
+  // Ignoring overrun is not offered (the CQ reports its overrun).
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+      (!attr->parent_domain || attr->parent_domain->context != ctx)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  VCq* cq = make_cq(ctx, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector);
+  return cq ? &cq->cq : nullptr;
+}
+
+int destroy_cq(ibv_cq* ibcq) {
+  VCq* cq = to_v(ibcq);
+  VContext* c = cq->ctx;
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    if (cq->qp_refs > 0) return EBUSY;  // a QP still completes into it
+    c->cqs.erase(cq);
+    if (cq->channel) --cq->channel->ch.refcnt;
+  }
+  // Every event handed to the application must be acknowledged before the CQ goes away
+  // (ibv_get_cq_event(3)): wait for ibv_ack_cq_events / ibv_ack_async_event.
+  pthread_mutex_lock(&cq->cq.mutex);
+  while (cq->cq.comp_events_completed != cq->comp_events_reported ||
+         cq->cq.async_events_completed != cq->async_events_reported)
+    pthread_cond_wait(&cq->cq.cond, &cq->cq.mutex);
+  pthread_mutex_unlock(&cq->cq.mutex);
+  pthread_cond_destroy(&cq->cq.cond);
+  pthread_mutex_destroy(&cq->cq.mutex);
+  delete cq;
+  return 0;
+}
+
+int resize_cq(ibv_cq* ibcq, int cqe) {
+  VCq* cq = to_v(ibcq);
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > DeviceLimits::kMaxCqe) return EINVAL;
+  int rc = cq->impl.resize(static_cast<uint32_t>(cqe));
+  if (rc) return rc;
+  cq->cq.cqe = cqe;
+  return 0;
+}
+
+int get_cq_event(ibv_comp_channel* ibch, ibv_cq** out_cq, void** out_ctx) {
+  VChannel* ch = to_v(ibch);
+  for (;;) {
+    void* cookie = nullptr;
+    int rc = ch->impl.get_event(&cookie);
+    if (rc) {
+      errno = rc;
+      return -1;
+    }
+    auto* cq = static_cast<ibv_cq*>(cookie);
+    // An event of a CQ destroyed after it was queued is dropped, as the kernel does.
+    if (!ch->ctx->live_cq(to_v(cq))) continue;
+    pthread_mutex_lock(&cq->mutex);
+    ++to_v(cq)->comp_events_reported;
+    pthread_mutex_unlock(&cq->mutex);
+    *out_cq = cq;
+    *out_ctx = cq->cq_context;
+    return 0;
+  }
+}
+
+void ack_cq_events(ibv_cq* cq, unsigned n) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += n;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  if (n < 0 || (n > 0 && !wc)) return -EINVAL;
+  return to_v(cq)->impl.poll(n, wc);
+}
+
+int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  return to_v(cq)->impl.req_notify(solicited_only != 0);
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,118 @@
+// Protection domains and memory regions. The engine's key table owns keys, bounds and access
+// enforcement; this layer validates the request's shape and records the region for the
+// application (struct ibv_mr).
+#include <cerrno>
+#include <cstdint>
+#include <new>
+
+#include "objects.h"
+#include "provider.h"
+
+namespace uroce::verbs {
+namespace {
+
+// Access flags a uroce MR accepts. IBV_ACCESS_RELAXED_ORDERING and the rest of the optional
+// range may be ignored by any provider (ibv_reg_mr(3)). Memory windows, on-demand paging,
+// zero-based MRs and the flush/atomic-write extensions are not implemented.
+constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+}  // namespace
+
+ibv_pd* alloc_pd(ibv_context* ctx) {
+  VContext* c = to_v(ctx);
+  try {
+    auto* pd = new VPd();
+    pd->handle = c->dev->alloc_pd();
+    if (pd->handle == 0) {  // 0 is never a valid PD handle
+      delete pd;
+      errno = ENOMEM;
+      return nullptr;
+    }
+    pd->ctx = c;
+    pd->pd.context = ctx;
+    pd->pd.handle = pd->handle;
+    std::lock_guard<std::mutex> g(c->mu);
+    c->pds.insert(pd);
+    return &pd->pd;
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+}
+
+int dealloc_pd(ibv_pd* ibpd) {
+  VPd* pd = to_v(ibpd);
+  VContext* c = pd->ctx;
+  int rc = c->dev->dealloc_pd(pd->handle);  // EBUSY while MRs or QPs use it
+  if (rc) return rc;
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    c->pds.erase(pd);
+  }
+  delete pd;
+  return 0;
+}
+
+ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  VPd* pd = to_v(ibpd);
+  VContext* c = pd->ctx;
+  unsigned required = access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  if (required & ~kSupportedAccess) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  // Remote write and remote atomic need local write (ibv_reg_mr(3), IBTA o10-?).
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (length == 0 || length > DeviceLimits::kMaxMrSize || (!addr && length)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  try {
+    auto* mr = new VMr();
+    uint32_t lkey = 0, rkey = 0;
+    // SGEs and peers name the region's bytes from `iova` on (ibv_reg_mr_iova2(3)); plain
+    // ibv_reg_mr passes iova == addr.
+    int rc =
+        c->dev->reg_mr_iova(pd->handle, addr, length, iova, static_cast<int>(access), &lkey, &rkey);
+    if (rc) {
+      delete mr;
+      errno = rc;
+      return nullptr;
+    }
+    mr->ctx = c;
+    mr->access = static_cast<int>(access);
+    mr->mr.context = &c->vctx.context;
+    mr->mr.pd = ibpd;
+    mr->mr.addr = addr;
+    mr->mr.length = length;
+    mr->mr.handle = lkey;
+    mr->mr.lkey = lkey;
+    mr->mr.rkey = rkey;
+    std::lock_guard<std::mutex> g(c->mu);
+    c->mrs.insert(mr);
+    return &mr->mr;
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+}
+
+int dereg_mr(ibv_mr* ibmr) {
+  VMr* mr = to_v(ibmr);
+  VContext* c = mr->ctx;
+  int rc = c->dev->dereg_mr(mr->mr.lkey);
+  if (rc) return rc;
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    c->mrs.erase(mr);
+  }
+  delete mr;
+  return 0;
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,218 @@
+// The objects liburoce hands to applications, and how to get from an rdma-core pointer back to
+// ours. Each object is a small standard-layout "ABI" struct whose first member is the rdma-core
+// struct the application sees (ibv_device, verbs_context, ibv_pd, ibv_mr, ibv_comp_channel,
+// ibv_cq_ex, ibv_qp_ex), and a C++ class deriving from it that carries uroce's state. The inline
+// verbs of <infiniband/verbs.h> read those rdma-core members directly, so their layout is exactly
+// rdma-core 44's (asserted below); uroce never copies rdma-core's definitions.
+//
+// Object identity: an object belongs to uroce iff obj->context->device is one of the devices of
+// the registry (registry.cc). Everything else is forwarded to the real libibverbs (entry.cc).
+//
+// Lifetime: the registry's devices live until the process exits. A context owns a reference on
+// the engine Device shared by every context of that device in the process; PDs, MRs, CQs, channels
+// and QPs are tracked by their context so that closing it releases whatever the application left.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <type_traits>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/cq.h"
+#include "engine/device.h"
+#include "provider.h"
+#include "transport/qp.h"
+
+namespace uroce::verbs {
+
+// rdma-core 44 layouts the inline verbs and libibverbs' ABI depend on. A mismatch means the
+// installed headers are not the ones this provider was written for.
+static_assert(sizeof(verbs_context) == 648, "rdma-core 44 verbs_context");
+static_assert(offsetof(verbs_context, context) == 320, "ibv_context must be last in verbs_context");
+static_assert(offsetof(verbs_context, sz) + sizeof(size_t) == offsetof(verbs_context, context));
+static_assert(sizeof(ibv_qp_ex) == 352, "rdma-core 44 ibv_qp_ex");
+static_assert(sizeof(ibv_cq_ex) == 288, "rdma-core 44 ibv_cq_ex");
+static_assert(offsetof(ibv_qp_ex, qp_base) == 0 && offsetof(ibv_cq_ex, context) == 0);
+static_assert(offsetof(ibv_port_attr, port_cap_flags2) == kCompatPortAttrBytes);
+
+class VContext;
+class VCq;
+class VQp;
+
+// ---- device ---------------------------------------------------------------------------------
+struct DeviceAbi {
+  ibv_device dev;
+};
+static_assert(std::is_standard_layout_v<DeviceAbi>);
+
+class VDevice : public DeviceAbi {
+ public:
+  explicit VDevice(const DeviceConfig& cfg, int index);
+
+  const DeviceConfig cfg;
+  const int index;       // position among uroce devices (ibv_get_device_index)
+  const __be64 guid_be;  // node GUID, network byte order
+
+  // The engine device shared by all contexts of this device in the process; opened on the first
+  // ibv_open_device, closed when the last context closes. nullptr and *err set on failure.
+  std::shared_ptr<Device> acquire(std::string* err);
+
+ private:
+  std::mutex mu_;
+  std::weak_ptr<Device> open_;
+};
+
+// ---- context --------------------------------------------------------------------------------
+struct ContextAbi {
+  verbs_context vctx;  // the application sees &vctx.context
+};
+static_assert(std::is_standard_layout_v<ContextAbi>);
+
+class VPd;
+class VMr;
+class VChannel;
+
+class VContext : public ContextAbi {
+ public:
+  VContext(VDevice* udev, std::shared_ptr<Device> dev);
+  ~VContext();
+
+  VDevice* const udev;
+  const std::shared_ptr<Device> dev;
+  AsyncEventQueue async;  // this context's IBV_EVENT_* queue; its fd is context.async_fd
+
+  // Objects created on this context and not yet destroyed. `mu` guards the sets only.
+  std::mutex mu;
+  std::set<VPd*> pds;
+  std::set<VMr*> mrs;
+  std::set<VChannel*> channels;
+  std::set<VCq*> cqs;
+  std::set<VQp*> qps;
+
+  bool live_cq(VCq* cq);
+  bool live_qp(VQp* qp);
+};
+
+// ---- PD / MR --------------------------------------------------------------------------------
+struct PdAbi {
+  ibv_pd pd;
+};
+class VPd : public PdAbi {
+ public:
+  VContext* ctx = nullptr;
+  uint32_t handle = 0;  // the engine's PD handle (MemoryAccess knows PDs by it)
+};
+
+struct MrAbi {
+  ibv_mr mr;
+};
+class VMr : public MrAbi {
+ public:
+  VContext* ctx = nullptr;
+  int access = 0;  // IBV_ACCESS_* as registered
+};
+
+// ---- completion channel / CQ ----------------------------------------------------------------
+struct ChannelAbi {
+  ibv_comp_channel ch;
+};
+class VChannel : public ChannelAbi {
+ public:
+  VContext* ctx = nullptr;
+  CompChannel impl;  // its eventfd is ch.fd
+};
+
+struct CqAbi {
+  ibv_cq_ex cq;  // also an ibv_cq: ibv_cq is a prefix of ibv_cq_ex
+};
+static_assert(std::is_standard_layout_v<CqAbi>);
+
+class VCq : public CqAbi {
+ public:
+  VCq(VContext* ctx, uint32_t cqe, VChannel* channel);
+
+  VContext* const ctx;
+  VChannel* const channel;
+  Cq impl;
+  // Completion and async events handed to the application (ibv_get_cq_event /
+  // ibv_get_async_event); destroy waits until as many have been acknowledged (cq.mutex).
+  uint32_t comp_events_reported = 0;
+  uint32_t async_events_reported = 0;
+  int qp_refs = 0;  // QPs using this CQ (ctx->mu): destroy is EBUSY while > 0
+  ibv_wc cur{};     // the completion the extended poll API (ibv_start_poll…) is positioned on
+};
+
+// ---- QP -------------------------------------------------------------------------------------
+struct QpAbi {
+  ibv_qp_ex qpx;  // also an ibv_qp
+};
+static_assert(std::is_standard_layout_v<QpAbi>);
+
+class VQp : public QpAbi, public transport::EventSink {
+ public:
+  VContext* ctx = nullptr;
+  transport::Qp* tqp = nullptr;  // owned by the engine Device until destroy_qp
+  VCq* scq = nullptr;
+  VCq* rcq = nullptr;
+  ibv_qp_cap cap{};  // enforced by post_send / post_recv
+  bool sq_sig_all = false;
+  uint32_t async_events_reported = 0;  // qpx.qp_base.mutex
+
+  // The ibv_wr_* interface (QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS; wr_api.cc). The
+  // application serialises wr_start .. wr_complete/wr_abort on a QP, so no lock is needed.
+  bool send_ops = false;
+  std::vector<transport::SendWqe> batch;  // WRs built since wr_start
+  int batch_err = 0;                      // first error of the batch, reported by wr_complete
+
+  // transport::EventSink: queue IBV_EVENT_* for ibv_get_async_event on the QP's context.
+  void qp_event(uint32_t qpn, ibv_event_type type) override;
+};
+
+// ---- conversions ----------------------------------------------------------------------------
+inline VContext* to_v(ibv_context* c) {
+  auto* abi =
+      reinterpret_cast<ContextAbi*>(reinterpret_cast<char*>(c) - offsetof(verbs_context, context));
+  return static_cast<VContext*>(abi);
+}
+inline VDevice* to_v(ibv_device* d) {
+  return static_cast<VDevice*>(reinterpret_cast<DeviceAbi*>(d));
+}
+inline VPd* to_v(ibv_pd* p) {
+  return static_cast<VPd*>(reinterpret_cast<PdAbi*>(p));
+}
+inline VMr* to_v(ibv_mr* m) {
+  return static_cast<VMr*>(reinterpret_cast<MrAbi*>(m));
+}
+inline VChannel* to_v(ibv_comp_channel* c) {
+  return static_cast<VChannel*>(reinterpret_cast<ChannelAbi*>(c));
+}
+inline VCq* to_v(ibv_cq* c) {
+  return static_cast<VCq*>(reinterpret_cast<CqAbi*>(c));
+}
+inline VCq* to_v(ibv_cq_ex* c) {
+  return static_cast<VCq*>(reinterpret_cast<CqAbi*>(c));
+}
+inline VQp* to_v(ibv_qp* q) {
+  return static_cast<VQp*>(reinterpret_cast<QpAbi*>(q));
+}
+inline VQp* to_v(ibv_qp_ex* q) {
+  return static_cast<VQp*>(reinterpret_cast<QpAbi*>(q));
+}
+
+inline ibv_context* to_ibv(VContext* c) {
+  return &c->vctx.context;
+}
+inline ibv_cq* to_ibv(VCq* c) {
+  return reinterpret_cast<ibv_cq*>(&c->cq);
+}
+inline ibv_qp* to_ibv(VQp* q) {
+  return &q->qpx.qp_base;
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,103 @@
+// The verbs uroce implements, as entry.cc calls them once it knows an object is uroce's. Each
+// returns what the public verb returns (see entry.cc for the errno conventions of each verb) and
+// never throws.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "uroce/uroce.h"
+
+namespace uroce::verbs {
+
+class VDevice;
+
+// ibv_query_port@IBVERBS_1.1 fills only rdma-core's 48-byte compat struct, which ends right
+// before port_cap_flags2 (asserted in objects.h).
+inline constexpr size_t kCompatPortAttrBytes = 48;
+
+// ---- registry.cc: the uroce devices of this process ----
+// Reads the configuration once (UROCE_DEVICES); a bad value is reported on stderr and leaves no
+// uroce devices. Devices live until the process exits.
+const std::vector<VDevice*>& devices();
+// True when `dev` is a uroce device. Cheap and safe on any pointer a libibverbs user may hold;
+// false before the first ibv_get_device_list (no uroce object can exist yet).
+bool is_uroce(const ibv_device* dev);
+inline bool is_uroce(const ibv_context* ctx) {
+  return ctx && is_uroce(ctx->device);
+}
+
+const char* device_name(ibv_device* dev);
+__be64 device_guid(ibv_device* dev);
+int device_index(ibv_device* dev);
+
+// ---- context.cc ----
+ibv_context* open_device(ibv_device* dev);
+int close_device(ibv_context* ctx);
+int get_async_event(ibv_context* ctx, ibv_async_event* ev);
+// uroce_query_counters (uroce/uroce.h): fills up to `max`, returns the number of counters.
+int query_counters(ibv_context* ctx, uroce_counter* out, int max);
+void ack_async_event(ibv_async_event* ev);
+
+// ---- query.cc ----
+int query_device(ibv_context* ctx, ibv_device_attr* attr);
+int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_device_attr_ex* attr,
+                    size_t attr_size);
+// Writes at most `attr_size` bytes of *attr (the compat entry point passes 48).
+int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_size);
+int query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gid* gid);  // 0 or errno
+int query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry,
+                 uint32_t flags, size_t entry_size);  // 0 or errno
+ssize_t query_gid_table(ibv_context* ctx, ibv_gid_entry* entries, size_t max_entries,
+                        uint32_t flags, size_t entry_size);  // count or -errno
+// rdma-core's private enum ibv_gid_type_sysfs: RoCE v1 (and IB) = 0, RoCE v2 = 1.
+int query_gid_type_sysfs(ibv_context* ctx, uint8_t port, unsigned index, int* type);
+int query_pkey(ibv_context* ctx, uint8_t port, int index, __be16* pkey);  // 0 or errno
+int get_pkey_index(ibv_context* ctx, uint8_t port, __be16 pkey);          // index or -1
+
+// ---- memory.cc ----
+ibv_pd* alloc_pd(ibv_context* ctx);
+int dealloc_pd(ibv_pd* pd);
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+int dereg_mr(ibv_mr* mr);
+
+// ---- cq.cc ----
+ibv_comp_channel* create_comp_channel(ibv_context* ctx);
+int destroy_comp_channel(ibv_comp_channel* ch);
+ibv_cq* create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* ch,
+                  int comp_vector);
+ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr);
+int destroy_cq(ibv_cq* cq);
+int resize_cq(ibv_cq* cq, int cqe);
+int get_cq_event(ibv_comp_channel* ch, ibv_cq** cq, void** cq_context);
+void ack_cq_events(ibv_cq* cq, unsigned n);
+int poll_cq(ibv_cq* cq, int n, ibv_wc* wc);
+int req_notify_cq(ibv_cq* cq, int solicited_only);
+
+// ---- qp.cc ----
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
+int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init);
+int destroy_qp(ibv_qp* qp);
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
+ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp);
+
+// ---- wr_api.cc: the ibv_wr_* send interface ----
+// 0 when every operation in `send_ops_flags` (IBV_QP_EX_WITH_*) can be posted, else EOPNOTSUPP.
+int check_send_ops(uint64_t send_ops_flags);
+// Installs the wr_* function pointers of the operations asked for.
+void init_send_ops(class VQp* qp, uint64_t send_ops_flags);
+
+// Work-request opcodes the verbs layer accepts in ibv_post_send (bit per ibv_wr_opcode). Every
+// other opcode fails with EOPNOTSUPP and *bad_wr set, before anything is posted.
+bool send_opcode_supported(ibv_wr_opcode op);
+
+// Releases everything a context still owns (used by close_device).
+void destroy_context_objects(class VContext* ctx);
+
+}  // namespace uroce::verbs

@@ -1,0 +1,465 @@
+// Queue pairs: creation, the state machine calls (the transport validates transitions and
+// attribute masks, IBTA ch. 10.3), and posting. Posting converts each work request into a
+// transport WQE after validating its shape; like rdma-core providers, a bad WR fails with a
+// positive errno and *bad_wr pointing at it, and the WRs before it are posted.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "objects.h"
+#include "provider.h"
+
+namespace uroce::verbs {
+namespace {
+
+// IBV_SEND_* flags an RC send WR may carry. IBV_SEND_IP_CSUM is for raw packet QPs only.
+constexpr unsigned kRcSendFlags =
+    IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+
+constexpr int kQpInitKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                                 IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+                                 IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
+                                 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+
+bool is_v4_mapped(const ibv_gid& g) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(g.raw, kPrefix, sizeof kPrefix) == 0;
+}
+
+// Checks of a modify_qp request that need the device (the transport checks the rest): the one
+// port, the one P_Key, the one source GID, RoCE's mandatory GRH with an IPv4 destination, and a
+// path MTU the port supports.
+int check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
+  if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    const ibv_ah_attr& ah = a.ah_attr;
+    if (!ah.is_global) return EINVAL;  // RoCE addresses by GID: GRH required (Annex A16/A17)
+    if (ah.grh.sgid_index != 0) return EINVAL;
+    if (!is_v4_mapped(ah.grh.dgid)) return EINVAL;  // IPv6 GIDs are not configured
+    if (ah.port_num != 0 && ah.port_num != 1) return EINVAL;
+  }
+  if (mask & IBV_QP_PATH_MTU) {
+    if (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096) return EINVAL;
+    unsigned bytes = 128u << a.path_mtu;  // IBV_MTU_256 = 1
+    if (bytes > qp->ctx->dev->mtu_bytes()) return EINVAL;
+  }
+  return 0;
+}
+
+int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
+  if (wr.opcode < IBV_WR_RDMA_WRITE || wr.opcode > IBV_WR_ATOMIC_WRITE) return EINVAL;
+  if (!send_opcode_supported(wr.opcode)) return EOPNOTSUPP;
+  if (wr.send_flags & ~kRcSendFlags) return EINVAL;
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp->cap.max_send_sge) return EINVAL;
+  if (wr.num_sge > 0 && !wr.sg_list) return EINVAL;
+
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.send_flags = wr.send_flags;
+  w.imm_be = 0;
+  w.remote_addr = 0;
+  w.rkey = 0;
+  w.compare_add = 0;
+  w.swap = 0;
+  w.ud_dst_ip = w.ud_remote_qpn = w.ud_remote_qkey = 0;
+  switch (wr.opcode) {
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      w.imm_be = wr.imm_data;
+      break;
+    case IBV_WR_SEND_WITH_INV:
+      w.imm_be = wr.invalidate_rkey;
+      break;
+    default:
+      break;
+  }
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      w.remote_addr = wr.wr.rdma.remote_addr;
+      w.rkey = wr.wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      w.remote_addr = wr.wr.atomic.remote_addr;
+      w.rkey = wr.wr.atomic.rkey;
+      w.compare_add = wr.wr.atomic.compare_add;
+      w.swap = wr.wr.atomic.swap;
+      break;
+    default:
+      break;
+  }
+
+  w.num_sge = 0;
+  w.inline_len = 0;
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    // Inline data is copied now: the application may reuse its buffer as soon as post returns,
+    // and inline SGEs carry no lkey to check (ibv_post_send(3)).
+    if (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM &&
+        wr.opcode != IBV_WR_RDMA_WRITE && wr.opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+      return EINVAL;
+    uint64_t total = 0;
+    for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+    if (total > qp->cap.max_inline_data) return EINVAL;
+    uint32_t off = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      const ibv_sge& s = wr.sg_list[i];
+      if (s.length == 0) continue;
+      std::memcpy(w.inline_data.data() + off, reinterpret_cast<const void*>(s.addr), s.length);
+      off += s.length;
+    }
+    w.inline_len = off;
+    return 0;
+  }
+  for (int i = 0; i < wr.num_sge; ++i) {
+    w.sge[i] = transport::Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  }
+  w.num_sge = static_cast<uint32_t>(wr.num_sge);
+  return 0;
+}
+
+int to_recv_wqe(const VQp* qp, const ibv_recv_wr& wr, transport::RecvWqe& w) {
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp->cap.max_recv_sge) return EINVAL;
+  if (wr.num_sge > 0 && !wr.sg_list) return EINVAL;
+  w.wr_id = wr.wr_id;
+  for (int i = 0; i < wr.num_sge; ++i)
+    w.sge[i] = transport::Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  w.num_sge = static_cast<uint32_t>(wr.num_sge);
+  return 0;
+}
+
+// Per-thread staging for converted WQEs, so that posting allocates nothing in steady state.
+thread_local std::vector<transport::SendWqe> t_send_wqes;
+thread_local std::vector<ibv_send_wr*> t_send_wrs;
+thread_local std::vector<transport::RecvWqe> t_recv_wqes;
+thread_local std::vector<ibv_recv_wr*> t_recv_wrs;
+
+}  // namespace
+
+bool send_opcode_supported(ibv_wr_opcode op) {
+  // The operations the transport carries end to end today. Extend together with the transport.
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void VQp::qp_event(uint32_t, ibv_event_type type) {
+  ibv_async_event ev{};
+  ev.element.qp = to_ibv(this);
+  ev.event_type = type;
+  ctx->async.push(ev);
+}
+
+ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
+  VContext* c = to_v(ctx);
+  if (!a) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (a->comp_mask & ~static_cast<uint32_t>(kQpInitKnownMask)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (a->comp_mask &
+      ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+    // XRC, creation flags, TSO and RSS are not implemented.
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  const bool send_ops = a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (send_ops) {
+    if (int rc = check_send_ops(a->send_ops_flags)) {
+      errno = rc;
+      return nullptr;
+    }
+  }
+  if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (a->qp_type != IBV_QPT_RC) {  // UD, UC, XRC and raw packet QPs: not yet
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (a->srq) {  // no SRQ can exist on a uroce device
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp_cap& cap = a->cap;
+  if (cap.max_send_wr > transport::kMaxQpWr || cap.max_recv_wr > transport::kMaxQpWr ||
+      cap.max_send_sge > transport::kMaxSge || cap.max_recv_sge > transport::kMaxSge ||
+      cap.max_inline_data > transport::kMaxInlineData) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // Report what the QP really provides: the SGE counts asked for (at least one) and the full
+  // inline capacity, which every uroce QP has; providers may return more than requested.
+  cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
+  cap.max_inline_data = transport::kMaxInlineData;
+
+  VPd* pd = to_v(a->pd);
+  VCq* scq = to_v(a->send_cq);
+  VCq* rcq = to_v(a->recv_cq);
+  VQp* qp = nullptr;
+  try {
+    qp = new VQp();
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  qp->ctx = c;
+  qp->scq = scq;
+  qp->rcq = rcq;
+  qp->cap = cap;
+  qp->sq_sig_all = a->sq_sig_all != 0;
+
+  transport::QpInit init;
+  init.type = IBV_QPT_RC;
+  init.pd = pd->handle;
+  init.local_ip = c->dev->ipv4();
+  init.max_send_wr = cap.max_send_wr;
+  init.max_recv_wr = cap.max_recv_wr;
+  init.max_send_sge = cap.max_send_sge;
+  init.max_recv_sge = cap.max_recv_sge;
+  init.max_inline_data = cap.max_inline_data;
+  init.sq_sig_all = qp->sq_sig_all;
+  init.send_cq = &scq->impl;
+  init.recv_cq = &rcq->impl;
+  init.events = qp;
+  int err = 0;
+  try {
+    qp->tqp = c->dev->create_qp(init, &err);
+  } catch (const std::bad_alloc&) {
+    qp->tqp = nullptr;
+    err = ENOMEM;
+  }
+  if (!qp->tqp) {
+    delete qp;
+    errno = err ? err : ENOMEM;
+    return nullptr;
+  }
+
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = ctx;
+  q.qp_context = a->qp_context;
+  q.pd = a->pd;
+  q.send_cq = a->send_cq;
+  q.recv_cq = a->recv_cq;
+  q.srq = nullptr;
+  q.qp_num = qp->tqp->qpn();
+  q.handle = q.qp_num;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.events_completed = 0;
+  qp->qpx.comp_mask = 0;
+  if (send_ops) init_send_ops(qp, a->send_ops_flags);
+
+  std::lock_guard<std::mutex> g(c->mu);
+  ++scq->qp_refs;
+  ++rcq->qp_refs;
+  c->qps.insert(qp);
+  return &q;
+}
+
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (!attr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = attr->qp_context;
+  ex.send_cq = attr->send_cq;
+  ex.recv_cq = attr->recv_cq;
+  ex.srq = attr->srq;
+  ex.cap = attr->cap;
+  ex.qp_type = attr->qp_type;
+  ex.sq_sig_all = attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = create_qp_ex(pd->context, &ex);
+  if (qp) attr->cap = ex.cap;  // the caps actually granted (ibv_create_qp(3))
+  return qp;
+}
+
+int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  VQp* qp = to_v(ibqp);
+  if (!attr) return EINVAL;
+  int rc = check_device_attrs(qp, *attr, mask);
+  if (rc) return rc;
+  rc = qp->ctx->dev->modify_qp(qp->tqp, *attr, mask);
+  if (rc) return rc;
+  // The state field of struct ibv_qp is part of the ABI: applications read it directly.
+  if (mask & IBV_QP_STATE) ibqp->state = attr->qp_state;
+  return 0;
+}
+
+int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
+  VQp* qp = to_v(ibqp);
+  if (!attr || !init) return EINVAL;
+  std::memset(attr, 0, sizeof *attr);
+  std::memset(init, 0, sizeof *init);
+  qp->ctx->dev->query_qp(qp->tqp, *attr, *init);
+  // What the verbs layer knows better than the transport: the objects and the granted caps.
+  init->qp_context = ibqp->qp_context;
+  init->send_cq = ibqp->send_cq;
+  init->recv_cq = ibqp->recv_cq;
+  init->srq = nullptr;
+  init->qp_type = ibqp->qp_type;
+  init->sq_sig_all = qp->sq_sig_all;
+  init->cap = qp->cap;
+  attr->cap = qp->cap;
+  return 0;
+}
+
+int destroy_qp(ibv_qp* ibqp) {
+  VQp* qp = to_v(ibqp);
+  VContext* c = qp->ctx;
+  int rc = c->dev->destroy_qp(qp->tqp);
+  if (rc) return rc;
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    c->qps.erase(qp);
+    --qp->scq->qp_refs;
+    --qp->rcq->qp_refs;
+  }
+  // Affiliated async events handed out must be acknowledged first (ibv_destroy_qp(3)).
+  pthread_mutex_lock(&ibqp->mutex);
+  while (ibqp->events_completed != qp->async_events_reported)
+    pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
+  pthread_mutex_unlock(&ibqp->mutex);
+  pthread_cond_destroy(&ibqp->cond);
+  pthread_mutex_destroy(&ibqp->mutex);
+  delete qp;
+  return 0;
+}
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  VQp* qp = to_v(ibqp);
+  auto& wqes = t_send_wqes;
+  auto& wrs = t_send_wrs;
+  wrs.clear();
+  int err = 0;
+  ibv_send_wr* first_bad = nullptr;
+  ibv_send_wr* w = wr;
+  try {
+    for (; w; w = w->next) {
+      if (wqes.size() <= wrs.size()) wqes.emplace_back();
+      err = to_send_wqe(qp, *w, wqes[wrs.size()]);
+      if (err) {
+        first_bad = w;
+        break;
+      }
+      wrs.push_back(w);
+    }
+  } catch (const std::bad_alloc&) {  // growing the staging vectors: WRs so far are still valid
+    err = ENOMEM;
+    first_bad = w;
+  }
+  // Post the valid prefix: the WRs before *bad_wr are posted (ibv_post_send(3)).
+  if (!wrs.empty()) {
+    size_t bad_index = 0;
+    int rc = qp->ctx->dev->post_send(qp->tqp, wqes.data(), wrs.size(), &bad_index);
+    if (rc) {
+      if (bad) *bad = bad_index < wrs.size() ? wrs[bad_index] : wrs.front();
+      return rc;
+    }
+  }
+  if (err) {
+    if (bad) *bad = first_bad;
+    return err;
+  }
+  return 0;
+}
+
+int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  VQp* qp = to_v(ibqp);
+  auto& wqes = t_recv_wqes;
+  auto& wrs = t_recv_wrs;
+  wrs.clear();
+  int err = 0;
+  ibv_recv_wr* first_bad = nullptr;
+  ibv_recv_wr* w = wr;
+  try {
+    for (; w; w = w->next) {
+      if (wqes.size() <= wrs.size()) wqes.emplace_back();
+      err = to_recv_wqe(qp, *w, wqes[wrs.size()]);
+      if (err) {
+        first_bad = w;
+        break;
+      }
+      wrs.push_back(w);
+    }
+  } catch (const std::bad_alloc&) {
+    err = ENOMEM;
+    first_bad = w;
+  }
+  if (!wrs.empty()) {
+    size_t bad_index = 0;
+    int rc = qp->ctx->dev->post_recv(qp->tqp, wqes.data(), wrs.size(), &bad_index);
+    if (rc) {
+      if (bad) *bad = bad_index < wrs.size() ? wrs[bad_index] : wrs.front();
+      return rc;
+    }
+  }
+  if (err) {
+    if (bad) *bad = first_bad;
+    return err;
+  }
+  return 0;
+}
+
+ibv_qp_ex* qp_to_qp_ex(ibv_qp* ibqp) {
+  // Only QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS have the ibv_wr_* interface, as in
+  // rdma-core.
+  VQp* qp = to_v(ibqp);
+  return qp->send_ops ? &qp->qpx : nullptr;
+}
+
+void destroy_context_objects(VContext* c) {
+  // QPs first (the engine stops completing into CQs), then CQs, channels, MRs and PDs. Events
+  // the application never acknowledged do not block a close.
+  std::set<VQp*> qps;
+  std::set<VCq*> cqs;
+  std::set<VChannel*> chs;
+  std::set<VMr*> mrs;
+  std::set<VPd*> pds;
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    qps.swap(c->qps);
+    cqs.swap(c->cqs);
+    chs.swap(c->channels);
+    mrs.swap(c->mrs);
+    pds.swap(c->pds);
+  }
+  for (VQp* qp : qps) {
+    c->dev->destroy_qp(qp->tqp);
+    delete qp;
+  }
+  for (VCq* cq : cqs) delete cq;
+  for (VChannel* ch : chs) delete ch;
+  for (VMr* mr : mrs) {
+    c->dev->dereg_mr(mr->mr.lkey);
+    delete mr;
+  }
+  for (VPd* pd : pds) {
+    c->dev->dealloc_pd(pd->handle);
+    delete pd;
+  }
+}
+
+}  // namespace uroce::verbs

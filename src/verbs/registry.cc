@@ -1,0 +1,96 @@
+// The uroce devices of this process: read once from the configuration (engine/config.h), then
+// immutable, so that is_uroce() can be asked from any thread without a lock.
+#include <endian.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "objects.h"
+#include "provider.h"
+
+namespace uroce::verbs {
+namespace {
+
+// Node GUID of a device, needed before the device is opened (ibv_get_device_guid in
+// ibv_devices). It must equal Device::guid(), which ibv_query_device reports once the device is
+// open: the EUI-64 of the locally administered MAC 02:00:a:b:c:d (see engine/device.cc). The
+// verbs tests check that the two agree.
+__be64 guid_for(uint32_t ipv4) {
+  uint64_t g = (uint64_t{ipv4 >> 24} << 40) | (uint64_t{0xfffe} << 24) | (ipv4 & 0xffffff);
+  return htobe64(g);
+}
+
+void copy_name(char* dst, size_t cap, const std::string& src) {
+  std::snprintf(dst, cap, "%s", src.c_str());
+}
+
+std::atomic<const std::vector<VDevice*>*> g_devices{nullptr};
+std::once_flag g_once;
+
+void load() {
+  auto* list = new std::vector<VDevice*>();  // lives until exit: devices outlive any list
+  std::string err;
+  try {
+    auto cfgs = load_device_config(&err);
+    if (!cfgs) {
+      std::fprintf(stderr, "uroce: %s; no uroce devices are available\n", err.c_str());
+    } else {
+      int index = 0;
+      for (const auto& cfg : *cfgs) list->push_back(new VDevice(cfg, index++));
+    }
+  } catch (const std::exception& e) {  // nothing may unwind through ibv_get_device_list
+    std::fprintf(stderr, "uroce: reading the device configuration: %s\n", e.what());
+    list->clear();
+  }
+  g_devices.store(list, std::memory_order_release);
+}
+
+}  // namespace
+
+VDevice::VDevice(const DeviceConfig& c, int i)
+    : DeviceAbi{}, cfg(c), index(i), guid_be(guid_for(c.ipv4)) {
+  // RoCE devices report the InfiniBand transport and a CA node, like rxe and RNICs do.
+  dev.node_type = IBV_NODE_CA;
+  dev.transport_type = IBV_TRANSPORT_IB;
+  copy_name(dev.name, sizeof dev.name, cfg.name);
+  copy_name(dev.dev_name, sizeof dev.dev_name, cfg.name);
+  // There is no uverbs device and no sysfs directory: the paths stay empty, so sysfs readers
+  // (ibv_devinfo's board_id) find nothing rather than another device's files.
+}
+
+std::shared_ptr<Device> VDevice::acquire(std::string* err) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto d = open_.lock()) return d;
+  std::unique_ptr<Device> d = Device::open(cfg, err);
+  if (!d) return nullptr;
+  std::shared_ptr<Device> shared(std::move(d));
+  open_ = shared;
+  return shared;
+}
+
+const std::vector<VDevice*>& devices() {
+  std::call_once(g_once, load);
+  return *g_devices.load(std::memory_order_acquire);
+}
+
+bool is_uroce(const ibv_device* dev) {
+  const auto* list = g_devices.load(std::memory_order_acquire);
+  if (!list || !dev) return false;
+  for (const VDevice* d : *list)
+    if (static_cast<const DeviceAbi*>(d) == reinterpret_cast<const DeviceAbi*>(dev)) return true;
+  return false;
+}
+
+const char* device_name(ibv_device* dev) {
+  return to_v(dev)->dev.name;
+}
+__be64 device_guid(ibv_device* dev) {
+  return to_v(dev)->guid_be;
+}
+int device_index(ibv_device* dev) {
+  return to_v(dev)->index;
+}
+
+}  // namespace uroce::verbs

@@ -1,0 +1,192 @@
+#include "engine/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace uroce {
+namespace {
+
+// Expects parse_devices(spec) to fail with a message naming the variable and `token`.
+void expect_devices_error(const std::string& spec, const std::string& token) {
+  std::string err;
+  auto r = parse_devices(spec, &err);
+  EXPECT_FALSE(r.has_value()) << spec;
+  EXPECT_NE(err.find("UROCE_DEVICES"), std::string::npos) << err;
+  EXPECT_NE(err.find(token), std::string::npos) << "'" << token << "' not in: " << err;
+}
+
+void expect_faults_error(const std::string& spec, const std::string& token) {
+  std::string err;
+  auto r = parse_faults(spec, &err);
+  EXPECT_FALSE(r.has_value()) << spec;
+  EXPECT_NE(err.find("UROCE_FAULTS"), std::string::npos) << err;
+  EXPECT_NE(err.find(token), std::string::npos) << "'" << token << "' not in: " << err;
+}
+
+TEST(ConfigTest, ParsesAddressesAndLoopbackNetdev) {
+  std::string err;
+  auto r = parse_devices("uroce0=127.0.0.2, uroce1 = 10.1.2.3", &err);
+  ASSERT_TRUE(r.has_value()) << err;
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].name, "uroce0");
+  EXPECT_EQ((*r)[0].ipv4, 0x7f000002u);
+  EXPECT_EQ((*r)[0].netdev, "lo");  // 127.0.0.2 is local through lo's /8
+  EXPECT_EQ((*r)[1].name, "uroce1");
+  EXPECT_EQ((*r)[1].ipv4, 0x0a010203u);
+}
+
+TEST(ConfigTest, ResolvesNetdevToItsIpv4) {
+  std::string err;
+  auto r = parse_devices("rxe_lo=lo", &err);
+  ASSERT_TRUE(r.has_value()) << err;
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].ipv4, 0x7f000001u);
+  EXPECT_EQ((*r)[0].netdev, "lo");
+}
+
+TEST(ConfigTest, RejectsMalformedDeviceLists) {
+  expect_devices_error("", "empty");
+  expect_devices_error("   ", "empty");
+  expect_devices_error("uroce0", "'uroce0'");
+  expect_devices_error("=1.2.3.4", "bad device name ''");
+  expect_devices_error("uroce0=", "uroce0");
+  expect_devices_error("uroce0=1.2.3", "'1.2.3'");
+  expect_devices_error("uroce0=10.0.0.256", "'10.0.0.256'");
+  expect_devices_error("uroce0=1.2.3.4.5", "'1.2.3.4.5'");
+  expect_devices_error("uroce0=nosuchif9", "nosuchif9");
+  expect_devices_error("uroce0=averyveryverylongifname", "averyveryverylongifname");
+  expect_devices_error("a=1.2.3.4,a=1.2.3.5", "'a' given twice");
+  expect_devices_error("a=1.2.3.4,b=1.2.3.4", "1.2.3.4 used by two devices");
+  expect_devices_error("a=0.0.0.0", "0.0.0.0");
+  expect_devices_error("a=255.255.255.255", "255.255.255.255");
+  expect_devices_error("a=224.0.0.1", "224.0.0.1");
+  expect_devices_error("a b=1.2.3.4", "'a b'");
+  expect_devices_error("a=1.2.3.4,", "empty entry");
+  expect_devices_error(",a=1.2.3.4", "empty entry");
+  expect_devices_error(std::string(70, 'x') + "=1.2.3.4", std::string(70, 'x'));
+  expect_devices_error("a=\xff\x01", "a");
+  expect_devices_error(std::string("a=1.2.3.4\0junk", 14), "a");
+}
+
+TEST(ConfigTest, ParsesFaults) {
+  std::string err;
+  auto f = parse_faults("loss=0.05,seed=7", &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_DOUBLE_EQ(f->rx_loss, 0.05);
+  EXPECT_EQ(f->seed, 7u);
+  EXPECT_TRUE(f->enabled());
+
+  f = parse_faults("", &err);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_FALSE(f->enabled());
+
+  f = parse_faults(" seed = 18446744073709551615 , loss = 1e-2 ", &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_EQ(f->seed, 18446744073709551615ull);
+  EXPECT_DOUBLE_EQ(f->rx_loss, 0.01);
+
+  f = parse_faults("loss=1", &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_DOUBLE_EQ(f->rx_loss, 1.0);
+  f = parse_faults("loss=0", &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_FALSE(f->enabled());
+}
+
+TEST(ConfigTest, RejectsBadFaults) {
+  expect_faults_error("loss=1.5", "'1.5' is out of range");
+  expect_faults_error("loss=-0.1", "'-0.1' is out of range");
+  expect_faults_error("loss=abc", "'abc'");
+  expect_faults_error("loss=nan", "'nan'");
+  expect_faults_error("loss=inf", "'inf'");
+  expect_faults_error("loss=0x1p-3", "'0x1p-3'");
+  expect_faults_error("loss=0.1.2", "'0.1.2'");
+  expect_faults_error("loss=1e999", "'1e999'");
+  expect_faults_error("loss=", "loss ''");
+  expect_faults_error("seed=-1", "'-1'");
+  expect_faults_error("seed=7x", "'7x'");
+  expect_faults_error("seed=", "seed ''");
+  expect_faults_error("seed=18446744073709551616", "'18446744073709551616' is out of range");
+  expect_faults_error("seed=123456789012345678901234", "'123456789012345678901234'");
+  expect_faults_error("delay=5", "unknown key 'delay'");
+  expect_faults_error("loss", "'loss' is not key=value");
+  expect_faults_error("loss=0.1,loss=0.2", "'loss' given twice");
+  expect_faults_error("loss=0.1,,seed=1", "empty entry");
+  expect_faults_error("\x80\x81=\x82", "unknown key");
+}
+
+// Sets an environment variable for one test and restores it afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(ConfigTest, LoadsFromEnvironment) {
+  ScopedEnv d("UROCE_DEVICES", "x=127.0.0.3,y=127.0.0.4");
+  ScopedEnv f("UROCE_FAULTS", "loss=0.5,seed=3");
+  std::string err;
+  auto r = load_device_config(&err);
+  ASSERT_TRUE(r.has_value()) << err;
+  ASSERT_EQ(r->size(), 2u);
+  for (const auto& dev : *r) {
+    EXPECT_DOUBLE_EQ(dev.faults.rx_loss, 0.5);
+    EXPECT_EQ(dev.faults.seed, 3u);
+  }
+}
+
+TEST(ConfigTest, DefaultWhenUnsetOrEmpty) {
+  DeviceConfig expected = default_device_config();
+  EXPECT_EQ(expected.name, "uroce0");
+  EXPECT_NE(expected.ipv4, 0u);
+  for (const char* value : {static_cast<const char*>(nullptr), ""}) {
+    ScopedEnv d("UROCE_DEVICES", value);
+    ScopedEnv f("UROCE_FAULTS", nullptr);
+    std::string err;
+    auto r = load_device_config(&err);
+    ASSERT_TRUE(r.has_value()) << err;
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].name, "uroce0");
+    EXPECT_EQ((*r)[0].ipv4, expected.ipv4);
+    EXPECT_FALSE((*r)[0].faults.enabled());
+  }
+}
+
+TEST(ConfigTest, LoadReportsWhichVariableIsBad) {
+  {
+    ScopedEnv d("UROCE_DEVICES", "x=1.2.3");
+    std::string err;
+    EXPECT_FALSE(load_device_config(&err).has_value());
+    EXPECT_NE(err.find("UROCE_DEVICES"), std::string::npos) << err;
+  }
+  {
+    ScopedEnv d("UROCE_DEVICES", "x=127.0.0.3");
+    ScopedEnv f("UROCE_FAULTS", "loss=2");
+    std::string err;
+    EXPECT_FALSE(load_device_config(&err).has_value());
+    EXPECT_NE(err.find("UROCE_FAULTS"), std::string::npos) << err;
+  }
+}
+
+TEST(ConfigTest, FormatsIpv4) {
+  EXPECT_EQ(format_ipv4(0xc0000202), "192.0.2.2");
+}
+
+}  // namespace
+}  // namespace uroce

@@ -1,0 +1,183 @@
+#include "engine/cq.h"
+
+#include <fcntl.h>
+#include <poll.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+namespace uroce {
+namespace {
+
+ibv_wc make_wc(uint64_t wr_id, ibv_wc_status status = IBV_WC_SUCCESS) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.status = status;
+  wc.opcode = IBV_WC_RECV;
+  return wc;
+}
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+void set_nonblock(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+TEST(CqTest, PollsInOrderAndBoundsTheRing) {
+  Cq cq(3, nullptr, nullptr);
+  for (uint64_t i = 1; i <= 3; ++i) cq.push(make_wc(i));
+  EXPECT_FALSE(cq.overrun());
+  cq.push(make_wc(4));  // one too many
+  EXPECT_TRUE(cq.overrun());
+  EXPECT_EQ(cq.size(), 3u);
+  ibv_wc out[8];
+  EXPECT_EQ(cq.poll(2, out), 2);
+  EXPECT_EQ(out[0].wr_id, 1u);
+  EXPECT_EQ(out[1].wr_id, 2u);
+  EXPECT_EQ(cq.poll(8, out), 1);
+  EXPECT_EQ(out[0].wr_id, 3u);
+  EXPECT_EQ(cq.poll(8, out), 0);
+  EXPECT_EQ(cq.poll(0, out), 0);
+  EXPECT_EQ(cq.poll(-1, out), 0);
+}
+
+TEST(CqTest, ResizeRefusesFewerThanQueued) {
+  Cq cq(4, nullptr, nullptr);
+  for (uint64_t i = 0; i < 3; ++i) cq.push(make_wc(i));
+  EXPECT_EQ(cq.resize(2), EINVAL);
+  EXPECT_EQ(cq.resize(0), EINVAL);
+  EXPECT_EQ(cq.resize(3), 0);
+  EXPECT_EQ(cq.capacity(), 3u);
+  cq.push(make_wc(9));
+  EXPECT_TRUE(cq.overrun());
+  EXPECT_EQ(cq.resize(16), 0);
+}
+
+TEST(CqTest, NotifyNeedsAChannel) {
+  Cq cq(4, nullptr, nullptr);
+  EXPECT_EQ(cq.req_notify(false), EINVAL);
+}
+
+TEST(CqTest, ArmedCqNotifiesOnceThroughThePollableChannel) {
+  CompChannel ch;
+  int cookie;
+  Cq cq(16, &ch, &cookie);
+  cq.push(make_wc(1));  // not armed: no event
+  EXPECT_FALSE(readable(ch.fd()));
+
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_FALSE(readable(ch.fd()));
+  cq.push(make_wc(2));
+  EXPECT_TRUE(readable(ch.fd()));
+  cq.push(make_wc(3));  // one-shot: no second event without re-arming
+  EXPECT_EQ(ch.pending(), 1u);
+
+  void* got = nullptr;
+  ASSERT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(got, &cookie);
+  EXPECT_FALSE(readable(ch.fd()));
+  set_nonblock(ch.fd());
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+
+  ASSERT_EQ(cq.req_notify(false), 0);
+  cq.push(make_wc(4));
+  EXPECT_TRUE(readable(ch.fd()));
+}
+
+TEST(CqTest, SolicitedOnlyFiresForSolicitedOrErrorCompletions) {
+  CompChannel ch;
+  set_nonblock(ch.fd());
+  Cq cq(16, &ch, &ch);
+  void* got;
+
+  ASSERT_EQ(cq.req_notify(true), 0);
+  cq.push(make_wc(1));         // successful, unsolicited
+  cq.push(make_wc(2), false);  // the same through the two-argument push
+  EXPECT_FALSE(readable(ch.fd()));
+  cq.push(make_wc(3), true);  // BTH.SE was set
+  EXPECT_TRUE(readable(ch.fd()));
+  EXPECT_EQ(ch.get_event(&got), 0);
+
+  ASSERT_EQ(cq.req_notify(true), 0);
+  cq.push(make_wc(4, IBV_WC_REM_ACCESS_ERR));  // errors are solicited (ibv_req_notify_cq(3))
+  EXPECT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+
+  // Arming for "next" after "solicited" widens the arming; the reverse does not narrow it.
+  ASSERT_EQ(cq.req_notify(true), 0);
+  ASSERT_EQ(cq.req_notify(false), 0);
+  cq.push(make_wc(5));
+  EXPECT_EQ(ch.get_event(&got), 0);
+  ASSERT_EQ(cq.req_notify(false), 0);
+  ASSERT_EQ(cq.req_notify(true), 0);
+  cq.push(make_wc(6));
+  EXPECT_EQ(ch.get_event(&got), 0);
+}
+
+TEST(CqTest, ChannelServesSeveralCqsInOrder) {
+  CompChannel ch;
+  set_nonblock(ch.fd());
+  int a, b;
+  Cq cqa(4, &ch, &a), cqb(4, &ch, &b);
+  cqb.req_notify(false);
+  cqa.req_notify(false);
+  cqb.push(make_wc(1));
+  cqa.push(make_wc(2));
+  void* got;
+  ASSERT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(got, &b);
+  ASSERT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(got, &a);
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+}
+
+TEST(CqTest, BlockingGetEventWaitsForANotification) {
+  CompChannel ch;
+  Cq cq(4, &ch, &ch);
+  cq.req_notify(false);
+  void* got = nullptr;
+  int rc = -1;
+  std::thread waiter([&] { rc = ch.get_event(&got); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  cq.push(make_wc(1));
+  waiter.join();
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(got, &ch);
+}
+
+TEST(CqTest, OverrunCompletionDoesNotNotify) {
+  CompChannel ch;
+  Cq cq(1, &ch, &ch);
+  cq.push(make_wc(1));
+  cq.req_notify(false);
+  cq.push(make_wc(2));  // lost
+  EXPECT_TRUE(cq.overrun());
+  EXPECT_FALSE(readable(ch.fd()));
+}
+
+TEST(AsyncEventQueueTest, PollableBlockingAndNonBlocking) {
+  AsyncEventQueue q;
+  EXPECT_FALSE(readable(q.fd()));
+  ibv_async_event ev{};
+  ev.event_type = IBV_EVENT_COMM_EST;
+  q.push(ev);
+  ev.event_type = IBV_EVENT_QP_FATAL;
+  q.push(ev);
+  EXPECT_TRUE(readable(q.fd()));
+  ibv_async_event out{};
+  ASSERT_EQ(q.get(&out), 0);
+  EXPECT_EQ(out.event_type, IBV_EVENT_COMM_EST);
+  ASSERT_EQ(q.get(&out), 0);
+  EXPECT_EQ(out.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_FALSE(readable(q.fd()));
+  set_nonblock(q.fd());
+  EXPECT_EQ(q.get(&out), EAGAIN);
+}
+
+}  // namespace
+}  // namespace uroce

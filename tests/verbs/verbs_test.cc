@@ -1,0 +1,859 @@
+// The verbs API of liburoce, driven the way an application drives it: this binary links liburoce
+// directly (no libibverbs behind it) and talks to two uroce devices on loopback addresses.
+#include <arpa/inet.h>
+#include <endian.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "uroce/uroce.h"
+
+// rdma-core's private query (IBVERBS_PRIVATE_34) that ibv_devinfo imports.
+extern "C" int ibv_query_gid_type(struct ibv_context* context, uint8_t port_num, unsigned int index,
+                                  int* type);
+
+namespace {
+
+// Addresses of their own, so that ctest never collides with programs run by hand on 127.0.0.1/2.
+constexpr const char* kDevices = "uroce0=127.0.7.1,uroce1=127.0.7.2";
+
+class DevicesEnv : public ::testing::Environment {
+ public:
+  // Must happen before the first ibv_get_device_list: the configuration is read once.
+  void SetUp() override { setenv("UROCE_DEVICES", kDevices, 1); }
+};
+const auto* const g_env = ::testing::AddGlobalTestEnvironment(new DevicesEnv);
+
+ibv_device* find_device(const char* name) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ibv_device* found = nullptr;
+  for (int i = 0; list && i < n; ++i)
+    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) found = list[i];
+  ibv_free_device_list(list);  // uroce devices stay valid: they live as long as the process
+  return found;
+}
+
+ibv_context* open_named(const char* name) {
+  ibv_device* dev = find_device(name);
+  return dev ? ibv_open_device(dev) : nullptr;
+}
+
+// Polls until `want` completions arrived or `ms` milliseconds passed.
+std::vector<ibv_wc> poll_n(ibv_cq* cq, size_t want, int ms = 2000) {
+  std::vector<ibv_wc> out;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (out.size() < want && std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wc[8];
+    int n = ibv_poll_cq(cq, 8, wc);
+    EXPECT_GE(n, 0);
+    for (int i = 0; i < n; ++i) out.push_back(wc[i]);
+    if (n == 0) usleep(100);
+  }
+  return out;
+}
+
+class ContextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ctx_ = open_named("uroce0");
+    ASSERT_NE(ctx_, nullptr) << std::strerror(errno);
+  }
+  void TearDown() override {
+    if (ctx_) {
+      EXPECT_EQ(ibv_close_device(ctx_), 0);
+    }
+  }
+  ibv_context* ctx_ = nullptr;
+};
+
+TEST(DeviceList, ListsConfiguredDevices) {
+  int n = -1;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(n, 2);
+  EXPECT_EQ(list[2], nullptr);  // NULL-terminated
+  EXPECT_STREQ(ibv_get_device_name(list[0]), "uroce0");
+  EXPECT_STREQ(ibv_get_device_name(list[1]), "uroce1");
+  EXPECT_EQ(uroce_is_uroce_device(list[0]), 1);
+  EXPECT_EQ(list[0]->transport_type, IBV_TRANSPORT_IB);
+  EXPECT_EQ(list[0]->node_type, IBV_NODE_CA);
+  EXPECT_NE(ibv_get_device_guid(list[0]), 0u);
+  EXPECT_NE(ibv_get_device_guid(list[0]), ibv_get_device_guid(list[1]));
+  EXPECT_EQ(ibv_get_device_index(list[0]), 0);
+  EXPECT_EQ(ibv_get_device_index(list[1]), 1);
+  ibv_free_device_list(list);
+  // A second list is independent of the first.
+  ibv_device** again = ibv_get_device_list(nullptr);
+  ASSERT_NE(again, nullptr);
+  EXPECT_STREQ(ibv_get_device_name(again[0]), "uroce0");
+  ibv_free_device_list(again);
+  EXPECT_STRNE(uroce_version(), "");
+}
+
+TEST_F(ContextTest, ContextLayoutReachesUroce) {
+  EXPECT_EQ(ctx_->abi_compat, __VERBS_ABI_IS_EXTENDED);
+  verbs_context* v = verbs_get_ctx(ctx_);
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->sz, sizeof(verbs_context));
+  EXPECT_NE(ctx_->ops.poll_cq, nullptr);
+  EXPECT_NE(ctx_->ops.post_send, nullptr);
+  EXPECT_NE(ctx_->ops.post_recv, nullptr);
+  EXPECT_NE(ctx_->ops.req_notify_cq, nullptr);
+  EXPECT_EQ(ctx_->num_comp_vectors, 1);
+  EXPECT_GE(fcntl(ctx_->async_fd, F_GETFD), 0) << "async_fd must be a pollable descriptor";
+}
+
+TEST_F(ContextTest, AsyncEventFdIsNonBlockingCapable) {
+  // Applications poll async_fd and read events with O_NONBLOCK set, as with the kernel's.
+  int flags = fcntl(ctx_->async_fd, F_GETFL);
+  ASSERT_GE(flags, 0);
+  ASSERT_EQ(fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK), 0);
+  pollfd pfd{ctx_->async_fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0) << "no event pending";
+  ibv_async_event ev{};
+  errno = 0;
+  EXPECT_EQ(ibv_get_async_event(ctx_, &ev), -1);
+  EXPECT_EQ(errno, EAGAIN);
+}
+
+TEST_F(ContextTest, ContextsOfOneDeviceShareItsEngine) {
+  ibv_context* second = open_named("uroce0");
+  ASSERT_NE(second, nullptr) << "a second context must not try to bind the address again";
+  ibv_pd* pd1 = ibv_alloc_pd(ctx_);
+  ibv_pd* pd2 = ibv_alloc_pd(second);
+  ASSERT_NE(pd1, nullptr);
+  ASSERT_NE(pd2, nullptr);
+  EXPECT_NE(pd1->handle, pd2->handle);
+  EXPECT_EQ(ibv_dealloc_pd(pd2), 0);
+  EXPECT_EQ(ibv_close_device(second), 0);
+  // The first context keeps working after the second closed.
+  ibv_port_attr p{};
+  EXPECT_EQ(ibv_query_port(ctx_, 1, &p), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd1), 0);
+}
+
+TEST_F(ContextTest, CloseReleasesLeftoverObjects) {
+  ibv_context* ctx = open_named("uroce1");
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ASSERT_NE(pd, nullptr);
+  std::vector<char> buf(4096);
+  ASSERT_NE(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE), nullptr);
+  ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  ASSERT_NE(ibv_create_qp(pd, &ia), nullptr);
+  // Like closing the uverbs fd: everything goes with the context (ASan checks for leaks).
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+TEST_F(ContextTest, QueryDeviceTellsLimits) {
+  ibv_device_attr a{};
+  ASSERT_EQ(ibv_query_device(ctx_, &a), 0);
+  EXPECT_EQ(std::string(a.fw_ver).rfind("uroce ", 0), 0u) << a.fw_ver;
+  EXPECT_NE(a.vendor_id, 0u);
+  EXPECT_GT(a.max_mr_size, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+  EXPECT_EQ(a.max_sge, 16);
+  EXPECT_GT(a.max_qp, 0);
+  EXPECT_GT(a.max_cq, 0);
+  EXPECT_GT(a.max_cqe, 0);
+  EXPECT_GT(a.max_mr, 0);
+  EXPECT_GT(a.max_qp_wr, 0);
+  EXPECT_GT(a.max_qp_rd_atom, 0);
+  EXPECT_EQ(a.phys_port_cnt, 1);
+  EXPECT_EQ(a.node_guid, ibv_get_device_guid(ctx_->device));
+  EXPECT_EQ(a.max_srq, 0);                   // no SRQs: the query says so
+  EXPECT_EQ(a.atomic_cap, IBV_ATOMIC_NONE);  // post_send does not accept atomics yet
+
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &ex), 0);
+  EXPECT_EQ(std::memcmp(&ex.orig_attr, &a, sizeof a), 0);
+}
+
+TEST_F(ContextTest, QueryPortTellsRoceV2Port) {
+  ibv_port_attr p{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &p), 0);  // the inline verb, through verbs_context
+  EXPECT_EQ(p.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(p.max_mtu, IBV_MTU_4096);
+  EXPECT_GE(p.active_mtu, IBV_MTU_1024);
+  EXPECT_EQ(p.gid_tbl_len, 1);
+  EXPECT_EQ(p.pkey_tbl_len, 1);
+  EXPECT_GT(p.max_msg_sz, 4096u);
+  EXPECT_EQ(ibv_query_port(ctx_, 2, &p), EINVAL);
+}
+
+TEST_F(ContextTest, CompatQueryPortWritesOnly48Bytes) {
+  // ibv_query_port@IBVERBS_1.1 serves old binaries whose struct ends at `flags`.
+  unsigned char buf[sizeof(ibv_port_attr) + 16];
+  std::memset(buf, 0xa5, sizeof buf);
+  ASSERT_EQ((ibv_query_port)(ctx_, 1, reinterpret_cast<_compat_ibv_port_attr*>(buf)), 0);
+  ibv_port_attr p;
+  std::memcpy(&p, buf, 48);
+  EXPECT_EQ(p.state, IBV_PORT_ACTIVE);
+  for (size_t i = 48; i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xa5) << "byte " << i;
+}
+
+TEST_F(ContextTest, GidIsIpv4MappedRoceV2) {
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  char text[INET6_ADDRSTRLEN];
+  ASSERT_NE(inet_ntop(AF_INET6, gid.raw, text, sizeof text), nullptr);
+  EXPECT_STREQ(text, "::ffff:127.0.7.1");
+  EXPECT_NE(ibv_query_gid(ctx_, 1, 1, &gid), 0);
+  EXPECT_NE(ibv_query_gid(ctx_, 2, 0, &gid), 0);
+
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, 1, 0, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);  // public enum: RoCE v2 = 2
+  EXPECT_EQ(e.port_num, 1u);
+  EXPECT_EQ(std::memcmp(&e.gid, &gid, sizeof gid), 0);
+  EXPECT_EQ(ibv_query_gid_ex(ctx_, 1, 1, &e, 0), EINVAL);
+
+  ibv_gid_entry table[4]{};
+  EXPECT_EQ(ibv_query_gid_table(ctx_, table, 4, 0), 1);
+  EXPECT_EQ(table[0].gid_type, IBV_GID_TYPE_ROCE_V2);
+  EXPECT_LT(ibv_query_gid_table(ctx_, table, 4, 1), 0);
+
+  int type = -1;
+  ASSERT_EQ(ibv_query_gid_type(ctx_, 1, 0, &type), 0);
+  EXPECT_EQ(type, 1);  // rdma-core's private enum: RoCE v2 = 1
+
+  __be16 pkey = 0;
+  ASSERT_EQ(ibv_query_pkey(ctx_, 1, 0, &pkey), 0);
+  EXPECT_EQ(be16toh(pkey), 0xffff);
+  EXPECT_NE(ibv_query_pkey(ctx_, 1, 1, &pkey), 0);
+  EXPECT_EQ(ibv_get_pkey_index(ctx_, 1, htobe16(0xffff)), 0);
+}
+
+TEST_F(ContextTest, PdAndMrLifecycle) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  EXPECT_EQ(pd->context, ctx_);
+  std::vector<char> buf(8192);
+  ibv_mr* mr =
+      ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  EXPECT_EQ(mr->addr, buf.data());
+  EXPECT_EQ(mr->length, buf.size());
+  EXPECT_EQ(mr->pd, pd);
+  EXPECT_EQ(mr->context, ctx_);
+  EXPECT_NE(mr->lkey, 0u);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);  // an MR still uses it
+
+  // perftest registers with ibv_reg_mr_iova2 (iova == addr).
+  ibv_mr* mr2 = ibv_reg_mr_iova2(pd, buf.data(), 4096, reinterpret_cast<uintptr_t>(buf.data()),
+                                 IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr2, nullptr) << std::strerror(errno);
+  EXPECT_NE(mr2->lkey, mr->lkey);
+  EXPECT_EQ(ibv_dereg_mr(mr2), 0);
+
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_REMOTE_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL) << "remote write needs local write";
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), 0, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_ZERO_BASED), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+TEST_F(ContextTest, CqAndChannelLifecycle) {
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(ctx_, 0, nullptr, nullptr, 0), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_create_cq(ctx_, 16, nullptr, nullptr, 1), nullptr) << "one completion vector";
+
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(ch, nullptr);
+  EXPECT_GE(ch->fd, 0);
+  int tag = 0;
+  ibv_cq* cq = ibv_create_cq(ctx_, 64, &tag, ch, 0);
+  ASSERT_NE(cq, nullptr);
+  EXPECT_GE(cq->cqe, 64);
+  EXPECT_EQ(cq->cq_context, &tag);
+  EXPECT_EQ(cq->channel, ch);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(cq, 1, &wc), 0);
+  EXPECT_EQ(ibv_req_notify_cq(cq, 0), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), EBUSY);
+  EXPECT_EQ(ibv_resize_cq(cq, 128), 0);
+  EXPECT_GE(cq->cqe, 128);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+TEST_F(ContextTest, UnimplementedVerbsSayEopnotsupp) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_srq(pd, &sa), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_ah_attr ah{};
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd, &ah), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_1), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_td_init_attr td{};
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_td(ctx_, &td), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+// A connected RC pair between uroce0 and uroce1.
+class RcPairTest : public ::testing::Test {
+ protected:
+  struct Side {
+    ibv_context* ctx = nullptr;
+    ibv_pd* pd = nullptr;
+    ibv_comp_channel* ch = nullptr;
+    ibv_cq* scq = nullptr;
+    ibv_cq* rcq = nullptr;
+    ibv_qp* qp = nullptr;
+    std::vector<char> buf = std::vector<char>(65536);
+    ibv_mr* mr = nullptr;
+    ibv_gid gid{};
+  };
+
+  void SetUp() override {
+    open_side(a_, "uroce0");
+    open_side(b_, "uroce1");
+    if (HasFatalFailure()) return;
+    connect(a_, b_);
+    connect(b_, a_);
+  }
+
+  void TearDown() override {
+    for (Side* s : {&a_, &b_}) {
+      if (s->qp) {
+        EXPECT_EQ(ibv_destroy_qp(s->qp), 0);
+      }
+      if (s->scq) {
+        EXPECT_EQ(ibv_destroy_cq(s->scq), 0);
+      }
+      if (s->rcq) {
+        EXPECT_EQ(ibv_destroy_cq(s->rcq), 0);
+      }
+      if (s->ch) {
+        EXPECT_EQ(ibv_destroy_comp_channel(s->ch), 0);
+      }
+      if (s->mr) {
+        EXPECT_EQ(ibv_dereg_mr(s->mr), 0);
+      }
+      if (s->pd) {
+        EXPECT_EQ(ibv_dealloc_pd(s->pd), 0);
+      }
+      if (s->ctx) {
+        EXPECT_EQ(ibv_close_device(s->ctx), 0);
+      }
+    }
+  }
+
+  static ibv_qp_init_attr qp_attr(Side& s) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = s.scq;
+    ia.recv_cq = s.rcq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = 64;
+    ia.cap.max_recv_wr = 64;
+    ia.cap.max_send_sge = 2;
+    ia.cap.max_recv_sge = 2;
+    ia.cap.max_inline_data = 64;
+    ia.qp_context = &s;
+    return ia;
+  }
+
+  void open_side(Side& s, const char* name) {
+    s.ctx = open_named(name);
+    ASSERT_NE(s.ctx, nullptr);
+    s.pd = ibv_alloc_pd(s.ctx);
+    ASSERT_NE(s.pd, nullptr);
+    s.ch = ibv_create_comp_channel(s.ctx);
+    ASSERT_NE(s.ch, nullptr);
+    s.scq = ibv_create_cq(s.ctx, 128, nullptr, nullptr, 0);
+    s.rcq = ibv_create_cq(s.ctx, 128, &s, s.ch, 0);
+    ASSERT_NE(s.scq, nullptr);
+    ASSERT_NE(s.rcq, nullptr);
+    s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(s.mr, nullptr);
+    ibv_qp_init_attr ia = qp_attr(s);
+    s.qp = ibv_create_qp(s.pd, &ia);
+    ASSERT_NE(s.qp, nullptr) << std::strerror(errno);
+    EXPECT_EQ(s.qp->state, IBV_QPS_RESET);
+    EXPECT_GE(ia.cap.max_inline_data, 64u);
+    ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
+  }
+
+  static ibv_qp_attr init_attr() {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qp_access_flags = 0;
+    return a;
+  }
+  static constexpr int kInitMask =
+      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+
+  static ibv_qp_attr rtr_attr(const Side& remote) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = remote.qp->qp_num;
+    a.rq_psn = 100;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = remote.gid;
+    a.ah_attr.grh.sgid_index = 0;
+    a.ah_attr.grh.hop_limit = 1;
+    a.ah_attr.port_num = 1;
+    return a;
+  }
+  static constexpr int kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+
+  void connect(Side& local, const Side& remote) {
+    ibv_qp_attr a = init_attr();
+    ASSERT_EQ(ibv_modify_qp(local.qp, &a, kInitMask), 0);
+    EXPECT_EQ(local.qp->state, IBV_QPS_INIT);
+    a = rtr_attr(remote);
+    ASSERT_EQ(ibv_modify_qp(local.qp, &a, kRtrMask), 0);
+    EXPECT_EQ(local.qp->state, IBV_QPS_RTR);
+    a = ibv_qp_attr{};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = 100;
+    a.max_rd_atomic = 1;
+    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+    EXPECT_EQ(local.qp->state, IBV_QPS_RTS);
+  }
+
+  void post_recv(Side& s, uint64_t wr_id, size_t off, uint32_t len) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_recv(s.qp, &wr, &bad), 0);
+  }
+
+  Side a_, b_;
+};
+
+TEST_F(RcPairTest, QueryQpReportsStateAndCaps) {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(a_.qp, &attr, IBV_QP_STATE | IBV_QP_CAP, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(init.send_cq, a_.scq);
+  EXPECT_EQ(init.recv_cq, a_.rcq);
+  EXPECT_EQ(init.qp_type, IBV_QPT_RC);
+  EXPECT_GE(init.cap.max_send_wr, 64u);
+  EXPECT_GE(init.cap.max_inline_data, 64u);
+  EXPECT_EQ(a_.qp->qp_context, &a_);
+}
+
+TEST_F(RcPairTest, SendWithImmCompletesOnBothSides) {
+  post_recv(b_, 7, 0, 4096);
+  const char msg[] = "hello over uroce";
+  std::memcpy(a_.buf.data(), msg, sizeof msg);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), sizeof msg, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 42;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htobe32(0xabcd1234);
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+
+  auto s = poll_n(a_.scq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(s[0].status);
+  EXPECT_EQ(s[0].wr_id, 42u);
+  EXPECT_EQ(s[0].opcode, IBV_WC_SEND);
+  EXPECT_EQ(s[0].qp_num, a_.qp->qp_num);
+
+  auto r = poll_n(b_.rcq, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(r[0].status);
+  EXPECT_EQ(r[0].wr_id, 7u);
+  EXPECT_EQ(r[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(r[0].byte_len, sizeof msg);
+  EXPECT_TRUE(r[0].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(be32toh(r[0].imm_data), 0xabcd1234u);
+  EXPECT_EQ(r[0].qp_num, b_.qp->qp_num);
+  EXPECT_EQ(r[0].src_qp, a_.qp->qp_num);
+  EXPECT_STREQ(b_.buf.data(), msg);
+}
+
+TEST_F(RcPairTest, CountersSeeTraffic) {
+  auto get = [](ibv_context* ctx, const char* name) -> long long {
+    int n = uroce_query_counters(ctx, nullptr, 0);
+    EXPECT_GT(n, 0);
+    std::vector<uroce_counter> cs(static_cast<size_t>(n));
+    EXPECT_EQ(uroce_query_counters(ctx, cs.data(), n), n);
+    for (const auto& c : cs)
+      if (std::strcmp(c.name, name) == 0) return static_cast<long long>(c.value);
+    return -1;
+  };
+  long long before = get(b_.ctx, "rcvd_pkts");
+  ASSERT_GE(before, 0) << "rcvd_pkts is listed";
+  post_recv(b_, 1, 0, 64);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 8, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  ASSERT_EQ(poll_n(b_.rcq, 1).size(), 1u);
+  EXPECT_GT(get(b_.ctx, "rcvd_pkts"), before);
+
+  uroce_counter one;
+  EXPECT_EQ(uroce_query_counters(nullptr, &one, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(RcPairTest, MrWithIovaIsAddressedByIova) {
+  // ibv_reg_mr_iova2: the region's first byte is named 0x10000 by SGEs, whatever its address.
+  std::vector<char> src(256, 0);
+  std::memcpy(src.data(), "named by iova", 14);
+  constexpr uint64_t kIova = 0x10000;
+  ibv_mr* mr = ibv_reg_mr_iova2(a_.pd, src.data(), src.size(), kIova, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  post_recv(b_, 1, 0, 64);
+  ibv_sge sge{kIova, 14, mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  auto s = poll_n(a_.scq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(s[0].status);
+  ASSERT_EQ(poll_n(b_.rcq, 1).size(), 1u);
+  EXPECT_STREQ(b_.buf.data(), "named by iova");
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+TEST_F(RcPairTest, InlineSendCopiesAtPostTime) {
+  post_recv(b_, 1, 0, 256);
+  char payload[32] = "inline payload";
+  ibv_sge sge{reinterpret_cast<uintptr_t>(payload), sizeof payload, 0};  // no lkey needed
+  ibv_send_wr wr{};
+  wr.wr_id = 5;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  std::memset(payload, 'X', sizeof payload);  // the buffer is free again once post returns
+  auto r = poll_n(b_.rcq, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r[0].byte_len, 32u);
+  EXPECT_STREQ(b_.buf.data(), "inline payload");
+  EXPECT_EQ(poll_n(a_.scq, 1).size(), 1u);
+}
+
+TEST_F(RcPairTest, PostSendValidatesEveryWr) {
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 8, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;  // not carried end to end yet
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a_.qp, &wr, &bad), EOPNOTSUPP);
+  EXPECT_EQ(bad, &wr);
+
+  wr.opcode = IBV_WR_SEND;
+  ibv_sge three[3] = {sge, sge, sge};
+  wr.sg_list = three;
+  wr.num_sge = 3;  // max_send_sge is 2
+  bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a_.qp, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+
+  std::vector<char> big(1024);
+  ibv_sge inl{reinterpret_cast<uintptr_t>(big.data()), static_cast<uint32_t>(big.size()), 0};
+  wr.sg_list = &inl;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_INLINE;  // larger than max_inline_data
+  bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a_.qp, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+
+  // A chain: the good WR before the bad one is posted, *bad_wr names the bad one.
+  post_recv(b_, 1, 0, 64);
+  ibv_send_wr good{};
+  good.wr_id = 11;
+  good.sg_list = &sge;
+  good.num_sge = 1;
+  good.opcode = IBV_WR_SEND;
+  good.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr worse = good;
+  worse.wr_id = 12;
+  worse.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  good.next = &worse;
+  bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a_.qp, &good, &bad), EOPNOTSUPP);
+  EXPECT_EQ(bad, &worse);
+  auto s = poll_n(a_.scq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].wr_id, 11u);
+
+  ibv_recv_wr rwr{};
+  rwr.sg_list = three;
+  rwr.num_sge = 3;
+  ibv_recv_wr* rbad = nullptr;
+  EXPECT_EQ(ibv_post_recv(a_.qp, &rwr, &rbad), EINVAL);
+  EXPECT_EQ(rbad, &rwr);
+}
+
+TEST_F(RcPairTest, CompletionChannelSignalsArmedCq) {
+  ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
+  post_recv(b_, 3, 0, 64);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 16, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+
+  pollfd pfd{b_.ch->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 2000), 1) << "the channel fd must become readable";
+  ibv_cq* cq = nullptr;
+  void* cq_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(b_.ch, &cq, &cq_ctx), 0);
+  EXPECT_EQ(cq, b_.rcq);
+  EXPECT_EQ(cq_ctx, &b_);
+  ibv_ack_cq_events(cq, 1);
+  EXPECT_EQ(b_.rcq->comp_events_completed, 1u);
+  auto r = poll_n(b_.rcq, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].wr_id, 3u);
+
+  // Not re-armed: a second completion raises no event.
+  post_recv(b_, 4, 0, 64);
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  ASSERT_EQ(poll_n(b_.rcq, 1).size(), 1u);
+  EXPECT_EQ(poll(&pfd, 1, 50), 0);
+}
+
+TEST_F(RcPairTest, LifecycleErrors) {
+  EXPECT_EQ(ibv_destroy_cq(a_.scq), EBUSY) << "a QP still uses the CQ";
+
+  ibv_qp_init_attr ia = qp_attr(a_);
+  ia.qp_type = IBV_QPT_UD;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(a_.pd, &ia), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ia = qp_attr(a_);
+  ia.cap.max_send_sge = 17;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(a_.pd, &ia), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+
+  ibv_qp_init_attr_ex ex{};
+  ex.send_cq = a_.scq;
+  ex.recv_cq = a_.rcq;
+  ex.qp_type = IBV_QPT_RC;
+  ex.cap.max_send_wr = ex.cap.max_recv_wr = 4;
+  ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ex.pd = a_.pd;
+  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;  // no RDMA WRITE yet
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(a_.ctx, &ex), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_qp_to_qp_ex(a_.qp), nullptr) << "created without send ops";
+
+  // A fresh QP: transitions with missing or invalid attributes fail with EINVAL and leave the
+  // state alone.
+  ia = qp_attr(a_);
+  ibv_qp* qp = ibv_create_qp(a_.pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr = init_attr();
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX), EINVAL);
+  EXPECT_EQ(qp->state, IBV_QPS_RESET);
+  attr.port_num = 2;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, kInitMask), EINVAL);
+  attr = init_attr();
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, kInitMask), 0);
+  EXPECT_EQ(qp->state, IBV_QPS_INIT);
+  attr = rtr_attr(b_);
+  attr.ah_attr.is_global = 0;  // RoCE needs the GRH
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, kRtrMask), EINVAL);
+  attr = rtr_attr(b_);
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, kRtrMask & ~IBV_QP_DEST_QPN), EINVAL);
+  EXPECT_EQ(qp->state, IBV_QPS_INIT);
+  attr.qp_state = IBV_QPS_ERR;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(qp->state, IBV_QPS_ERR);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+TEST_F(RcPairTest, ExtendedCqPollsCompletions) {
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 16;
+  ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(a_.ctx, &ca);
+  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
+  ibv_qp_init_attr ia = qp_attr(a_);
+  ia.send_cq = ibv_cq_ex_to_cq(cqx);
+  ibv_qp* qp = ibv_create_qp(a_.pd, &ia);
+  ASSERT_NE(qp, nullptr);
+
+  ibv_poll_cq_attr pa{};
+  EXPECT_EQ(ibv_start_poll(cqx, &pa), ENOENT);
+
+  // A send posted in ERR completes with a flush error (IBTA 10.8.3.3): a completion on the
+  // extended CQ without needing a peer.
+  ibv_qp_attr attr = init_attr();
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, kInitMask), 0);
+  attr.qp_state = IBV_QPS_ERR;  // RESET -> ERR is not a transition (IBTA 10.3.1); INIT -> ERR is
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 8, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 99;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+
+  int rc = ENOENT;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT && std::chrono::steady_clock::now() < deadline)
+    usleep(100);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(cqx->wr_id, 99u);
+  EXPECT_EQ(cqx->status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(ibv_wc_read_qp_num(cqx), qp->qp_num);
+  EXPECT_EQ(ibv_next_poll(cqx), ENOENT);
+  ibv_end_poll(cqx);
+
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
+}
+
+TEST_F(RcPairTest, WrApiPostsABatch) {
+  // perftest's default path: ibv_create_qp_ex with send ops, ibv_qp_to_qp_ex, ibv_wr_*.
+  ibv_qp_init_attr_ex ex{};
+  ex.send_cq = a_.scq;
+  ex.recv_cq = a_.rcq;
+  ex.qp_type = IBV_QPT_RC;
+  ex.cap.max_send_wr = ex.cap.max_recv_wr = 16;
+  ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ex.pd = a_.pd;
+  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  ibv_qp* qp = ibv_create_qp_ex(a_.ctx, &ex);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
+  ASSERT_NE(qpx, nullptr);
+  EXPECT_EQ(qpx->wr_rdma_write, nullptr) << "only the operations asked for";
+
+  // Reconnect b_'s QP to this new QP: both sides RESET -> RTS.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(b_.qp, &reset, IBV_QP_STATE), 0);
+  Side a2 = Side{};
+  a2.qp = qp;
+  a2.gid = a_.gid;
+  ibv_qp_attr attr = init_attr();
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, kInitMask), 0);
+  attr = rtr_attr(b_);
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, kRtrMask), 0);
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.timeout = 14;
+  attr.retry_cnt = 7;
+  attr.rnr_retry = 7;
+  attr.sq_psn = 100;
+  attr.max_rd_atomic = 1;
+  constexpr int kRtsMask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, kRtsMask), 0);
+  connect(b_, a2);
+  a2.qp = nullptr;  // owned below
+
+  post_recv(b_, 1, 0, 64);
+  post_recv(b_, 2, 64, 64);
+  std::memcpy(a_.buf.data(), "first", 6);
+  char second[] = "second";
+  ibv_wr_start(qpx);
+  qpx->wr_id = 21;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send(qpx);
+  ibv_wr_set_sge(qpx, a_.mr->lkey, reinterpret_cast<uintptr_t>(a_.buf.data()), 6);
+  qpx->wr_id = 22;
+  ibv_wr_send_imm(qpx, htobe32(77));
+  ibv_wr_set_inline_data(qpx, second, sizeof second);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+
+  auto s = poll_n(a_.scq, 2);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].wr_id, 21u);
+  EXPECT_EQ(s[1].wr_id, 22u);
+  auto r = poll_n(b_.rcq, 2);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].byte_len, 6u);
+  EXPECT_STREQ(b_.buf.data(), "first");
+  EXPECT_EQ(r[1].byte_len, sizeof second);
+  EXPECT_TRUE(r[1].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(be32toh(r[1].imm_data), 77u);
+  EXPECT_STREQ(b_.buf.data() + 64, "second");
+
+  // A bad WR fails the whole batch at ibv_wr_complete.
+  ibv_wr_start(qpx);
+  qpx->wr_id = 23;
+  ibv_wr_send(qpx);
+  std::vector<char> big(1024);
+  ibv_wr_set_inline_data(qpx, big.data(), big.size());  // over max_inline_data
+  EXPECT_EQ(ibv_wr_complete(qpx), EINVAL);
+  EXPECT_EQ(poll_n(a_.scq, 1, 50).size(), 0u);
+
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+}  // namespace
