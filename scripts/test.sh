@@ -16,5 +16,6 @@ echo "== ASan+UBSan build"
 "$root/scripts/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=address,undefined \
   -DUROCE_BUILD_BENCH=OFF
 # Integration tests preload liburoce into unmodified, uninstrumented programs, which the ASan
-# runtime does not support; the sanitizer run covers every test that links uroce itself.
+# runtime does not support (label "integration"); the sanitizer run covers every test that links
+# uroce itself.
 ctest --test-dir "$root/build-asan" -j"$jobs" --output-on-failure --timeout 600 -LE integration
