@@ -282,6 +282,10 @@ const DeviceCounters& Device::counters() const {
   return counters_;
 }
 
+bool Device::poll_progress() {
+  return engine_->poll_from_app();
+}
+
 size_t Device::qp_count() {
   std::lock_guard<std::mutex> g(mu_);
   return qps_.size();

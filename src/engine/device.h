@@ -97,6 +97,10 @@ class Device : private Engine::Client, private transport::EventSink {
   AsyncEventQueue& async_events();
 
   const DeviceCounters& counters() const;
+
+  // Receive and process what has arrived, from an application thread that polls a CQ and found
+  // it empty (see Engine::poll_from_app). Returns true if anything was processed.
+  bool poll_progress();
   size_t qp_count();
 
  private:

@@ -110,6 +110,7 @@ void Engine::run() {
       if (evs[i].data.fd != port_.rx_fd()) drain(evs[i].data.fd);
     if (stop_.load(std::memory_order_relaxed)) break;
 
+    std::lock_guard<std::mutex> rx_guard(rx_mu_);
     std::span<const RxPacket> rx = port_.rx_burst();
     std::lock_guard<std::mutex> g(mu_);
     transport::Time now = monotonic_now();
@@ -122,6 +123,23 @@ void Engine::run() {
     if (next <= now) next = now + kMinTimerNs;
     if (next != armed_) arm_timer(next);
   }
+}
+
+bool Engine::poll_from_app() {
+  std::unique_lock<std::mutex> rx_guard(rx_mu_, std::try_to_lock);
+  if (!rx_guard.owns_lock()) return false;
+  std::span<const RxPacket> rx = port_.rx_burst();
+  if (rx.empty()) return false;
+  std::lock_guard<std::mutex> g(mu_);
+  transport::Time now = monotonic_now();
+  client_.on_packets(rx, now);
+  bool again = false;
+  transport::Time next = client_.on_progress(now, &again);
+  port_.tx_flush();
+  if (next <= now) next = now + kMinTimerNs;
+  if (next < armed_) arm_timer(next);
+  if (again) kick();
+  return true;
 }
 
 }  // namespace uroce

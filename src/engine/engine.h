@@ -52,12 +52,22 @@ class Engine {
   // lock held, e.g. after an application call armed a retransmission timer.
   void wake_by(transport::Time deadline);
 
+  // One non-blocking receive-and-progress pass run by an application thread, typically one that
+  // busy-polls a CQ and found it empty. On a machine with fewer cores than spinning threads the
+  // engine thread may wait a whole scheduler tick to run; a polling application that drives
+  // progress itself does not. Returns false at once if another thread is receiving (the engine,
+  // or another poller) or nothing was received. Call without the device lock.
+  bool poll_from_app();
+
   uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
 
  private:
   void run();
   void arm_timer(transport::Time deadline);  // device lock held
 
+  // Lock order: rx_mu_ before mu_. rx_mu_ serialises receiving (the port's receive buffers and
+  // the processing of a received batch) between the engine thread and polling applications.
+  std::mutex rx_mu_;
   std::mutex& mu_;
   UdpPort& port_;
   Client& client_;

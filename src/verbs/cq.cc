@@ -25,7 +25,10 @@ int ex_next(ibv_cq_ex* cqx) {
 }
 int ex_start(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
-  return ex_next(cqx);
+  int rc = ex_next(cqx);
+  // As in poll_cq: an empty CQ lets the polling thread drive progress.
+  if (rc == ENOENT && to_v(cqx)->ctx->dev->poll_progress()) rc = ex_next(cqx);
+  return rc;
 }
 void ex_end(ibv_cq_ex*) {}
 ibv_wc_opcode ex_opcode(ibv_cq_ex* c) {
@@ -253,7 +256,12 @@ void ack_cq_events(ibv_cq* cq, unsigned n) {
 
 int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   if (n < 0 || (n > 0 && !wc)) return -EINVAL;
-  return to_v(cq)->impl.poll(n, wc);
+  VCq* vcq = to_v(cq);
+  int got = vcq->impl.poll(n, wc);
+  // An application that busy-polls drives progress itself when its CQ is empty, so its latency
+  // does not depend on the engine thread being scheduled next to the spinning poller.
+  if (got == 0 && n > 0 && vcq->ctx->dev->poll_progress()) got = vcq->impl.poll(n, wc);
+  return got;
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
