@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what uroce needs, builds it, and runs the whole test suite:
 #   1. a release build (RelWithDebInfo): unit, engine, verbs and integration tests (ctest);
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the tests that link uroce directly.
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the tests that link uroce directly;
+#   3. a ThreadSanitizer build of the engine and verbs tests (the threaded parts).
 # Tests that need root (packet capture, network namespaces) skip with a reason when not root.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,3 +20,10 @@ echo "== ASan+UBSan build"
 # runtime does not support (label "integration"); the sanitizer run covers every test that links
 # uroce itself.
 ctest --test-dir "$root/build-asan" -j"$jobs" --output-on-failure --timeout 600 -LE integration
+
+echo "== ThreadSanitizer build: the engine thread and the verbs layer over it"
+cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=thread \
+  -DUROCE_BUILD_BENCH=OFF >/dev/null
+cmake --build "$root/build-tsan" -j"$jobs" --target engine_tests verbs_tests verbs_config_tests
+ctest --test-dir "$root/build-tsan" -j"$jobs" --output-on-failure --timeout 600 -L "engine|verbs" \
+  -LE integration

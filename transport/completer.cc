@@ -1,6 +1,9 @@
 // Completer: responses → completions, retries and timers. See completer.h.
 #include "transport/completer.h"
 
+#include <algorithm>
+
+#include "transport/dma.h"
 #include "transport/qp_state.h"
 
 namespace uroce::transport {
@@ -16,7 +19,7 @@ ibv_wc send_wc(const QpContext& ctx, const SendEntry& e, ibv_wc_status status) {
   ibv_wc wc{};
   wc.wr_id = e.wqe.wr_id;
   wc.status = status;
-  wc.opcode = IBV_WC_SEND;
+  wc.opcode = wc_opcode_for(e.wqe.opcode);
   wc.byte_len = e.length;
   wc.qp_num = ctx.init.qpn;
   return wc;
@@ -38,6 +41,8 @@ ibv_wc_status Completer::to_wc_status(Error e) {
       return IBV_WC_REM_OP_ERR;
     case Error::kRemoteInvalidRdRequest:
       return IBV_WC_REM_INV_RD_REQ_ERR;
+    case Error::kLocalProtection:
+      return IBV_WC_LOC_PROT_ERR;
   }
   return IBV_WC_GENERAL_ERR;
 }
@@ -62,6 +67,7 @@ void Completer::on_sent(const PacketsSent& ev, Time now, const QpContext& ctx) {
 bool Completer::advance(Psn next_unacked, Time now, const QpContext& ctx, SendQueue& sq) {
   if (next_unacked <= unacked_) return false;
   unacked_ = next_unacked;
+  if (resend_asked_ && unacked_ > resend_from_) resend_asked_ = false;
   while (!sq.empty() && sq.front().state == WqeState::kInFlight &&
          sq.front().end_psn() <= unacked_) {
     const SendEntry& e = sq.front();
@@ -102,14 +108,121 @@ CompleterOutcome Completer::complete_local_error(const QpContext& ctx, SendQueue
   return out;
 }
 
+Psn Completer::ack_limit(const SendQueue& sq) const {
+  for (SendQueue::Seq s = sq.begin(); s != sq.end(); ++s) {
+    const SendEntry& e = sq.at(s);
+    if (e.state != WqeState::kInFlight) break;
+    if (is_read_or_atomic(e.wqe.opcode)) return std::max(unacked_, e.first_psn);
+  }
+  return sent_end_;
+}
+
+SendEntry* Completer::find(SendQueue& sq, Psn psn) const {
+  for (SendQueue::Seq s = sq.begin(); s != sq.end(); ++s) {
+    SendEntry& e = sq.at(s);
+    if (e.state != WqeState::kInFlight) break;
+    if (psn >= e.first_psn && psn < e.end_psn()) return &e;
+  }
+  return nullptr;
+}
+
+void Completer::implicit_nak(Psn from, Time now, const QpContext& ctx, CompleterOutcome& out) {
+  if (resend_asked_ && resend_from_ == from) return;
+  resend_asked_ = true;
+  resend_from_ = from;
+  // Like a sequence NAK without its retry cost: the loss is bounded by the guard above, and a
+  // resend that is lost again falls to the timer, which does spend retries.
+  ++ctx.counters.completer_retry_err;
+  out.retransmit = RetransmitFrom{from, 0};
+  arm(now, ctx);
+}
+
 CompleterOutcome Completer::on_response(const wire::Packet& pkt, Time now, const QpContext& ctx,
                                         SendQueue& sq) {
+  const uint32_t flags = pkt.info->flags;
+  if (pkt.bth.opcode == static_cast<uint8_t>(wire::Opcode::kRcAcknowledge)) {
+    return on_ack(pkt, now, ctx, sq);
+  }
+  if (flags & wire::kRead) return on_read_response(pkt, now, ctx, sq);
+  if (flags & wire::kAtomic) return on_atomic_ack(pkt, now, ctx, sq);
+  ++ctx.counters.dropped_pkts;
+  return {};
+}
+
+CompleterOutcome Completer::on_read_response(const wire::Packet& pkt, Time now,
+                                             const QpContext& ctx, SendQueue& sq) {
   CompleterOutcome out;
-  if (pkt.bth.opcode != static_cast<uint8_t>(wire::Opcode::kRcAcknowledge)) {
-    // READ responses and atomic ACKs answer requests this requester does not send yet.
+  const Psn psn(pkt.bth.psn);
+  if (psn < unacked_) return out;  // a duplicate of data already placed
+  SendEntry* w = psn < sent_end_ ? find(sq, psn) : nullptr;
+  if (w == nullptr || w->wqe.opcode != IBV_WR_RDMA_READ) {
+    ++ctx.counters.dropped_pkts;  // ghost: no READ of ours holds this PSN
+    return out;
+  }
+  const Psn limit = ack_limit(sq);
+  if (psn != limit) {
+    // Responses arrive in PSN order; a later one means those from `limit` on were lost.
+    implicit_nak(limit, now, ctx, out);
+    return out;
+  }
+  // Response packet k of a READ carries bytes [k * PMTU, ...) of the message, whichever request
+  // (the first or a resumed one) it answers; LAST/ONLY only at the READ's last PSN (9.7.5.1.5).
+  const uint64_t off = uint64_t{psn_span(w->first_psn, psn)} * ctx.mtu;
+  const uint32_t want = static_cast<uint32_t>(std::min<uint64_t>(ctx.mtu, w->length - off));
+  const bool last = psn == w->last_psn();
+  if (pkt.payload.size() != want || last != bool(pkt.info->flags & wire::kLast)) {
+    ++ctx.counters.dropped_pkts;  // malformed: the timer resends what it should have carried
+    return out;
+  }
+  // A READ response implicitly acknowledges every request before the READ (9.7.5.1.1).
+  bool progress = advance(w->first_psn, now, ctx, sq);
+  w = find(sq, psn);  // advance() may have popped entries before it
+  if (want != 0 && scatter(ctx.mem, ctx.init.pd, w->wqe.sge.data(), w->wqe.num_sge, off,
+                           pkt.payload.data(), want) != MemStatus::kOk) {
+    if (progress) out.acked = AckedThrough{unacked_};
+    CompleterOutcome f = fail_front(Error::kLocalProtection, ctx, sq);
+    f.acked = out.acked;
+    return f;
+  }
+  progress |= advance(psn + 1, now, ctx, sq);
+  if (progress) out.acked = AckedThrough{unacked_};
+  return out;
+}
+
+CompleterOutcome Completer::on_atomic_ack(const wire::Packet& pkt, Time now, const QpContext& ctx,
+                                          SendQueue& sq) {
+  CompleterOutcome out;
+  const Psn psn(pkt.bth.psn);
+  if (psn < unacked_) return out;  // duplicate: the original value is already placed
+  SendEntry* w = psn < sent_end_ ? find(sq, psn) : nullptr;
+  if (w == nullptr || !is_atomic(w->wqe.opcode)) {
     ++ctx.counters.dropped_pkts;
     return out;
   }
+  const Psn limit = ack_limit(sq);
+  if (psn != limit) {
+    implicit_nak(limit, now, ctx, out);
+    return out;
+  }
+  bool progress = advance(w->first_psn, now, ctx, sq);
+  w = find(sq, psn);
+  // The original remote value, in host order, goes to the 8-byte SGE (ibv_post_send(3)).
+  const uint64_t orig = pkt.atomic_ack;
+  if (scatter(ctx.mem, ctx.init.pd, w->wqe.sge.data(), w->wqe.num_sge, 0,
+              reinterpret_cast<const uint8_t*>(&orig), sizeof orig) != MemStatus::kOk) {
+    if (progress) out.acked = AckedThrough{unacked_};
+    CompleterOutcome f = fail_front(Error::kLocalProtection, ctx, sq);
+    f.acked = out.acked;
+    return f;
+  }
+  progress |= advance(psn + 1, now, ctx, sq);
+  if (progress) out.acked = AckedThrough{unacked_};
+  return out;
+}
+
+CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpContext& ctx,
+                                   SendQueue& sq) {
+  CompleterOutcome out;
   const Psn psn(pkt.bth.psn);
   const uint8_t syn = pkt.aeth.syndrome;
   const AethType type = wire::aeth_type(syn);
@@ -121,6 +234,13 @@ CompleterOutcome Completer::on_response(const wire::Packet& pkt, Time now, const
       ++ctx.counters.dropped_pkts;
       return out;
     }
+    const Psn limit = ack_limit(sq);
+    if (psn >= limit) {
+      // The responder is past a READ/ATOMIC whose data we lack: its responses were lost.
+      if (advance(limit, now, ctx, sq)) out.acked = AckedThrough{unacked_};
+      implicit_nak(limit, now, ctx, out);
+      return out;
+    }
     if (advance(psn + 1, now, ctx, sq)) out.acked = AckedThrough{unacked_};
     return out;
   }
@@ -130,8 +250,18 @@ CompleterOutcome Completer::on_response(const wire::Packet& pkt, Time now, const
     if (psn >= sent_end_) ++ctx.counters.dropped_pkts;
     return out;  // stale: the condition it reports was already dealt with
   }
-  const bool progress = advance(psn, now, ctx, sq);
+  const Psn limit = ack_limit(sq);
+  const bool progress = advance(std::min(psn, limit), now, ctx, sq);
   if (progress) out.acked = AckedThrough{unacked_};
+  if (psn > limit && type != AethType::kNak) {
+    // An RNR NAK for a request after a READ/ATOMIC whose responses were lost: fetch them first.
+    implicit_nak(limit, now, ctx, out);
+    return out;
+  }
+  if (psn > limit && wire::aeth_value(syn) == uint8_t(NakCode::kPsnSequenceError)) {
+    implicit_nak(limit, now, ctx, out);
+    return out;
+  }
 
   if (type == AethType::kRnrNak) {
     ++ctx.counters.rcvd_rnr_err;
@@ -188,8 +318,10 @@ CompleterOutcome Completer::on_timer(Time now, const QpContext& ctx, SendQueue& 
     deadline_ = kNever;
     return out;
   }
-  // Local ACK timeout (IBTA 9.7.6.1.3): resend everything from the oldest unacknowledged PSN.
+  // Local ACK timeout (IBTA 9.7.6.1.3): resend everything from the oldest unacknowledged PSN
+  // (inside a READ: from its first missing response packet).
   ++ctx.counters.local_ack_timeout_err;
+  resend_asked_ = false;
   if (retry_left_ == 0) {
     ++ctx.counters.retry_exceeded_err;
     return fail_front(Error::kRetryExceeded, ctx, sq);

@@ -75,7 +75,8 @@ void Qp::Impl::flush() {
   // IBTA 10.3.1 (Error state): every outstanding WQE completes with "flushed in error",
   // signaled or not, send queue first, each queue in order.
   for (SendQueue::Seq s = sq.begin(); s != sq.end(); ++s) {
-    init.send_cq->push(flush_wc(sq.at(s).wqe.wr_id, IBV_WC_SEND, init.qpn));
+    const SendWqe& w = sq.at(s).wqe;
+    init.send_cq->push(flush_wc(w.wr_id, wc_opcode_for(w.opcode), init.qpn));
   }
   sq.clear();
   for (const RecvWqe& w : rq) init.recv_cq->push(flush_wc(w.wr_id, IBV_WC_RECV, init.qpn));
@@ -179,6 +180,10 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT || q.state == IBV_QPS_RTR) return EINVAL;
   if (!wr_opcode_info(wqe.opcode).supported) return EINVAL;
   const bool is_inline = wqe.send_flags & IBV_SEND_INLINE;
+  // Inline data is something to send: READ and ATOMIC SGEs are written, not read
+  // (ibv_post_send(3)). An ATOMIC's result is one 8-byte SGE.
+  if (is_read_or_atomic(wqe.opcode) && is_inline) return EINVAL;
+  if (is_atomic(wqe.opcode) && (wqe.num_sge != 1 || wqe.sge[0].length != 8)) return EINVAL;
   uint64_t length;
   if (is_inline) {
     if (wqe.inline_len > std::min(q.init.max_inline_data, kMaxInlineData)) return EINVAL;
@@ -188,9 +193,14 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
     length = sge_total(wqe.sge.data(), wqe.num_sge);
   }
   if (length > kMaxMessageBytes) return EINVAL;
+  // A READ takes one PSN per response packet at once; more than a quarter of the PSN space
+  // would break the wrap-safe comparisons (IBTA 9.7.4.1.3: at most half may be outstanding).
+  if (wqe.opcode == IBV_WR_RDMA_READ && (length + q.ctx.mtu - 1) / q.ctx.mtu > (1u << 22)) {
+    return EINVAL;
+  }
   if (q.state == IBV_QPS_ERR) {
     // Posting to a QP in ERR is allowed and completes at once, flushed (IBTA 10.8.3.1).
-    q.init.send_cq->push(flush_wc(wqe.wr_id, IBV_WC_SEND, q.init.qpn));
+    q.init.send_cq->push(flush_wc(wqe.wr_id, wc_opcode_for(wqe.opcode), q.init.qpn));
     return 0;
   }
   if (q.sq.size() >= q.init.max_send_wr) return ENOMEM;
@@ -244,12 +254,14 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
 void Qp::pump(Time now) {
   Impl& q = *impl_;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return;
-  if (q.responder.has_response()) {
+  // Responses first, in request order (ACKs, READ response streams, ATOMIC ACKs).
+  while (q.responder.has_response()) {
     TxBuf* buf = q.tx.tx_alloc();
     if (buf == nullptr) return;
-    q.responder.write_response(q.ctx, buf);
+    const bool fatal = q.responder.write_response(q.ctx, buf);
     q.tx.tx_commit(buf);
     ++q.counters.sent_pkts;
+    if (fatal && q.state != IBV_QPS_ERR) q.enter_error();
   }
   if (!q.sending_state()) return;
   q.handle(q.requester.pump(now, q.ctx, q.sq, q.tx, q.state == IBV_QPS_RTS), now);
@@ -267,7 +279,7 @@ bool Qp::wants_pump() const {
   if (q.responder.has_response()) return true;
   // Time 0: a running RNR wait reads as "not now"; next_deadline() reports when it ends.
   return q.sending_state() &&
-         q.requester.state(0, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending;
+         q.requester.state(0, q.ctx, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending;
 }
 
 Time Qp::next_deadline() const {

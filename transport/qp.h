@@ -102,7 +102,9 @@ class Qp {
   // Queue work. post_send: EINVAL in RESET/INIT/RTR, ENOMEM when the send queue is full; in ERR
   // the WQE completes with IBV_WC_WR_FLUSH_ERR. post_recv: EINVAL in RESET, ENOMEM
   // when full; flushed in ERR. post_send also returns EINVAL for what the transport does not
-  // implement (today: anything but IBV_WR_SEND/SEND_WITH_IMM on RC) and ends with pump(now).
+  // implement (today: anything but SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
+  // RDMA_READ, ATOMIC_CMP_AND_SWP and ATOMIC_FETCH_AND_ADD on RC), for inline READ/ATOMIC and
+  // for an ATOMIC whose result is not one 8-byte SGE; it ends with pump(now).
   int post_send(const SendWqe& wqe, Time now);
   int post_recv(const RecvWqe& wqe);
 

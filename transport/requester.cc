@@ -21,11 +21,32 @@ const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op) {
                                       Opcode::kRcSendLast, Opcode::kRcSendOnly};
   static constexpr WrOpcodeInfo kSendImm{true, Opcode::kRcSendFirst, Opcode::kRcSendMiddle,
                                          Opcode::kRcSendLastImm, Opcode::kRcSendOnlyImm};
+  // RETH travels in the first packet of a WRITE, its immediate in the last (9.4.3, 9.4.4).
+  static constexpr WrOpcodeInfo kWrite{true, Opcode::kRcWriteFirst, Opcode::kRcWriteMiddle,
+                                       Opcode::kRcWriteLast, Opcode::kRcWriteOnly};
+  static constexpr WrOpcodeInfo kWriteImm{true, Opcode::kRcWriteFirst, Opcode::kRcWriteMiddle,
+                                          Opcode::kRcWriteLastImm, Opcode::kRcWriteOnlyImm};
+  static constexpr WrOpcodeInfo kRead{true, Opcode::kRcReadRequest, Opcode::kRcReadRequest,
+                                      Opcode::kRcReadRequest, Opcode::kRcReadRequest};
+  static constexpr WrOpcodeInfo kCmpSwap{true, Opcode::kRcCompareSwap, Opcode::kRcCompareSwap,
+                                         Opcode::kRcCompareSwap, Opcode::kRcCompareSwap};
+  static constexpr WrOpcodeInfo kFetchAdd{true, Opcode::kRcFetchAdd, Opcode::kRcFetchAdd,
+                                          Opcode::kRcFetchAdd, Opcode::kRcFetchAdd};
   switch (op) {
     case IBV_WR_SEND:
       return kSend;
     case IBV_WR_SEND_WITH_IMM:
       return kSendImm;
+    case IBV_WR_RDMA_WRITE:
+      return kWrite;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return kWriteImm;
+    case IBV_WR_RDMA_READ:
+      return kRead;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return kCmpSwap;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return kFetchAdd;
     default:
       return kUnsupported;
   }
@@ -63,12 +84,34 @@ void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq) {
   since_ack_req_ = 0;
 }
 
-Requester::State Requester::state(Time now, const SendQueue& sq, bool may_start) const {
+uint32_t Requester::rd_atomic_in_flight(const SendQueue& sq) const {
+  uint32_t n = 0;
+  for (SendQueue::Seq s = sq.begin(); s < cursor_seq_ && s < sq.end(); ++s) {
+    const SendEntry& e = sq.at(s);
+    if (e.state == WqeState::kInFlight && is_read_or_atomic(e.wqe.opcode)) ++n;
+  }
+  return n;
+}
+
+Requester::State Requester::state(Time now, const QpContext& ctx, const SendQueue& sq,
+                                  bool may_start) const {
   if (not_before_ != 0 && now < not_before_) return State::kRnrWait;
   if (cursor_seq_ >= sq.end()) return State::kIdle;
   const SendEntry& e = sq.at(cursor_seq_);
   if (e.state == WqeState::kLocalError) return State::kBlocked;
   if (e.state == WqeState::kQueued && !may_start) return State::kBlocked;
+  if (e.state == WqeState::kQueued) {
+    const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
+    const bool fenced = e.wqe.send_flags & IBV_SEND_FENCE;
+    if (rd_atomic || fenced) {
+      // IBTA 10.8.3.3 / ibv_post_send(3): a fenced WQE waits for every earlier READ/ATOMIC;
+      // at most max_rd_atomic READ/ATOMICs are outstanding (a limit of 0 would never send
+      // one: it is taken as 1, and the responder's max_dest_rd_atomic still applies).
+      const uint32_t n = rd_atomic_in_flight(sq);
+      const uint32_t limit = std::max<uint32_t>(1, ctx.attr.max_rd_atomic);
+      if ((fenced && n > 0) || (rd_atomic && n >= limit)) return State::kRdAtomicWait;
+    }
+  }
   if (psn_span(unacked_, cursor_psn_) >= kSendWindowPkts) return State::kWindowFull;
   return State::kSending;
 }
@@ -78,13 +121,17 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   RequesterOutcome out;
   if (not_before_ != 0 && now >= not_before_) not_before_ = 0;
   bool sent = false;
-  while (state(now, sq, may_start) == State::kSending) {
+  while (state(now, ctx, sq, may_start) == State::kSending) {
     SendEntry& e = sq.at(cursor_seq_);
+    const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
     if (e.state == WqeState::kQueued) {
       // First packet of a WQE: check every SGE now so a bad lkey fails before anything is on the
-      // wire (the WQE completes with IBV_WC_LOC_PROT_ERR, as on hardware).
+      // wire (the WQE completes with IBV_WC_LOC_PROT_ERR, as on hardware). READ and ATOMIC
+      // responses are written into the SGEs, which must allow local write.
+      const int access = rd_atomic ? IBV_ACCESS_LOCAL_WRITE : 0;
       if (!(e.wqe.send_flags & IBV_SEND_INLINE) &&
-          check_sges(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, 0) != MemStatus::kOk) {
+          check_sges(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, access) !=
+              MemStatus::kOk) {
         e.state = WqeState::kLocalError;
         e.error = IBV_WC_LOC_PROT_ERR;
         out.local_error = true;
@@ -100,7 +147,7 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
     const Segment seg = segment(ctx, e);
     MemPieces pieces;
     uint32_t npieces = 0;
-    if (!(e.wqe.send_flags & IBV_SEND_INLINE) &&
+    if (!(e.wqe.send_flags & IBV_SEND_INLINE) && seg.len != 0 &&
         resolve_read(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, seg.offset, seg.len,
                      pieces, &npieces) != MemStatus::kOk) {
       e.state = WqeState::kLocalError;
@@ -117,7 +164,8 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
     tx.tx_commit(buf);
     ++ctx.counters.sent_pkts;
     if (cursor_psn_ < sent_end_) ++ctx.counters.retransmitted_pkts;
-    ++cursor_psn_;
+    // A READ request covers every PSN of its response stream; an ATOMIC has one PSN.
+    cursor_psn_ = rd_atomic ? e.end_psn() : cursor_psn_ + 1;
     if (cursor_psn_ > sent_end_) sent_end_ = cursor_psn_;
     sent = true;
     if (cursor_psn_ == e.end_psn()) ++cursor_seq_;
@@ -130,6 +178,7 @@ Requester::Segment Requester::segment(const QpContext& ctx, const SendEntry& e) 
   Segment seg;
   seg.index = psn_span(e.first_psn, cursor_psn_);
   seg.offset = uint64_t{seg.index} * ctx.mtu;
+  if (is_read_or_atomic(e.wqe.opcode)) return seg;  // no payload
   seg.len = static_cast<uint32_t>(std::min<uint64_t>(ctx.mtu, e.length - seg.offset));
   return seg;
 }
@@ -139,17 +188,26 @@ void Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   const bool first = seg.index == 0, last = seg.index + 1 == e.npkts;
   const uint32_t len = seg.len;
   const WrOpcodeInfo& w = wr_opcode_info(e.wqe.opcode);
-  const Opcode op = first && last ? w.only : first ? w.first : last ? w.last : w.middle;
+  const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
+  const Opcode op = rd_atomic       ? w.only
+                    : first && last ? w.only
+                    : first         ? w.first
+                    : last          ? w.last
+                                    : w.middle;
   const wire::OpcodeInfo& info = wire::opcode_info(op);
 
   ++since_ack_req_;
-  const bool ack_req = last || since_ack_req_ >= kAckReqIntervalPkts ||
+  // READ/ATOMIC requests are always answered; AckReq on them costs nothing and keeps the
+  // interval count simple.
+  const bool ack_req = last || rd_atomic || since_ack_req_ >= kAckReqIntervalPkts ||
                        psn_span(unacked_, cursor_psn_ + 1) >= kSendWindowPkts;
   if (ack_req) since_ack_req_ = 0;
 
   wire::Packet p;
   p.bth.opcode = static_cast<uint8_t>(op);
-  p.bth.se = last && (e.wqe.send_flags & IBV_SEND_SOLICITED);
+  // SE only means something on the last packet of what completes a receive (IBTA 9.2.3).
+  p.bth.se = last && (e.wqe.send_flags & IBV_SEND_SOLICITED) &&
+             (info.flags & (wire::kSend | wire::kConsumesRecv));
   p.bth.migreq = true;  // no APM: always "migrated" (IBTA 9.2.3)
   p.bth.pad = wire::pad_for(len);
   p.bth.pkey = wire::kDefaultPkey;
@@ -157,12 +215,30 @@ void Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   p.bth.ack_req = ack_req;
   p.bth.psn = cursor_psn_.value();
   if (info.flags & wire::kHasImm) p.imm_be = e.wqe.imm_be;
+  if (info.flags & wire::kHasReth) {
+    // WRITE FIRST/ONLY: the whole message. READ: what is still missing from seg.offset on
+    // (the whole READ unless the completer asked to resume mid-stream).
+    p.reth.va = e.wqe.remote_addr + seg.offset;
+    p.reth.rkey = e.wqe.rkey;
+    p.reth.dma_len = static_cast<uint32_t>(e.length - seg.offset);
+  }
+  if (info.flags & wire::kHasAtomicEth) {
+    p.atomic.va = e.wqe.remote_addr;
+    p.atomic.rkey = e.wqe.rkey;
+    // ibv_send_wr: compare_add is the addend of FETCH_AND_ADD, the comparand of CMP_AND_SWP.
+    if (e.wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+      p.atomic.compare = e.wqe.compare_add;
+      p.atomic.swap_add = e.wqe.swap;
+    } else {
+      p.atomic.swap_add = e.wqe.compare_add;
+    }
+  }
 
   const size_t hdr = wire::build_headers(p, buf->data);
   uint8_t* payload = buf->data + hdr;
   if (e.wqe.send_flags & IBV_SEND_INLINE) {
     std::memcpy(payload, e.wqe.inline_data.data() + seg.offset, len);
-  } else {
+  } else if (len != 0) {
     copy_pieces(pieces, npieces, payload);
   }
   std::memset(payload + len, 0, p.bth.pad);

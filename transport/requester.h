@@ -1,6 +1,9 @@
 // The requester: turns send WQEs into request packets. Segmentation by path MTU into
 // FIRST/MIDDLE/LAST/ONLY, PSN assignment, AckReq, the send window, and go-back-N retransmission
-// from a PSN on the completer's request (IBTA 9.7.4.1 requester side).
+// from a PSN on the completer's request (IBTA 9.7.4.1 requester side). RDMA READ and ATOMIC
+// requests are limited to max_rd_atomic outstanding and honour IBV_SEND_FENCE (IBTA 9.4.4,
+// 10.8.3.3); a READ resent from the middle of its response stream is a new READ REQUEST for the
+// part still missing (9.7.4.1.3.2: the duplicate READ carries the adjusted VA, length and PSN).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,8 @@ inline constexpr uint32_t kSendWindowPkts = 256;
 inline constexpr uint32_t kAckReqIntervalPkts = 32;
 
 // ibv_wr_opcode → the wire opcodes of its packets by position. Segmentation and header building
-// read only this table and the wire opcode table, so RDMA WRITE/READ/ATOMIC are rows to add.
+// read only this table and the wire opcode table. READ and the ATOMICs are one request packet
+// (all four positions name it).
 struct WrOpcodeInfo {
   bool supported = false;
   wire::Opcode first, middle, last, only;
@@ -32,11 +36,13 @@ const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op);
 class Requester {
  public:
   enum class State : uint8_t {
-    kIdle,        // nothing to send (cursor at the end of the queue)
-    kSending,     // packets ready under the window
-    kWindowFull,  // kSendWindowPkts unacknowledged
-    kRnrWait,     // an RNR NAK asked to wait until not_before_
-    kBlocked,     // the cursor's WQE is kLocalError or SQD stops new WQEs
+    kIdle,          // nothing to send (cursor at the end of the queue)
+    kSending,       // packets ready under the window
+    kWindowFull,    // kSendWindowPkts unacknowledged
+    kRnrWait,       // an RNR NAK asked to wait until not_before_
+    kBlocked,       // the cursor's WQE is kLocalError or SQD stops new WQEs
+    kRdAtomicWait,  // the cursor's new WQE is a READ/ATOMIC and max_rd_atomic are outstanding,
+                    // or it is fenced (IBV_SEND_FENCE) and a READ/ATOMIC is outstanding
   };
 
   // RTR→RTS: the first PSN the requester uses is sq_psn.
@@ -52,7 +58,7 @@ class Requester {
                         bool may_start);
 
   // What pump() would do now, ignoring the port; kRnrWait while the RNR timer runs.
-  State state(Time now, const SendQueue& sq, bool may_start) const;
+  State state(Time now, const QpContext& ctx, const SendQueue& sq, bool may_start) const;
   // The RNR timer's expiry while it runs, else kNever.
   Time wake_time() const { return not_before_ ? not_before_ : kNever; }
 
@@ -60,12 +66,16 @@ class Requester {
   Psn sent_end() const { return sent_end_; }
 
  private:
-  // The cursor's packet within its WQE: index, message offset and payload bytes.
+  // The cursor's packet within its WQE: index, message offset and payload bytes (0 for READ
+  // and ATOMIC requests, whose offset says where the READ resumes).
   struct Segment {
     uint32_t index = 0;
     uint64_t offset = 0;
     uint32_t len = 0;
   };
+  // READ/ATOMIC WQEs started and not yet completed (the completer pops completed WQEs). Only
+  // asked when the cursor is at a new WQE, so everything before the cursor is in flight.
+  uint32_t rd_atomic_in_flight(const SendQueue& sq) const;
   Segment segment(const QpContext& ctx, const SendEntry& e) const;
   // Writes the cursor's packet (headers, payload from `pieces` or the inline data, pad) to `buf`.
   void write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,

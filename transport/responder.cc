@@ -1,5 +1,9 @@
-// Responder: request packets → receive completions, ACKs and NAKs. See responder.h.
+// Responder: request packets → receive completions, memory writes and reads, atomics, ACKs, NAKs
+// and READ/ATOMIC responses. See responder.h.
 #include "transport/responder.h"
+
+#include <algorithm>
+#include <cstring>
 
 #include "transport/dma.h"
 
@@ -8,6 +12,18 @@ namespace {
 
 using wire::AethType;
 using wire::NakCode;
+using wire::Opcode;
+
+uint8_t ack_syndrome() {
+  // uroce does not do end-to-end credits: the "invalid credit" code tells the requester to
+  // ignore them (IBTA 9.7.5.1.2).
+  return wire::aeth_syndrome(AethType::kAck, wire::kAethCreditInvalid);
+}
+
+// Packets of a READ response of `len` bytes: one per PMTU, at least one (9.7.4.1.1).
+uint32_t read_pkts(uint32_t len, uint32_t mtu) {
+  return std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{len} + mtu - 1) / mtu));
+}
 
 }  // namespace
 
@@ -33,14 +49,37 @@ void Responder::reset(Psn rq_psn) {
   epsn_ = rq_psn;
 }
 
+void Responder::queue_ack(uint8_t syndrome, Psn psn) {
+  // ACKs are cumulative: one waiting behind everything else is superseded by a newer one. One
+  // queued before a READ stream stays, in order.
+  if (!responses_.empty() && responses_.back().kind == Response::Kind::kAck) {
+    responses_.back().syndrome = syndrome;
+    responses_.back().psn = psn;
+    responses_.back().msn = msn_;
+    return;
+  }
+  Response r;
+  r.kind = Response::Kind::kAck;
+  r.syndrome = syndrome;
+  r.psn = psn;
+  r.msn = msn_;
+  responses_.push_back(r);
+}
+
 void Responder::ack(const QpContext&) {
-  // uroce does not do end-to-end credits: the "invalid credit" code tells the requester to
-  // ignore them (IBTA 9.7.5.1.2).
-  pending_ = Response{wire::aeth_syndrome(AethType::kAck, wire::kAethCreditInvalid), epsn_ - 1};
+  queue_ack(ack_syndrome(), epsn_ - 1);
 }
 
 void Responder::nak(Nak nak, Psn psn, const QpContext& ctx) {
-  pending_ = Response{syndrome(nak, ctx.attr.min_rnr_timer), psn};
+  queue_ack(syndrome(nak, ctx.attr.min_rnr_timer), psn);
+}
+
+void Responder::fail(Nak n, Psn psn, const QpContext& ctx, std::deque<RecvWqe>& rq,
+                     ResponderOutcome& out, ibv_wc_status recv_status) {
+  if (msg_ == Msg::kSend) complete_recv(ctx, rq, recv_status, IBV_WC_RECV, msg_offset_, nullptr);
+  msg_ = Msg::kNone;
+  nak(n, psn, ctx);
+  out.fatal = QpFatal{};
 }
 
 ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext& ctx,
@@ -50,13 +89,21 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     seen_request_ = true;
     out.first_packet = true;
   }
+  const uint32_t flags = pkt.info->flags;
   const Psn psn(pkt.bth.psn);
   const int32_t d = psn - epsn_;
   if (d < 0) {
     // Duplicate (IBTA 9.7.4.1.3.2): already executed, so never delivered again; the requester
-    // resent it because our ACK was lost or late, so answer when it asks.
+    // resent it because our response was lost or late. READ and ATOMIC are answered from the
+    // responder resources; the rest is ACKed when asked.
     ++ctx.counters.duplicate_request;
-    if (pkt.bth.ack_req) ack(ctx);
+    if (flags & wire::kRead) {
+      duplicate_read(pkt, ctx);
+    } else if (flags & wire::kAtomic) {
+      duplicate_atomic(pkt, ctx);
+    } else if (pkt.bth.ack_req) {
+      ack(ctx);
+    }
     return out;
   }
   if (d > 0) {
@@ -70,14 +117,22 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     return out;
   }
   nak_state_ = NakState::kNone;
-  if (pkt.info->flags & wire::kSend) {
+  if (flags & wire::kHasIeth) {
+    // SEND with invalidate: the rkey it names would have to be invalidated, which needs the
+    // memory-window/MR state machine this core does not have. Refused rather than executed
+    // as a plain SEND. Class B error (9.9.3.1.2): NAK invalid request, the QP goes to ERR.
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+  } else if (flags & wire::kSend) {
     execute_send(pkt, ctx, rq, out);
-    return out;
+  } else if (flags & wire::kWrite) {
+    execute_write(pkt, ctx, rq, out);
+  } else if (flags & wire::kRead) {
+    execute_read(pkt, ctx, rq, out);
+  } else if (flags & wire::kAtomic) {
+    execute_atomic(pkt, ctx, rq, out);
+  } else {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);  // no such request opcode on RC
   }
-  // RDMA WRITE/READ/ATOMIC: not executed by this responder yet. Class B error (9.9.3.1.2): NAK
-  // invalid request, the QP goes to ERR.
-  nak(Nak::kInvalidRequest, psn, ctx);
-  out.fatal = QpFatal{};
   return out;
 }
 
@@ -90,13 +145,11 @@ void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, std:
 
   // Opcode sequence (9.7.4.1.4): FIRST/ONLY open a message, MIDDLE/LAST continue the open one.
   // Length (9.7.4.1.6): FIRST and MIDDLE carry exactly one PMTU, LAST 1..PMTU, ONLY 0..PMTU.
-  const bool bad_sequence = first == in_message_;
+  const bool bad_sequence = first ? msg_ != Msg::kNone : msg_ != Msg::kSend;
   const bool bad_length =
       len > ctx.mtu || (!last && len != ctx.mtu) || (last && !first && len == 0);
   if (bad_sequence || bad_length) {
-    if (in_message_) complete_recv(ctx, rq, IBV_WC_REM_INV_REQ_ERR, nullptr);
-    nak(Nak::kInvalidRequest, psn, ctx);
-    out.fatal = QpFatal{};
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
     return;
   }
   if (first) {
@@ -107,45 +160,264 @@ void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, std:
       nak_state_ = NakState::kRnrSent;
       return;
     }
-    in_message_ = true;
-    recv_offset_ = 0;
+    msg_ = Msg::kSend;
+    msg_offset_ = 0;
   }
   const RecvWqe& w = rq.front();
-  if (recv_offset_ + len > sge_total(w.sge.data(), w.num_sge)) {
+  if (msg_offset_ + len > sge_total(w.sge.data(), w.num_sge)) {
     // The message does not fit the receive WQE: a local length error here, NAK invalid request
     // to the requester (IBTA 9.9.3.1.2), both QPs to ERR.
-    complete_recv(ctx, rq, IBV_WC_LOC_LEN_ERR, nullptr);
-    nak(Nak::kInvalidRequest, psn, ctx);
-    out.fatal = QpFatal{};
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out, IBV_WC_LOC_LEN_ERR);
     return;
   }
-  if (len != 0 && scatter(ctx.mem, ctx.init.pd, w.sge.data(), w.num_sge, recv_offset_,
+  if (len != 0 && scatter(ctx.mem, ctx.init.pd, w.sge.data(), w.num_sge, msg_offset_,
                           pkt.payload.data(), static_cast<uint32_t>(len)) != MemStatus::kOk) {
     // The receive WQE names memory we may not write: local protection error here, remote
     // operational error for the requester (9.9.3.1.3).
-    complete_recv(ctx, rq, IBV_WC_LOC_PROT_ERR, nullptr);
-    nak(Nak::kRemoteOperational, psn, ctx);
-    out.fatal = QpFatal{};
+    fail(Nak::kRemoteOperational, psn, ctx, rq, out, IBV_WC_LOC_PROT_ERR);
     return;
   }
-  recv_offset_ += len;
+  msg_offset_ += len;
   ++epsn_;
   if (last) {
-    complete_recv(ctx, rq, IBV_WC_SUCCESS, &pkt);
+    complete_recv(ctx, rq, IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(msg_offset_), &pkt);
     msn_ = (msn_ + 1) & kPsnMask;
   }
   if (pkt.bth.ack_req) ack(ctx);
 }
 
+void Responder::execute_write(const wire::Packet& pkt, const QpContext& ctx,
+                              std::deque<RecvWqe>& rq, ResponderOutcome& out) {
+  const Psn psn(pkt.bth.psn);
+  const uint32_t flags = pkt.info->flags;
+  const bool first = flags & wire::kFirst, last = flags & wire::kLast;
+  const bool with_imm = flags & wire::kConsumesRecv;
+  const size_t len = pkt.payload.size();
+
+  const bool bad_sequence = first ? msg_ != Msg::kNone : msg_ != Msg::kWrite;
+  const bool bad_length =
+      len > ctx.mtu || (!last && len != ctx.mtu) || (last && !first && len == 0);
+  if (bad_sequence || bad_length) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  if (first) {
+    // Every check comes before the first byte is written (IBTA 9.7.4.1 responder checks): the QP
+    // must allow remote writes, and the R_Key must name a region of our PD that covers
+    // [VA, VA + DMA length) and allows remote write. A zero-length WRITE names no memory.
+    if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE)) {
+      fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+      return;
+    }
+    if (pkt.reth.dma_len != 0 && ctx.mem.resolve_remote(pkt.reth.rkey, ctx.init.pd, pkt.reth.va,
+                                                        pkt.reth.dma_len, IBV_ACCESS_REMOTE_WRITE)
+                                         .status != MemStatus::kOk) {
+      fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+      return;
+    }
+    write_va_ = pkt.reth.va;
+    write_rkey_ = pkt.reth.rkey;
+    write_len_ = pkt.reth.dma_len;
+    msg_offset_ = 0;
+  }
+  // The payloads must add up to the RETH's DMA length exactly (9.7.4.1.6).
+  const uint64_t end = msg_offset_ + len;
+  if (end > write_len_ || (last && end != write_len_)) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  if (last && with_imm && rq.empty()) {
+    // WRITE with immediate consumes a receive WQE (9.4.4): none, RNR NAK. The message state is
+    // kept, so the resent LAST packet continues it.
+    ++ctx.counters.send_rnr_err;
+    nak(Nak::kRnr, psn, ctx);
+    nak_state_ = NakState::kRnrSent;
+    msg_ = first ? Msg::kNone : Msg::kWrite;
+    return;
+  }
+  if (len != 0) {
+    // Resolved again per packet: the region may have been deregistered since FIRST.
+    const MemRef m = ctx.mem.resolve_remote(write_rkey_, ctx.init.pd, write_va_ + msg_offset_, len,
+                                            IBV_ACCESS_REMOTE_WRITE);
+    if (m.status != MemStatus::kOk) {
+      fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+      return;
+    }
+    std::memcpy(m.ptr, pkt.payload.data(), len);
+  }
+  msg_offset_ = end;
+  ++epsn_;
+  msg_ = last ? Msg::kNone : Msg::kWrite;
+  if (last) {
+    if (with_imm) {
+      // byte_len is the length of the WRITE (ibv_poll_cq(3)); nothing goes to the WQE's SGEs.
+      complete_recv(ctx, rq, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, write_len_, &pkt);
+    }
+    msn_ = (msn_ + 1) & kPsnMask;
+  }
+  if (pkt.bth.ack_req) ack(ctx);
+}
+
+uint32_t Responder::rd_atomic_queued() const {
+  uint32_t n = 0;
+  for (const Response& r : responses_) n += r.kind != Response::Kind::kAck && !r.replay;
+  return n;
+}
+
+void Responder::remember(const Resource& r, const QpContext& ctx) {
+  const size_t cap = std::max<size_t>(1, ctx.attr.max_dest_rd_atomic);
+  while (resources_.size() >= cap) resources_.pop_front();
+  resources_.push_back(r);
+}
+
+void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+                             ResponderOutcome& out) {
+  const Psn psn(pkt.bth.psn);
+  if (msg_ != Msg::kNone) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_READ)) {
+    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+    return;
+  }
+  // More READ/ATOMICs outstanding than the responder resources the requester was given
+  // (max_dest_rd_atomic, the requester's max_rd_atomic must not exceed it): invalid request.
+  if (rd_atomic_queued() >= ctx.attr.max_dest_rd_atomic) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  const wire::Reth& reth = pkt.reth;
+  if (reth.dma_len != 0 &&
+      ctx.mem.resolve_remote(reth.rkey, ctx.init.pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ)
+              .status != MemStatus::kOk) {
+    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+    return;
+  }
+  const uint32_t n = read_pkts(reth.dma_len, ctx.mtu);
+  Resource res;
+  res.first_psn = psn;
+  res.last_psn = psn + (n - 1);
+  res.va = reth.va;
+  res.rkey = reth.rkey;
+  res.dma_len = reth.dma_len;
+  remember(res, ctx);
+  epsn_ += n;
+  msn_ = (msn_ + 1) & kPsnMask;
+  Response r;
+  r.kind = Response::Kind::kRead;
+  r.psn = psn;
+  r.last_psn = res.last_psn;
+  r.va = reth.va;
+  r.rkey = reth.rkey;
+  r.left = reth.dma_len;
+  r.msn = msn_;
+  responses_.push_back(r);
+}
+
+void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
+  const Psn psn(pkt.bth.psn);
+  for (auto it = resources_.rbegin(); it != resources_.rend(); ++it) {
+    const Resource& res = *it;
+    if (res.atomic || psn < res.first_psn || psn > res.last_psn) continue;
+    // Executed again from `psn` (9.7.4.1.3.2): the request must name the rest of the original
+    // READ, which was validated when it executed; response k still carries bytes k * PMTU on.
+    const uint64_t off = uint64_t{psn_span(res.first_psn, psn)} * ctx.mtu;
+    const bool consistent = off <= res.dma_len && pkt.reth.rkey == res.rkey &&
+                            pkt.reth.va == res.va + off && pkt.reth.dma_len == res.dma_len - off;
+    if (!consistent || responses_.size() >= kMaxQueuedResponses) break;
+    Response r;
+    r.kind = Response::Kind::kRead;
+    r.replay = true;
+    r.psn = psn;
+    r.last_psn = res.last_psn;
+    r.va = pkt.reth.va;
+    r.rkey = res.rkey;
+    r.left = pkt.reth.dma_len;
+    r.msn = msn_;
+    responses_.push_back(r);
+    return;
+  }
+  // Older than the resources kept, inconsistent, or too many queued: silently dropped (Class D,
+  // 9.9.3.1.4); the requester's timer tries again.
+  ++ctx.counters.dropped_pkts;
+}
+
+void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx,
+                               std::deque<RecvWqe>& rq, ResponderOutcome& out) {
+  const Psn psn(pkt.bth.psn);
+  if (msg_ != Msg::kNone) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC)) {
+    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+    return;
+  }
+  if (rd_atomic_queued() >= ctx.attr.max_dest_rd_atomic) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  // An ATOMIC's operand is 8 bytes, naturally aligned (IBTA 9.4.5); a misaligned VA is an
+  // invalid request, as rxe and NICs answer it.
+  const wire::AtomicEth& a = pkt.atomic;
+  if (a.va & 7) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  const MemRef m = ctx.mem.resolve_remote(a.rkey, ctx.init.pd, a.va, 8, IBV_ACCESS_REMOTE_ATOMIC);
+  if (m.status != MemStatus::kOk) {
+    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+    return;
+  }
+  // Through MemoryAccess, so it is atomic against every other ATOMIC on the device.
+  const uint64_t orig = pkt.bth.opcode == uint8_t(Opcode::kRcCompareSwap)
+                            ? ctx.mem.atomic_cmp_swap(m.ptr, a.compare, a.swap_add)
+                            : ctx.mem.atomic_fetch_add(m.ptr, a.swap_add);
+  Resource res;
+  res.atomic = true;
+  res.first_psn = res.last_psn = psn;
+  res.va = a.va;
+  res.rkey = a.rkey;
+  res.orig = orig;
+  remember(res, ctx);
+  ++epsn_;
+  msn_ = (msn_ + 1) & kPsnMask;
+  Response r;
+  r.kind = Response::Kind::kAtomic;
+  r.psn = psn;
+  r.orig = orig;
+  r.msn = msn_;
+  responses_.push_back(r);
+}
+
+void Responder::duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx) {
+  const Psn psn(pkt.bth.psn);
+  for (auto it = resources_.rbegin(); it != resources_.rend(); ++it) {
+    if (!it->atomic || it->first_psn != psn) continue;
+    if (responses_.size() >= kMaxQueuedResponses) break;
+    // Answered with the saved original value: executing it again would add twice (9.7.4.1.3.2).
+    Response r;
+    r.kind = Response::Kind::kAtomic;
+    r.replay = true;
+    r.psn = psn;
+    r.orig = it->orig;
+    r.msn = msn_;
+    responses_.push_back(r);
+    return;
+  }
+  ++ctx.counters.dropped_pkts;
+}
+
 void Responder::complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv_wc_status status,
-                              const wire::Packet* last) {
-  in_message_ = false;
+                              ibv_wc_opcode opcode, uint32_t byte_len, const wire::Packet* last) {
+  msg_ = Msg::kNone;
   if (rq.empty()) return;
   ibv_wc wc{};
   wc.wr_id = rq.front().wr_id;
   wc.status = status;
-  wc.opcode = IBV_WC_RECV;
-  wc.byte_len = static_cast<uint32_t>(recv_offset_);
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
   wc.qp_num = ctx.init.qpn;
   wc.src_qp = ctx.attr.dest_qp_num;
   if (last != nullptr && (last->info->flags & wire::kHasImm)) {
@@ -153,23 +425,74 @@ void Responder::complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv
     wc.imm_data = last->imm_be;
   }
   rq.pop_front();
+  // Solicited: the message's last packet had SE set (IBTA 9.2.3, 11.4.2.2).
   ctx.init.recv_cq->push(wc, last != nullptr && last->bth.se);
 }
 
-void Responder::write_response(const QpContext& ctx, TxBuf* buf) {
+bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
+  Response& r = responses_.front();
   wire::Packet p;
-  p.bth.opcode = static_cast<uint8_t>(wire::Opcode::kRcAcknowledge);
   p.bth.migreq = true;
   p.bth.pkey = wire::kDefaultPkey;
   p.bth.dest_qp = ctx.attr.dest_qp_num;
-  p.bth.psn = pending_->psn.value();
-  p.aeth.syndrome = pending_->syndrome;
-  p.aeth.msn = msn_;
-  buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
+  p.bth.psn = r.psn.value();
+  p.aeth.msn = r.msn;
   buf->dst_ip = ctx.remote_ip;
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnNotEct;
-  pending_.reset();
+  bool fatal = false;
+  switch (r.kind) {
+    case Response::Kind::kAck:
+      p.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+      p.aeth.syndrome = r.syndrome;
+      buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
+      responses_.pop_front();
+      break;
+    case Response::Kind::kAtomic:
+      p.bth.opcode = uint8_t(Opcode::kRcAtomicAcknowledge);
+      p.aeth.syndrome = ack_syndrome();
+      p.atomic_ack = r.orig;
+      buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
+      responses_.pop_front();
+      break;
+    case Response::Kind::kRead: {
+      const uint32_t len = std::min(ctx.mtu, r.left);
+      const bool first = !r.started, last = r.psn == r.last_psn;
+      const Opcode op = first && last ? Opcode::kRcReadResponseOnly
+                        : first       ? Opcode::kRcReadResponseFirst
+                        : last        ? Opcode::kRcReadResponseLast
+                                      : Opcode::kRcReadResponseMiddle;
+      MemRef m{MemStatus::kOk, nullptr};
+      if (len != 0) {
+        // Resolved when the data leaves (as a NIC's DMA reads it then): the region may have been
+        // deregistered since the request was checked.
+        m = ctx.mem.resolve_remote(r.rkey, ctx.init.pd, r.va, len, IBV_ACCESS_REMOTE_READ);
+      }
+      if (m.status != MemStatus::kOk) {
+        p.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+        p.aeth.syndrome = syndrome(Nak::kRemoteAccess, 0);
+        buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
+        responses_.clear();
+        fatal = true;
+        break;
+      }
+      p.bth.opcode = uint8_t(op);
+      p.aeth.syndrome = ack_syndrome();
+      p.bth.pad = wire::pad_for(len);
+      const size_t hdr = wire::build_headers(p, buf->data);
+      if (len != 0) std::memcpy(buf->data + hdr, m.ptr, len);
+      std::memset(buf->data + hdr + len, 0, p.bth.pad);
+      buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
+      buf->ecn = kEcnEct0;  // data, like requests (Annex A17.9)
+      r.started = true;
+      r.va += len;
+      r.left -= len;
+      ++r.psn;
+      if (last) responses_.pop_front();
+      break;
+    }
+  }
+  return fatal;
 }
 
 }  // namespace uroce::transport

@@ -1,11 +1,16 @@
 // The responder: receives request packets, checks their PSN (expected / duplicate / out of
-// sequence, IBTA 9.7.4.1.3 ff.), executes SENDs into receive WQEs, and answers with ACKs and
-// NAKs (9.7.5). RDMA WRITE/READ/ATOMIC requests are refused with NAK invalid request for now.
+// sequence, IBTA 9.7.4.1.3 ff.), executes SENDs into receive WQEs, RDMA WRITEs and READs against
+// memory regions and ATOMICs through MemoryAccess, and answers with ACKs, NAKs, READ responses
+// and ATOMIC ACKs (9.7.5), in request order.
+//
+// Duplicate READ and ATOMIC requests are answered from the responder resources: the last
+// max_dest_rd_atomic READ/ATOMIC requests executed (9.7.4.1.3.2, 9.5). A duplicate READ is
+// executed again from the PSN it names (which may be mid-message); a duplicate ATOMIC is answered
+// with the original value saved when it executed, never executed twice.
 #pragma once
 
 #include <cstdint>
 #include <deque>
-#include <optional>
 
 #include "transport/context.h"
 #include "transport/events.h"
@@ -13,14 +18,19 @@
 
 namespace uroce::transport {
 
+// Most responses the responder queues (ACKs coalesce, so these are READ streams and ATOMIC ACKs
+// plus one ACK/NAK between each): bounds what duplicate READ requests can make it queue.
+inline constexpr size_t kMaxQueuedResponses = 64;
+
 class Responder {
  public:
   // The NAK causes: each maps to one AETH syndrome (IBTA Table 44).
   enum class Nak : uint8_t {
     kPsnSequenceError,   // a gap: request PSN after the expected one
-    kRnr,                // no receive WQE for a SEND (RNR NAK with min_rnr_timer)
-    kInvalidRequest,     // unsupported opcode, opcode sequence or length error (Class B, 9.9.3)
-    kRemoteAccess,       // rkey/bounds/access failure (RDMA, later)
+    kRnr,                // no receive WQE for a SEND/WRITE_IMM (RNR NAK with min_rnr_timer)
+    kInvalidRequest,     // unsupported opcode, opcode sequence, length error, misaligned
+                         // ATOMIC, too many READ/ATOMICs (Class B, 9.9.3.1.2)
+    kRemoteAccess,       // rkey/PD/bounds/access failure of a WRITE, READ or ATOMIC (Class C)
     kRemoteOperational,  // the local write of a SEND failed (bad lkey in the receive WQE)
   };
   static uint8_t syndrome(Nak nak, uint8_t min_rnr_timer);
@@ -37,34 +47,83 @@ class Responder {
   ResponderOutcome on_request(const wire::Packet& pkt, const QpContext& ctx,
                               std::deque<RecvWqe>& rq);
 
-  // The ACK/NAK waiting to be sent (the latest supersedes older ACKs: they are cumulative).
-  bool has_response() const { return pending_.has_value(); }
-  // Writes it into `buf` and forgets it.
-  void write_response(const QpContext& ctx, TxBuf* buf);
+  // Whether a response packet waits to be sent.
+  bool has_response() const { return !responses_.empty(); }
+  // Writes the next response packet into `buf`. Returns true when the QP must enter ERR: the
+  // memory of a READ being answered went away meanwhile (a NAK remote access error was written
+  // instead and nothing else is answered).
+  bool write_response(const QpContext& ctx, TxBuf* buf);
 
   Psn expected_psn() const { return epsn_; }
   NakState nak_state() const { return nak_state_; }
 
  private:
+  // What a message in progress is (between FIRST and LAST): opcode sequence checks (9.7.4.1.4).
+  enum class Msg : uint8_t { kNone, kSend, kWrite };
+
+  // One queued response; they leave in order because a later ACK must not overtake the READ
+  // responses before it (the requester could not complete the READ and would resend it).
   struct Response {
-    uint8_t syndrome = 0;
-    Psn psn;
+    enum class Kind : uint8_t { kAck, kRead, kAtomic };
+    Kind kind = Kind::kAck;
+    bool replay = false;   // answers a duplicate request (not counted against max_dest_rd_atomic)
+    uint8_t syndrome = 0;  // kAck: ACK or NAK syndrome
+    Psn psn;               // kAck: PSN acknowledged/refused; kRead: next packet; kAtomic: request
+    uint32_t msn = 0;      // AETH MSN when the request executed
+    // kRead: the rest of the stream; va/left advance as packets leave.
+    bool started = false;  // FIRST (or ONLY) already sent
+    Psn last_psn;
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t left = 0;
+    uint64_t orig = 0;  // kAtomic: original remote value
   };
+
+  // A READ or ATOMIC request executed, kept to answer its duplicates.
+  struct Resource {
+    bool atomic = false;
+    Psn first_psn, last_psn;
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t dma_len = 0;  // READ
+    uint64_t orig = 0;     // ATOMIC: the value it returned
+  };
+
   void ack(const QpContext& ctx);  // cumulative ACK of epsn_ - 1
   void nak(Nak nak, Psn psn, const QpContext& ctx);
+  void queue_ack(uint8_t syndrome, Psn psn);
+  // Refuses the request at `psn` with a fatal NAK: completes a SEND in progress with `recv_status`
+  // and reports QpFatal.
+  void fail(Nak nak, Psn psn, const QpContext& ctx, std::deque<RecvWqe>& rq, ResponderOutcome& out,
+            ibv_wc_status recv_status = IBV_WC_REM_INV_REQ_ERR);
   void execute_send(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
                     ResponderOutcome& out);
+  void execute_write(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+                     ResponderOutcome& out);
+  void execute_read(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+                    ResponderOutcome& out);
+  void execute_atomic(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+                      ResponderOutcome& out);
+  void duplicate_read(const wire::Packet& pkt, const QpContext& ctx);
+  void duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx);
+  // READ/ATOMIC requests executed whose responses have not all left (new ones only).
+  uint32_t rd_atomic_queued() const;
+  void remember(const Resource& r, const QpContext& ctx);
   // Completes the receive WQE at the front of `rq` and pops it.
   void complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv_wc_status status,
-                     const wire::Packet* last);
+                     ibv_wc_opcode opcode, uint32_t byte_len, const wire::Packet* last);
 
   Psn epsn_;          // next expected request PSN
   uint32_t msn_ = 0;  // messages completed, mod 2^24 (AETH MSN, IBTA 9.7.5.1.3)
   NakState nak_state_ = NakState::kNone;
-  bool in_message_ = false;    // between a FIRST and its LAST: the front RQ WQE is in use
-  uint64_t recv_offset_ = 0;   // bytes of the current message written so far
+  Msg msg_ = Msg::kNone;     // kSend: the front RQ WQE is in use
+  uint64_t msg_offset_ = 0;  // bytes of the current message written so far
+  uint64_t write_va_ = 0;    // current WRITE: RETH of its FIRST packet, validated
+  uint32_t write_rkey_ = 0;
+  uint32_t write_len_ = 0;
   bool seen_request_ = false;  // for IBV_EVENT_COMM_EST
-  std::optional<Response> pending_;
+  std::deque<Response> responses_;
+  std::deque<Resource> resources_;  // oldest first, at most max(1, max_dest_rd_atomic)
 };
 
 }  // namespace uroce::transport

@@ -16,9 +16,38 @@
 
 namespace uroce::transport {
 
+// READ and the ATOMICs get their data back in responses: the responder answers them from its
+// limited resources (max_rd_atomic / max_dest_rd_atomic, IBTA 9.5), a later ACK cannot complete
+// them, and their completion writes local memory.
+inline bool is_read_or_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+inline bool is_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+// The completion opcode of a send WQE (ibv_poll_cq(3)).
+inline ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
 enum class WqeState : uint8_t {
   kQueued,      // posted; the requester has not reached it, no PSN assigned
-  kInFlight,    // PSNs [first_psn, first_psn + npkts) assigned; sent, partly sent or to be resent
+  kInFlight,    // PSNs [first_psn, first_psn + npkts) assigned; sent, partly sent or to be resent.
+                // A READ of n MTUs takes n PSNs (one per response packet) but is one request
+                // packet; an ATOMIC takes one PSN.
   kLocalError,  // the requester could not execute it (bad lkey…); completes with `error` when
                 // everything before it has completed (completions are in order)
 };

@@ -109,7 +109,7 @@ void Node::connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uin
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
   a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  a.qp_access_flags = p.access;
   ASSERT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0),
             0);
   a = {};
@@ -117,7 +117,7 @@ void Node::connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uin
   a.path_mtu = p.mtu;
   a.dest_qp_num = remote_qpn;
   a.rq_psn = rq_psn;
-  a.max_dest_rd_atomic = 1;
+  a.max_dest_rd_atomic = p.rd_atomic;
   a.min_rnr_timer = p.min_rnr_timer;
   a.ah_attr = ah_for(remote_ip);
   ASSERT_EQ(qp->modify(a,
@@ -131,7 +131,7 @@ void Node::connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uin
   a.timeout = p.timeout;
   a.retry_cnt = p.retry_cnt;
   a.rnr_retry = p.rnr_retry;
-  a.max_rd_atomic = 1;
+  a.max_rd_atomic = p.rd_atomic;
   ASSERT_EQ(qp->modify(a,
                        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                            IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
@@ -158,6 +158,24 @@ RecvWqe recv_wqe(uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey) {
   w.wr_id = wr_id;
   w.num_sge = 1;
   w.sge[0] = Sge{addr, len, lkey};
+  return w;
+}
+
+SendWqe rdma_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t laddr, uint32_t len, uint32_t lkey,
+                 uint64_t raddr, uint32_t rkey) {
+  SendWqe w = send_wqe(wr_id, laddr, len, lkey, op);
+  w.remote_addr = raddr;
+  w.rkey = rkey;
+  return w;
+}
+
+SendWqe atomic_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t laddr, uint32_t lkey, uint64_t raddr,
+                   uint32_t rkey, uint64_t compare_add, uint64_t swap) {
+  SendWqe w = send_wqe(wr_id, laddr, 8, lkey, op);
+  w.remote_addr = raddr;
+  w.rkey = rkey;
+  w.compare_add = compare_add;
+  w.swap = swap;
   return w;
 }
 
@@ -262,6 +280,17 @@ std::unique_ptr<Crafted> craft(wire::Opcode op, uint32_t dest_qpn, uint32_t psn,
   p.bth.psn = psn & 0xffffff;
   p.bth.pad = wire::pad_for(payload.size());
   p.imm_be = imm_be;
+  const size_t h = wire::build_headers(p, c->buf.data);
+  if (!payload.empty()) std::memcpy(c->buf.data + h, payload.data(), payload.size());
+  std::memset(c->buf.data + h + payload.size(), 0, p.bth.pad);
+  c->buf.len = static_cast<uint32_t>(h + payload.size() + p.bth.pad);
+  c->pkt = parsed(c->buf);
+  return c;
+}
+
+std::unique_ptr<Crafted> craft_headers(wire::Packet p, std::span<const uint8_t> payload) {
+  auto c = std::make_unique<Crafted>();
+  p.bth.pad = wire::pad_for(payload.size());
   const size_t h = wire::build_headers(p, c->buf.data);
   if (!payload.empty()) std::memcpy(c->buf.data + h, payload.data(), payload.size());
   std::memset(c->buf.data + h + payload.size(), 0, p.bth.pad);

@@ -60,7 +60,13 @@ class CaptureSink : public PacketSink {
 class CqRecorder : public CompletionSink {
  public:
   void push(const ibv_wc& wc) override { wcs.push_back(wc); }
+  // Completions pushed with the solicited flag record it here (in their order).
+  void push(const ibv_wc& wc, bool is_solicited) override {
+    solicited.push_back(is_solicited);
+    push(wc);
+  }
   std::vector<ibv_wc> wcs;
+  std::vector<bool> solicited;
 };
 
 class EventRecorder : public EventSink {
@@ -78,6 +84,9 @@ struct PathParams {
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;
   uint8_t min_rnr_timer = 1;  // 10 us
+  // qp_access_flags (what remote peers may do through this QP).
+  int access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  uint8_t rd_atomic = 1;  // max_rd_atomic and max_dest_rd_atomic
 };
 
 // One QP with its memory, sink and CQs.
@@ -103,6 +112,12 @@ ibv_ah_attr ah_for(uint32_t ip);
 SendWqe send_wqe(uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey,
                  ibv_wr_opcode op = IBV_WR_SEND);
 RecvWqe recv_wqe(uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey);
+// RDMA WRITE/READ of `len` bytes between local [laddr) and remote [raddr) under rkey.
+SendWqe rdma_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t laddr, uint32_t len, uint32_t lkey,
+                 uint64_t raddr, uint32_t rkey);
+// ATOMIC on the 8 bytes at raddr; the original value lands at laddr.
+SendWqe atomic_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t laddr, uint32_t lkey, uint64_t raddr,
+                   uint32_t rkey, uint64_t compare_add, uint64_t swap = 0);
 
 struct LinkParams {
   double loss = 0, dup = 0, reorder = 0;
@@ -162,6 +177,8 @@ struct Crafted {
 // Builds an RC packet with opcode `op` to `dest_qpn` (payload for opcodes that carry one).
 std::unique_ptr<Crafted> craft(wire::Opcode op, uint32_t dest_qpn, uint32_t psn, bool ack_req,
                                std::span<const uint8_t> payload = {}, uint32_t imm_be = 0);
+// Builds a packet from filled-in headers (bth.pad is set from the payload).
+std::unique_ptr<Crafted> craft_headers(wire::Packet headers, std::span<const uint8_t> payload = {});
 std::unique_ptr<Crafted> craft_ack(uint32_t dest_qpn, uint32_t psn, uint8_t syndrome,
                                    uint32_t msn = 0);
 inline uint8_t ack_syndrome() {

@@ -283,9 +283,23 @@ TEST(QpStateOnQp, UnsupportedWorkRequestsAreEinval) {
   std::vector<uint8_t> buf;
   const uint32_t key = n.buffer(buf, 64);
   SendWqe s = test::send_wqe(1, reinterpret_cast<uint64_t>(buf.data()), 64, key);
-  s.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  s.opcode = IBV_WR_SEND_WITH_INV;
   EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
+  s.opcode = IBV_WR_LOCAL_INV;
+  EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
+  s.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;  // the result must be one 8-byte SGE
+  EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
+  s.sge[0].length = 8;
+  s.num_sge = 2;
+  EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
+  s.num_sge = 1;
+  s.opcode = IBV_WR_RDMA_READ;  // READ/ATOMIC write their SGEs: no inline
+  s.send_flags = IBV_SEND_INLINE;
+  s.inline_len = 8;
+  EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
+  s.send_flags = 0;
   s.opcode = IBV_WR_SEND;
+  s.sge[0].length = 64;
   s.num_sge = kMaxSge + 1;
   EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
   s.num_sge = 1;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <numeric>
 #include <set>
 
@@ -206,6 +208,102 @@ TEST(SrcPort, DerivedFromQpnInDynamicRange) {
     ports.insert(p);
   }
   EXPECT_GT(ports.size(), 190u);  // neighbouring QPNs spread over the range
+}
+
+TEST_F(RequesterTest, WriteCarriesRethInFirstAndImmediateInLast) {
+  up(IBV_MTU_256, 0x200);
+  const auto data = pattern(3 * 256 + 1);
+  bufs.emplace_back(data);
+  const uint32_t key = node.mem.reg(node.pd, bufs.back().data(), data.size(), 0);
+  SendWqe w =
+      test::rdma_wqe(1, IBV_WR_RDMA_WRITE_WITH_IMM, reinterpret_cast<uint64_t>(bufs.back().data()),
+                     uint32_t(data.size()), key, 0x1234500, 0x77);
+  w.imm_be = 0xcafe;
+  ASSERT_EQ(node.qp->post_send(w, 0), 0);
+  const auto pkts = test::drain(node);
+  ASSERT_EQ(pkts.size(), 4u);
+  EXPECT_EQ(pkts[0]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteFirst));
+  EXPECT_EQ(pkts[0]->pkt.reth.va, 0x1234500u);
+  EXPECT_EQ(pkts[0]->pkt.reth.rkey, 0x77u);
+  EXPECT_EQ(pkts[0]->pkt.reth.dma_len, 3u * 256 + 1);
+  EXPECT_EQ(pkts[1]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteMiddle));
+  EXPECT_EQ(pkts[2]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteMiddle));
+  EXPECT_EQ(pkts[3]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteLastImm));
+  EXPECT_EQ(pkts[3]->pkt.imm_be, 0xcafeu);
+  EXPECT_EQ(pkts[3]->pkt.payload.size(), 1u);
+  EXPECT_EQ(pkts[3]->pkt.payload[0], data.back());
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(pkts[i]->pkt.bth.psn, 0x200 + i);
+}
+
+TEST_F(RequesterTest, ReadIsOneRequestCoveringItsResponsePsns) {
+  up(IBV_MTU_256, 0x300);
+  std::vector<uint8_t> dst(1000);
+  const uint32_t dkey = node.mem.reg(node.pd, dst.data(), dst.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(
+      node.qp->post_send(test::rdma_wqe(1, IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(dst.data()),
+                                        1000, dkey, 0xabc000, 0x55),
+                         0),
+      0);
+  send(pattern(10), 2);
+  const auto pkts = test::drain(node);
+  ASSERT_EQ(pkts.size(), 2u);
+  EXPECT_EQ(pkts[0]->pkt.bth.opcode, uint8_t(Opcode::kRcReadRequest));
+  EXPECT_EQ(pkts[0]->pkt.bth.psn, 0x300u);
+  EXPECT_TRUE(pkts[0]->pkt.bth.ack_req);
+  EXPECT_EQ(pkts[0]->pkt.reth.va, 0xabc000u);
+  EXPECT_EQ(pkts[0]->pkt.reth.rkey, 0x55u);
+  EXPECT_EQ(pkts[0]->pkt.reth.dma_len, 1000u);
+  EXPECT_EQ(pkts[1]->pkt.bth.psn, 0x304u);  // 4 response PSNs for 1000 bytes at 256
+}
+
+TEST_F(RequesterTest, AtomicRequestsCarryTheirOperands) {
+  up(IBV_MTU_1024);
+  std::vector<uint8_t> res(16);
+  const uint32_t k = node.mem.reg(node.pd, res.data(), res.size(), IBV_ACCESS_LOCAL_WRITE);
+  const uint64_t l = reinterpret_cast<uint64_t>(res.data());
+  ASSERT_EQ(node.qp->post_send(
+                test::atomic_wqe(1, IBV_WR_ATOMIC_CMP_AND_SWP, l, k, 0x1000, 9, 11, 22), 0),
+            0);
+  ASSERT_EQ(node.qp->post_send(
+                test::atomic_wqe(2, IBV_WR_ATOMIC_FETCH_AND_ADD, l + 8, k, 0x1008, 9, 33), 0),
+            0);
+  auto pkts = test::drain(node);
+  ASSERT_EQ(pkts.size(), 1u);  // max_rd_atomic 1: the second waits for the first
+  EXPECT_EQ(pkts[0]->pkt.bth.opcode, uint8_t(Opcode::kRcCompareSwap));
+  EXPECT_EQ(pkts[0]->pkt.atomic.va, 0x1000u);
+  EXPECT_EQ(pkts[0]->pkt.atomic.rkey, 9u);
+  EXPECT_EQ(pkts[0]->pkt.atomic.compare, 11u);
+  EXPECT_EQ(pkts[0]->pkt.atomic.swap_add, 22u);
+  wire::Packet ack;
+  ack.bth.opcode = uint8_t(Opcode::kRcAtomicAcknowledge);
+  ack.bth.psn = pkts[0]->pkt.bth.psn;
+  ack.aeth.syndrome = test::ack_syndrome();
+  ack.atomic_ack = 0x0102030405060708;
+  test::deliver(node, *test::craft_headers(ack), kRemoteIp, 1);
+  ASSERT_EQ(node.scq.wcs.size(), 1u);
+  EXPECT_EQ(node.scq.wcs[0].opcode, IBV_WC_COMP_SWAP);
+  uint64_t v;
+  std::memcpy(&v, res.data(), 8);
+  EXPECT_EQ(v, 0x0102030405060708u);
+  pkts = test::drain(node);
+  ASSERT_EQ(pkts.size(), 1u);
+  EXPECT_EQ(pkts[0]->pkt.bth.opcode, uint8_t(Opcode::kRcFetchAdd));
+  EXPECT_EQ(pkts[0]->pkt.atomic.swap_add, 33u);
+  EXPECT_EQ(pkts[0]->pkt.bth.psn, ack.bth.psn + 1);
+}
+
+TEST_F(RequesterTest, ReadIntoMemoryWithoutLocalWriteIsLocalProtectionError) {
+  up(IBV_MTU_1024);
+  std::vector<uint8_t> dst(100);
+  const uint32_t k = node.mem.reg(node.pd, dst.data(), dst.size(), 0);
+  ASSERT_EQ(node.qp->post_send(test::rdma_wqe(1, IBV_WR_RDMA_READ,
+                                              reinterpret_cast<uint64_t>(dst.data()), 100, k, 0, 1),
+                               0),
+            0);
+  EXPECT_TRUE(node.sink.sent.empty());
+  ASSERT_EQ(node.scq.wcs.size(), 1u);
+  EXPECT_EQ(node.scq.wcs[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(node.scq.wcs[0].opcode, IBV_WC_RDMA_READ);
 }
 
 }  // namespace

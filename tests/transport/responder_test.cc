@@ -4,6 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include <algorithm>
+
+#include <cstring>
+
 #include "harness.h"
 
 namespace uroce::transport {
@@ -204,7 +210,7 @@ TEST_F(ResponderTest, MessageLongerThanReceiveIsLocalLengthError) {
 
 TEST_F(ResponderTest, UnsupportedOpcodeIsNakInvalidRequest) {
   post_recv(1, 100);
-  in(Opcode::kRcWriteOnly, kRqPsn, true, bytes(8, 1));
+  in(Opcode::kRcSendOnlyInv, kRqPsn, true, bytes(8, 1));  // SEND with invalidate: not executed
   const auto r = responses();
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].syndrome, test::nak_syndrome(NakCode::kInvalidRequest));
@@ -294,6 +300,236 @@ TEST(ResponderInRtr, FirstPacketRaisesCommEst) {
   ASSERT_EQ(r.rcq.wcs.size(), 1u);
   EXPECT_EQ(r.rcq.wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(r.sink.sent.size(), 1u);  // an RTR QP still answers with ACKs
+}
+
+// ---- RDMA WRITE / READ / ATOMIC ----
+
+class ResponderRdmaTest : public ResponderTest {
+ protected:
+  ResponderRdmaTest() {
+    mem.resize(4096);
+    for (size_t i = 0; i < mem.size(); ++i) mem[i] = uint8_t(i * 3 + 1);
+    rkey = node.mem.reg(node.pd, mem.data(), mem.size(),
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                            IBV_ACCESS_REMOTE_ATOMIC);
+  }
+  uint64_t at(uint64_t off) const { return reinterpret_cast<uint64_t>(mem.data()) + off; }
+  void in_reth(Opcode op, uint32_t psn, uint64_t va, uint32_t len,
+               std::vector<uint8_t> payload = {}, uint32_t key = 0) {
+    wire::Packet p;
+    p.bth.opcode = uint8_t(op);
+    p.bth.dest_qp = kQpn;
+    p.bth.psn = psn;
+    p.bth.ack_req = true;
+    p.reth = {va, key ? key : rkey, len};
+    test::deliver(node, *test::craft_headers(p, payload), kRemoteIp, now++);
+  }
+  void in_atomic(Opcode op, uint32_t psn, uint64_t va, uint64_t swap_add, uint64_t compare = 0) {
+    wire::Packet p;
+    p.bth.opcode = uint8_t(op);
+    p.bth.dest_qp = kQpn;
+    p.bth.psn = psn;
+    p.bth.ack_req = true;
+    p.atomic = {va, rkey, swap_add, compare};
+    test::deliver(node, *test::craft_headers(p), kRemoteIp, now++);
+  }
+  std::vector<uint8_t> mem;
+  uint32_t rkey = 0;
+};
+
+TEST_F(ResponderRdmaTest, ReadIsAnsweredInPmtuPacketsFromTheRegion) {
+  in_reth(Opcode::kRcReadRequest, kRqPsn, at(100), 3 * 256 + 10);
+  const auto r = test::drain(node);
+  ASSERT_EQ(r.size(), 4u);
+  const Opcode want[] = {Opcode::kRcReadResponseFirst, Opcode::kRcReadResponseMiddle,
+                         Opcode::kRcReadResponseMiddle, Opcode::kRcReadResponseLast};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(r[i]->pkt.bth.opcode, uint8_t(want[i]));
+    EXPECT_EQ(r[i]->pkt.bth.psn, kRqPsn + i);
+    const size_t len = i < 3 ? 256 : 10;
+    ASSERT_EQ(r[i]->pkt.payload.size(), len);
+    EXPECT_TRUE(std::equal(r[i]->pkt.payload.begin(), r[i]->pkt.payload.end(),
+                           mem.begin() + 100 + 256 * i));
+  }
+  EXPECT_EQ(r[0]->pkt.aeth.syndrome, test::ack_syndrome());
+  EXPECT_EQ(node.qp->counters().duplicate_request, 0u);
+  // The READ took 4 PSNs: a SEND at +4 is the next expected request.
+  post_recv(1, 100);
+  in(Opcode::kRcSendOnly, kRqPsn + 4, true, bytes(4, 1));
+  EXPECT_EQ(node.rcq.wcs.size(), 1u);
+}
+
+TEST_F(ResponderRdmaTest, DuplicateReadIsExecutedAgainFromTheMiddle) {
+  in_reth(Opcode::kRcReadRequest, kRqPsn, at(0), 4 * 256);
+  ASSERT_EQ(test::drain(node).size(), 4u);
+  // The requester lost responses 2 and 3 and asks for the rest (IBTA 9.7.4.1.3.2).
+  in_reth(Opcode::kRcReadRequest, kRqPsn + 2, at(512), 512);
+  const auto r = test::drain(node);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0]->pkt.bth.opcode, uint8_t(Opcode::kRcReadResponseFirst));
+  EXPECT_EQ(r[0]->pkt.bth.psn, kRqPsn + 2);
+  EXPECT_TRUE(std::equal(r[0]->pkt.payload.begin(), r[0]->pkt.payload.end(), mem.begin() + 512));
+  EXPECT_EQ(r[1]->pkt.bth.opcode, uint8_t(Opcode::kRcReadResponseLast));
+  EXPECT_EQ(r[1]->pkt.bth.psn, kRqPsn + 3);
+  EXPECT_EQ(node.qp->counters().duplicate_request, 1u);
+  // A "duplicate" that names other memory than the READ it repeats is dropped, not served.
+  in_reth(Opcode::kRcReadRequest, kRqPsn + 2, at(1024), 512);
+  EXPECT_TRUE(test::drain(node).empty());
+  EXPECT_EQ(node.qp->counters().dropped_pkts, 1u);
+  EXPECT_EQ(node.qp->state(), IBV_QPS_RTS);
+}
+
+TEST_F(ResponderRdmaTest, DuplicateAtomicIsAnsweredFromTheCacheNotExecutedAgain) {
+  uint64_t v = 1000;
+  std::memcpy(mem.data() + 64, &v, 8);
+  in_atomic(Opcode::kRcFetchAdd, kRqPsn, at(64), 5);
+  in_atomic(Opcode::kRcFetchAdd, kRqPsn, at(64), 5);  // our ATOMIC ACK was lost
+  const auto r = test::drain(node);
+  ASSERT_EQ(r.size(), 2u);
+  for (const auto& c : r) {
+    EXPECT_EQ(c->pkt.bth.opcode, uint8_t(Opcode::kRcAtomicAcknowledge));
+    EXPECT_EQ(c->pkt.bth.psn, kRqPsn);
+    EXPECT_EQ(c->pkt.atomic_ack, 1000u);
+  }
+  std::memcpy(&v, mem.data() + 64, 8);
+  EXPECT_EQ(v, 1005u);  // once
+  // A CMP_AND_SWP evicts it from the single resource (max_dest_rd_atomic 1): a duplicate of the
+  // FETCH_ADD is now too old to answer and is dropped.
+  in_atomic(Opcode::kRcCompareSwap, kRqPsn + 1, at(64), 7, 1005);
+  ASSERT_EQ(test::drain(node).size(), 1u);
+  std::memcpy(&v, mem.data() + 64, 8);
+  EXPECT_EQ(v, 7u);
+  in_atomic(Opcode::kRcFetchAdd, kRqPsn, at(64), 5);
+  EXPECT_TRUE(test::drain(node).empty());
+  std::memcpy(&v, mem.data() + 64, 8);
+  EXPECT_EQ(v, 7u);
+}
+
+TEST_F(ResponderRdmaTest, WriteLengthsMustAddUpToTheDmaLength) {
+  const std::vector<uint8_t> before = mem;
+  in_reth(Opcode::kRcWriteOnly, kRqPsn, at(0), 200, bytes(100, 9));
+  const auto r = responses();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].syndrome, test::nak_syndrome(NakCode::kInvalidRequest));
+  EXPECT_EQ(node.qp->state(), IBV_QPS_ERR);
+  EXPECT_TRUE(mem == before);
+}
+
+TEST_F(ResponderRdmaTest, WriteMiddleWithoutFirstIsInvalidRequest) {
+  in(Opcode::kRcWriteMiddle, kRqPsn, true, bytes(256, 1));
+  const auto r = responses();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].syndrome, test::nak_syndrome(NakCode::kInvalidRequest));
+}
+
+TEST_F(ResponderRdmaTest, WriteImmLastWithoutReceiveIsRnrAndTheResentLastCompletes) {
+  in_reth(Opcode::kRcWriteFirst, kRqPsn, at(0), 256 + 10, bytes(256, 4));
+  EXPECT_EQ(responses().size(), 1u);  // AckReq was set: ACK
+  in(Opcode::kRcWriteLastImm, kRqPsn + 1, true, bytes(10, 5), 0x01020304);
+  auto r = responses();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].syndrome, test::rnr_syndrome(12));
+  EXPECT_EQ(r[0].psn, kRqPsn + 1);
+  EXPECT_EQ(mem[256], uint8_t(256 * 3 + 1));  // the LAST's bytes not written yet
+  auto& rb = post_recv(3, 16);
+  in(Opcode::kRcWriteLastImm, kRqPsn + 1, true, bytes(10, 5), 0x01020304);
+  r = responses();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].syndrome, test::ack_syndrome());
+  ASSERT_EQ(node.rcq.wcs.size(), 1u);
+  EXPECT_EQ(node.rcq.wcs[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(node.rcq.wcs[0].byte_len, 266u);
+  EXPECT_EQ(node.rcq.wcs[0].imm_data, 0x01020304u);
+  EXPECT_EQ(mem[0], 4);
+  EXPECT_EQ(mem[265], 5);
+  EXPECT_EQ(rb[0], 0xee);  // the receive's own buffer is untouched
+}
+
+TEST_F(ResponderRdmaTest, ZeroLengthWriteNamesNoMemory) {
+  in_reth(Opcode::kRcWriteOnly, kRqPsn, 0, 0, {}, 0xdead);
+  const auto r = responses();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].syndrome, test::ack_syndrome());
+}
+
+// Random requests (every RC request opcode, PSNs around the expected one, RETH/AtomicETH
+// pointing around and into the region, random lengths): whatever the responder answers, it
+// never touches memory outside what is registered, and never crashes.
+TEST(ResponderFuzz, RandomRequestsStayInsideRegisteredMemory) {
+  constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       IBV_ACCESS_REMOTE_ATOMIC;
+  constexpr uint32_t kPage = 4096;
+  std::vector<uint8_t> arena(3 * kPage, 0xab), rbuf(3 * kPage, 0xab);
+  Node node(kQpn, kLocalIp);
+  test::PathParams pp;
+  pp.mtu = IBV_MTU_256;
+  pp.rd_atomic = 4;
+  auto up = [&] { node.connect(kRemoteIp, kRemoteQpn, 0, kRqPsn, pp); };
+  up();
+  const uint32_t rkey = node.mem.reg(node.pd, arena.data() + kPage, kPage, kAll);
+  const uint32_t lkey = node.mem.reg(node.pd, rbuf.data() + kPage, kPage, IBV_ACCESS_LOCAL_WRITE);
+  const uint64_t base = reinterpret_cast<uint64_t>(arena.data() + kPage);
+  const Opcode ops[] = {Opcode::kRcSendFirst,   Opcode::kRcSendMiddle,   Opcode::kRcSendLast,
+                        Opcode::kRcSendLastImm, Opcode::kRcSendOnly,     Opcode::kRcWriteFirst,
+                        Opcode::kRcWriteMiddle, Opcode::kRcWriteLast,    Opcode::kRcWriteLastImm,
+                        Opcode::kRcWriteOnly,   Opcode::kRcWriteOnlyImm, Opcode::kRcReadRequest,
+                        Opcode::kRcCompareSwap, Opcode::kRcFetchAdd,     Opcode::kRcSendOnlyInv};
+  std::mt19937_64 rng(11);
+  uint32_t psn = kRqPsn, known = kRqPsn;
+  int resets = 0;
+  uint64_t responses = 0;
+  for (int i = 0; i < 20000; ++i) {
+    if (node.qp->state() == IBV_QPS_ERR) {
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_RESET;
+      ASSERT_EQ(node.qp->modify(a, IBV_QP_STATE, 0), 0);
+      up();
+      psn = known = kRqPsn;
+      ++resets;
+    }
+    if (i % 3 == 0) {
+      (void)node.qp->post_recv(test::recv_wqe(i, reinterpret_cast<uint64_t>(rbuf.data() + kPage),
+                                              uint32_t(rng() % kPage), lkey));
+    }
+    wire::Packet p;
+    const Opcode op = ops[rng() % std::size(ops)];
+    p.bth.opcode = uint8_t(op);
+    p.bth.dest_qp = kQpn;
+    p.bth.ack_req = rng() % 8 != 0;
+    p.bth.se = rng() % 2;
+    p.bth.psn = (psn + (rng() % 5 == 0 ? uint32_t(rng() % 5) - 2 : 0)) & kPsnMask;
+    const uint64_t va = base + (rng() % (kPage + 600)) - 300;
+    p.reth = {va, rng() % 10 == 0 ? uint32_t(rng()) : rkey, uint32_t(rng() % 1500)};
+    p.atomic = {rng() % 2 ? va & ~7ull : va, rng() % 10 == 0 ? uint32_t(rng()) : rkey, rng(),
+                rng()};
+    const uint32_t flags = wire::opcode_info(op).flags;
+    size_t len = 0;
+    if (flags & wire::kHasPayload) len = rng() % 2 ? 256 : rng() % 257;
+    std::vector<uint8_t> payload(len, uint8_t(i));
+    test::deliver(node, *test::craft_headers(p, payload), kRemoteIp, i);
+    psn += (flags & wire::kRead) ? std::max<uint32_t>(1, (p.reth.dma_len + 255) / 256) : 1;
+    // Follow the responder: an ACK or response for p expects p + 1 next, a NAK (sequence, RNR)
+    // names the PSN it expects. Silence (a gap already NAKed) falls back to the last known.
+    bool answered = false;
+    for (auto& c : test::drain(node)) {
+      ++responses;
+      answered = true;
+      const bool nak = c->pkt.bth.opcode == uint8_t(Opcode::kRcAcknowledge) &&
+                       wire::aeth_type(c->pkt.aeth.syndrome) != wire::AethType::kAck;
+      known = nak ? c->pkt.bth.psn : (c->pkt.bth.psn + 1) & kPsnMask;
+    }
+    if (answered || p.bth.ack_req) psn = known;
+  }
+  const auto untouched = [](const uint8_t* b, size_t n) {
+    return std::all_of(b, b + n, [](uint8_t v) { return v == 0xab; });
+  };
+  EXPECT_TRUE(untouched(arena.data(), kPage));
+  EXPECT_TRUE(untouched(arena.data() + 2 * kPage, kPage));
+  EXPECT_TRUE(untouched(rbuf.data(), kPage));
+  EXPECT_TRUE(untouched(rbuf.data() + 2 * kPage, kPage));
+  EXPECT_FALSE(untouched(arena.data() + kPage, kPage));  // some WRITEs/ATOMICs executed
+  EXPECT_GT(resets, 10);
+  EXPECT_GT(responses, 1000u);
 }
 
 }  // namespace
