@@ -177,7 +177,7 @@ TEST_F(ContextTest, QueryDeviceTellsLimits) {
   EXPECT_EQ(a.phys_port_cnt, 1);
   EXPECT_EQ(a.node_guid, ibv_get_device_guid(ctx_->device));
   EXPECT_EQ(a.max_srq, 0);                   // no SRQs: the query says so
-  EXPECT_EQ(a.atomic_cap, IBV_ATOMIC_NONE);  // post_send does not accept atomics yet
+  EXPECT_EQ(a.atomic_cap, IBV_ATOMIC_HCA);  // atomics are atomic across the whole device
 
   ibv_device_attr_ex ex{};
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &ex), 0);
@@ -597,7 +597,7 @@ TEST_F(RcPairTest, PostSendValidatesEveryWr) {
   ibv_send_wr wr{};
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;  // not carried end to end yet
+  wr.opcode = IBV_WR_SEND_WITH_INV;  // not carried end to end yet
   wr.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_send(a_.qp, &wr, &bad), EOPNOTSUPP);
@@ -630,7 +630,7 @@ TEST_F(RcPairTest, PostSendValidatesEveryWr) {
   good.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr worse = good;
   worse.wr_id = 12;
-  worse.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  worse.opcode = IBV_WR_LOCAL_INV;
   good.next = &worse;
   bad = nullptr;
   EXPECT_EQ(ibv_post_send(a_.qp, &good, &bad), EOPNOTSUPP);
@@ -700,7 +700,7 @@ TEST_F(RcPairTest, LifecycleErrors) {
   ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
   ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   ex.pd = a_.pd;
-  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;  // no RDMA WRITE yet
+  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV;  // no invalidation yet
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(a_.ctx, &ex), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
