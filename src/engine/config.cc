@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <set>
 #include <string_view>
 
@@ -202,10 +203,172 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, 
   return out;
 }
 
+namespace {
+
+// A probability: plain decimal in [0, 1]. strtod accepts "nan", "inf", hex floats and leading
+// blanks; only plain decimals pass.
+bool parse_probability(const std::string& name, const std::string& value, double* out,
+                       std::string* err) {
+  bool plain = !value.empty() && value.find_first_not_of("0123456789.eE+-") == std::string::npos;
+  char* end = nullptr;
+  errno = 0;
+  double p = plain ? std::strtod(value.c_str(), &end) : 0.0;
+  if (!plain || errno != 0 || end != value.c_str() + value.size() || !std::isfinite(p)) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is not a number");
+    return false;
+  }
+  if (p < 0.0 || p > 1.0) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [0, 1]");
+    return false;
+  }
+  *out = p;
+  return true;
+}
+
+// A small count in [1, max]: depth, len, bits.
+bool parse_count(const std::string& name, const std::string& value, uint32_t max, uint32_t* out,
+                 std::string* err) {
+  if (value.empty() || value.size() > 9 ||
+      value.find_first_not_of("0123456789") != std::string::npos) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is not a positive integer");
+    return false;
+  }
+  unsigned long v = std::strtoul(value.c_str(), nullptr, 10);
+  if (v < 1 || v > max) {
+    set_err(err, kFaultsVar,
+            name + " '" + value + "' is out of range [1, " + std::to_string(max) + "]");
+    return false;
+  }
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
+// A duration: a plain decimal with a unit (ns, us, ms, s), at most 10 s. The unit is required:
+// "delay=5" could mean anything.
+bool parse_duration(const std::string& name, const std::string& value, uint64_t* out_ns,
+                    std::string* err) {
+  size_t num_end = value.find_first_not_of("0123456789.");
+  std::string num = value.substr(0, num_end);
+  std::string unit = num_end == std::string::npos ? "" : value.substr(num_end);
+  double scale = 0;
+  if (unit == "ns")
+    scale = 1;
+  else if (unit == "us")
+    scale = 1e3;
+  else if (unit == "ms")
+    scale = 1e6;
+  else if (unit == "s")
+    scale = 1e9;
+  char* end = nullptr;
+  double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+  if (num.empty() || end != num.c_str() + num.size()) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is not a duration (e.g. 500us, 2ms)");
+    return false;
+  }
+  if (scale == 0) {
+    set_err(err, kFaultsVar, name + " '" + value + "' needs a unit: ns, us, ms or s");
+    return false;
+  }
+  double ns = v * scale;
+  if (ns > 10e9) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [0, 10s]");
+    return false;
+  }
+  *out_ns = static_cast<uint64_t>(ns + 0.5);
+  return true;
+}
+
+// Splits on ':' keeping empty pieces.
+std::vector<std::string> split_colons(std::string_view s) {
+  std::vector<std::string> out;
+  for (;;) {
+    size_t c = s.find(':');
+    out.emplace_back(trim(s.substr(0, c)));
+    if (c == std::string_view::npos) break;
+    s.remove_prefix(c + 1);
+  }
+  return out;
+}
+
+// One fault entry without its direction prefix: kind=value[:param=value...]. `name` is the key as
+// written (for messages).
+bool parse_fault_entry(const std::string& name, const std::string& kind,
+                       const std::vector<std::string>& parts, FaultSpec& spec, double* loss,
+                       std::string* err) {
+  // parts[0] is the main value; the rest are param=value.
+  auto params_ok = [&](std::initializer_list<const char*> allowed, auto&& apply) {
+    std::set<std::string> seen;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      size_t eq = parts[i].find('=');
+      if (parts[i].empty() || eq == std::string::npos) {
+        set_err(err, kFaultsVar, name + ": '" + parts[i] + "' is not param=value");
+        return false;
+      }
+      std::string p(trim(std::string_view(parts[i]).substr(0, eq)));
+      std::string v(trim(std::string_view(parts[i]).substr(eq + 1)));
+      bool known = false;
+      for (const char* a : allowed) known |= p == a;
+      if (!known) {
+        std::string list;
+        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+        set_err(err, kFaultsVar,
+                name + ": unknown parameter '" + p + "'" +
+                    (list.empty() ? " (it takes none)" : " (known: " + list + ")"));
+        return false;
+      }
+      if (!seen.insert(p).second) {
+        set_err(err, kFaultsVar, name + ": parameter '" + p + "' given twice");
+        return false;
+      }
+      if (!apply(p, v)) return false;
+    }
+    return true;
+  };
+  const std::string& value = parts[0];
+  if (kind == "loss") {
+    return parse_probability(name, value, loss, err) &&
+           params_ok({}, [](const std::string&, const std::string&) { return true; });
+  }
+  if (kind == "dup") {
+    return parse_probability(name, value, &spec.dup, err) &&
+           params_ok({}, [](const std::string&, const std::string&) { return true; });
+  }
+  if (kind == "burst") {
+    return parse_probability(name, value, &spec.burst, err) &&
+           params_ok({"len"}, [&](const std::string&, const std::string& v) {
+             return parse_count(name + ":len", v, 1000, &spec.burst_len, err);
+           });
+  }
+  if (kind == "corrupt") {
+    return parse_probability(name, value, &spec.corrupt, err) &&
+           params_ok({"bits"}, [&](const std::string&, const std::string& v) {
+             return parse_count(name + ":bits", v, 64, &spec.corrupt_bits, err);
+           });
+  }
+  if (kind == "reorder") {
+    return parse_probability(name, value, &spec.reorder, err) &&
+           params_ok({"depth"}, [&](const std::string&, const std::string& v) {
+             return parse_count(name + ":depth", v, 1000, &spec.reorder_depth, err);
+           });
+  }
+  if (kind == "delay") {
+    return parse_duration(name, value, &spec.delay_ns, err) &&
+           params_ok({"jitter"}, [&](const std::string&, const std::string& v) {
+             return parse_duration(name + ":jitter", v, &spec.jitter_ns, err);
+           });
+  }
+  set_err(err, kFaultsVar,
+          "unknown key '" + name + "' (known: [rx.|tx.]loss, burst, corrupt, dup, reorder, " +
+              "delay; seed)");
+  return false;
+}
+
+}  // namespace
+
 std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* err) {
   FaultConfig f;
   if (trim(spec).empty()) return f;
-  std::set<std::string> seen;
+  std::set<std::string> seen;  // canonical keys: "rx.loss", "tx.dup", "seed"
   for (std::string_view entry : split_commas(spec)) {
     if (entry.empty()) {
       set_err(err, kFaultsVar, "empty entry in '" + spec + "'");
@@ -218,27 +381,11 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
     }
     std::string key(trim(entry.substr(0, eq)));
     std::string value(trim(entry.substr(eq + 1)));
-    if (!seen.insert(key).second) {
-      set_err(err, kFaultsVar, "key '" + key + "' given twice");
-      return std::nullopt;
-    }
-    if (key == "loss") {
-      // strtod accepts "nan", "inf", hex floats and leading blanks; only plain decimals pass.
-      bool plain =
-          !value.empty() && value.find_first_not_of("0123456789.eE+-") == std::string::npos;
-      char* end = nullptr;
-      errno = 0;
-      double p = plain ? std::strtod(value.c_str(), &end) : 0.0;
-      if (!plain || errno != 0 || end != value.c_str() + value.size() || !std::isfinite(p)) {
-        set_err(err, kFaultsVar, "loss '" + value + "' is not a number");
+    if (key == "seed") {
+      if (!seen.insert(key).second) {
+        set_err(err, kFaultsVar, "key 'seed' given twice");
         return std::nullopt;
       }
-      if (p < 0.0 || p > 1.0) {
-        set_err(err, kFaultsVar, "loss '" + value + "' is out of range [0, 1]");
-        return std::nullopt;
-      }
-      f.rx_loss = p;
-    } else if (key == "seed") {
       // Decimal only; strtoull would accept "-1" (as 2^64-1) and leading blanks.
       if (value.empty() || value.size() > 20 ||
           value.find_first_not_of("0123456789") != std::string::npos) {
@@ -252,10 +399,21 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
         return std::nullopt;
       }
       f.seed = s;
-    } else {
-      set_err(err, kFaultsVar, "unknown key '" + key + "' (known: loss, seed)");
+      continue;
+    }
+    // Plain keys apply to receive, as UROCE_FAULTS always did.
+    bool tx = key.starts_with("tx.");
+    std::string kind = (tx || key.starts_with("rx.")) ? key.substr(3) : key;
+    std::string canonical = (tx ? "tx." : "rx.") + kind;
+    if (!seen.insert(canonical).second) {
+      set_err(err, kFaultsVar,
+              "key '" + key + "' given twice" +
+                  (canonical == key ? "" : " (plain keys mean receive: " + canonical + ")"));
       return std::nullopt;
     }
+    FaultSpec& s = tx ? f.tx : f.rx;
+    double* loss = tx ? &f.tx.loss : &f.rx_loss;
+    if (!parse_fault_entry(key, kind, split_colons(value), s, loss, err)) return std::nullopt;
   }
   return f;
 }

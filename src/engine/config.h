@@ -1,6 +1,6 @@
 // Device and fault-injection configuration, from the environment:
 //   UROCE_DEVICES=name=addr|netdev[,name=…]   e.g. uroce0=127.0.0.2  or  uroce0=eth0
-//   UROCE_FAULTS=loss=0.05,seed=7             see docs/configuration.md
+//   UROCE_FAULTS=loss=0.05,tx.dup=0.01,seed=7   see docs/configuration.md
 // An empty variable counts as unset. Every device gets the same FaultConfig.
 #pragma once
 
@@ -11,10 +11,40 @@
 
 namespace uroce {
 
+// The faults applied to one direction of a port (see engine/faults.h for the pipeline and
+// docs/configuration.md for the syntax). Probabilities are per datagram, in [0, 1].
+struct FaultSpec {
+  double loss = 0.0;           // drop
+  double burst = 0.0;          // start a burst: drop this datagram and the next burst_len - 1
+  uint32_t burst_len = 4;      // datagrams per burst, >= 1
+  double corrupt = 0.0;        // flip corrupt_bits random bits covered by the ICRC
+  uint32_t corrupt_bits = 1;   // >= 1
+  double dup = 0.0;            // send/deliver a second copy right after
+  double reorder = 0.0;        // hold back until 1..reorder_depth later datagrams have passed
+  uint32_t reorder_depth = 3;  // >= 1
+  uint64_t delay_ns = 0;       // hold every datagram this long...
+  uint64_t jitter_ns = 0;      // ...plus uniform [0, jitter_ns); order is kept
+  bool enabled() const {
+    return loss > 0.0 || burst > 0.0 || corrupt > 0.0 || dup > 0.0 || reorder > 0.0 ||
+           delay_ns > 0 || jitter_ns > 0;
+  }
+};
+
 struct FaultConfig {
-  double rx_loss = 0.0;  // probability of dropping each received packet
-  uint64_t seed = 1;     // PRNG seed: the same seed drops the same packets
-  bool enabled() const { return rx_loss > 0.0; }
+  // Receive loss (keys `loss` and `rx.loss`). It predates the receive/transmit split and stays a
+  // field of its own for compatibility; rx.loss is unused: use rx_spec() for the whole receive
+  // side.
+  double rx_loss = 0.0;
+  uint64_t seed = 1;  // PRNG seed: the same seed makes the same decisions (transmit uses a
+                      // stream derived from it, so the receive stream is as before)
+  FaultSpec rx;       // receive faults (plain keys and `rx.` keys)
+  FaultSpec tx;       // transmit faults (`tx.` keys), applied after the ICRC is computed
+  FaultSpec rx_spec() const {
+    FaultSpec s = rx;
+    s.loss = rx_loss;
+    return s;
+  }
+  bool enabled() const { return rx_spec().enabled() || tx.enabled(); }
 };
 
 struct DeviceConfig {

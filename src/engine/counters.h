@@ -30,7 +30,7 @@ struct DeviceCounters {
   Counter sent_pkts, sent_bytes;
 
   // Receive drops, one counter per cause, in the order the checks run.
-  Counter fault_drops;           // dropped by fault injection (UROCE_FAULTS loss=)
+  Counter fault_drops;           // dropped by fault injection (UROCE_FAULTS loss=, burst=)
   Counter rx_truncated;          // larger than any packet uroce accepts (MSG_TRUNC)
   Counter rx_too_short;          // shorter than BTH + ICRC
   Counter rcvd_icrc_err;         // no IP Identification makes the ICRC valid (rxe: rcvd_icrc_err)
@@ -55,6 +55,21 @@ struct DeviceCounters {
   // because no socket could be had for the requested source port (see udp_port.h).
   Counter tx_src_port_sockets;
   Counter tx_src_port_fallback;
+
+  // Fault injection (UROCE_FAULTS, engine/faults.h). Receive: fault_drops above counts every
+  // injected drop (loss and burst); the rest count datagrams, before the ICRC check. Transmit:
+  // after the ICRC is computed, so the peer's rcvd_icrc_err counts what tx corruption did.
+  Counter fault_rx_burst_drops;  // of fault_drops, dropped inside a burst
+  Counter fault_rx_corrupted;    // bits flipped (the ICRC check then drops it)
+  Counter fault_rx_duplicated;   // extra copies delivered
+  Counter fault_rx_reordered;    // held back behind later datagrams
+  Counter fault_rx_delayed;      // passed through the delay line
+  Counter fault_tx_drops;        // never sent (loss and burst)
+  Counter fault_tx_burst_drops;  // of fault_tx_drops, dropped inside a burst
+  Counter fault_tx_corrupted;
+  Counter fault_tx_duplicated;
+  Counter fault_tx_reordered;
+  Counter fault_tx_delayed;
 
   // Engine thread wake-ups (epoll returns); a measure of how often an idle device runs.
   Counter engine_wakeups;
@@ -82,6 +97,17 @@ struct DeviceCounters {
     f("tx_errors", tx_errors.get());
     f("tx_src_port_sockets", tx_src_port_sockets.get());
     f("tx_src_port_fallback", tx_src_port_fallback.get());
+    f("fault_rx_burst_drops", fault_rx_burst_drops.get());
+    f("fault_rx_corrupted", fault_rx_corrupted.get());
+    f("fault_rx_duplicated", fault_rx_duplicated.get());
+    f("fault_rx_reordered", fault_rx_reordered.get());
+    f("fault_rx_delayed", fault_rx_delayed.get());
+    f("fault_tx_drops", fault_tx_drops.get());
+    f("fault_tx_burst_drops", fault_tx_burst_drops.get());
+    f("fault_tx_corrupted", fault_tx_corrupted.get());
+    f("fault_tx_duplicated", fault_tx_duplicated.get());
+    f("fault_tx_reordered", fault_tx_reordered.get());
+    f("fault_tx_delayed", fault_tx_delayed.get());
     f("engine_wakeups", engine_wakeups.get());
   }
 };

@@ -221,6 +221,8 @@ transport::Time Device::earliest_timer() {
 void Device::after_call(transport::Qp* qp, transport::Time now) {
   if (qp->wants_pump()) qp->pump(now);
   port_->tx_flush();
+  // Packets held back by transmit fault injection (UROCE_FAULTS tx.delay, tx.reorder).
+  engine_->wake_by(port_->tx_fault_deadline());
   auto it = qps_.find(qp->qpn());
   if (it == qps_.end()) return;
   track(it->first, it->second);

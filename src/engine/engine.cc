@@ -6,6 +6,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <system_error>
@@ -118,6 +119,9 @@ void Engine::run() {
     again = false;
     transport::Time next = client_.on_progress(now, &again);
     port_.tx_flush();
+    // Datagrams that fault injection holds back (UROCE_FAULTS delay, reorder) fall due even when
+    // nothing else happens.
+    next = std::min(next, port_.fault_deadline());
     // A deadline the client did not advance past `now` would make the timer fire at once, for
     // ever; bound such a (transport) bug to a wake-up per kMinTimerNs instead of a spinning core.
     if (next <= now) next = now + kMinTimerNs;
@@ -129,13 +133,23 @@ bool Engine::poll_from_app() {
   std::unique_lock<std::mutex> rx_guard(rx_mu_, std::try_to_lock);
   if (!rx_guard.owns_lock()) return false;
   std::span<const RxPacket> rx = port_.rx_burst();
-  if (rx.empty()) return false;
+  if (rx.empty()) {
+    // Receive fault injection may have taken what arrived and held it back (UROCE_FAULTS delay,
+    // reorder): the engine thread, which no longer sees the socket readable, must wake for it.
+    transport::Time held = port_.rx_fault_deadline();
+    if (held != transport::kNever) {
+      std::lock_guard<std::mutex> g(mu_);
+      if (held < armed_) arm_timer(held);
+    }
+    return false;
+  }
   std::lock_guard<std::mutex> g(mu_);
   transport::Time now = monotonic_now();
   client_.on_packets(rx, now);
   bool again = false;
   transport::Time next = client_.on_progress(now, &again);
   port_.tx_flush();
+  next = std::min(next, port_.fault_deadline());
   if (next <= now) next = now + kMinTimerNs;
   if (next < armed_) arm_timer(next);
   if (again) kick();

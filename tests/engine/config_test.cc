@@ -109,7 +109,8 @@ TEST(ConfigTest, RejectsBadFaults) {
   expect_faults_error("seed=", "seed ''");
   expect_faults_error("seed=18446744073709551616", "'18446744073709551616' is out of range");
   expect_faults_error("seed=123456789012345678901234", "'123456789012345678901234'");
-  expect_faults_error("delay=5", "unknown key 'delay'");
+  expect_faults_error("jitter=5", "unknown key 'jitter'");
+  expect_faults_error("delay=5", "needs a unit");
   expect_faults_error("loss", "'loss' is not key=value");
   expect_faults_error("loss=0.1,loss=0.2", "'loss' given twice");
   expect_faults_error("loss=0.1,,seed=1", "empty entry");

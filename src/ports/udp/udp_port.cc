@@ -5,8 +5,10 @@
 #include <netinet/ip.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "wire/icrc.h"
 
@@ -42,13 +44,18 @@ int bound_socket(uint32_t ip, uint16_t port) {
   return fd;
 }
 
-// splitmix64 (Steele, Lea, Flood 2014): tiny, seedable with any value, good enough for loss.
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+// CLOCK_MONOTONIC in ns, the engine's clock (engine/engine.h monotonic_now), read only when fault
+// injection is on.
+transport::Time fault_clock() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<transport::Time>(ts.tv_sec) * 1000000000ull +
+         static_cast<transport::Time>(ts.tv_nsec);
 }
+
+// The transmit injector draws from its own stream, so adding transmit faults does not change
+// which received datagrams the receive side drops for a seed.
+constexpr uint64_t kTxSeedSalt = 0x7478'6661'756c'7473ull;  // "txfaults"
 
 void count_parse_error(DeviceCounters& c, wire::ParseError e) {
   switch (e) {
@@ -80,7 +87,6 @@ void count_parse_error(DeviceCounters& c, wire::ParseError e) {
 UdpPort::UdpPort(const UdpPortOptions& opt, DeviceCounters& counters)
     : opt_(opt),
       counters_(counters),
-      prng_(opt.faults.seed),
       rx_bufs_(new uint8_t[kRxBatch * kRxBufBytes]),
       tx_bufs_(new transport::TxBuf[kTxRing]),
       tx_icrc_(new uint8_t[kTxRing][wire::kIcrcBytes]),
@@ -89,9 +95,30 @@ UdpPort::UdpPort(const UdpPortOptions& opt, DeviceCounters& counters)
   free_.reserve(kTxRing);
   queue_.reserve(kTxRing);
   for (size_t i = kTxRing; i-- > 0;) free_.push_back(static_cast<uint16_t>(i));
+  FaultSpec rx = opt.faults.rx_spec();
+  if (rx.enabled())
+    rx_faults_ = std::make_unique<FaultInjector>(
+        rx, opt.faults.seed,
+        FaultCounterRefs{&counters.fault_drops, &counters.fault_rx_burst_drops,
+                         &counters.fault_rx_corrupted, &counters.fault_rx_duplicated,
+                         &counters.fault_rx_reordered, &counters.fault_rx_delayed});
+  if (opt.faults.tx.enabled())
+    tx_faults_ = std::make_unique<FaultInjector>(
+        opt.faults.tx, opt.faults.seed ^ kTxSeedSalt,
+        FaultCounterRefs{&counters.fault_tx_drops, &counters.fault_tx_burst_drops,
+                         &counters.fault_tx_corrupted, &counters.fault_tx_duplicated,
+                         &counters.fault_tx_reordered, &counters.fault_tx_delayed});
 }
 
 UdpPort::~UdpPort() {
+  // What transmit fault injection still holds (delay, reordering) was sent as far as the
+  // transport knows: an ACK held back when a program exits must still reach the peer, as it
+  // would from a NIC, or the peer's last SEND ends in a retry error.
+  if (tx_faults_) {
+    tx_frames_.clear();
+    tx_faults_->release_due(transport::kNever, tx_frames_);
+    send_frames(tx_frames_);
+  }
   for (auto& [port, fd] : src_socks_)
     if (fd >= 0) close(fd);
   if (fd_ >= 0) close(fd_);
@@ -125,15 +152,21 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters
   return p;
 }
 
-bool UdpPort::fault_drop() {
-  if (!opt_.faults.enabled()) return false;
-  // 53 random bits → uniform double in [0, 1).
-  double u = static_cast<double>(splitmix64(prng_) >> 11) * 0x1.0p-53;
-  return u < opt_.faults.rx_loss;
+transport::Time UdpPort::tx_fault_deadline() const {
+  return tx_faults_ ? tx_faults_->next_deadline() : transport::kNever;
+}
+
+transport::Time UdpPort::rx_fault_deadline() const {
+  return rx_faults_ ? rx_faults_->next_deadline() : transport::kNever;
+}
+
+transport::Time UdpPort::fault_deadline() const {
+  return std::min(rx_fault_deadline(), tx_fault_deadline());
 }
 
 std::span<const RxPacket> UdpPort::rx_burst() {
   rx_out_.clear();
+  rx_frames_.clear();  // the last batch's packets pointed into these
   mmsghdr msgs[kRxBatch];
   iovec iov[kRxBatch];
   sockaddr_in from[kRxBatch];
@@ -154,7 +187,9 @@ std::span<const RxPacket> UdpPort::rx_burst() {
   do {
     n = recvmmsg(fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
   } while (n < 0 && errno == EINTR);
-  if (n <= 0) return {};
+  // With receive faults, held datagrams may fall due although nothing arrived.
+  if (n <= 0 && !rx_faults_) return {};
+  transport::Time now = rx_faults_ ? fault_clock() : 0;
 
   for (int i = 0; i < n; ++i) {
     const msghdr& h = msgs[i].msg_hdr;
@@ -162,17 +197,7 @@ std::span<const RxPacket> UdpPort::rx_burst() {
     size_t len = msgs[i].msg_len;
     counters_.rcvd_pkts.add();
     counters_.rcvd_bytes.add(len);
-
-    // Fault injection first, so that a seed drops the same arrivals whatever they contain.
-    if (fault_drop()) {
-      counters_.fault_drops.add();
-      continue;
-    }
-    if (h.msg_flags & MSG_TRUNC) {
-      counters_.rx_truncated.add();
-      continue;
-    }
-    if (len < wire::kBthBytes + wire::kIcrcBytes || h.msg_namelen < sizeof(sockaddr_in)) {
+    if (h.msg_namelen < sizeof(sockaddr_in)) {
       counters_.rx_too_short.add();
       continue;
     }
@@ -187,32 +212,69 @@ std::span<const RxPacket> UdpPort::rx_burst() {
       if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
         info.ecn = static_cast<uint8_t>(*CMSG_DATA(c) & 3);
     }
-
-    size_t ib_len = len - wire::kIcrcBytes;
-    wire::Ipv4UdpFraming f;
-    f.src_ip = info.src_ip;
-    f.dst_ip = info.dst_ip;
-    f.dont_fragment = true;
-    f.src_port = info.src_port;
-    f.dst_port = opt_.port;
-    uint16_t ip_id = 0;
-    if (!wire::icrc_matches_some_ip_id(f, {buf, ib_len}, wire::load_le32(buf + ib_len), &ip_id)) {
-      counters_.rcvd_icrc_err.add();
+    bool truncated = (h.msg_flags & MSG_TRUNC) != 0;
+    if (!rx_faults_) {
+      accept(buf, len, truncated, info);
       continue;
     }
-    RxPacket& out = rx_out_.emplace_back();
-    wire::ParseError pe = wire::parse({buf, ib_len}, out.pkt);
-    if (pe != wire::ParseError::kOk) {
-      count_parse_error(counters_, pe);
-      rx_out_.pop_back();
-      continue;
+    // Fault injection before any check, so that a seed drops the same arrivals whatever they
+    // contain, and corruption is caught by the ICRC check like corruption on the wire.
+    FaultFrame fr;
+    fr.bytes.assign(buf, buf + len);
+    fr.addr = info.src_ip;
+    fr.port = info.src_port;
+    fr.ecn = info.ecn;
+    fr.truncated = truncated;
+    rx_faults_->offer(std::move(fr), now, rx_frames_);
+  }
+  if (rx_faults_) {
+    rx_faults_->release_due(now, rx_frames_);
+    // rx_frames_ is complete now: rx_out_ may point into it.
+    for (const FaultFrame& fr : rx_frames_) {
+      transport::RxInfo info;
+      info.src_ip = fr.addr;
+      info.src_port = fr.port;
+      info.dst_ip = opt_.ipv4;
+      info.ecn = fr.ecn;
+      accept(fr.bytes.data(), fr.bytes.size(), fr.truncated, info);
     }
-    out.info = info;
-    out.ip_id = ip_id;
-    if (ip_id != 0) counters_.rx_foreign_ip_id.add();
-    if (info.ecn == transport::kEcnCe) counters_.rcvd_ecn_ce.add();
   }
   return rx_out_;
+}
+
+void UdpPort::accept(const uint8_t* buf, size_t len, bool truncated,
+                     const transport::RxInfo& info) {
+  if (truncated) {
+    counters_.rx_truncated.add();
+    return;
+  }
+  if (len < wire::kBthBytes + wire::kIcrcBytes) {
+    counters_.rx_too_short.add();
+    return;
+  }
+  size_t ib_len = len - wire::kIcrcBytes;
+  wire::Ipv4UdpFraming f;
+  f.src_ip = info.src_ip;
+  f.dst_ip = info.dst_ip;
+  f.dont_fragment = true;
+  f.src_port = info.src_port;
+  f.dst_port = opt_.port;
+  uint16_t ip_id = 0;
+  if (!wire::icrc_matches_some_ip_id(f, {buf, ib_len}, wire::load_le32(buf + ib_len), &ip_id)) {
+    counters_.rcvd_icrc_err.add();
+    return;
+  }
+  RxPacket& out = rx_out_.emplace_back();
+  wire::ParseError pe = wire::parse({buf, ib_len}, out.pkt);
+  if (pe != wire::ParseError::kOk) {
+    count_parse_error(counters_, pe);
+    rx_out_.pop_back();
+    return;
+  }
+  out.info = info;
+  out.ip_id = ip_id;
+  if (ip_id != 0) counters_.rx_foreign_ip_id.add();
+  if (info.ecn == transport::kEcnCe) counters_.rcvd_ecn_ce.add();
 }
 
 transport::TxBuf* UdpPort::tx_alloc() {
@@ -288,6 +350,7 @@ uint16_t UdpPort::src_port_for(uint16_t requested) {
 }
 
 size_t UdpPort::tx_flush() {
+  if (tx_faults_) return tx_flush_faulty();
   size_t sent = 0;
   size_t i = 0;
   mmsghdr msgs[kTxBatch];
@@ -354,6 +417,74 @@ size_t UdpPort::tx_flush() {
   }
   queue_.clear();
   return sent;
+}
+
+// The transmit side under fault injection: each queued packet gets its ICRC, then goes through
+// the injector as one datagram (so corruption is caught by the peer's ICRC check), and whatever
+// comes out is sent one datagram at a time. Returns the number of packets taken from the queue,
+// as if the lossy path were part of the wire: callers that loop while tx_flush() makes progress
+// must not stop because the injector dropped or held what they sent.
+size_t UdpPort::tx_flush_faulty() {
+  transport::Time now = fault_clock();
+  tx_frames_.clear();
+  tx_faults_->release_due(now, tx_frames_);
+  size_t taken = queue_.size();
+  for (uint16_t idx : queue_) {
+    transport::TxBuf& b = tx_bufs_[idx];
+    wire::Ipv4UdpFraming f;
+    f.src_ip = opt_.ipv4;
+    f.dst_ip = b.dst_ip;
+    f.ip_id = 0;  // as in tx_flush()
+    f.dont_fragment = true;
+    f.src_port = tx_route_[idx].port;
+    f.dst_port = opt_.dst_port;
+    FaultFrame fr;
+    fr.bytes.resize(b.len + wire::kIcrcBytes);
+    std::memcpy(fr.bytes.data(), b.data, b.len);
+    wire::store_le32(fr.bytes.data() + b.len, wire::icrc(f, {b.data, b.len}));
+    fr.addr = b.dst_ip;
+    fr.port = tx_route_[idx].port;
+    fr.ecn = b.ecn;
+    fr.fd = tx_route_[idx].fd;
+    free_.push_back(idx);
+    tx_faults_->offer(std::move(fr), now, tx_frames_);
+  }
+  queue_.clear();
+  send_frames(tx_frames_);
+  return taken;
+}
+
+void UdpPort::send_frames(std::vector<FaultFrame>& frames) {
+  for (FaultFrame& fr : frames) {
+    sockaddr_in to = make_addr(fr.addr, opt_.dst_port);
+    iovec iov{fr.bytes.data(), fr.bytes.size()};
+    msghdr h{};
+    h.msg_name = &to;
+    h.msg_namelen = sizeof to;
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int))];
+    if (fr.ecn != transport::kEcnNotEct) {
+      h.msg_control = ctrl;
+      h.msg_controllen = sizeof ctrl;
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = IPPROTO_IP;
+      c->cmsg_type = IP_TOS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      int tos = fr.ecn & 3;
+      std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
+    }
+    ssize_t r;
+    do {
+      r = sendmsg(fr.fd, &h, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      counters_.tx_errors.add();
+      continue;
+    }
+    counters_.sent_pkts.add();
+    counters_.sent_bytes.add(static_cast<uint64_t>(r));
+  }
 }
 
 }  // namespace uroce

@@ -39,6 +39,7 @@
 
 #include "engine/config.h"
 #include "engine/counters.h"
+#include "engine/faults.h"
 #include "transport/env.h"
 #include "wire/wire.h"
 
@@ -99,15 +100,31 @@ class UdpPort : public transport::PacketSink {
   // needed): `requested`, or the receive port when no socket can be had for it.
   uint16_t src_port_for(uint16_t requested);
 
+  // Fault injection (UROCE_FAULTS): when the injectors hold datagrams back (delay, reordering),
+  // the engine must run rx_burst() / tx_flush() again by this time even if nothing else happens.
+  // kNever when nothing is held. rx_fault_deadline() needs the engine's receive lock,
+  // tx_fault_deadline() the device lock, fault_deadline() (both directions) both.
+  transport::Time rx_fault_deadline() const;
+  transport::Time tx_fault_deadline() const;
+  transport::Time fault_deadline() const;
+
  private:
   UdpPort(const UdpPortOptions& opt, DeviceCounters& counters);
   int send_fd_for(uint16_t requested, uint16_t* actual_port);
-  bool fault_drop();
+  // The checks every received datagram goes through (ICRC, parse), appending to rx_out_.
+  void accept(const uint8_t* buf, size_t len, bool truncated, const transport::RxInfo& info);
+  // tx_flush() when transmit faults are on: datagrams go through tx_faults_ one by one.
+  size_t tx_flush_faulty();
+  void send_frames(std::vector<FaultFrame>& frames);  // one sendmsg each, errors counted
 
   UdpPortOptions opt_;
   DeviceCounters& counters_;
   int fd_ = -1;
-  uint64_t prng_;  // splitmix64 state for fault injection
+  // Fault injection, null when the direction has no faults configured (the datapath is then
+  // exactly the fault-free one). rx_frames_ holds the datagrams of the last rx_burst() when the
+  // receive injector is on: rx_out_ points into them until the next rx_burst().
+  std::unique_ptr<FaultInjector> rx_faults_, tx_faults_;
+  std::vector<FaultFrame> rx_frames_, tx_frames_;
 
   // Receive side: buffers, headers and results for one recvmmsg batch.
   std::unique_ptr<uint8_t[]> rx_bufs_;  // kRxBatch * kRxBufBytes

@@ -1,0 +1,608 @@
+// Fault injection: the injector alone (each fault kind at a fixed seed, determinism, the
+// `loss=p,seed=n` stream kept from before), the UROCE_FAULTS syntax, and two Devices on loopback
+// exchanging RC SENDs under every fault kind, each message arriving once, in order, byte-exact.
+#include "engine/faults.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "engine/config.h"
+#include "engine/device.h"
+#include "test_util.h"
+
+namespace uroce {
+namespace {
+
+using namespace std::chrono_literals;
+using test::loopback;
+
+// A frame whose bytes encode its sequence number (and are long enough to corrupt).
+FaultFrame frame(uint32_t seq, size_t len = 64) {
+  FaultFrame f;
+  f.bytes.assign(len, 0);
+  std::memcpy(f.bytes.data(), &seq, sizeof seq);
+  for (size_t i = sizeof seq; i < len; ++i) f.bytes[i] = static_cast<uint8_t>(i * 13 + seq);
+  return f;
+}
+uint32_t seq_of(const FaultFrame& f) {
+  uint32_t s;
+  std::memcpy(&s, f.bytes.data(), sizeof s);
+  return s;
+}
+
+struct Counters {
+  Counter drops, burst, corrupted, dup, reordered, delayed;
+  FaultCounterRefs refs() { return {&drops, &burst, &corrupted, &dup, &reordered, &delayed}; }
+};
+
+// Offers frames 0..n-1 at 1 us intervals, then releases everything still held; returns what came
+// out, in order.
+std::vector<FaultFrame> run(FaultInjector& inj, uint32_t n) {
+  std::vector<FaultFrame> out;
+  transport::Time t = 1'000'000;
+  for (uint32_t i = 0; i < n; ++i, t += 1000) inj.offer(frame(i), t, out);
+  inj.release_due(t + 20'000'000'000ull, out);
+  EXPECT_EQ(inj.held(), 0u);
+  return out;
+}
+
+std::vector<uint32_t> seqs(const std::vector<FaultFrame>& v) {
+  std::vector<uint32_t> s;
+  for (const auto& f : v) s.push_back(seq_of(f));
+  return s;
+}
+
+TEST(FaultInjectorTest, LossKeepsTheStreamOfThePreviousReceiveLoss) {
+  // The receive loss drew one splitmix64 number per datagram and dropped when u < p: a seed must
+  // still drop exactly the same datagrams.
+  FaultSpec s;
+  s.loss = 0.3;
+  Counters c;
+  FaultInjector inj(s, 7, c.refs());
+  std::vector<FaultFrame> out;
+  uint64_t st = 7;
+  auto old_next = [&st] {
+    uint64_t z = (st += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+  };
+  std::vector<uint32_t> expected;
+  for (uint32_t i = 0; i < 1000; ++i) {
+    inj.offer(frame(i), 1000 * i, out);
+    if (!(old_next() < 0.3)) expected.push_back(i);
+  }
+  EXPECT_EQ(seqs(out), expected);
+  EXPECT_EQ(c.drops.get(), 1000 - expected.size());
+  EXPECT_GT(c.drops.get(), 250u);
+  EXPECT_LT(c.drops.get(), 350u);
+}
+
+TEST(FaultInjectorTest, SameSeedSameDecisionsOtherSeedOthers) {
+  FaultSpec s;
+  s.loss = 0.05;
+  s.burst = 0.02;
+  s.corrupt = 0.05;
+  s.dup = 0.05;
+  s.reorder = 0.1;
+  s.delay_ns = 5000;
+  s.jitter_ns = 3000;
+  Counters c1, c2, c3;
+  FaultInjector a(s, 42, c1.refs()), b(s, 42, c2.refs()), other(s, 43, c3.refs());
+  auto ra = run(a, 2000), rb = run(b, 2000), ro = run(other, 2000);
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) EXPECT_EQ(ra[i].bytes, rb[i].bytes) << i;
+  EXPECT_NE(seqs(ra), seqs(ro));
+  EXPECT_EQ(c1.drops.get(), c2.drops.get());
+  // Conservation: out = in - dropped + duplicated.
+  EXPECT_EQ(ra.size(), 2000 - c1.drops.get() + c1.dup.get());
+}
+
+TEST(FaultInjectorTest, BurstDropsRunsOfExactlyLen) {
+  FaultSpec s;
+  s.burst = 0.02;
+  s.burst_len = 5;
+  Counters c;
+  FaultInjector inj(s, 3, c.refs());
+  auto out = run(inj, 5000);
+  std::vector<bool> passed(5000, false);
+  for (uint32_t q : seqs(out)) passed[q] = true;
+  // Every maximal run of drops is made of whole bursts (bursts can abut).
+  size_t run_len = 0, runs = 0;
+  for (size_t i = 0; i <= passed.size(); ++i) {
+    if (i < passed.size() && !passed[i]) {
+      ++run_len;
+      continue;
+    }
+    if (run_len > 0) {
+      EXPECT_EQ(run_len % 5, 0u) << "run ending at " << i;
+      ++runs;
+    }
+    run_len = 0;
+  }
+  EXPECT_EQ(c.drops.get(), c.burst.get());
+  EXPECT_EQ(c.drops.get() % 5, 0u);
+  EXPECT_EQ(out.size(), 5000 - c.drops.get());
+  // p = 0.02 per passing datagram: about 5000 / (1/0.02 + 5) ≈ 91 bursts.
+  EXPECT_GT(runs, 50u);
+  EXPECT_LT(runs, 140u);
+  EXPECT_EQ(seqs(out), [&] {  // order kept
+    auto v = seqs(out);
+    std::sort(v.begin(), v.end());
+    return v;
+  }());
+}
+
+TEST(FaultInjectorTest, CorruptionFlipsExactlyTheConfiguredBitsOutsideResv8a) {
+  FaultSpec s;
+  s.corrupt = 0.2;
+  s.corrupt_bits = 1;
+  Counters c;
+  FaultInjector inj(s, 9, c.refs());
+  auto out = run(inj, 3000);
+  ASSERT_EQ(out.size(), 3000u);
+  size_t changed = 0;
+  for (uint32_t q = 0; q < out.size(); ++q) {
+    FaultFrame orig = frame(q);  // no drops, no reordering: out[q] is datagram q
+    int bits = 0;
+    for (size_t i = 0; i < orig.bytes.size(); ++i) {
+      uint8_t d = out[q].bytes[i] ^ orig.bytes[i];
+      bits += __builtin_popcount(d);
+      EXPECT_TRUE(i != 4 || d == 0) << "resv8a (masked by the ICRC) flipped";
+    }
+    EXPECT_LE(bits, 1);
+    changed += bits;
+  }
+  EXPECT_EQ(changed, c.corrupted.get());
+  EXPECT_GT(c.corrupted.get(), 500u);
+  EXPECT_LT(c.corrupted.get(), 700u);
+
+  // With the real ICRC: every corrupted packet fails the receiver's check.
+  FaultSpec all;
+  all.corrupt = 1.0;
+  all.corrupt_bits = 3;
+  FaultInjector inj2(all, 5, c.refs());
+  uint8_t pkt[256];
+  std::vector<uint8_t> payload(100, 0xab);
+  size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, 0x12, 7, payload);
+  wire::Ipv4UdpFraming fr;
+  fr.src_ip = loopback(45, 0, 1);
+  fr.dst_ip = loopback(45, 0, 2);
+  fr.dont_fragment = true;
+  fr.src_port = 4791;
+  fr.dst_port = 4791;
+  wire::store_le32(pkt + n, wire::icrc(fr, {pkt, n}));
+  for (int i = 0; i < 200; ++i) {
+    FaultFrame f;
+    f.bytes.assign(pkt, pkt + n + 4);
+    std::vector<FaultFrame> o;
+    inj2.offer(std::move(f), 0, o);
+    ASSERT_EQ(o.size(), 1u);
+    uint16_t id;
+    EXPECT_FALSE(wire::icrc_matches_some_ip_id(fr, {o[0].bytes.data(), n},
+                                               wire::load_le32(o[0].bytes.data() + n), &id))
+        << "corruption " << i << " went unnoticed";
+  }
+}
+
+TEST(FaultInjectorTest, DuplicatesFollowTheirOriginal) {
+  FaultSpec s;
+  s.dup = 0.1;
+  Counters c;
+  FaultInjector inj(s, 11, c.refs());
+  auto v = seqs(run(inj, 2000));
+  EXPECT_EQ(v.size(), 2000 + c.dup.get());
+  EXPECT_GT(c.dup.get(), 150u);
+  EXPECT_LT(c.dup.get(), 250u);
+  size_t pairs = 0;
+  for (size_t i = 1; i < v.size(); ++i) {
+    EXPECT_LE(v[i - 1], v[i]);
+    pairs += v[i - 1] == v[i];
+  }
+  EXPECT_EQ(pairs, c.dup.get());
+}
+
+TEST(FaultInjectorTest, ReorderHoldsAtMostDepthDatagrams) {
+  FaultSpec s;
+  s.reorder = 0.1;
+  s.reorder_depth = 3;
+  Counters c;
+  FaultInjector inj(s, 13, c.refs());
+  std::vector<FaultFrame> out;
+  for (uint32_t i = 0; i < 3000; ++i) inj.offer(frame(i), 1000 * i, out);  // 1 us apart
+  inj.release_due(transport::kNever - 1, out);
+  auto v = seqs(out);
+  ASSERT_EQ(v.size(), 3000u);
+  auto sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  for (uint32_t i = 0; i < 3000; ++i) ASSERT_EQ(sorted[i], i);  // a permutation
+  size_t late = 0;
+  for (size_t pos = 0; pos < v.size(); ++pos) {
+    // Overtaken by at most depth later datagrams, plus those released at the same moment.
+    EXPECT_LE(static_cast<int64_t>(pos) - static_cast<int64_t>(v[pos]), 6) << v[pos];
+    late += pos > v[pos];
+  }
+  EXPECT_GT(c.reordered.get(), 200u);
+  EXPECT_LT(c.reordered.get(), 400u);
+  EXPECT_GE(late, c.reordered.get() / 2);
+}
+
+TEST(FaultInjectorTest, ReorderedDatagramIsReleasedByTheHoldLimitWhenNothingFollows) {
+  FaultSpec s;
+  s.reorder = 1.0;
+  Counters c;
+  FaultInjector inj(s, 1, c.refs());
+  std::vector<FaultFrame> out;
+  inj.offer(frame(0), 5000, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(inj.next_deadline(), 5000 + FaultInjector::kReorderMaxHoldNs);
+  inj.release_due(5000 + FaultInjector::kReorderMaxHoldNs - 1, out);
+  EXPECT_TRUE(out.empty());
+  inj.release_due(5000 + FaultInjector::kReorderMaxHoldNs, out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(inj.next_deadline(), transport::kNever);
+}
+
+TEST(FaultInjectorTest, DelayHoldsEveryDatagramAndKeepsOrder) {
+  FaultSpec s;
+  s.delay_ns = 100'000;
+  s.jitter_ns = 50'000;
+  Counters c;
+  FaultInjector inj(s, 17, c.refs());
+  std::vector<FaultFrame> out;
+  for (uint32_t i = 0; i < 100; ++i) inj.offer(frame(i), 1000 * i, out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(inj.held(), 100u);
+  EXPECT_GE(inj.next_deadline(), 100'000u);
+  EXPECT_LT(inj.next_deadline(), 150'000u);
+  inj.release_due(99'999, out);
+  EXPECT_TRUE(out.empty());
+  inj.release_due(1000 * 99 + 150'000, out);  // the last one's latest due time
+  EXPECT_EQ(out.size(), 100u);
+  auto v = seqs(out);
+  EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
+  EXPECT_EQ(c.delayed.get(), 100u);
+  EXPECT_EQ(inj.next_deadline(), transport::kNever);
+}
+
+// --- UROCE_FAULTS syntax ---
+
+void expect_error(const std::string& spec, const std::string& token) {
+  std::string err;
+  EXPECT_FALSE(parse_faults(spec, &err).has_value()) << spec;
+  EXPECT_NE(err.find("UROCE_FAULTS"), std::string::npos) << err;
+  EXPECT_NE(err.find(token), std::string::npos) << "'" << token << "' not in: " << err;
+}
+
+TEST(FaultConfigTest, ParsesEveryKindAndDirection) {
+  std::string err;
+  auto f = parse_faults(
+      "rx.loss=0.01,tx.dup=0.02,reorder=0.05:depth=7,burst=0.001:len=8,tx.corrupt=0.1:bits=2,"
+      "tx.delay=1.5ms:jitter=200us,seed=7",
+      &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_DOUBLE_EQ(f->rx_loss, 0.01);
+  EXPECT_DOUBLE_EQ(f->rx_spec().loss, 0.01);
+  EXPECT_DOUBLE_EQ(f->tx.dup, 0.02);
+  EXPECT_DOUBLE_EQ(f->rx.reorder, 0.05);
+  EXPECT_EQ(f->rx.reorder_depth, 7u);
+  EXPECT_DOUBLE_EQ(f->rx.burst, 0.001);
+  EXPECT_EQ(f->rx.burst_len, 8u);
+  EXPECT_DOUBLE_EQ(f->tx.corrupt, 0.1);
+  EXPECT_EQ(f->tx.corrupt_bits, 2u);
+  EXPECT_EQ(f->tx.delay_ns, 1'500'000u);
+  EXPECT_EQ(f->tx.jitter_ns, 200'000u);
+  EXPECT_EQ(f->seed, 7u);
+  EXPECT_TRUE(f->enabled());
+  EXPECT_FALSE(f->rx.dup > 0.0);
+
+  f = parse_faults("loss=0.05,seed=7", &err);  // as before: receive loss only
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_DOUBLE_EQ(f->rx_loss, 0.05);
+  EXPECT_FALSE(f->tx.enabled());
+  f = parse_faults("tx.delay=20us", &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_EQ(f->tx.delay_ns, 20'000u);
+  EXPECT_FALSE(f->rx_spec().enabled());
+  EXPECT_TRUE(f->enabled());
+  f = parse_faults("delay=3s, reorder = 0.5", &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_EQ(f->rx.delay_ns, 3'000'000'000u);
+  EXPECT_EQ(f->rx.reorder_depth, 3u);  // default
+}
+
+TEST(FaultConfigTest, RejectsMalformedValuesNamingTheToken) {
+  expect_error("tx.loss=2", "tx.loss '2' is out of range");
+  expect_error("dup=x", "dup 'x' is not a number");
+  expect_error("reorder=0.1:depth=0", "reorder:depth '0' is out of range");
+  expect_error("reorder=0.1:depth=abc", "'abc'");
+  expect_error("reorder=0.1:deep=3", "unknown parameter 'deep'");
+  expect_error("reorder=0.1:depth=2:depth=3", "parameter 'depth' given twice");
+  expect_error("reorder=0.1:depth", "'depth' is not param=value");
+  expect_error("burst=0.1:len=100000", "'100000'");
+  expect_error("corrupt=0.1:bits=65", "'65' is out of range");
+  expect_error("loss=0.1:len=3", "unknown parameter 'len'");
+  expect_error("delay=5", "delay '5' needs a unit");
+  expect_error("delay=5ks", "'5ks'");
+  expect_error("delay=ms", "'ms' is not a duration");
+  expect_error("delay=11s", "'11s' is out of range");
+  expect_error("tx.delay=1ms:jitter=-1us", "'-1us'");
+  expect_error("tx.jump=0.1", "unknown key 'tx.jump'");
+  expect_error("up.loss=0.1", "unknown key 'up.loss'");
+  expect_error("loss=0.1,rx.loss=0.2", "'rx.loss' given twice");
+  expect_error("tx.dup=0.1,tx.dup=0.1", "'tx.dup' given twice");
+  expect_error("tx.seed=3", "unknown key 'tx.seed'");
+}
+
+// --- End to end: two Devices, RC SENDs under each fault kind ---
+
+DeviceConfig config(const char* name, uint32_t ip, const FaultConfig& faults) {
+  DeviceConfig c;
+  c.name = name;
+  c.ipv4 = ip;
+  c.netdev = "lo";
+  c.faults = faults;
+  return c;
+}
+
+ibv_gid gid_of(uint32_t ip) {
+  ibv_gid g{};
+  g.raw[10] = g.raw[11] = 0xff;
+  uint32_t be = htonl(ip);
+  std::memcpy(&g.raw[12], &be, 4);
+  return g;
+}
+
+struct Side {
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<CompChannel> channel = std::make_unique<CompChannel>();
+  std::unique_ptr<Cq> scq, rcq;
+  std::vector<uint8_t> buf;
+  uint32_t pd = 0, lkey = 0, rkey = 0;
+  transport::Qp* qp = nullptr;
+  ~Side() { dev.reset(); }  // the engine writes into buf and the CQs until it stops
+
+  bool setup(const DeviceConfig& c, size_t len) {
+    std::string err;
+    dev = Device::open(c, &err);
+    EXPECT_NE(dev, nullptr) << err;
+    if (!dev) return false;
+    scq = std::make_unique<Cq>(256, channel.get(), this);
+    rcq = std::make_unique<Cq>(256, channel.get(), this);
+    pd = dev->alloc_pd();
+    buf.assign(len, 0);
+    if (dev->reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE, &lkey, &rkey) != 0)
+      return false;
+    transport::QpInit init;
+    init.type = IBV_QPT_RC;
+    init.pd = pd;
+    init.max_send_wr = init.max_recv_wr = 128;
+    init.max_send_sge = init.max_recv_sge = 1;
+    init.send_cq = scq.get();
+    init.recv_cq = rcq.get();
+    int e = 0;
+    qp = dev->create_qp(init, &e);
+    return qp != nullptr;
+  }
+};
+
+void connect(Side& s, const Side& r, uint8_t timeout = 8) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(s.dev->modify_qp(s.qp, a,
+                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = r.qp->qpn();
+  a.rq_psn = 0x200;
+  a.min_rnr_timer = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = gid_of(r.dev->ipv4());
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  ASSERT_EQ(s.dev->modify_qp(s.qp, a,
+                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = timeout;  // 8: 4.096 us * 2^8 ≈ 1 ms retransmission timeout
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = 0x200;
+  ASSERT_EQ(s.dev->modify_qp(s.qp, a,
+                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+            0);
+}
+
+std::vector<ibv_wc> poll_n(Cq& cq, size_t n, std::chrono::milliseconds limit) {
+  std::vector<ibv_wc> out;
+  auto end = std::chrono::steady_clock::now() + limit;
+  ibv_wc wc[16];
+  while (out.size() < n && std::chrono::steady_clock::now() < end) {
+    int k = cq.poll(16, wc);
+    if (k == 0) std::this_thread::sleep_for(200us);
+    out.insert(out.end(), wc, wc + k);
+  }
+  return out;
+}
+
+// A sends kMsgs messages of kLen bytes (3 packets each) to B, both devices with `faults`; checks
+// every message completes once, in order, byte-exact. Returns the two devices' counters' sum
+// through `total` (name → value) for the caller's fault-specific checks.
+void exchange(uint8_t sub, const std::string& spec, std::map<std::string, uint64_t>* total) {
+  constexpr size_t kMsgs = 40, kLen = 2500;
+  std::string err;
+  auto faults = parse_faults(spec, &err);
+  ASSERT_TRUE(faults.has_value()) << err;
+  Side a, b;
+  ASSERT_TRUE(a.setup(config("fa", loopback(45, sub, 1), *faults), kMsgs * kLen));
+  ASSERT_TRUE(b.setup(config("fb", loopback(45, sub, 2), *faults), kMsgs * kLen));
+  connect(a, b);
+  connect(b, a);
+  for (size_t i = 0; i < a.buf.size(); ++i) a.buf[i] = static_cast<uint8_t>(i * 31 + i / 251);
+  for (size_t i = 0; i < kMsgs; ++i) {
+    transport::RecvWqe w;
+    w.wr_id = 1000 + i;
+    w.num_sge = 1;
+    w.sge[0] = {reinterpret_cast<uintptr_t>(b.buf.data() + i * kLen), kLen, b.lkey};
+    size_t bad;
+    ASSERT_EQ(b.dev->post_recv(b.qp, &w, 1, &bad), 0);
+  }
+  for (size_t i = 0; i < kMsgs; ++i) {
+    transport::SendWqe w;
+    w.wr_id = i;
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.sge[0] = {reinterpret_cast<uintptr_t>(a.buf.data() + i * kLen), kLen, a.lkey};
+    size_t bad;
+    ASSERT_EQ(a.dev->post_send(a.qp, &w, 1, &bad), 0);
+  }
+  auto rwc = poll_n(*b.rcq, kMsgs, 20000ms);
+  ASSERT_EQ(rwc.size(), kMsgs) << spec;
+  for (size_t i = 0; i < kMsgs; ++i) {
+    EXPECT_EQ(rwc[i].status, IBV_WC_SUCCESS) << spec << " status " << rwc[i].status;
+    EXPECT_EQ(rwc[i].wr_id, 1000 + i) << spec;
+    EXPECT_EQ(rwc[i].byte_len, kLen) << spec;
+  }
+  auto swc = poll_n(*a.scq, kMsgs, 20000ms);
+  ASSERT_EQ(swc.size(), kMsgs) << spec;
+  for (size_t i = 0; i < kMsgs; ++i) {
+    EXPECT_EQ(swc[i].status, IBV_WC_SUCCESS) << spec << " status " << swc[i].status;
+    EXPECT_EQ(swc[i].wr_id, i) << spec;
+  }
+  EXPECT_EQ(a.buf, b.buf) << spec;
+  // Exactly once: nothing more completes.
+  std::this_thread::sleep_for(20ms);
+  ibv_wc extra[4];
+  EXPECT_EQ(b.rcq->poll(4, extra), 0) << spec;
+  EXPECT_EQ(a.scq->poll(4, extra), 0) << spec;
+  for (Side* s : {&a, &b})
+    s->dev->counters().for_each([&](const char* name, uint64_t v) { (*total)[name] += v; });
+}
+
+// One message in flight at a time, both ways, with the polling thread driving progress as a
+// verbs application's ibv_poll_cq does: held datagrams must be released on time by whichever
+// thread receives, never by a retransmission timeout.
+TEST(FaultsPingPongTest, DelayedDatagramsNeverWaitForATimeout) {
+  for (const char* spec : {"delay=100us", "tx.delay=100us:jitter=50us"}) {
+    SCOPED_TRACE(spec);
+    constexpr size_t kIters = 100, kLen = 4096;
+    std::string err;
+    auto faults = parse_faults(spec, &err);
+    ASSERT_TRUE(faults.has_value()) << err;
+    uint8_t sub = spec[0] == 't' ? 101 : 100;
+    Side a, b;
+    ASSERT_TRUE(a.setup(config("fa", loopback(45, sub, 1), *faults), kLen));
+    ASSERT_TRUE(b.setup(config("fb", loopback(45, sub, 2), *faults), kLen));
+    connect(a, b, 14);  // 67 ms: a timeout would show in the elapsed time and the counters
+    connect(b, a, 14);
+    auto post = [&](Side& s, bool send) {
+      size_t bad;
+      if (send) {
+        transport::SendWqe w;
+        w.opcode = IBV_WR_SEND;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.num_sge = 1;
+        w.sge[0] = {reinterpret_cast<uintptr_t>(s.buf.data()), kLen, s.lkey};
+        ASSERT_EQ(s.dev->post_send(s.qp, &w, 1, &bad), 0);
+      } else {
+        transport::RecvWqe w;
+        w.num_sge = 1;
+        w.sge[0] = {reinterpret_cast<uintptr_t>(s.buf.data()), kLen, s.lkey};
+        ASSERT_EQ(s.dev->post_recv(s.qp, &w, 1, &bad), 0);
+      }
+    };
+    auto wait = [&](Side& s, Cq& cq) {
+      ibv_wc wc;
+      auto end = std::chrono::steady_clock::now() + 5s;
+      while (std::chrono::steady_clock::now() < end) {
+        if (cq.poll(1, &wc) == 1) return wc.status == IBV_WC_SUCCESS;
+        s.dev->poll_progress();
+      }
+      return false;
+    };
+    // A round trip waits for four delayed deliveries (data and ACK each way, < 0.6 ms in all);
+    // one retransmission timeout would add 67 ms. 30 ms leaves room for a loaded machine.
+    int64_t worst_us = 0;
+    for (size_t i = 0; i < kIters; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      post(b, false);
+      post(a, true);
+      ASSERT_TRUE(wait(b, *b.rcq)) << i;
+      ASSERT_TRUE(wait(a, *a.scq)) << i;
+      post(a, false);
+      post(b, true);
+      ASSERT_TRUE(wait(a, *a.rcq)) << i;
+      ASSERT_TRUE(wait(b, *b.scq)) << i;
+      worst_us = std::max<int64_t>(worst_us, std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::steady_clock::now() - start)
+                                                 .count());
+    }
+    EXPECT_LT(worst_us, 30'000);
+    EXPECT_EQ(a.qp->counters().local_ack_timeout_err + b.qp->counters().local_ack_timeout_err, 0u);
+    EXPECT_EQ(a.qp->counters().retransmitted_pkts + b.qp->counters().retransmitted_pkts, 0u);
+    const char* held = spec[0] == 't' ? "fault_tx_delayed" : "fault_rx_delayed";
+    uint64_t delayed = 0;
+    for (Side* s : {&a, &b})
+      s->dev->counters().for_each([&](const char* name, uint64_t v) {
+        if (std::string(name) == held) delayed += v;
+      });
+    EXPECT_GE(delayed, kIters * 2 * 5);  // 4 data packets and an ACK each way, at least
+  }
+}
+
+struct E2eCase {
+  uint8_t sub;  // addresses 127.45.<sub>.1 and .2
+  const char* spec;
+  std::vector<const char*> nonzero;  // counters the faults must have moved
+};
+
+class FaultsE2eTest : public ::testing::TestWithParam<E2eCase> {};
+
+TEST_P(FaultsE2eTest, EveryMessageArrivesOnceInOrderByteExact) {
+  std::map<std::string, uint64_t> c;
+  exchange(GetParam().sub, GetParam().spec, &c);
+  for (const char* name : GetParam().nonzero) EXPECT_GT(c[name], 0u) << name;
+  if (c["fault_rx_corrupted"] + c["fault_tx_corrupted"] > 0) {
+    EXPECT_GT(c["rcvd_icrc_err"], 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, FaultsE2eTest,
+    ::testing::Values(
+        E2eCase{1, "loss=0.1,seed=7", {"fault_drops"}},
+        E2eCase{2, "tx.loss=0.1,seed=7", {"fault_tx_drops"}},
+        E2eCase{3, "burst=0.03:len=4,seed=5", {"fault_rx_burst_drops"}},
+        E2eCase{4, "tx.burst=0.03:len=4,seed=5", {"fault_tx_burst_drops"}},
+        E2eCase{5, "corrupt=0.1,seed=3", {"fault_rx_corrupted", "rcvd_icrc_err"}},
+        E2eCase{6, "tx.corrupt=0.1:bits=2,seed=3", {"fault_tx_corrupted", "rcvd_icrc_err"}},
+        E2eCase{7, "dup=0.2,seed=9", {"fault_rx_duplicated"}},
+        E2eCase{8, "tx.dup=0.2,seed=9", {"fault_tx_duplicated"}},
+        E2eCase{9, "reorder=0.2:depth=3,seed=2", {"fault_rx_reordered"}},
+        E2eCase{10, "tx.reorder=0.2:depth=3,seed=2", {"fault_tx_reordered"}},
+        E2eCase{11, "delay=200us:jitter=100us", {"fault_rx_delayed"}},
+        E2eCase{12, "tx.delay=300us", {"fault_tx_delayed"}},
+        E2eCase{13,
+                "rx.loss=0.03,tx.dup=0.05,reorder=0.05:depth=3,burst=0.01:len=3,"
+                "tx.corrupt=0.03,delay=50us:jitter=50us,tx.reorder=0.05,seed=7",
+                {"fault_drops", "fault_tx_duplicated", "fault_rx_reordered", "fault_rx_delayed"}}),
+    [](const ::testing::TestParamInfo<E2eCase>& info) {
+      return "Case" + std::to_string(info.index);
+    });
+
+}  // namespace
+}  // namespace uroce
