@@ -176,7 +176,7 @@ TEST_F(ContextTest, QueryDeviceTellsLimits) {
   EXPECT_GT(a.max_qp_rd_atom, 0);
   EXPECT_EQ(a.phys_port_cnt, 1);
   EXPECT_EQ(a.node_guid, ibv_get_device_guid(ctx_->device));
-  EXPECT_EQ(a.max_srq, 0);                   // no SRQs: the query says so
+  EXPECT_EQ(a.max_srq, 0);                  // no SRQs: the query says so
   EXPECT_EQ(a.atomic_cap, IBV_ATOMIC_HCA);  // atomics are atomic across the whole device
 
   ibv_device_attr_ex ex{};
