@@ -1,0 +1,49 @@
+# shellcheck shell=bash disable=SC2154 # server_cmd and client_cmd are set by the caller
+# Shared by the integration scripts: runs an unmodified two-process program (server and client,
+# each with its own uroce device on its own address) and collects both exit statuses and outputs.
+#
+# The caller sets the arrays server_cmd and client_cmd, then calls
+#   run_pair SERVER_IP CLIENT_IP TCP_PORT
+# which leaves srv_rc, cli_rc and the outputs in $log/server.out and $log/client.out, and prints
+# both. Environment: FAULTS (UROCE_FAULTS for both sides), TIMEOUT (seconds per side).
+# Finish with `verdict "$fail"`: PASS when empty, else FAIL and exit 1.
+
+log=$(mktemp -d /tmp/uroce-integration.XXXXXX)
+srv_pid=
+_pair_cleanup() {
+  [[ -n $srv_pid ]] && kill "$srv_pid" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$log"
+}
+trap _pair_cleanup EXIT
+
+run_pair() {
+  local srv_ip=$1 cli_ip=$2 port=$3 timeout=${TIMEOUT:-120}
+  UROCE_DEVICES=uroce0=$srv_ip UROCE_FAULTS=${FAULTS:-} \
+    timeout "$timeout" "${server_cmd[@]}" >"$log/server.out" 2>&1 &
+  srv_pid=$!
+  # A client gives up if the server's TCP port is not open yet: wait for it.
+  for _ in $(seq 100); do
+    ss -ltnH "sport = :$port" | grep -q . && break
+    kill -0 "$srv_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  UROCE_DEVICES=uroce0=$cli_ip UROCE_FAULTS=${FAULTS:-} \
+    timeout "$timeout" "${client_cmd[@]}" >"$log/client.out" 2>&1
+  cli_rc=$?
+  wait "$srv_pid"
+  srv_rc=$?
+  srv_pid=
+  echo "--- server (exit $srv_rc)"
+  cat "$log/server.out"
+  echo "--- client (exit $cli_rc)"
+  cat "$log/client.out"
+}
+
+verdict() {
+  if [[ -n $1 ]]; then
+    echo "FAIL: $1"
+    exit 1
+  fi
+  echo "PASS"
+}
