@@ -2,6 +2,8 @@
 // and the offending token; nothing here throws or aborts on bad input.
 #include "engine/config.h"
 
+#include <unistd.h>
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -18,6 +20,8 @@ namespace {
 
 constexpr std::string_view kDevicesVar = "UROCE_DEVICES";
 constexpr std::string_view kFaultsVar = "UROCE_FAULTS";
+constexpr std::string_view kStatsVar = "UROCE_STATS";
+constexpr std::string_view kPcapVar = "UROCE_PCAP";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
 constexpr size_t kMaxNameLen = 63;
 
@@ -418,6 +422,36 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
   return f;
 }
 
+std::string expand_pcap_path(const std::string& pattern, const std::string& device,
+                             bool several_devices) {
+  std::string out;
+  bool named = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      char c = pattern[i + 1];
+      if (c == 'p' || c == 'd' || c == '%') {
+        ++i;
+        if (c == 'p') out += std::to_string(getpid());
+        if (c == 'd') {
+          out += device;
+          named = true;
+        }
+        if (c == '%') out += '%';
+        continue;
+      }
+    }
+    out += pattern[i];
+  }
+  if (several_devices && !named) {
+    // One file per device: insert the name before the extension of the last path component.
+    size_t slash = out.rfind('/');
+    size_t dot = out.rfind('.');
+    if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = out.size();
+    out.insert(dot, "." + device);
+  }
+  return out;
+}
+
 std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
   const char* devs = std::getenv(std::string(kDevicesVar).c_str());
   const char* faults = std::getenv(std::string(kFaultsVar).c_str());
@@ -433,6 +467,18 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
   auto f = parse_faults(faults ? faults : "", err);
   if (!f) return std::nullopt;
   for (auto& d : out) d.faults = *f;
+
+  const char* stats = std::getenv(std::string(kStatsVar).c_str());
+  std::string_view sv = stats ? stats : "";
+  if (sv != "" && sv != "0" && sv != "1") {
+    set_err(err, kStatsVar, "'" + std::string(sv) + "' is not 0 or 1");
+    return std::nullopt;
+  }
+  const char* pcap = std::getenv(std::string(kPcapVar).c_str());
+  for (auto& d : out) {
+    d.print_stats = sv == "1";
+    if (pcap && *pcap) d.pcap_path = expand_pcap_path(pcap, d.name, out.size() > 1);
+  }
   return out;
 }
 

@@ -52,6 +52,10 @@ struct DeviceConfig {
   uint32_t ipv4 = 0;   // host byte order
   std::string netdev;  // interface the address belongs to, if known ("lo", "eth0")
   FaultConfig faults;
+  // UROCE_PCAP: capture file for this device's packets ("" = none); see expand_pcap_path.
+  std::string pcap_path;
+  // UROCE_STATS=1: print the device's counters on stderr when it closes.
+  bool print_stats = false;
 };
 
 // Parses UROCE_DEVICES (or the default when unset: uroce0 on the IPv4 address of the first up,
@@ -60,6 +64,12 @@ struct DeviceConfig {
 std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err);
 std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, std::string* err);
 std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* err);
+
+// The capture file of `device` for the UROCE_PCAP pattern: %p becomes the process id, %d the
+// device name, %% a '%'. With several devices and no %d, the device name is inserted before the
+// extension (cap.pcap → cap.uroce1.pcap) so each device gets its own file.
+std::string expand_pcap_path(const std::string& pattern, const std::string& device,
+                             bool several_devices);
 
 // The device used when UROCE_DEVICES is unset or empty.
 DeviceConfig default_device_config();

@@ -51,6 +51,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   UdpPortOptions opt;
   opt.ipv4 = cfg.ipv4;
   opt.faults = cfg.faults;
+  opt.pcap_path = cfg.pcap_path;
   std::string why;
   d->port_ = UdpPort::open(opt, d->counters_, &why);
   if (!d->port_) {
@@ -70,6 +71,63 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
 
 Device::~Device() {
   if (engine_) engine_->stop();
+  if (cfg_.print_stats) print_stats(stderr);
+}
+
+void Device::print_stats(FILE* out) {
+  // Only non-zero counters: a clean run prints a few lines, a troubled one shows what went wrong.
+  std::fprintf(out, "uroce: %s (%s) counters:\n", cfg_.name.c_str(),
+               format_ipv4(cfg_.ipv4).c_str());
+  counters_.for_each([out](const char* name, uint64_t v) {
+    if (v != 0) std::fprintf(out, "  %-24s %llu\n", name, static_cast<unsigned long long>(v));
+  });
+  transport::QpCounters q = qp_counter_totals();
+  const std::pair<const char*, uint64_t> qp_rows[] = {
+      {"qp_sent_pkts", q.sent_pkts},
+      {"qp_rcvd_pkts", q.rcvd_pkts},
+      {"retransmitted_pkts", q.retransmitted_pkts},
+      {"local_ack_timeout_err", q.local_ack_timeout_err},
+      {"rcvd_seq_err", q.rcvd_seq_err},
+      {"rcvd_rnr_err", q.rcvd_rnr_err},
+      {"send_rnr_err", q.send_rnr_err},
+      {"out_of_seq_request", q.out_of_seq_request},
+      {"duplicate_request", q.duplicate_request},
+      {"retry_exceeded_err", q.retry_exceeded_err},
+      {"rnr_retry_exceeded_err", q.rnr_retry_exceeded_err},
+      {"completer_retry_err", q.completer_retry_err},
+      {"send_err", q.send_err},
+      {"qp_dropped_pkts", q.dropped_pkts},
+  };
+  for (const auto& [name, v] : qp_rows)
+    if (v != 0) std::fprintf(out, "  %-24s %llu\n", name, static_cast<unsigned long long>(v));
+}
+
+namespace {
+
+void add_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
+  sum.sent_pkts += c.sent_pkts;
+  sum.rcvd_pkts += c.rcvd_pkts;
+  sum.retry_exceeded_err += c.retry_exceeded_err;
+  sum.rnr_retry_exceeded_err += c.rnr_retry_exceeded_err;
+  sum.send_rnr_err += c.send_rnr_err;
+  sum.rcvd_rnr_err += c.rcvd_rnr_err;
+  sum.rcvd_seq_err += c.rcvd_seq_err;
+  sum.out_of_seq_request += c.out_of_seq_request;
+  sum.duplicate_request += c.duplicate_request;
+  sum.send_err += c.send_err;
+  sum.completer_retry_err += c.completer_retry_err;
+  sum.local_ack_timeout_err += c.local_ack_timeout_err;
+  sum.retransmitted_pkts += c.retransmitted_pkts;
+  sum.dropped_pkts += c.dropped_pkts;
+}
+
+}  // namespace
+
+transport::QpCounters Device::qp_counter_totals() {
+  std::lock_guard<std::mutex> g(mu_);
+  transport::QpCounters sum = retired_qp_counters_;
+  for (auto& [qpn, e] : qps_) add_counters(sum, e.qp->counters());
+  return sum;
 }
 
 uint16_t Device::mtu_bytes() const {
@@ -182,6 +240,7 @@ int Device::destroy_qp(transport::Qp* qp) {
   auto it = qps_.find(qp->qpn());
   if (it == qps_.end() || it->second.qp.get() != qp) return EINVAL;
   keys_.pd_unref(it->second.pd);
+  add_counters(retired_qp_counters_, qp->counters());
   qps_.erase(it);
   return 0;
 }

@@ -16,6 +16,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -97,6 +98,10 @@ class Device : private Engine::Client, private transport::EventSink {
   AsyncEventQueue& async_events();
 
   const DeviceCounters& counters() const;
+  // The transport counters of every QP the device has had, live and destroyed, summed.
+  transport::QpCounters qp_counter_totals();
+  // Writes the non-zero device and QP counters (UROCE_STATS=1 does so when the device closes).
+  void print_stats(FILE* out);
 
   // Receive and process what has arrived, from an application thread that polls a CQ and found
   // it empty (see Engine::poll_from_app). Returns true if anything was processed.
@@ -138,7 +143,8 @@ class Device : private Engine::Client, private transport::EventSink {
   DeviceConfig cfg_;
   std::mutex mu_;
   DeviceCounters counters_;
-  KeyTable keys_;  // device lock
+  transport::QpCounters retired_qp_counters_;  // of destroyed QPs, for qp_counter_totals (mu_)
+  KeyTable keys_;                              // device lock
   AsyncEventQueue async_;
   uint16_t mtu_ = 1024;  // IB path MTU in bytes, from the netdev's MTU at open
   std::unique_ptr<UdpPort> port_;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 namespace uroce {
@@ -187,6 +189,35 @@ TEST(ConfigTest, LoadReportsWhichVariableIsBad) {
 
 TEST(ConfigTest, FormatsIpv4) {
   EXPECT_EQ(format_ipv4(0xc0000202), "192.0.2.2");
+}
+
+TEST(ConfigTest, ExpandsCapturePaths) {
+  const std::string pid = std::to_string(getpid());
+  EXPECT_EQ(expand_pcap_path("/tmp/c.pcap", "uroce0", false), "/tmp/c.pcap");
+  EXPECT_EQ(expand_pcap_path("/tmp/c.pcap", "uroce1", true), "/tmp/c.uroce1.pcap");
+  EXPECT_EQ(expand_pcap_path("/tmp/dir.d/c", "uroce1", true), "/tmp/dir.d/c.uroce1");
+  EXPECT_EQ(expand_pcap_path("/tmp/c-%d-%p.pcap", "uroce1", true),
+            "/tmp/c-uroce1-" + pid + ".pcap");
+  EXPECT_EQ(expand_pcap_path("100%%-%x.pcap", "u", false), "100%-%x.pcap");
+}
+
+TEST(ConfigTest, StatsAndCaptureComeFromTheEnvironment) {
+  setenv("UROCE_DEVICES", "u0=127.0.0.1,u1=127.0.0.2", 1);
+  setenv("UROCE_STATS", "1", 1);
+  setenv("UROCE_PCAP", "/tmp/x.pcap", 1);
+  std::string err;
+  auto d = load_device_config(&err);
+  ASSERT_TRUE(d.has_value()) << err;
+  ASSERT_EQ(d->size(), 2u);
+  EXPECT_TRUE((*d)[0].print_stats);
+  EXPECT_EQ((*d)[0].pcap_path, "/tmp/x.u0.pcap");
+  EXPECT_EQ((*d)[1].pcap_path, "/tmp/x.u1.pcap");
+  setenv("UROCE_STATS", "yes", 1);
+  EXPECT_FALSE(load_device_config(&err).has_value());
+  EXPECT_NE(err.find("UROCE_STATS"), std::string::npos) << err;
+  unsetenv("UROCE_DEVICES");
+  unsetenv("UROCE_STATS");
+  unsetenv("UROCE_PCAP");
 }
 
 }  // namespace

@@ -1,35 +1,56 @@
 #!/usr/bin/env bash
-# Captures an ibv_rc_pingpong run over uroce on the loopback interface and checks with tshark that
-# every packet decodes as RoCEv2 (RRoCE) with no malformed packet, and that the opcodes are the
-# RC SEND and ACK opcodes expected of a pingpong exchange.
-#   capture.sh UROCE_RUN SERVER_IP CLIENT_IP TCP_PORT
+# Captures an ibv_rc_pingpong run over uroce and checks with tshark that every packet decodes as
+# RoCEv2 (RRoCE) with no malformed packet, and that the opcodes are the RC SEND and ACK opcodes
+# expected of a pingpong exchange.
+#   capture.sh dumpcap|uroce UROCE_RUN SERVER_IP CLIENT_IP TCP_PORT
+# dumpcap: captures on lo as the kernel sends (needs root).
+# uroce:   uroce's own capture (UROCE_PCAP), one file per process; needs no privilege.
 set -uo pipefail
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: capturing on lo needs root"
-  exit 77
-fi
+mode=$1
+shift
 here=$(cd "$(dirname "$0")" && pwd)
-pcap=$(mktemp /tmp/uroce-capture.XXXXXX.pcapng)
-trap 'rm -f "$pcap"' EXIT
-CAPTURE=$pcap "$here/pingpong.sh" "$@" -m 1024 -s 4096 -n 50 || exit 1
+dir=$(mktemp -d /tmp/uroce-capture.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+case $mode in
+  dumpcap)
+    if [[ $(id -u) -ne 0 ]]; then
+      echo "SKIP: capturing on lo needs root"
+      exit 77
+    fi
+    CAPTURE=$dir/lo.pcapng "$here/pingpong.sh" "$@" -m 1024 -s 4096 -n 50 || exit 1
+    ;;
+  uroce)
+    UROCE_PCAP=$dir/uroce.%p.pcap "$here/pingpong.sh" "$@" -m 1024 -s 4096 -n 50 || exit 1
+    ;;
+  *)
+    echo "usage: capture.sh dumpcap|uroce UROCE_RUN SERVER_IP CLIENT_IP TCP_PORT" >&2
+    exit 2
+    ;;
+esac
 
-total=$(tshark -r "$pcap" 2>/dev/null | wc -l)
-roce=$(tshark -r "$pcap" -Y infiniband 2>/dev/null | wc -l)
-malformed=$(tshark -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
-echo "packets: $total, decoded as RoCE: $roce, malformed: $malformed"
-echo "opcodes seen (opcode count):"
-tshark -r "$pcap" -T fields -e infiniband.bth.opcode 2>/dev/null | sort | uniq -c
-# 4096-byte SENDs at MTU 1024 are FIRST (0), MIDDLE (1), LAST (2); ACKs are 17 (0x11).
-opcodes=$(tshark -r "$pcap" -T fields -e infiniband.bth.opcode 2>/dev/null | sort -un | tr '\n' ' ')
+files=("$dir"/*.pcap*)
 fail=
-((total > 0)) || fail="no packets captured"
-((roce == total)) || fail="${fail:-$((total - roce)) packets did not decode as RoCE}"
-((malformed == 0)) || fail="${fail:-$malformed malformed packets}"
-for op in 0 1 2 17; do
-  [[ " $opcodes " == *" $op "* ]] || fail="${fail:-opcode $op missing}"
-done
-for op in $opcodes; do
-  [[ $op =~ ^(0|1|2|4|17)$ ]] || fail="${fail:-unexpected opcode $op}"
+expected_files=1
+[[ $mode == uroce ]] && expected_files=2  # one per process: UROCE_PCAP's %p is the process id
+((${#files[@]} == expected_files)) || fail="expected $expected_files capture files, found ${#files[@]}"
+for pcap in "${files[@]}"; do
+  total=$(tshark -r "$pcap" 2>/dev/null | wc -l)
+  roce=$(tshark -r "$pcap" -Y infiniband 2>/dev/null | wc -l)
+  malformed=$(tshark -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
+  echo "$(basename "$pcap"): packets: $total, decoded as RoCE: $roce, malformed: $malformed"
+  echo "opcodes seen (count opcode):"
+  tshark -r "$pcap" -T fields -e infiniband.bth.opcode 2>/dev/null | sort | uniq -c
+  # 4096-byte SENDs at MTU 1024 are FIRST (0), MIDDLE (1), LAST (2); ACKs are 17 (0x11).
+  opcodes=$(tshark -r "$pcap" -T fields -e infiniband.bth.opcode 2>/dev/null | sort -un | tr '\n' ' ')
+  ((total > 0)) || fail="${fail:-no packets captured}"
+  ((roce == total)) || fail="${fail:-$((total - roce)) packets did not decode as RoCE}"
+  ((malformed == 0)) || fail="${fail:-$malformed malformed packets}"
+  for op in 0 1 2 17; do
+    [[ " $opcodes " == *" $op "* ]] || fail="${fail:-opcode $op missing}"
+  done
+  for op in $opcodes; do
+    [[ $op =~ ^(0|1|2|4|17)$ ]] || fail="${fail:-unexpected opcode $op}"
+  done
 done
 if [[ -n $fail ]]; then
   echo "FAIL: $fail"

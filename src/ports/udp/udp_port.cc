@@ -149,6 +149,10 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters
   int bytes = 4 << 20;
   setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
   setsockopt(p->fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  if (!opt.pcap_path.empty()) {
+    p->pcap_ = PcapWriter::open(opt.pcap_path, err);
+    if (!p->pcap_) return nullptr;
+  }
   return p;
 }
 
@@ -260,7 +264,15 @@ void UdpPort::accept(const uint8_t* buf, size_t len, bool truncated,
   f.src_port = info.src_port;
   f.dst_port = opt_.port;
   uint16_t ip_id = 0;
-  if (!wire::icrc_matches_some_ip_id(f, {buf, ib_len}, wire::load_le32(buf + ib_len), &ip_id)) {
+  const bool icrc_ok =
+      wire::icrc_matches_some_ip_id(f, {buf, ib_len}, wire::load_le32(buf + ib_len), &ip_id);
+  if (pcap_) {
+    // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
+    // a packet no ID validates is written with ID 0, and its ICRC shows as bad.
+    f.ip_id = ip_id;
+    pcap_->write(f, info.ecn, {buf, ib_len}, buf + ib_len);
+  }
+  if (!icrc_ok) {
     counters_.rcvd_icrc_err.add();
     return;
   }
@@ -373,6 +385,7 @@ size_t UdpPort::tx_flush() {
       f.src_port = port;
       f.dst_port = opt_.dst_port;
       wire::store_le32(tx_icrc_[idx], wire::icrc(f, {b.data, b.len}));
+      if (pcap_) pcap_->write(f, b.ecn, {b.data, b.len}, tx_icrc_[idx]);
       to[n] = make_addr(b.dst_ip, opt_.dst_port);
       iov[n][0] = {b.data, b.len};
       iov[n][1] = {tx_icrc_[idx], wire::kIcrcBytes};
@@ -442,6 +455,8 @@ size_t UdpPort::tx_flush_faulty() {
     fr.bytes.resize(b.len + wire::kIcrcBytes);
     std::memcpy(fr.bytes.data(), b.data, b.len);
     wire::store_le32(fr.bytes.data() + b.len, wire::icrc(f, {b.data, b.len}));
+    // Captured as uroce sent it, before the injected faults (which stand for the wire).
+    if (pcap_) pcap_->write(f, b.ecn, {b.data, b.len}, fr.bytes.data() + b.len);
     fr.addr = b.dst_ip;
     fr.port = tx_route_[idx].port;
     fr.ecn = b.ecn;

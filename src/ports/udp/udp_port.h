@@ -40,6 +40,7 @@
 #include "engine/config.h"
 #include "engine/counters.h"
 #include "engine/faults.h"
+#include "engine/pcap.h"
 #include "transport/env.h"
 #include "wire/wire.h"
 
@@ -59,6 +60,7 @@ struct UdpPortOptions {
   uint16_t dst_port = wire::kRoceV2UdpPort;  // destination port of every sent packet
   FaultConfig faults;
   size_t max_src_port_sockets = 64;  // send sockets beyond the 4791 one; 0 = always from `port`
+  std::string pcap_path;             // capture every packet sent and received here ("" = none)
 };
 
 class UdpPort : public transport::PacketSink {
@@ -124,6 +126,7 @@ class UdpPort : public transport::PacketSink {
   // exactly the fault-free one). rx_frames_ holds the datagrams of the last rx_burst() when the
   // receive injector is on: rx_out_ points into them until the next rx_burst().
   std::unique_ptr<FaultInjector> rx_faults_, tx_faults_;
+  std::unique_ptr<PcapWriter> pcap_;  // UROCE_PCAP; null when not capturing
   std::vector<FaultFrame> rx_frames_, tx_frames_;
 
   // Receive side: buffers, headers and results for one recvmmsg batch.

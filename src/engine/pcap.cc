@@ -1,0 +1,104 @@
+#include "engine/pcap.h"
+
+#include "wire/wire.h"
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace uroce {
+
+namespace {
+
+constexpr uint32_t kPcapMagicNanos = 0xa1b23c4d;  // pcap with nanosecond timestamps
+constexpr uint32_t kLinkTypeIpv4 = 228;           // LINKTYPE_IPV4: records start at the IP header
+constexpr uint32_t kSnapLen = 65535;
+constexpr size_t kIpv4HeaderBytes = 20;
+constexpr size_t kUdpHeaderBytes = 8;
+
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+void put32(uint8_t* p, uint32_t v) {
+  put16(p, static_cast<uint16_t>(v >> 16));
+  put16(p + 2, static_cast<uint16_t>(v));
+}
+
+// RFC 791 header checksum: one's complement of the one's complement sum of the 16-bit words.
+uint16_t ipv4_checksum(const uint8_t* h) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < kIpv4HeaderBytes; i += 2)
+    sum += static_cast<uint32_t>(h[i] << 8 | h[i + 1]);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+}  // namespace
+
+std::unique_ptr<PcapWriter> PcapWriter::open(const std::string& path, std::string* err) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) {
+    if (err) *err = "cannot create capture file '" + path + "': " + std::strerror(errno);
+    return nullptr;
+  }
+  // The global header in the writer's byte order; readers detect it from the magic.
+  struct {
+    uint32_t magic;
+    uint16_t major, minor;
+    int32_t thiszone;
+    uint32_t sigfigs, snaplen, linktype;
+  } hdr{kPcapMagicNanos, 2, 4, 0, 0, kSnapLen, kLinkTypeIpv4};
+  if (std::fwrite(&hdr, sizeof hdr, 1, f) != 1 || std::fflush(f) != 0) {
+    if (err) *err = "cannot write capture file '" + path + "': " + std::strerror(errno);
+    std::fclose(f);
+    return nullptr;
+  }
+  return std::unique_ptr<PcapWriter>(new PcapWriter(f));
+}
+
+PcapWriter::~PcapWriter() {
+  std::fclose(file_);
+}
+
+void PcapWriter::write(const wire::Ipv4UdpFraming& f, uint8_t ecn, std::span<const uint8_t> ib,
+                       const uint8_t* icrc) {
+  const size_t udp_len = kUdpHeaderBytes + ib.size() + wire::kIcrcBytes;
+  const size_t ip_len = kIpv4HeaderBytes + udp_len;
+  uint8_t h[kIpv4HeaderBytes + kUdpHeaderBytes];
+  h[0] = 0x45;     // IPv4, 5-word header
+  h[1] = ecn & 3;  // DSCP 0
+  put16(h + 2, static_cast<uint16_t>(ip_len));
+  put16(h + 4, f.ip_id);
+  put16(h + 6, f.dont_fragment ? 0x4000 : 0);
+  h[8] = 64;  // TTL
+  h[9] = 17;  // UDP
+  put16(h + 10, 0);
+  put32(h + 12, f.src_ip);
+  put32(h + 16, f.dst_ip);
+  put16(h + 10, ipv4_checksum(h));
+  uint8_t* u = h + kIpv4HeaderBytes;
+  put16(u, f.src_port);
+  put16(u + 2, f.dst_port);
+  put16(u + 4, static_cast<uint16_t>(udp_len));
+  put16(u + 6, 0);  // no UDP checksum, as RoCEv2 senders do
+
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const uint32_t rec[4] = {static_cast<uint32_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec),
+                           static_cast<uint32_t>(ip_len), static_cast<uint32_t>(ip_len)};
+  std::lock_guard<std::mutex> g(mu_);
+  std::fwrite(rec, sizeof rec, 1, file_);
+  std::fwrite(h, sizeof h, 1, file_);
+  std::fwrite(ib.data(), 1, ib.size(), file_);
+  std::fwrite(icrc, 1, wire::kIcrcBytes, file_);
+  std::fflush(file_);
+  ++records_;
+}
+
+uint64_t PcapWriter::records() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return records_;
+}
+
+}  // namespace uroce

@@ -1,0 +1,45 @@
+// A packet capture of what a device sends and receives, written by uroce itself
+// (UROCE_PCAP=FILE), so that a RoCE exchange can be inspected in Wireshark or tshark without
+// root and on any datapath.
+//
+// The file is a classic pcap with nanosecond timestamps and LINKTYPE_IPV4: each record is an IPv4
+// datagram whose IPv4 and UDP headers are rebuilt from what the port knows. They carry exactly the
+// fields the ICRC covers (addresses, IP ID, DF, ports), so the ICRC in every record verifies; the
+// fields the ICRC masks are written as a kernel would (TTL 64, a valid header checksum, UDP
+// checksum 0, the ECN bits the packet was sent or received with).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "wire/icrc.h"
+
+namespace uroce {
+
+class PcapWriter {
+ public:
+  // Creates (truncates) `path` and writes the file header; nullptr and *err on failure.
+  static std::unique_ptr<PcapWriter> open(const std::string& path, std::string* err);
+  ~PcapWriter();
+  PcapWriter(const PcapWriter&) = delete;
+  PcapWriter& operator=(const PcapWriter&) = delete;
+
+  // Appends one RoCEv2 packet: `ib` is BTH..pad and `icrc` its four ICRC bytes as on the wire.
+  // Any thread; records are written whole and flushed, so a killed process leaves a valid file.
+  void write(const wire::Ipv4UdpFraming& f, uint8_t ecn, std::span<const uint8_t> ib,
+             const uint8_t* icrc);
+
+  uint64_t records() const;
+
+ private:
+  explicit PcapWriter(FILE* file) : file_(file) {}
+  mutable std::mutex mu_;
+  FILE* file_;
+  uint64_t records_ = 0;  // guarded by mu_
+};
+
+}  // namespace uroce
