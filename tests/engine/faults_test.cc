@@ -507,8 +507,10 @@ TEST(FaultsPingPongTest, DelayedDatagramsNeverWaitForATimeout) {
     Side a, b;
     ASSERT_TRUE(a.setup(config("fa", loopback(45, sub, 1), *faults), kLen));
     ASSERT_TRUE(b.setup(config("fb", loopback(45, sub, 2), *faults), kLen));
-    connect(a, b, 14);  // 67 ms: a timeout would show in the elapsed time and the counters
-    connect(b, a, 14);
+    // 1.07 s: a packet the delay line forgot would wait for it and show in the counters, while a
+    // loaded machine descheduling the test for tens of milliseconds would not.
+    connect(a, b, 18);
+    connect(b, a, 18);
     auto post = [&](Side& s, bool send) {
       size_t bad;
       if (send) {
@@ -534,11 +536,11 @@ TEST(FaultsPingPongTest, DelayedDatagramsNeverWaitForATimeout) {
       }
       return false;
     };
-    // A round trip waits for four delayed deliveries (data and ACK each way, < 0.6 ms in all);
-    // one retransmission timeout would add 67 ms. 30 ms leaves room for a loaded machine.
-    int64_t worst_us = 0;
+    // A round trip waits for four delayed deliveries (data and ACK each way, < 0.6 ms in all),
+    // far below the 1.07 s retransmission timeout: the delay line must release every packet on
+    // time, so no timer may fire and nothing may be resent. The counters prove it; wall time
+    // would only measure how loaded the machine is.
     for (size_t i = 0; i < kIters; ++i) {
-      auto start = std::chrono::steady_clock::now();
       post(b, false);
       post(a, true);
       ASSERT_TRUE(wait(b, *b.rcq)) << i;
@@ -547,11 +549,7 @@ TEST(FaultsPingPongTest, DelayedDatagramsNeverWaitForATimeout) {
       post(b, true);
       ASSERT_TRUE(wait(a, *a.rcq)) << i;
       ASSERT_TRUE(wait(b, *b.scq)) << i;
-      worst_us = std::max<int64_t>(worst_us, std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - start)
-                                                 .count());
     }
-    EXPECT_LT(worst_us, 30'000);
     EXPECT_EQ(a.qp->counters().local_ack_timeout_err + b.qp->counters().local_ack_timeout_err, 0u);
     EXPECT_EQ(a.qp->counters().retransmitted_pkts + b.qp->counters().retransmitted_pkts, 0u);
     const char* held = spec[0] == 't' ? "fault_tx_delayed" : "fault_rx_delayed";
