@@ -108,6 +108,15 @@ CompleterOutcome Completer::complete_local_error(const QpContext& ctx, SendQueue
   return out;
 }
 
+void Completer::complete_local_done(const QpContext& ctx, SendQueue& sq) {
+  while (!sq.empty() && sq.front().state == WqeState::kInFlight && sq.front().npkts == 0 &&
+         sq.front().end_psn() <= unacked_) {
+    const SendEntry& e = sq.front();
+    if (e.signaled) ctx.init.send_cq->push(send_wc(ctx, e, IBV_WC_SUCCESS));
+    sq.pop_front();
+  }
+}
+
 Psn Completer::ack_limit(const SendQueue& sq) const {
   for (SendQueue::Seq s = sq.begin(); s != sq.end(); ++s) {
     const SendEntry& e = sq.at(s);

@@ -44,6 +44,9 @@ class Completer {
   void on_sent(const PacketsSent& ev, Time now, const QpContext& ctx);
   // Completes a kLocalError WQE that reached the front of the queue.
   CompleterOutcome complete_local_error(const QpContext& ctx, SendQueue& sq);
+  // Completes executed local operations (BIND_MW, LOCAL_INV: no PSN) at the front once
+  // everything before them is acknowledged; ACKs complete those behind outstanding requests.
+  void complete_local_done(const QpContext& ctx, SendQueue& sq);
 
   Time deadline() const { return deadline_; }
   bool outstanding() const { return unacked_ < sent_end_; }

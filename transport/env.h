@@ -64,6 +64,19 @@ struct MemRef {
   uint8_t* ptr = nullptr;  // host address of the first byte, valid when status == kOk
 };
 
+// A BIND_MW work request (ibv_bind_mw(3) for type 1 windows, IBV_WR_BIND_MW for type 2): bind the
+// window `mw` to [addr, addr + length) of the MR `mr_lkey` with IBV_ACCESS_REMOTE_* `access`,
+// under the R_Key `new_rkey` (same window index; for type 2 the low 8 bits are the consumer's
+// key, for type 1 the verbs layer increments them). length 0 unbinds a type 1 window.
+struct MwBind {
+  uint32_t mw = 0;  // the window's handle, as MemoryAccess gave it out
+  uint32_t new_rkey = 0;
+  uint32_t mr_lkey = 0;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  unsigned access = 0;
+};
+
 class MemoryAccess {
  public:
   virtual ~MemoryAccess() = default;
@@ -79,6 +92,28 @@ class MemoryAccess {
   // Returns the original value.
   virtual uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) = 0;
   virtual uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) = 0;
+
+  // Memory windows and invalidation (IBTA 10.6.7). The defaults refuse, so a MemoryAccess without
+  // windows (e.g. a test fake) makes BIND_MW / LOCAL_INV / SEND_WITH_INV fail as on a device
+  // without them.
+  //
+  // Executes a BIND_MW work request posted on a QP of PD `qp_pd`: kOk, or the cause of the
+  // IBV_WC_MW_BIND_ERR completion (bad window, MR or key; PD mismatch; MR without
+  // IBV_ACCESS_MW_BIND; window outside the MR; rights the MR cannot back).
+  virtual MemStatus bind_mw(const MwBind& bind, uint32_t qp_pd) {
+    (void)bind;
+    (void)qp_pd;
+    return MemStatus::kBadKey;
+  }
+  // Invalidates `rkey` for a LOCAL_INV posted on a QP of PD `pd`, or for a SEND with invalidate
+  // received on one (IBTA 9.4.1.1, 10.6.7.2): only a bound type 2 window of that PD can be
+  // invalidated this way. kBadKey: no such valid key; kBadPd: another PD; kNoAccess: the key
+  // exists but may not be invalidated (an MR, a type 1 window).
+  virtual MemStatus invalidate(uint32_t rkey, uint32_t pd) {
+    (void)rkey;
+    (void)pd;
+    return MemStatus::kBadKey;
+  }
 };
 
 class CompletionSink {

@@ -46,6 +46,7 @@ struct RequesterOutcome {
   std::optional<PacketsSent> sent;
   bool blocked_by_port = false;  // tx_alloc() returned nullptr
   bool local_error = false;      // a WQE became kLocalError: the completer must look at the front
+  bool local_done = false;  // a local operation (BIND_MW, LOCAL_INV) executed: it may complete now
 };
 
 // What the responder reports after a request.

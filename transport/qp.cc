@@ -8,6 +8,8 @@
 #include "transport/dma.h"
 #include "transport/qp_impl.h"
 #include "transport/qp_state.h"
+#include "transport/srq.h"
+#include "transport/unreliable_qp.h"
 
 namespace uroce::transport {
 namespace {
@@ -83,9 +85,11 @@ void Qp::Impl::flush() {
   rq.clear();
 }
 
-void Qp::Impl::enter_error() {
+void Qp::Impl::enter_error(bool transport_error) {
   state = IBV_QPS_ERR;
   flush();
+  if (transport_error) raise(IBV_EVENT_QP_FATAL);
+  if (init.srq != nullptr) raise(IBV_EVENT_QP_LAST_WQE_REACHED);
   // The responder keeps a pending NAK: it is still sent (pump() in ERR sends responses only), so
   // the peer learns why. Requester and completer stop: the queue they work on is gone.
 }
@@ -105,6 +109,7 @@ void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
 
 void Qp::Impl::handle(const RequesterOutcome& o, Time now) {
   if (o.sent) completer.on_sent(*o.sent, now, ctx);
+  if (o.local_done) completer.complete_local_done(ctx, sq);
   if (o.local_error && !sq.empty() && sq.front().state == WqeState::kLocalError) {
     handle(completer.complete_local_error(ctx, sq), now);
   }
@@ -116,6 +121,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
   if (c.err != 0) return c.err;
   const ibv_qp_state cur = q.state;
   q.apply_attrs(a, mask);
+  if (q.init.type != IBV_QPT_RC) unreliable_on_modify(q, cur, c.next);
   switch (c.next) {
     case IBV_QPS_RESET:
       // Back to the state of a new QP: queues emptied without completions (IBTA 10.3.1).
@@ -148,7 +154,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       pump(now);
       break;
     case IBV_QPS_ERR:
-      if (cur != IBV_QPS_ERR) q.enter_error();
+      if (cur != IBV_QPS_ERR) q.enter_error(/*transport_error=*/false);
       break;
     default:
       q.state = c.next;
@@ -175,11 +181,14 @@ void Qp::query(ibv_qp_attr& a, ibv_qp_init_attr& init) const {
 
 int Qp::post_send(const SendWqe& wqe, Time now) {
   Impl& q = *impl_;
-  // Only RC is implemented; UC/UD data paths come later.
-  if (q.init.type != IBV_QPT_RC) return EINVAL;
+  // UD and UC carry a subset of the operations (unreliable_qp.h).
+  if (q.init.type != IBV_QPT_RC && !unreliable_wqe_ok(q.init.type, wqe)) return EINVAL;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT || q.state == IBV_QPS_RTR) return EINVAL;
-  if (!wr_opcode_info(wqe.opcode).supported) return EINVAL;
+  const bool local_op = is_local_op(wqe.opcode);
+  if (!wr_opcode_info(wqe.opcode).supported && !local_op) return EINVAL;
   const bool is_inline = wqe.send_flags & IBV_SEND_INLINE;
+  // BIND_MW and LOCAL_INV carry no data (ibv_post_send(3)).
+  if (local_op && (is_inline || wqe.num_sge != 0)) return EINVAL;
   // Inline data is something to send: READ and ATOMIC SGEs are written, not read
   // (ibv_post_send(3)). An ATOMIC's result is one 8-byte SGE.
   if (is_read_or_atomic(wqe.opcode) && is_inline) return EINVAL;
@@ -198,8 +207,9 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
   if (wqe.opcode == IBV_WR_RDMA_READ && (length + q.ctx.mtu - 1) / q.ctx.mtu > (1u << 22)) {
     return EINVAL;
   }
-  if (q.state == IBV_QPS_ERR) {
-    // Posting to a QP in ERR is allowed and completes at once, flushed (IBTA 10.8.3.1).
+  if (q.state == IBV_QPS_ERR || q.state == IBV_QPS_SQE) {
+    // Posting to a QP in ERR (or a UD/UC QP in SQE) is allowed and completes at once, flushed
+    // (IBTA 10.8.3.1).
     q.init.send_cq->push(flush_wc(wqe.wr_id, wc_opcode_for(wqe.opcode), q.init.qpn));
     return 0;
   }
@@ -215,6 +225,7 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
 
 int Qp::post_recv(const RecvWqe& wqe) {
   Impl& q = *impl_;
+  if (q.init.srq != nullptr) return EINVAL;  // receives go to the SRQ (ibv_post_recv(3))
   if (q.state == IBV_QPS_RESET) return EINVAL;
   if (wqe.num_sge > std::min(q.init.max_recv_sge, kMaxSge)) return EINVAL;
   if (q.state == IBV_QPS_ERR) {
@@ -228,6 +239,10 @@ int Qp::post_recv(const RecvWqe& wqe) {
 
 void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
   Impl& q = *impl_;
+  if (q.init.type != IBV_QPT_RC) {
+    unreliable_receive(q, pkt, rx);  // UD/UC responders send nothing back
+    return;
+  }
   // Cheapest checks first; each refusal is a counted drop (IBTA 9.6: silently dropped packets).
   const bool accepting = q.state == IBV_QPS_RTR || q.sending_state();
   if (pkt.info == nullptr || !accepting || wire::service_of(pkt.bth.opcode) != wire::Service::kRc ||
@@ -239,6 +254,12 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
   ++q.counters.rcvd_pkts;
   const uint32_t flags = pkt.info->flags;
   if (flags & wire::kRequest) {
+    // With an SRQ, the message takes its receive WQE from it when it starts at the expected
+    // PSN; duplicates and out-of-sequence packets take none.
+    if (q.init.srq != nullptr && q.rq.empty() && takes_recv_wqe(pkt) &&
+        Psn(pkt.bth.psn) == q.responder.expected_psn()) {
+      q.init.srq->take(q.rq);
+    }
     const ResponderOutcome o = q.responder.on_request(pkt, q.ctx, q.rq);
     // IBTA 11.6.3: the first packet received in RTR establishes communication.
     if (o.first_packet && q.state == IBV_QPS_RTR) q.raise(IBV_EVENT_COMM_EST);
@@ -254,6 +275,10 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
 void Qp::pump(Time now) {
   Impl& q = *impl_;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return;
+  if (q.init.type != IBV_QPT_RC) {
+    unreliable_pump(q);
+    return;
+  }
   // Responses first, in request order (ACKs, READ response streams, ATOMIC ACKs).
   while (q.responder.has_response()) {
     TxBuf* buf = q.tx.tx_alloc();
@@ -276,6 +301,7 @@ void Qp::pump(Time now) {
 bool Qp::wants_pump() const {
   const Impl& q = *impl_;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return false;
+  if (q.init.type != IBV_QPT_RC) return unreliable_wants_pump(q);
   if (q.responder.has_response()) return true;
   // Time 0: a running RNR wait reads as "not now"; next_deadline() reports when it ends.
   return q.sending_state() &&

@@ -18,6 +18,8 @@ inline constexpr uint32_t kMaxSge = 16;          // per WR, send and receive
 inline constexpr uint32_t kMaxInlineData = 256;  // bytes of IBV_SEND_INLINE data per WR
 inline constexpr uint32_t kMaxQpWr = 16384;      // per queue
 
+class Srq;  // srq.h
+
 struct Sge {
   uint64_t addr = 0;
   uint32_t length = 0;
@@ -30,8 +32,10 @@ struct Sge {
 struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
-  unsigned send_flags = 0;   // IBV_SEND_*
-  uint32_t imm_be = 0;       // immediate data, network byte order; or the rkey to invalidate
+  unsigned send_flags = 0;  // IBV_SEND_*
+  // Immediate data, network byte order; for SEND_WITH_INV and LOCAL_INV the rkey to invalidate,
+  // host order.
+  uint32_t imm_be = 0;
   uint64_t remote_addr = 0;  // RDMA / atomic
   uint32_t rkey = 0;
   uint64_t compare_add = 0;  // atomic
@@ -40,6 +44,8 @@ struct SendWqe {
   uint32_t ud_dst_ip = 0;
   uint32_t ud_remote_qpn = 0;
   uint32_t ud_remote_qkey = 0;
+  // IBV_WR_BIND_MW: the binding (a local operation: no packet, see send_queue.h).
+  MwBind bind;
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sge{};
   // With IBV_SEND_INLINE the data is copied here at post time and `sge` is unused.
@@ -64,6 +70,12 @@ struct QpInit {
   CompletionSink* send_cq = nullptr;
   CompletionSink* recv_cq = nullptr;
   EventSink* events = nullptr;  // may be null
+  // UD: the port's active MTU in bytes (256..4096), the largest UD message (IBTA C10-93.1.1);
+  // UD QPs have no path MTU attribute.
+  uint32_t port_mtu = 4096;
+  // Shared receive queue (srq.h), or null. With one, post_recv is refused (EINVAL) and receive
+  // WQEs come from the SRQ; the caller keeps the SRQ alive while the QP exists.
+  Srq* srq = nullptr;
 };
 
 // Per-QP counters; names follow rxe's hw_counters where one exists.
@@ -79,6 +91,10 @@ struct QpCounters {
   uint64_t completer_retry_err = 0, local_ack_timeout_err = 0;
   uint64_t retransmitted_pkts = 0;
   uint64_t dropped_pkts = 0;  // received but dropped (wrong state, bad opcode for QP type…)
+  // UD/UC receive drops (each also counted in dropped_pkts).
+  uint64_t qkey_violation = 0;   // UD: DETH Q_Key differs from the QP's (IBTA C10-15, 10.2.5)
+  uint64_t out_of_buffer = 0;    // UD/UC: no receive WQE posted (mlx5's name): message dropped
+  uint64_t uc_dropped_msgs = 0;  // UC: messages abandoned after a lost packet (IBTA 9.8.3)
 };
 
 class Qp {
@@ -102,9 +118,10 @@ class Qp {
   // Queue work. post_send: EINVAL in RESET/INIT/RTR, ENOMEM when the send queue is full; in ERR
   // the WQE completes with IBV_WC_WR_FLUSH_ERR. post_recv: EINVAL in RESET, ENOMEM
   // when full; flushed in ERR. post_send also returns EINVAL for what the transport does not
-  // implement (today: anything but SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
-  // RDMA_READ, ATOMIC_CMP_AND_SWP and ATOMIC_FETCH_AND_ADD on RC), for inline READ/ATOMIC and
-  // for an ATOMIC whose result is not one 8-byte SGE; it ends with pump(now).
+  // implement (today: anything but SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE,
+  // RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV and
+  // BIND_MW on RC), for inline READ/ATOMIC, for an ATOMIC whose result is not one 8-byte SGE and
+  // for a LOCAL_INV/BIND_MW with data; it ends with pump(now).
   int post_send(const SendWqe& wqe, Time now);
   int post_recv(const RecvWqe& wqe);
 

@@ -13,6 +13,7 @@
 #include "transport/requester.h"
 #include "transport/responder.h"
 #include "transport/send_queue.h"
+#include "transport/unreliable_qp.h"
 
 namespace uroce::transport {
 
@@ -34,12 +35,15 @@ struct Qp::Impl {
   Requester requester;
   Responder responder;
   Completer completer;
+  UnreliableRoles unreliable;  // UD and UC QPs only (unreliable_qp.h)
 
   bool sq_drained_reported = false;  // IBV_EVENT_SQ_DRAINED raised for the current SQD period
 
   // Dispatcher steps (qp.cc).
   void apply_attrs(const ibv_qp_attr& a, int mask);
-  void enter_error();
+  // ERR (IBTA 10.3.1): flush; a transport error (not a modify) also raises IBV_EVENT_QP_FATAL,
+  // and a QP with an SRQ raises IBV_EVENT_QP_LAST_WQE_REACHED (11.6.3.1: it takes no more WQEs).
+  void enter_error(bool transport_error = true);
   void flush();
   void handle(const CompleterOutcome& o, Time now);
   void handle(const RequesterOutcome& o, Time now);

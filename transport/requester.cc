@@ -30,6 +30,9 @@ const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op) {
                                       Opcode::kRcReadRequest, Opcode::kRcReadRequest};
   static constexpr WrOpcodeInfo kCmpSwap{true, Opcode::kRcCompareSwap, Opcode::kRcCompareSwap,
                                          Opcode::kRcCompareSwap, Opcode::kRcCompareSwap};
+  // SEND with invalidate: the IETH travels in its LAST/ONLY packet (9.4.1.1).
+  static constexpr WrOpcodeInfo kSendInv{true, Opcode::kRcSendFirst, Opcode::kRcSendMiddle,
+                                         Opcode::kRcSendLastInv, Opcode::kRcSendOnlyInv};
   static constexpr WrOpcodeInfo kFetchAdd{true, Opcode::kRcFetchAdd, Opcode::kRcFetchAdd,
                                           Opcode::kRcFetchAdd, Opcode::kRcFetchAdd};
   switch (op) {
@@ -37,6 +40,8 @@ const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op) {
       return kSend;
     case IBV_WR_SEND_WITH_IMM:
       return kSendImm;
+    case IBV_WR_SEND_WITH_INV:
+      return kSendInv;
     case IBV_WR_RDMA_WRITE:
       return kWrite;
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -124,6 +129,15 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   while (state(now, ctx, sq, may_start) == State::kSending) {
     SendEntry& e = sq.at(cursor_seq_);
     const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
+    if (e.state == WqeState::kQueued && is_local_op(e.wqe.opcode)) {
+      if (!execute_local(ctx, e)) {
+        out.local_error = true;
+        break;
+      }
+      out.local_done = true;
+      ++cursor_seq_;
+      continue;
+    }
     if (e.state == WqeState::kQueued) {
       // First packet of a WQE: check every SGE now so a bad lkey fails before anything is on the
       // wire (the WQE completes with IBV_WC_LOC_PROT_ERR, as on hardware). READ and ATOMIC
@@ -174,6 +188,30 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   return out;
 }
 
+bool Requester::execute_local(const QpContext& ctx, SendEntry& e) {
+  // Binding and invalidation act when the cursor reaches the WQE, never again on a resend
+  // (the entry leaves kQueued). Failures complete the WQE in error and the QP enters ERR, with
+  // the statuses rxe uses: MW_BIND_ERR for a bind (IBTA 11.6.2 "memory window bind error"),
+  // LOC_QP_OP_ERR for a LOCAL_INV of a key that cannot be invalidated.
+  MemStatus st;
+  if (e.wqe.opcode == IBV_WR_BIND_MW) {
+    st = ctx.mem.bind_mw(e.wqe.bind, ctx.init.pd);
+    e.error = IBV_WC_MW_BIND_ERR;
+  } else {
+    st = ctx.mem.invalidate(e.wqe.imm_be, ctx.init.pd);
+    e.error = IBV_WC_LOC_QP_OP_ERR;
+  }
+  if (st != MemStatus::kOk) {
+    e.state = WqeState::kLocalError;
+    return false;
+  }
+  e.error = IBV_WC_SUCCESS;
+  e.first_psn = next_new_psn_;
+  e.npkts = 0;
+  e.state = WqeState::kInFlight;
+  return true;
+}
+
 Requester::Segment Requester::segment(const QpContext& ctx, const SendEntry& e) const {
   Segment seg;
   seg.index = psn_span(e.first_psn, cursor_psn_);
@@ -215,6 +253,7 @@ void Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   p.bth.ack_req = ack_req;
   p.bth.psn = cursor_psn_.value();
   if (info.flags & wire::kHasImm) p.imm_be = e.wqe.imm_be;
+  if (info.flags & wire::kHasIeth) p.ieth_rkey = e.wqe.imm_be;  // host order (qp.h)
   if (info.flags & wire::kHasReth) {
     // WRITE FIRST/ONLY: the whole message. READ: what is still missing from seg.offset on
     // (the whole READ unless the completer asked to resume mid-stream).

@@ -77,6 +77,9 @@ class Requester {
   // asked when the cursor is at a new WQE, so everything before the cursor is in flight.
   uint32_t rd_atomic_in_flight(const SendQueue& sq) const;
   Segment segment(const QpContext& ctx, const SendEntry& e) const;
+  // Executes a local operation (is_local_op) at the cursor through MemoryAccess: true and
+  // kInFlight with no PSN on success, false and kLocalError otherwise.
+  bool execute_local(const QpContext& ctx, SendEntry& e);
   // Writes the cursor's packet (headers, payload from `pieces` or the inline data, pad) to `buf`.
   void write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
                     const MemPieces& pieces, uint32_t npieces, TxBuf* buf);

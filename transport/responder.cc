@@ -117,12 +117,7 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     return out;
   }
   nak_state_ = NakState::kNone;
-  if (flags & wire::kHasIeth) {
-    // SEND with invalidate: the rkey it names would have to be invalidated, which needs the
-    // memory-window/MR state machine this core does not have. Refused rather than executed
-    // as a plain SEND. Class B error (9.9.3.1.2): NAK invalid request, the QP goes to ERR.
-    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-  } else if (flags & wire::kSend) {
+  if (flags & wire::kSend) {
     execute_send(pkt, ctx, rq, out);
   } else if (flags & wire::kWrite) {
     execute_write(pkt, ctx, rq, out);
@@ -176,6 +171,19 @@ void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, std:
     // operational error for the requester (9.9.3.1.3).
     fail(Nak::kRemoteOperational, psn, ctx, rq, out, IBV_WC_LOC_PROT_ERR);
     return;
+  }
+  if (flags & wire::kHasIeth) {
+    // SEND with invalidate (IBTA 9.4.1.1, 10.6.7.2): the message has been placed; the R_Key in
+    // the IETH is invalidated before the receive completes. Only a valid type 2 window of this
+    // QP's PD may be invalidated remotely; any other key (unknown, already invalid, another PD,
+    // a memory region, a type 1 window) makes the request invalid, like the other responder
+    // checks of Class B (9.9.3.1.2): NAK invalid request, the receive WQE completes with
+    // REM_INV_REQ_ERR (rxe's status for it) and both QPs enter ERR.
+    if (ctx.mem.invalidate(pkt.ieth_rkey, ctx.init.pd) != MemStatus::kOk) {
+      msg_offset_ += len;
+      fail(Nak::kInvalidRequest, psn, ctx, rq, out, IBV_WC_REM_INV_REQ_ERR);
+      return;
+    }
   }
   msg_offset_ += len;
   ++epsn_;
@@ -423,6 +431,10 @@ void Responder::complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv
   if (last != nullptr && (last->info->flags & wire::kHasImm)) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = last->imm_be;
+  }
+  if (last != nullptr && (last->info->flags & wire::kHasIeth)) {
+    wc.wc_flags |= IBV_WC_WITH_INV;
+    wc.invalidated_rkey = last->ieth_rkey;
   }
   rq.pop_front();
   // Solicited: the message's last packet had SE set (IBTA 9.2.3, 11.4.2.2).

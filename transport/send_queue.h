@@ -26,9 +26,21 @@ inline bool is_read_or_atomic(ibv_wr_opcode op) {
 inline bool is_atomic(ibv_wr_opcode op) {
   return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
+// BIND_MW and LOCAL_INV act on this device's key table only: no packet, no PSN. The requester
+// executes one when its cursor reaches it (so after every earlier WQE has been sent, and, with
+// IBV_SEND_FENCE, after every earlier READ/ATOMIC has completed); it then enters kInFlight with
+// npkts == 0 at first_psn, so the completer completes it in order once everything before it is
+// acknowledged (IBTA 10.8.3: work requests complete in order).
+inline bool is_local_op(ibv_wr_opcode op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
+}
 // The completion opcode of a send WQE (ibv_poll_cq(3)).
 inline ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
   switch (op) {
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       return IBV_WC_RDMA_WRITE;
@@ -58,7 +70,8 @@ struct SendEntry {
   bool signaled = false;  // IBV_SEND_SIGNALED or sq_sig_all; errors complete regardless
   uint32_t length = 0;    // message bytes: inline_len or the sum of SGE lengths
   Psn first_psn;          // valid from kInFlight
-  uint32_t npkts = 0;     // packets of the message, >= 1 (a zero-length SEND is one packet)
+  uint32_t npkts = 0;     // packets of the message, >= 1 (a zero-length SEND is one packet);
+                          // 0 for an executed local operation (is_local_op)
   ibv_wc_status error = IBV_WC_SUCCESS;  // kLocalError: the status to complete with
 
   Psn last_psn() const { return first_psn + (npkts - 1); }

@@ -97,6 +97,9 @@ void Device::print_stats(FILE* out) {
       {"completer_retry_err", q.completer_retry_err},
       {"send_err", q.send_err},
       {"qp_dropped_pkts", q.dropped_pkts},
+      {"qkey_violation", q.qkey_violation},
+      {"out_of_buffer", q.out_of_buffer},
+      {"uc_dropped_msgs", q.uc_dropped_msgs},
   };
   for (const auto& [name, v] : qp_rows)
     if (v != 0) std::fprintf(out, "  %-24s %llu\n", name, static_cast<unsigned long long>(v));
@@ -119,6 +122,9 @@ void add_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
   sum.local_ack_timeout_err += c.local_ack_timeout_err;
   sum.retransmitted_pkts += c.retransmitted_pkts;
   sum.dropped_pkts += c.dropped_pkts;
+  sum.qkey_violation += c.qkey_violation;
+  sum.out_of_buffer += c.out_of_buffer;
+  sum.uc_dropped_msgs += c.uc_dropped_msgs;
 }
 
 }  // namespace
@@ -177,6 +183,17 @@ int Device::reg_mr_iova(uint32_t pd, void* addr, size_t len, uint64_t iova, int 
 int Device::dereg_mr(uint32_t lkey) {
   std::lock_guard<std::mutex> g(mu_);
   return keys_.dereg_mr(lkey);
+}
+
+int Device::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (keys_.mw_count() >= DeviceLimits::kMaxMw) return ENOMEM;
+  return keys_.alloc_mw(pd, type, handle, rkey);
+}
+
+int Device::dealloc_mw(uint32_t handle) {
+  std::lock_guard<std::mutex> g(mu_);
+  return keys_.dealloc_mw(handle);
 }
 
 transport::MemoryAccess& Device::memory() {

@@ -44,6 +44,8 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxCq = 4096;
   static constexpr uint32_t kMaxCqe = 65536;
   static constexpr uint32_t kMaxMr = 65536;
+  static constexpr uint32_t kMaxMw = 65536;
+  static constexpr uint32_t kMaxSrq = 4096;  // per context (src/verbs/srq.cc enforces it)
   static constexpr uint32_t kMaxPd = 4096;
   static constexpr uint64_t kMaxMrSize = 1ull << 40;
   static constexpr uint32_t kMaxQpRdAtom = 16;
@@ -74,7 +76,10 @@ class Device : private Engine::Client, private transport::EventSink {
   // ibv_reg_mr_iova2: SGEs and peers address the region at `iova` instead of `addr`.
   int reg_mr_iova(uint32_t pd, void* addr, size_t len, uint64_t iova, int access, uint32_t* lkey,
                   uint32_t* rkey);
-  int dereg_mr(uint32_t lkey);
+  int dereg_mr(uint32_t lkey);  // EBUSY while memory windows are bound to it
+  // Memory windows (see KeyTable): binding and invalidation are work requests (post_send).
+  int alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey);
+  int dealloc_mw(uint32_t handle);
   transport::MemoryAccess& memory();
 
   // Queue pairs. create_qp assigns the QPN (init.qpn is ignored) and returns the QP, owned by the

@@ -46,7 +46,9 @@ int KeyTable::reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int a
   uint64_t host = reinterpret_cast<uintptr_t>(addr);
   if (host + len < host || iova + len < iova) return EINVAL;
   uint32_t key = next_key_++;
-  if (next_key_ == 0) next_key_ = 0x100;  // after 2^32 registrations; mrs_ still rejects dups
+  // MR keys stay below the window key space; after 2^31 registrations they wrap and mrs_ still
+  // rejects duplicates.
+  if (next_key_ == kMwKeyBit) next_key_ = 0x100;
   if (!mrs_.emplace(key, Mr{pd, static_cast<uint8_t*>(addr), iova, len, access}).second)
     return ENOMEM;
   ++pds_[pd];
@@ -58,14 +60,161 @@ int KeyTable::reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int a
 int KeyTable::dereg_mr(uint32_t lkey) {
   auto it = mrs_.find(lkey);
   if (it == mrs_.end()) return EINVAL;
+  // A region with windows bound to it cannot go (IBTA 10.6.7.1; rxe and mlx5 refuse too): the
+  // windows would name freed memory.
+  if (it->second.bound_mws != 0) return EBUSY;
   pd_unref(it->second.pd);
   mrs_.erase(it);
   return 0;
 }
 
+int KeyTable::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey) {
+  if (!pd_exists(pd) || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) return EINVAL;
+  // 2^23 indices fit between kMwKeyBit and the 8-bit key; never reused while the table lives.
+  if (next_mw_ >= (kMwKeyBit >> 8)) return ENOMEM;
+  const uint32_t index = next_mw_++;
+  Mw mw{};
+  mw.pd = pd;
+  mw.type = type;
+  mw.rkey = kMwKeyBit | index << 8;
+  mws_.emplace(index, mw);
+  ++pds_[pd];
+  *handle = index;
+  *rkey = mw.rkey;
+  return 0;
+}
+
+void KeyTable::unbind(Mw& mw) {
+  if (!mw.bound) return;
+  auto it = mrs_.find(mw.mr);
+  if (it != mrs_.end() && it->second.bound_mws > 0) --it->second.bound_mws;
+  mw.bound = false;
+  mw.mr = 0;
+  mw.addr = mw.len = 0;
+  mw.access = 0;
+}
+
+int KeyTable::dealloc_mw(uint32_t handle) {
+  auto it = mws_.find(handle);
+  if (it == mws_.end()) return EINVAL;
+  // Deallocating a bound window invalidates it (ibv_dealloc_mw(3)).
+  unbind(it->second);
+  pd_unref(it->second.pd);
+  mws_.erase(it);
+  return 0;
+}
+
+MemStatus KeyTable::bind_mw(const transport::MwBind& b, uint32_t qp_pd) {
+  auto wit = mws_.find(b.mw);
+  if (wit == mws_.end()) return MemStatus::kBadKey;
+  Mw& mw = wit->second;
+  // The new R_Key must name the same window: only its low 8 bits are the consumer's.
+  if ((b.new_rkey & ~0xffu) != (mw.rkey & ~0xffu)) return MemStatus::kBadKey;
+  if (mw.type == IBV_MW_TYPE_2) {
+    // A type 2 window is bound only from the free state (it must be invalidated first), only
+    // through a QP of its own PD, and never to an empty range (IBTA 10.6.7.2.2; rxe checks the
+    // same).
+    if (mw.bound || b.length == 0) return MemStatus::kBadKey;
+    if (mw.pd != qp_pd) return MemStatus::kBadPd;
+  } else if (b.length == 0) {
+    // Type 1: binding a zero-length window unbinds it; the R_Key still changes.
+    unbind(mw);
+    mw.rkey = b.new_rkey;
+    return MemStatus::kOk;
+  }
+  auto mit = mrs_.find(b.mr_lkey);
+  if (mit == mrs_.end()) return MemStatus::kBadKey;
+  Mr& mr = mit->second;
+  if (mr.pd != mw.pd) return MemStatus::kBadPd;
+  // The region must have been registered for binding (IBV_ACCESS_MW_BIND, IBTA 10.6.7.1).
+  if (!(mr.access & IBV_ACCESS_MW_BIND)) return MemStatus::kNoAccess;
+  // A window grants remote rights only: LOCAL_WRITE means nothing for it and is ignored (as
+  // NICs do); zero-based windows and any other flag are refused. Remote write and atomic through
+  // the window need the region's local write (as for an MR, ibv_bind_mw(3)).
+  constexpr unsigned kRemote =
+      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+  if (b.access & ~(kRemote | IBV_ACCESS_LOCAL_WRITE)) return MemStatus::kNoAccess;
+  if ((b.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(mr.access & IBV_ACCESS_LOCAL_WRITE))
+    return MemStatus::kNoAccess;
+  if (b.addr < mr.iova || b.addr - mr.iova > mr.len || b.length > mr.len - (b.addr - mr.iova))
+    return MemStatus::kOutOfBounds;
+  unbind(mw);  // type 1 rebinding moves the window
+  mw.bound = true;
+  mw.mr = b.mr_lkey;
+  mw.addr = b.addr;
+  mw.len = b.length;
+  mw.access = static_cast<int>(b.access & kRemote);
+  mw.rkey = b.new_rkey;
+  ++mr.bound_mws;
+  return MemStatus::kOk;
+}
+
+MemStatus KeyTable::invalidate(uint32_t rkey, uint32_t pd) {
+  if (!(rkey & kMwKeyBit)) {
+    // Registered MRs cannot be invalidated: only fast-register MRs can, which uroce lacks.
+    return mrs_.count(rkey) != 0 ? MemStatus::kNoAccess : MemStatus::kBadKey;
+  }
+  auto it = mws_.find((rkey & ~kMwKeyBit) >> 8);
+  if (it == mws_.end()) return MemStatus::kBadKey;
+  Mw& mw = it->second;
+  if (mw.rkey != rkey || !mw.bound) return MemStatus::kBadKey;
+  if (mw.pd != pd) return MemStatus::kBadPd;
+  // Type 1 windows are unbound only by a zero-length bind (IBTA 10.6.7.2).
+  if (mw.type != IBV_MW_TYPE_2) return MemStatus::kNoAccess;
+  unbind(mw);
+  return MemStatus::kOk;
+}
+
+MemRef KeyTable::resolve_mw(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
+                            int access) const {
+  MemRef r;
+  auto it = mws_.find((rkey & ~kMwKeyBit) >> 8);
+  // A stale key (an older low byte) or an unbound window is no key (R_Key violation).
+  if (it == mws_.end() || it->second.rkey != rkey || !it->second.bound) {
+    r.status = MemStatus::kBadKey;
+    return r;
+  }
+  const Mw& mw = it->second;
+  if (mw.pd != pd) {
+    r.status = MemStatus::kBadPd;
+    return r;
+  }
+  auto mit = mrs_.find(mw.mr);
+  if (mit == mrs_.end()) {  // cannot happen: dereg_mr refuses while bound
+    r.status = MemStatus::kBadKey;
+    return r;
+  }
+  const Mr& mr = mit->second;
+  if (len == 0) {
+    r.status = MemStatus::kOk;
+    r.ptr = mr.host + (mw.addr - mr.iova);
+    return r;
+  }
+  if (addr < mw.addr || addr - mw.addr > mw.len || len > mw.len - (addr - mw.addr)) {
+    r.status = MemStatus::kOutOfBounds;
+    return r;
+  }
+  // The window's own rights decide, not the region's (IBTA 10.6.7: an MR registered without
+  // remote rights can still be reached through a window bound to it).
+  if ((mw.access & access) != access || mw.access == 0) {
+    r.status = MemStatus::kNoAccess;
+    return r;
+  }
+  r.status = MemStatus::kOk;
+  r.ptr = mr.host + (addr - mr.iova);
+  return r;
+}
+
 MemRef KeyTable::resolve(uint32_t key, uint32_t pd, uint64_t addr, uint64_t len, int access,
                          bool remote) const {
   MemRef r;
+  if (key & kMwKeyBit) {
+    // Windows have only an R_Key: an SGE cannot name one (IBTA 10.6.7).
+    if (remote) return resolve_mw(key, pd, addr, len, access);
+    r.status = MemStatus::kBadKey;
+    return r;
+  }
   auto it = mrs_.find(key);
   if (it == mrs_.end()) {
     r.status = MemStatus::kBadKey;

@@ -33,8 +33,20 @@ class KeyTable : public transport::MemoryAccess {
   // access combination: remote write or atomic without local write, IBTA o10-?/ibv_reg_mr(3)).
   int reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int access, uint32_t* lkey,
              uint32_t* rkey);
-  int dereg_mr(uint32_t lkey);  // 0 or EINVAL
+  int dereg_mr(uint32_t lkey);  // 0, EINVAL, or EBUSY while memory windows are bound to it
   size_t mr_count() const { return mrs_.size(); }
+
+  // Memory windows (IBTA 10.6.7). A window's R_Key is kMwKeyBit | index << 8 | key: the index
+  // names the window for its lifetime, the low 8 bits change with every bind (the consumer's key
+  // for type 2, incremented by the verbs layer for type 1), so a stale R_Key stops working. MR
+  // keys stay below kMwKeyBit, so the two never collide. A window starts unbound (type 2: "free");
+  // it is bound by a BIND_MW work request (bind_mw) and type 2 windows are unbound by
+  // invalidate(). Type 2 windows are associated with their PD only (type 2B, as mlx5), not QP.
+  static constexpr uint32_t kMwKeyBit = 0x80000000u;
+  // 0, EINVAL (unknown PD, type not 1/2) or ENOMEM; *handle names the window, *rkey its key.
+  int alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey);
+  int dealloc_mw(uint32_t handle);  // 0 or EINVAL; a bound window is unbound first
+  size_t mw_count() const { return mws_.size(); }
 
   // transport::MemoryAccess.
   transport::MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
@@ -48,6 +60,8 @@ class KeyTable : public transport::MemoryAccess {
   // atomics an invalid request) falls back to the device-wide atomic lock.
   uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
   uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
+  transport::MemStatus bind_mw(const transport::MwBind& bind, uint32_t qp_pd) override;
+  transport::MemStatus invalidate(uint32_t rkey, uint32_t pd) override;
 
  private:
   struct Mr {
@@ -55,13 +69,28 @@ class KeyTable : public transport::MemoryAccess {
     uint8_t* host;  // first byte in this process
     uint64_t iova;  // address of the first byte as work requests and peers name it
     uint64_t len;
-    int access;  // IBV_ACCESS_* given at registration
+    int access;              // IBV_ACCESS_* given at registration
+    uint32_t bound_mws = 0;  // windows bound to it: dereg_mr is EBUSY while > 0
   };
+  struct Mw {
+    uint32_t pd;
+    ibv_mw_type type;
+    uint32_t rkey;               // current R_Key (kMwKeyBit | index << 8 | key)
+    bool bound = false;          // type 2 "valid", else "free"; type 1 bound with length > 0
+    uint32_t mr = 0;             // key of the MR it is bound to, while bound
+    uint64_t addr = 0, len = 0;  // the window, in the MR's address space
+    int access = 0;              // IBV_ACCESS_REMOTE_* granted through the window
+  };
+  void unbind(Mw& mw);
+  transport::MemRef resolve_mw(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
+                               int access) const;
   transport::MemRef resolve(uint32_t key, uint32_t pd, uint64_t addr, uint64_t len, int access,
                             bool remote) const;
 
   std::unordered_map<uint32_t, uint32_t> pds_;  // PD → references (MRs + QPs)
   std::unordered_map<uint32_t, Mr> mrs_;        // key → region
+  std::unordered_map<uint32_t, Mw> mws_;        // window index → window
+  uint32_t next_mw_ = 1;                        // window indices are never reused
   uint32_t next_pd_ = 1;
   // Keys start away from 0: some applications treat a zero key as "none".
   uint32_t next_key_ = 0x100;

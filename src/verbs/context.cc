@@ -16,10 +16,6 @@ namespace {
 // ibv_context_ops entries are called by the inline verbs without a NULL check, so every one an
 // application can reach with a uroce object is filled. Those of features uroce does not have
 // report EOPNOTSUPP.
-int op_post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  if (bad) *bad = wr;
-  return EOPNOTSUPP;
-}
 int op_compat_query_device(ibv_context* ctx, ibv_device_attr* attr) {
   return query_device(ctx, attr);
 }
@@ -35,9 +31,10 @@ void fill_ops(VContext* c) {
   ops.req_notify_cq = req_notify_cq;
   ops.post_send = post_send;
   ops.post_recv = post_recv;
-  ops.post_srq_recv = op_post_srq_recv;
-  // alloc_mw stays NULL: the inline ibv_alloc_mw turns that into EOPNOTSUPP, and without a
-  // memory window no bind_mw/dealloc_mw call can reach uroce.
+  ops.post_srq_recv = post_srq_recv;  // srq.cc
+  ops.alloc_mw = alloc_mw;
+  ops.dealloc_mw = dealloc_mw;
+  ops.bind_mw = bind_mw;
 
   // verbs_context members: a NULL member makes the inline verb return EOPNOTSUPP (or fall back
   // to the legacy entry point), which is the truth for everything not listed here.
@@ -45,6 +42,7 @@ void fill_ops(VContext* c) {
   v.query_port = query_port;
   v.query_device_ex = query_device_ex;
   v.create_qp_ex = create_qp_ex;
+  v.create_srq_ex = create_srq_ex;  // basic SRQs; XRC/TM report EOPNOTSUPP
   v.create_cq_ex = create_cq_ex;
 }
 
@@ -154,6 +152,15 @@ int get_async_event(ibv_context* ctx, ibv_async_event* ev) {
         pthread_mutex_unlock(&qp->qpx.qp_base.mutex);
         return 0;
       }
+      case IBV_EVENT_SRQ_ERR:
+      case IBV_EVENT_SRQ_LIMIT_REACHED: {
+        VSrq* srq = to_v(ev->element.srq);
+        if (!c->live_srq(srq)) continue;  // destroyed while its event was queued
+        pthread_mutex_lock(&srq->srq.mutex);
+        ++srq->async_events_reported;
+        pthread_mutex_unlock(&srq->srq.mutex);
+        return 0;
+      }
       default:
         return 0;  // port and device events are not tied to an object
     }
@@ -183,6 +190,15 @@ void ack_async_event(ibv_async_event* ev) {
       ++qp->events_completed;
       pthread_cond_signal(&qp->cond);
       pthread_mutex_unlock(&qp->mutex);
+      return;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = ev->element.srq;
+      pthread_mutex_lock(&srq->mutex);
+      ++srq->events_completed;
+      pthread_cond_signal(&srq->cond);
+      pthread_mutex_unlock(&srq->mutex);
       return;
     }
     default:

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "ah.h"
 #include "provider.h"
 #include "real.h"
 #include "uroce/uroce.h"
@@ -448,56 +449,49 @@ UROCE_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
   if (auto f = UROCE_REAL(ibv_ack_cq_events, V1_1)) f(cq, nevents);
 }
 
-// ---- SRQs, AHs, multicast: not implemented for uroce --------------------------------------------
+// ---- SRQs (srq.cc); AHs and multicast: not implemented for uroce -------------------------------
 
 UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
-  if (uv::is_uroce(pd->context)) {
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
+  if (uv::is_uroce(pd->context)) return uv::create_srq(pd, attr);
   auto f = UROCE_REAL(ibv_create_srq, V1_1);
   return f ? f(pd, attr) : no_real_ptr<ibv_srq>();
 }
 
 UROCE_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
-  if (uv::is_uroce(srq->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(srq->context)) return uv::modify_srq(srq, attr, mask);
   auto f = UROCE_REAL(ibv_modify_srq, V1_1);
   return f ? f(srq, attr, mask) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
-  if (uv::is_uroce(srq->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(srq->context)) return uv::query_srq(srq, attr);
   auto f = UROCE_REAL(ibv_query_srq, V1_1);
   return f ? f(srq, attr) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
-  if (uv::is_uroce(srq->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(srq->context)) return uv::destroy_srq(srq);
   auto f = UROCE_REAL(ibv_destroy_srq, V1_1);
   return f ? f(srq) : ENOSYS;
 }
 
+// ---- address handles (ah.cc); multicast: not implemented for uroce ------------------------------
+
 UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
-  if (uv::is_uroce(pd->context)) {
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
+  if (uv::is_uroce(pd->context)) return uv::create_ah(pd, attr);
   auto f = UROCE_REAL(ibv_create_ah, V1_1);
   return f ? f(pd, attr) : no_real_ptr<ibv_ah>();
 }
 
 UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
-  if (uv::is_uroce(ah->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(ah->context)) return uv::destroy_ah(ah);
   auto f = UROCE_REAL(ibv_destroy_ah, V1_1);
   return f ? f(ah) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* ctx, uint8_t port, ibv_wc* wc, ibv_grh* grh,
                                      ibv_ah_attr* ah_attr) {
-  if (uv::is_uroce(ctx)) {
-    errno = EOPNOTSUPP;
-    return -1;
-  }
+  if (uv::is_uroce(ctx)) return uv::init_ah_from_wc(ctx, port, wc, grh, ah_attr);
   auto f = UROCE_REAL(ibv_init_ah_from_wc, V1_1);
   if (!f) {
     errno = ENOSYS;
@@ -507,10 +501,7 @@ UROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* ctx, uint8_t port, ibv_wc* wc,
 }
 
 UROCE_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port) {
-  if (uv::is_uroce(pd->context)) {
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
+  if (uv::is_uroce(pd->context)) return uv::create_ah_from_wc(pd, wc, grh, port);
   auto f = UROCE_REAL(ibv_create_ah_from_wc, V1_1);
   return f ? f(pd, wc, grh, port) : no_real_ptr<ibv_ah>();
 }

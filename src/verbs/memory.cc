@@ -12,10 +12,12 @@ namespace uroce::verbs {
 namespace {
 
 // Access flags a uroce MR accepts. IBV_ACCESS_RELAXED_ORDERING and the rest of the optional
-// range may be ignored by any provider (ibv_reg_mr(3)). Memory windows, on-demand paging,
-// zero-based MRs and the flush/atomic-write extensions are not implemented.
+// range may be ignored by any provider (ibv_reg_mr(3)). IBV_ACCESS_MW_BIND lets memory windows
+// be bound to the region (mw.cc). On-demand paging, zero-based MRs and the flush/atomic-write
+// extensions are not implemented.
 constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                      IBV_ACCESS_MW_BIND;
 
 }  // namespace
 

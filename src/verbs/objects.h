@@ -28,6 +28,7 @@
 #include "engine/device.h"
 #include "provider.h"
 #include "transport/qp.h"
+#include "transport/srq.h"
 
 namespace uroce::verbs {
 
@@ -44,6 +45,7 @@ static_assert(offsetof(ibv_port_attr, port_cap_flags2) == kCompatPortAttrBytes);
 class VContext;
 class VCq;
 class VQp;
+class VSrq;
 
 // ---- device ---------------------------------------------------------------------------------
 struct DeviceAbi {
@@ -94,9 +96,12 @@ class VContext : public ContextAbi {
   std::set<VChannel*> channels;
   std::set<VCq*> cqs;
   std::set<VQp*> qps;
+  std::set<VSrq*> srqs;
+  std::set<class VMw*> mws;  // mw.cc
 
   bool live_cq(VCq* cq);
   bool live_qp(VQp* qp);
+  bool live_srq(VSrq* srq);  // srq.cc
 };
 
 // ---- PD / MR --------------------------------------------------------------------------------
@@ -117,6 +122,23 @@ class VMr : public MrAbi {
   VContext* ctx = nullptr;
   int access = 0;  // IBV_ACCESS_* as registered
 };
+
+// Memory windows (mw.cc): the engine's key table holds their state; `handle` names it there.
+struct MwAbi {
+  ibv_mw mw;
+};
+class VMw : public MwAbi {
+ public:
+  VContext* ctx = nullptr;
+};
+inline VMw* to_v(ibv_mw* m) {
+  return static_cast<VMw*>(reinterpret_cast<MwAbi*>(m));
+}
+// Fills w.bind for an IBV_WR_BIND_MW work request (ibv_post_send or ibv_wr_bind_mw) on a QP of
+// context `ctx`: 0, or EINVAL for a window that is not a type 2 window of `ctx` (type 1 windows
+// are bound with ibv_bind_mw) or an MR of another context.
+int mw_bind_wqe(VContext* ctx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info& info,
+                transport::SendWqe& w);
 
 // ---- completion channel / CQ ----------------------------------------------------------------
 struct ChannelAbi {
@@ -161,6 +183,8 @@ class VQp : public QpAbi, public transport::EventSink {
   VCq* scq = nullptr;
   VCq* rcq = nullptr;
   ibv_qp_cap cap{};  // enforced by post_send / post_recv
+  // Receives come from this SRQ (then post_recv is EINVAL); it outlives the QP (qp_refs).
+  VSrq* srq = nullptr;
   bool sq_sig_all = false;
   uint32_t async_events_reported = 0;  // qpx.qp_base.mutex
 
@@ -213,6 +237,31 @@ inline ibv_cq* to_ibv(VCq* c) {
 }
 inline ibv_qp* to_ibv(VQp* q) {
   return &q->qpx.qp_base;
+}
+
+// ---- SRQ (srq.cc) -----------------------------------------------------------------------------
+struct SrqAbi {
+  ibv_srq srq;
+};
+static_assert(std::is_standard_layout_v<SrqAbi>);
+
+class VSrq : public SrqAbi, public transport::SrqEventSink {
+ public:
+  VContext* ctx = nullptr;
+  // The queue the responders of its QPs take from; every call on it holds ctx->dev->lock().
+  std::unique_ptr<transport::Srq> impl;
+  int qp_refs = 0;                     // QPs using this SRQ (ctx->mu): destroy is EBUSY while > 0
+  uint32_t async_events_reported = 0;  // srq.mutex; destroy waits until as many are acked
+
+  // transport::SrqEventSink (device lock held): queue IBV_EVENT_SRQ_LIMIT_REACHED.
+  void srq_limit_reached() override;
+};
+
+inline VSrq* to_v(ibv_srq* s) {
+  return static_cast<VSrq*>(reinterpret_cast<SrqAbi*>(s));
+}
+inline ibv_srq* to_ibv(VSrq* s) {
+  return &s->srq;
 }
 
 }  // namespace uroce::verbs

@@ -64,6 +64,13 @@ int dealloc_pd(ibv_pd* pd);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
 int dereg_mr(ibv_mr* mr);
 
+// ---- mw.cc: memory windows (ibv_context_ops alloc_mw, dealloc_mw, bind_mw) ----
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+// Frees the windows a closing context still holds (before its MRs and PDs).
+void destroy_context_mws(class VContext* ctx);
+
 // ---- cq.cc ----
 ibv_comp_channel* create_comp_channel(ibv_context* ctx);
 int destroy_comp_channel(ibv_comp_channel* ch);
@@ -86,6 +93,15 @@ int destroy_qp(ibv_qp* qp);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
 ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp);
+
+// ---- srq.cc: shared receive queues ----
+// Each returns what the public verb returns: NULL with errno, or a positive errno.
+ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
+ibv_srq* create_srq_ex(ibv_context* ctx, ibv_srq_init_attr_ex* attr);  // verbs_context op
+int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask);
+int query_srq(ibv_srq* srq, ibv_srq_attr* attr);
+int destroy_srq(ibv_srq* srq);
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);  // ibv_context_ops
 
 // ---- wr_api.cc: the ibv_wr_* send interface ----
 // 0 when every operation in `send_ops_flags` (IBV_QP_EX_WITH_*) can be posted, else EOPNOTSUPP.

@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "ah.h"
 #include "objects.h"
 #include "provider.h"
 
@@ -65,6 +66,21 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   w.compare_add = 0;
   w.swap = 0;
   w.ud_dst_ip = w.ud_remote_qpn = w.ud_remote_qkey = 0;
+  // Local operations on the key table: no data, no destination (mw.cc, send_queue.h). The
+  // scatter/gather list of such a WR is ignored, as by rdma-core providers.
+  if (wr.opcode == IBV_WR_LOCAL_INV) {
+    w.imm_be = wr.invalidate_rkey;
+    w.num_sge = 0;
+    w.inline_len = 0;
+    return (wr.send_flags & IBV_SEND_INLINE) ? EINVAL : 0;
+  }
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    if (wr.send_flags & IBV_SEND_INLINE) return EINVAL;
+    return mw_bind_wqe(qp->ctx, wr.bind_mw.mw, wr.bind_mw.rkey, wr.bind_mw.bind_info, w);
+  }
+  if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
+    if (int rc = ud_dest(qp->qpx.qp_base.context, wr, w)) return rc;
+  }
   switch (wr.opcode) {
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -150,6 +166,9 @@ bool send_opcode_supported(ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
       return true;
     default:
       return false;
@@ -190,14 +209,39 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     errno = EINVAL;
     return nullptr;
   }
-  if (a->qp_type != IBV_QPT_RC) {  // UD, UC, XRC and raw packet QPs: not yet
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
+      a->qp_type != IBV_QPT_UD) {  // XRC and raw packet QPs: not yet
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  if (a->srq) {  // no SRQ can exist on a uroce device
-    errno = EINVAL;
-    return nullptr;
+  VSrq* srq = nullptr;
+  if (a->srq) {
+    // SRQs feed RC QPs (the UC/UD receive paths take from the QP's own queue).
+    if (a->qp_type != IBV_QPT_RC) {
+      errno = EOPNOTSUPP;
+      return nullptr;
+    }
+    srq = a->srq->context == ctx ? to_v(a->srq) : nullptr;
+    std::lock_guard<std::mutex> g(c->mu);
+    if (!srq || !c->srqs.count(srq)) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    ++srq->qp_refs;  // now, so that the SRQ cannot go away while the QP is being created
+    // ibv_create_qp(3): the receive caps are ignored when an SRQ is given.
+    a->cap.max_recv_wr = 0;
+    a->cap.max_recv_sge = 0;
   }
+  // Drops that reference again on every failure below; the QP keeps it on success.
+  struct SrqRef {
+    VContext* c;
+    VSrq* s;
+    ~SrqRef() {
+      if (!s) return;
+      std::lock_guard<std::mutex> g(c->mu);
+      --s->qp_refs;
+    }
+  } srq_ref{c, srq};
   if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx) {
     errno = EINVAL;
     return nullptr;
@@ -214,6 +258,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
   cap.max_inline_data = transport::kMaxInlineData;
+  if (srq) cap.max_recv_sge = 0;  // the SRQ's max_sge applies
 
   VPd* pd = to_v(a->pd);
   VCq* scq = to_v(a->send_cq);
@@ -232,7 +277,8 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   qp->sq_sig_all = a->sq_sig_all != 0;
 
   transport::QpInit init;
-  init.type = IBV_QPT_RC;
+  init.type = a->qp_type;
+  init.port_mtu = c->dev->mtu_bytes();  // UD messages are limited by the port MTU
   init.pd = pd->handle;
   init.local_ip = c->dev->ipv4();
   init.max_send_wr = cap.max_send_wr;
@@ -243,6 +289,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   init.sq_sig_all = qp->sq_sig_all;
   init.send_cq = &scq->impl;
   init.recv_cq = &rcq->impl;
+  init.srq = srq ? srq->impl.get() : nullptr;
   init.events = qp;
   int err = 0;
   try {
@@ -263,20 +310,23 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   q.pd = a->pd;
   q.send_cq = a->send_cq;
   q.recv_cq = a->recv_cq;
-  q.srq = nullptr;
+  q.srq = a->srq;
   q.qp_num = qp->tqp->qpn();
   q.handle = q.qp_num;
   q.state = IBV_QPS_RESET;
-  q.qp_type = IBV_QPT_RC;
+  q.qp_type = a->qp_type;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   q.events_completed = 0;
   qp->qpx.comp_mask = 0;
   if (send_ops) init_send_ops(qp, a->send_ops_flags);
+  if (send_ops && a->qp_type == IBV_QPT_UD) qp->qpx.wr_set_ud_addr = wr_set_ud_addr;
 
   std::lock_guard<std::mutex> g(c->mu);
   ++scq->qp_refs;
   ++rcq->qp_refs;
+  qp->srq = srq;
+  srq_ref.s = nullptr;  // the QP holds the reference (released by destroy_qp)
   c->qps.insert(qp);
   return &q;
 }
@@ -323,7 +373,7 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   init->qp_context = ibqp->qp_context;
   init->send_cq = ibqp->send_cq;
   init->recv_cq = ibqp->recv_cq;
-  init->srq = nullptr;
+  init->srq = ibqp->srq;
   init->qp_type = ibqp->qp_type;
   init->sq_sig_all = qp->sq_sig_all;
   init->cap = qp->cap;
@@ -341,6 +391,7 @@ int destroy_qp(ibv_qp* ibqp) {
     c->qps.erase(qp);
     --qp->scq->qp_refs;
     --qp->rcq->qp_refs;
+    if (qp->srq) --qp->srq->qp_refs;
   }
   // Affiliated async events handed out must be acknowledged first (ibv_destroy_qp(3)).
   pthread_mutex_lock(&ibqp->mutex);
@@ -393,6 +444,10 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   VQp* qp = to_v(ibqp);
+  if (qp->srq) {  // its receives are posted to the SRQ (ibv_post_recv(3))
+    if (bad) *bad = wr;
+    return EINVAL;
+  }
   auto& wqes = t_recv_wqes;
   auto& wrs = t_recv_wrs;
   wrs.clear();
@@ -436,9 +491,10 @@ ibv_qp_ex* qp_to_qp_ex(ibv_qp* ibqp) {
 }
 
 void destroy_context_objects(VContext* c) {
-  // QPs first (the engine stops completing into CQs), then CQs, channels, MRs and PDs. Events
-  // the application never acknowledged do not block a close.
+  // QPs first (the engine stops completing into CQs), then SRQs, CQs, channels, MRs and PDs.
+  // Events the application never acknowledged do not block a close.
   std::set<VQp*> qps;
+  std::set<VSrq*> srqs;
   std::set<VCq*> cqs;
   std::set<VChannel*> chs;
   std::set<VMr*> mrs;
@@ -446,6 +502,7 @@ void destroy_context_objects(VContext* c) {
   {
     std::lock_guard<std::mutex> g(c->mu);
     qps.swap(c->qps);
+    srqs.swap(c->srqs);
     cqs.swap(c->cqs);
     chs.swap(c->channels);
     mrs.swap(c->mrs);
@@ -455,8 +512,10 @@ void destroy_context_objects(VContext* c) {
     c->dev->destroy_qp(qp->tqp);
     delete qp;
   }
+  for (VSrq* srq : srqs) delete srq;
   for (VCq* cq : cqs) delete cq;
   for (VChannel* ch : chs) delete ch;
+  destroy_context_mws(c);  // windows hold their MRs (dereg_mr is EBUSY while bound) and PDs
   for (VMr* mr : mrs) {
     c->dev->dereg_mr(mr->mr.lkey);
     delete mr;

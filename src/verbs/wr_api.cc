@@ -102,6 +102,18 @@ void wr_send_inv(ibv_qp_ex* qpx, uint32_t rkey) {
   if (auto* w = begin(qpx, IBV_WR_SEND_WITH_INV)) w->imm_be = rkey;
 }
 
+void wr_local_inv(ibv_qp_ex* qpx, uint32_t invalidate_rkey) {
+  if (auto* w = begin(qpx, IBV_WR_LOCAL_INV)) w->imm_be = invalidate_rkey;  // host order
+}
+
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  VQp* qp = to_v(qpx);
+  auto* w = begin(qpx, IBV_WR_BIND_MW);
+  if (!w) return;
+  if (!info || (w->send_flags & IBV_SEND_SOLICITED)) return fail(qp, EINVAL);
+  if (int rc = mw_bind_wqe(qp->ctx, mw, rkey, *info, *w)) fail(qp, rc);
+}
+
 void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
   if (auto* w = begin(qpx, IBV_WR_RDMA_WRITE)) {
     w->rkey = rkey;
@@ -212,6 +224,8 @@ void init_send_ops(VQp* qp, uint64_t flags) {
   if (flags & IBV_QP_EX_WITH_SEND) x.wr_send = wr_send;
   if (flags & IBV_QP_EX_WITH_SEND_WITH_IMM) x.wr_send_imm = wr_send_imm;
   if (flags & IBV_QP_EX_WITH_SEND_WITH_INV) x.wr_send_inv = wr_send_inv;
+  if (flags & IBV_QP_EX_WITH_LOCAL_INV) x.wr_local_inv = wr_local_inv;
+  if (flags & IBV_QP_EX_WITH_BIND_MW) x.wr_bind_mw = wr_bind_mw;
   if (flags & IBV_QP_EX_WITH_RDMA_WRITE) x.wr_rdma_write = wr_rdma_write;
   if (flags & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM) x.wr_rdma_write_imm = wr_rdma_write_imm;
   if (flags & IBV_QP_EX_WITH_RDMA_READ) x.wr_rdma_read = wr_rdma_read;

@@ -283,9 +283,9 @@ TEST(QpStateOnQp, UnsupportedWorkRequestsAreEinval) {
   std::vector<uint8_t> buf;
   const uint32_t key = n.buffer(buf, 64);
   SendWqe s = test::send_wqe(1, reinterpret_cast<uint64_t>(buf.data()), 64, key);
-  s.opcode = IBV_WR_SEND_WITH_INV;
+  s.opcode = IBV_WR_TSO;  // raw packet QPs only
   EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
-  s.opcode = IBV_WR_LOCAL_INV;
+  s.opcode = IBV_WR_LOCAL_INV;  // a local operation carries no data
   EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);
   s.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;  // the result must be one 8-byte SGE
   EXPECT_EQ(n.qp->post_send(s, 0), EINVAL);

@@ -208,15 +208,17 @@ TEST_F(ResponderTest, MessageLongerThanReceiveIsLocalLengthError) {
   EXPECT_GE(node.qp->counters().dropped_pkts, 1u);
 }
 
-TEST_F(ResponderTest, UnsupportedOpcodeIsNakInvalidRequest) {
+TEST_F(ResponderTest, SendWithInvalidateOfAKeyThatCannotBeInvalidatedIsNakInvalidRequest) {
   post_recv(1, 100);
-  in(Opcode::kRcSendOnlyInv, kRqPsn, true, bytes(8, 1));  // SEND with invalidate: not executed
+  // FakeMemory has no memory windows: no key can be invalidated (tests/transport/
+  // invalidate_test.cc covers invalidation with the engine's key table).
+  in(Opcode::kRcSendOnlyInv, kRqPsn, true, bytes(8, 1));
   const auto r = responses();
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].syndrome, test::nak_syndrome(NakCode::kInvalidRequest));
   EXPECT_EQ(node.qp->state(), IBV_QPS_ERR);
   ASSERT_EQ(node.rcq.wcs.size(), 1u);
-  EXPECT_EQ(node.rcq.wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(node.rcq.wcs[0].status, IBV_WC_REM_INV_REQ_ERR);
 }
 
 TEST_F(ResponderTest, OpcodeSequenceAndLengthErrorsAreInvalidRequests) {

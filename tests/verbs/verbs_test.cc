@@ -176,7 +176,9 @@ TEST_F(ContextTest, QueryDeviceTellsLimits) {
   EXPECT_GT(a.max_qp_rd_atom, 0);
   EXPECT_EQ(a.phys_port_cnt, 1);
   EXPECT_EQ(a.node_guid, ibv_get_device_guid(ctx_->device));
-  EXPECT_EQ(a.max_srq, 0);                  // no SRQs: the query says so
+  EXPECT_GT(a.max_srq, 0);
+  EXPECT_GT(a.max_srq_wr, 0);
+  EXPECT_GT(a.max_srq_sge, 0);
   EXPECT_EQ(a.atomic_cap, IBV_ATOMIC_HCA);  // atomics are atomic across the whole device
 
   ibv_device_attr_ex ex{};
@@ -304,19 +306,22 @@ TEST_F(ContextTest, CqAndChannelLifecycle) {
 TEST_F(ContextTest, UnimplementedVerbsSayEopnotsupp) {
   ibv_pd* pd = ibv_alloc_pd(ctx_);
   ASSERT_NE(pd, nullptr);
-  ibv_srq_init_attr sa{};
-  sa.attr.max_wr = 16;
-  sa.attr.max_sge = 1;
+  // SRQs are implemented (srq_test.cc); only XRC and tag-matching SRQs are not.
+  ibv_srq_init_attr_ex sx{};
+  sx.attr.max_wr = 16;
+  sx.attr.max_sge = 1;
+  sx.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+  sx.srq_type = IBV_SRQT_TM;
+  sx.pd = pd;
   errno = 0;
-  EXPECT_EQ(ibv_create_srq(pd, &sa), nullptr);
+  EXPECT_EQ(ibv_create_srq_ex(ctx_, &sx), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  // AHs are implemented (ud_test.cc); RoCE needs the GRH, so one without is invalid.
   ibv_ah_attr ah{};
   errno = 0;
   EXPECT_EQ(ibv_create_ah(pd, &ah), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
-  errno = 0;
-  EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_1), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(errno, EINVAL);
+  // Memory windows are implemented (mw_test.cc).
   ibv_td_init_attr td{};
   errno = 0;
   EXPECT_EQ(ibv_alloc_td(ctx_, &td), nullptr);
@@ -597,7 +602,7 @@ TEST_F(RcPairTest, PostSendValidatesEveryWr) {
   ibv_send_wr wr{};
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND_WITH_INV;  // not carried end to end yet
+  wr.opcode = IBV_WR_TSO;  // raw packet QPs only
   wr.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_send(a_.qp, &wr, &bad), EOPNOTSUPP);
@@ -630,7 +635,7 @@ TEST_F(RcPairTest, PostSendValidatesEveryWr) {
   good.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr worse = good;
   worse.wr_id = 12;
-  worse.opcode = IBV_WR_LOCAL_INV;
+  worse.opcode = IBV_WR_TSO;
   good.next = &worse;
   bad = nullptr;
   EXPECT_EQ(ibv_post_send(a_.qp, &good, &bad), EOPNOTSUPP);
@@ -682,7 +687,7 @@ TEST_F(RcPairTest, LifecycleErrors) {
   EXPECT_EQ(ibv_destroy_cq(a_.scq), EBUSY) << "a QP still uses the CQ";
 
   ibv_qp_init_attr ia = qp_attr(a_);
-  ia.qp_type = IBV_QPT_UD;
+  ia.qp_type = IBV_QPT_RAW_PACKET;  // RC, UC and UD are implemented
   errno = 0;
   EXPECT_EQ(ibv_create_qp(a_.pd, &ia), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
@@ -700,7 +705,7 @@ TEST_F(RcPairTest, LifecycleErrors) {
   ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
   ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   ex.pd = a_.pd;
-  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_INV;  // no invalidation yet
+  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_TSO;  // raw packet QPs only
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(a_.ctx, &ex), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);

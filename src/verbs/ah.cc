@@ -1,0 +1,118 @@
+// Address handles: ibv_create_ah, ibv_destroy_ah, ibv_init_ah_from_wc, ibv_create_ah_from_wc.
+#include "ah.h"
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "objects.h"
+
+namespace uroce::verbs {
+namespace {
+
+constexpr uint8_t kV4MappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+bool gid_ipv4(const ibv_gid& g, uint32_t* ip) {
+  if (std::memcmp(g.raw, kV4MappedPrefix, sizeof kV4MappedPrefix) != 0) return false;
+  *ip =
+      uint32_t(g.raw[12]) << 24 | uint32_t(g.raw[13]) << 16 | uint32_t(g.raw[14]) << 8 | g.raw[15];
+  return true;
+}
+
+// RFC 791 checksum over a 20-byte header: 0 when the header's own checksum field is right.
+uint16_t ipv4_sum(const uint8_t* h) {
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += uint32_t(h[i]) << 8 | h[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+}  // namespace
+
+ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (!attr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  uint32_t ip = 0;
+  // One port, one GID (index 0); RoCE needs the GRH, and the ports reach IPv4 only.
+  if (!attr->is_global || attr->grh.sgid_index != 0 || !gid_ipv4(attr->grh.dgid, &ip) ||
+      (attr->port_num != 0 && attr->port_num != 1)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  VAh* ah = new (std::nothrow) VAh();
+  if (!ah) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  ah->ctx = to_v(pd->context);
+  ah->dst_ip = ip;
+  ah->attr = *attr;
+  ah->ah.context = pd->context;
+  ah->ah.pd = pd;
+  ah->ah.handle = 0;
+  return &ah->ah;
+}
+
+int destroy_ah(ibv_ah* ah) {
+  delete to_v(ah);
+  return 0;
+}
+
+int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_grh* grh,
+                    ibv_ah_attr* ah_attr) {
+  (void)ctx;
+  // On RoCE every UD receive carries the GRH area (IBV_WC_GRH); its last 20 bytes are the IPv4
+  // header of the datagram (Annex A17.4.5.1), whose source is where to answer.
+  if (!wc || !grh || !ah_attr || !(wc->wc_flags & IBV_WC_GRH) || (port != 0 && port != 1)) {
+    errno = EINVAL;
+    return -1;
+  }
+  const uint8_t* ip = reinterpret_cast<const uint8_t*>(grh) + 20;
+  if (ip[0] != 0x45 || ipv4_sum(ip) != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  std::memset(ah_attr, 0, sizeof *ah_attr);
+  ah_attr->dlid = wc->slid;
+  ah_attr->sl = wc->sl;
+  ah_attr->src_path_bits = wc->dlid_path_bits;
+  ah_attr->port_num = port;
+  ah_attr->is_global = 1;
+  std::memcpy(ah_attr->grh.dgid.raw, kV4MappedPrefix, sizeof kV4MappedPrefix);
+  std::memcpy(ah_attr->grh.dgid.raw + 12, ip + 12, 4);  // the sender's address
+  ah_attr->grh.sgid_index = 0;
+  ah_attr->grh.hop_limit = 0xff;  // as rdma-core answers a received GRH
+  ah_attr->grh.traffic_class = ip[1];
+  return 0;
+}
+
+ibv_ah* create_ah_from_wc(ibv_pd* pd, const ibv_wc* wc, const ibv_grh* grh, uint8_t port) {
+  ibv_ah_attr attr;
+  if (init_ah_from_wc(pd->context, port, wc, grh, &attr) != 0) return nullptr;
+  return create_ah(pd, &attr);
+}
+
+int ud_dest(const ibv_context* ctx, const ibv_send_wr& wr, transport::SendWqe& w) {
+  ibv_ah* ah = wr.wr.ud.ah;
+  if (!ah || ah->context != ctx) return EINVAL;
+  w.ud_dst_ip = to_v(ah)->dst_ip;
+  w.ud_remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
+  w.ud_remote_qkey = wr.wr.ud.remote_qkey;
+  return 0;
+}
+
+void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  VQp* qp = to_v(qpx);
+  if (qp->batch.empty() || !ah || ah->context != qpx->qp_base.context) {
+    if (!qp->batch_err) qp->batch_err = EINVAL;
+    return;
+  }
+  transport::SendWqe& w = qp->batch.back();
+  w.ud_dst_ip = to_v(ah)->dst_ip;
+  w.ud_remote_qpn = remote_qpn & 0xffffff;
+  w.ud_remote_qkey = remote_qkey;
+}
+
+}  // namespace uroce::verbs

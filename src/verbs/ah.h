@@ -1,0 +1,48 @@
+// Address handles (UD): the GRH address vector of a RoCEv2 destination, resolved once to the
+// IPv4 address the port sends to. RoCE addresses by GID only, so every AH needs a GRH
+// (is_global) whose DGID is an IPv4-mapped GID ::ffff:a.b.c.d (Annex A17.4).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "transport/qp.h"
+
+namespace uroce::verbs {
+
+class VContext;
+
+struct AhAbi {
+  ibv_ah ah;
+};
+static_assert(std::is_standard_layout_v<AhAbi>);
+
+class VAh : public AhAbi {
+ public:
+  VContext* ctx = nullptr;
+  uint32_t dst_ip = 0;  // IPv4 of grh.dgid, host byte order
+  ibv_ah_attr attr{};   // as created
+};
+
+inline VAh* to_v(ibv_ah* a) {
+  return static_cast<VAh*>(reinterpret_cast<AhAbi*>(a));
+}
+
+ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr);
+int destroy_ah(ibv_ah* ah);
+// ibv_init_ah_from_wc: 0, or -1 with errno set (EINVAL: no GRH, or not an IPv4 RoCEv2 header).
+int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_grh* grh,
+                    ibv_ah_attr* ah_attr);
+// Fills the UD address of a send WQE from wr.wr.ud (AH, remote QPN, remote Q_Key). EINVAL when
+// the AH is missing or belongs to another context (ibv_post_send(3)).
+int ud_dest(const ibv_context* ctx, const ibv_send_wr& wr, transport::SendWqe& w);
+
+// ibv_wr_set_ud_addr for UD QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: sets the address
+// of the WR being built; a missing or foreign AH fails the batch with EINVAL (wr_complete).
+void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
+
+ibv_ah* create_ah_from_wc(ibv_pd* pd, const ibv_wc* wc, const ibv_grh* grh, uint8_t port);
+
+}  // namespace uroce::verbs

@@ -1,0 +1,153 @@
+// Unreliable Datagram sender and receiver. See ud.h.
+#include "transport/ud.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "transport/dma.h"
+#include "transport/srq.h"
+
+namespace uroce::transport {
+namespace {
+
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+void put32(uint8_t* p, uint32_t v) {
+  put16(p, uint16_t(v >> 16));
+  put16(p + 2, uint16_t(v));
+}
+
+// RFC 791 header checksum: one's complement of the one's complement sum of the 16-bit words.
+uint16_t ipv4_checksum(const uint8_t* h, size_t len) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < len; i += 2) sum += uint32_t(h[i]) << 8 | h[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// IPv4 (20) + UDP (8) around an IB packet and its ICRC.
+constexpr uint32_t kIpUdpBytes = 28;
+
+}  // namespace
+
+void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]) {
+  std::memset(out, 0, kGrhBytes);
+  uint8_t* ip = out + kGrhIpv4Offset;
+  ip[0] = 0x45;        // version 4, 5 words
+  ip[1] = rx.ecn & 3;  // DSCP is not visible on the socket datapath; ECN is
+  put16(ip + 2, static_cast<uint16_t>(kIpUdpBytes + ib_len + wire::kIcrcBytes));
+  put16(ip + 6, 0x4000);  // DF, ID 0: what RoCEv2 senders put there (design.md)
+  ip[8] = 64;             // TTL: not visible either; the Linux default
+  ip[9] = 17;             // UDP
+  put32(ip + 12, rx.src_ip);
+  put32(ip + 16, rx.dst_ip);
+  put16(ip + 10, ipv4_checksum(ip, 20));
+}
+
+UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx) {
+  UnreliableOutcome out;
+  while (!sq.empty()) {
+    SendEntry& e = sq.front();
+    const bool is_inline = e.wqe.send_flags & IBV_SEND_INLINE;
+    if (e.length > ctx.init.port_mtu) {
+      complete_front_send(ctx, sq, IBV_WC_LOC_LEN_ERR);
+      out.send_error = true;
+      return out;
+    }
+    MemPieces pieces;
+    uint32_t npieces = 0;
+    if (!is_inline && resolve_read(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, 0,
+                                   e.length, pieces, &npieces) != MemStatus::kOk) {
+      complete_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR);
+      out.send_error = true;
+      return out;
+    }
+    TxBuf* buf = tx.tx_alloc();
+    if (buf == nullptr) {
+      out.blocked_by_port = true;
+      return out;
+    }
+    const bool imm = e.wqe.opcode == IBV_WR_SEND_WITH_IMM;
+    wire::Packet p;
+    p.bth.opcode =
+        static_cast<uint8_t>(imm ? wire::Opcode::kUdSendOnlyImm : wire::Opcode::kUdSendOnly);
+    p.bth.se = e.wqe.send_flags & IBV_SEND_SOLICITED;
+    p.bth.migreq = true;
+    p.bth.pad = wire::pad_for(e.length);
+    p.bth.pkey = wire::kDefaultPkey;
+    p.bth.dest_qp = e.wqe.ud_remote_qpn;
+    p.bth.psn = next_psn_.value();
+    p.deth.qkey = ud_wire_qkey(e.wqe.ud_remote_qkey, ctx.attr.qkey);
+    p.deth.src_qp = ctx.init.qpn;
+    if (imm) p.imm_be = e.wqe.imm_be;
+    const size_t hdr = wire::build_headers(p, buf->data);
+    uint8_t* payload = buf->data + hdr;
+    if (is_inline) {
+      std::memcpy(payload, e.wqe.inline_data.data(), e.length);
+    } else {
+      copy_pieces(pieces, npieces, payload);
+    }
+    std::memset(payload + e.length, 0, p.bth.pad);
+    buf->len = static_cast<uint32_t>(hdr + e.length + p.bth.pad);
+    buf->dst_ip = e.wqe.ud_dst_ip;
+    buf->src_port = ctx.src_port;
+    buf->ecn = kEcnEct0;
+    tx.tx_commit(buf);
+    ++ctx.counters.sent_pkts;
+    ++next_psn_;
+    complete_front_send(ctx, sq, IBV_WC_SUCCESS);
+  }
+  return out;
+}
+
+void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
+                std::deque<RecvWqe>& rq, Srq* srq) {
+  // IBTA C10-15 / 9.6.1.4: a datagram whose Q_Key is not the QP's is silently dropped.
+  if (pkt.deth.qkey != ctx.attr.qkey) {
+    ++ctx.counters.qkey_violation;
+    ++ctx.counters.dropped_pkts;
+    return;
+  }
+  if (rq.empty() && srq != nullptr) srq->take(rq);
+  if (rq.empty()) {
+    // No receive WQE: UD has no RNR NAK, the datagram is lost (IBTA 9.8.4).
+    ++ctx.counters.out_of_buffer;
+    ++ctx.counters.dropped_pkts;
+    return;
+  }
+  ++ctx.counters.rcvd_pkts;
+  const RecvWqe w = rq.front();
+  rq.pop_front();
+  const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = ctx.init.qpn;
+  wc.src_qp = pkt.deth.src_qp;
+  wc.pkey_index = 0;
+  wc.byte_len = kGrhBytes + len;
+  wc.wc_flags = IBV_WC_GRH;
+  if (pkt.info->flags & wire::kHasImm) {
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = pkt.imm_be;
+  }
+  wc.status = IBV_WC_SUCCESS;
+  if (sge_total(w.sge.data(), w.num_sge) < uint64_t{kGrhBytes} + len) {
+    wc.status = IBV_WC_LOC_LEN_ERR;
+  } else {
+    uint8_t grh[kGrhBytes];
+    const uint32_t ib_len = pkt.info->header_len + len + pkt.bth.pad;
+    write_grh_area(rx, ib_len, grh);
+    if (scatter(ctx.mem, ctx.init.pd, w.sge.data(), w.num_sge, 0, grh, kGrhBytes) !=
+            MemStatus::kOk ||
+        scatter(ctx.mem, ctx.init.pd, w.sge.data(), w.num_sge, kGrhBytes, pkt.payload.data(),
+                len) != MemStatus::kOk) {
+      wc.status = IBV_WC_LOC_PROT_ERR;
+    }
+  }
+  ctx.init.recv_cq->push(wc, pkt.bth.se);
+}
+
+}  // namespace uroce::transport

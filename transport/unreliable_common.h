@@ -1,0 +1,35 @@
+// What the UD and UC roles (ud.h, uc.h) share: their outcome type and how a send WQE completes
+// once its packets are out (IBTA 9.8.3/9.8.4: no acknowledgement, so a WQE completes when sent).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include "transport/context.h"
+#include "transport/send_queue.h"
+
+namespace uroce::transport {
+
+struct UnreliableOutcome {
+  // A send WQE completed in error: the QP must enter SQE (IBTA 10.3.1, Send Queue Error: UC
+  // and UD QPs do not go to ERR for a local send error) and flush the rest of its send queue.
+  bool send_error = false;
+  bool blocked_by_port = false;  // tx_alloc() returned nullptr
+};
+
+// Completes the send WQE at the front of `sq` with `status` (successes only when signaled) and
+// pops it.
+inline void complete_front_send(const QpContext& ctx, SendQueue& sq, ibv_wc_status status) {
+  const SendEntry& e = sq.front();
+  if (e.signaled || status != IBV_WC_SUCCESS) {
+    ibv_wc wc{};
+    wc.wr_id = e.wqe.wr_id;
+    wc.status = status;
+    wc.opcode = wc_opcode_for(e.wqe.opcode);
+    wc.qp_num = ctx.init.qpn;
+    wc.byte_len = e.length;
+    ctx.init.send_cq->push(wc);
+  }
+  sq.pop_front();
+}
+
+}  // namespace uroce::transport

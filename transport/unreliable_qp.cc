@@ -1,0 +1,102 @@
+// UD/UC dispatch: see unreliable_qp.h.
+#include "transport/unreliable_qp.h"
+
+#include "transport/qp_impl.h"
+
+namespace uroce::transport {
+namespace {
+
+bool accepting(ibv_qp_state s) {
+  // Receiving works from RTR on, and a send queue error leaves the receive side running
+  // (IBTA 10.3.1, SQE).
+  return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;
+}
+
+// IBTA 10.3.1 (Send Queue Error): the failed WQE has completed with its error; the QP enters SQE
+// and every other send WQE completes flushed. Receives continue.
+void enter_sqe(Qp::Impl& q) {
+  q.state = IBV_QPS_SQE;
+  for (SendQueue::Seq s = q.sq.begin(); s != q.sq.end(); ++s) {
+    const SendWqe& w = q.sq.at(s).wqe;
+    ibv_wc wc{};
+    wc.wr_id = w.wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = wc_opcode_for(w.opcode);
+    wc.qp_num = q.init.qpn;
+    q.init.send_cq->push(wc);
+  }
+  q.sq.clear();
+}
+
+}  // namespace
+
+bool unreliable_wqe_ok(ibv_qp_type type, const SendWqe& wqe) {
+  const ibv_wr_opcode op = wqe.opcode;
+  const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (type == IBV_QPT_UD) return send && wqe.ud_dst_ip != 0;
+  if (type == IBV_QPT_UC) return send || write;
+  return false;
+}
+
+void unreliable_on_modify(Qp::Impl& q, ibv_qp_state cur, ibv_qp_state next) {
+  UnreliableRoles& u = q.unreliable;
+  if (next == IBV_QPS_RESET) {
+    u = UnreliableRoles{};
+  } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+    u.uc_rx.reset(Psn(q.attr.rq_psn));
+    u.seen_packet = false;
+  } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+    u.ud_tx.reset(Psn(q.attr.sq_psn));
+    u.uc_tx.reset(Psn(q.attr.sq_psn));
+  }
+}
+
+void unreliable_receive(Qp::Impl& q, const wire::Packet& pkt, const RxInfo& rx) {
+  const wire::Service want = q.init.type == IBV_QPT_UD ? wire::Service::kUd : wire::Service::kUc;
+  // Cheapest checks first; each refusal is a counted drop (IBTA 9.6).
+  if (pkt.info == nullptr || !accepting(q.state) || wire::service_of(pkt.bth.opcode) != want ||
+      (pkt.bth.pkey & 0x7fff) != (wire::kDefaultPkey & 0x7fff) ||
+      (q.init.type == IBV_QPT_UC && rx.src_ip != q.ctx.remote_ip)) {
+    ++q.counters.dropped_pkts;
+    return;
+  }
+  if (q.init.type == IBV_QPT_UD) {
+    ud_receive(pkt, rx, q.ctx, q.rq, q.init.srq);
+    return;
+  }
+  // IBTA 11.6.3: the first packet received in RTR establishes communication.
+  if (!q.unreliable.seen_packet && q.state == IBV_QPS_RTR) q.raise(IBV_EVENT_COMM_EST);
+  q.unreliable.seen_packet = true;
+  q.unreliable.uc_rx.on_packet(pkt, q.ctx, q.rq, q.init.srq);
+}
+
+void unreliable_pump(Qp::Impl& q) {
+  if (!q.sending_state()) return;
+  UnreliableRoles& u = q.unreliable;
+  const bool may_start = q.state == IBV_QPS_RTS;
+  UnreliableOutcome o;
+  if (q.init.type == IBV_QPT_UD) {
+    if (may_start) o = u.ud_tx.pump(q.ctx, q.sq, q.tx);
+  } else {
+    o = u.uc_tx.pump(q.ctx, q.sq, q.tx, may_start);
+  }
+  if (o.send_error) {
+    enter_sqe(q);
+    return;
+  }
+  // IBTA 10.3.1 (SQ Drain): drained once no WQE is part way out (UD WQEs are one packet).
+  if (q.state == IBV_QPS_SQD && !q.sq_drained_reported &&
+      (q.init.type == IBV_QPT_UD || !u.uc_tx.in_progress(q.sq))) {
+    q.sq_drained_reported = true;
+    if (q.attr.en_sqd_async_notify) q.raise(IBV_EVENT_SQ_DRAINED);
+  }
+}
+
+bool unreliable_wants_pump(const Qp::Impl& q) {
+  if (!q.sending_state() || q.sq.empty()) return false;
+  return q.state == IBV_QPS_RTS ||
+         (q.init.type == IBV_QPT_UC && q.unreliable.uc_tx.in_progress(q.sq));
+}
+
+}  // namespace uroce::transport
