@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   tshark iproute2 procps
+  qemu-system-x86 kmod cpio                          # the Linux rxe guest for the interop tests
 )
 
 missing=()

@@ -2,7 +2,8 @@
 # Installs what uroce needs, builds it, and runs the whole test suite:
 #   1. a release build (RelWithDebInfo): unit, engine, verbs and integration tests (ctest);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the tests that link uroce directly;
-#   3. a ThreadSanitizer build of the engine and verbs tests (the threaded parts).
+#   3. a ThreadSanitizer build of the engine and verbs tests (the threaded parts);
+# and, in the release build, the wire-interop tests against Linux rxe in a qemu guest.
 # Tests that need root (packet capture, network namespaces) skip with a reason when not root.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,7 +12,11 @@ jobs=$(nproc)
 
 echo "== release build"
 "$root/scripts/build.sh" "$root/build"
-ctest --test-dir "$root/build" -j"$jobs" --output-on-failure --timeout 600
+# The rxe interop tests share one qemu guest and run apart, one at a time (below).
+ctest --test-dir "$root/build" -j"$jobs" --output-on-failure --timeout 600 -LE interop
+
+echo "== wire interop with Linux rxe in a qemu guest (needs root; skips with the reason otherwise)"
+ctest --test-dir "$root/build" --output-on-failure --timeout 600 -L interop -LE interop-extended
 
 echo "== ASan+UBSan build"
 "$root/scripts/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=address,undefined \

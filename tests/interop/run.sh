@@ -1,0 +1,392 @@
+#!/usr/bin/env bash
+# Wire interoperability with Linux Soft-RoCE (rdma_rxe): unmodified ibv_rc_pingpong and perftest
+# between a uroce device in the host network namespace and rxe0 in a qemu guest (rxe-vm/),
+# in both directions, with every run captured on the tap and checked with tshark.
+#
+#   run.sh [-B BUILD_DIR] start                    boot the VM (builds kernel+initramfs if missing)
+#   run.sh [-B BUILD_DIR] stop                     stop it and delete the namespace
+#   run.sh [-B BUILD_DIR] pingpong DIR [ARGS…]     ibv_rc_pingpong; DIR = u2r (uroce client, rxe
+#                                                   server) or r2u (rxe client, uroce server)
+#   run.sh [-B BUILD_DIR] perftest DIR PROGRAM [ARGS…]   the same for a perftest program
+#   run.sh [-B BUILD_DIR] all                      start, the whole matrix, stop; prints a summary
+#
+# Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side. TIMEOUT (s, default 240) bounds each
+# program. KEEP_PCAP=DIR keeps the captures. For "all": INTEROP_MTU (default 1024; 4096 needs the
+# VM started with RXEVM_MTU=9000), KEEP_VM=1 leaves the VM running, LOGDIR (default /tmp) gets one
+# log per run. RXEVM_TOOLS overrides the VM tooling directory (default: rxe-vm/ beside this script,
+# then ../shared/tools/rxe-vm of a CI checkout). Every RXEVM_* setting of rxe-vm/config.sh applies.
+# Exit status 77 (skip) when not root, when qemu, tshark or the guest is unavailable, or when the VM
+# is not running (a test without the "start" fixture).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$root/build
+if [[ ${1:-} == -B ]]; then
+  build=$(cd "$2" 2>/dev/null && pwd) || build=$2
+  shift 2
+fi
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+[[ $(id -u) -eq 0 ]] || skip "needs root (network namespace, tap, qemu, capture)"
+
+tools=${RXEVM_TOOLS:-}
+if [[ -z $tools ]]; then
+  for d in "$here/rxe-vm" "$root/../shared/tools/rxe-vm"; do
+    [[ -x $d/start.sh ]] && { tools=$d; break; }
+  done
+fi
+[[ -n $tools && -x $tools/start.sh ]] ||
+  skip "no rxe-vm tooling (tests/interop/rxe-vm or ../shared/tools/rxe-vm)"
+set -a
+. "$tools/config.sh"
+set +a
+G=$tools/guest.sh
+NS=$RXEVM_NS
+HOST_IP=$RXEVM_HOST_IP
+GUEST_IP=$RXEVM_GUEST_IP
+UROCE_RUN=$build/bin/uroce-run
+TIMEOUT=${TIMEOUT:-240}
+owner_file=$RXEVM_DIR/interop.owner
+# The guest's GID for its IPv4 address; rxe puts the link-local GID first (README of rxe-vm).
+GUEST_GID_INDEX=${GUEST_GID_INDEX:-1}
+
+vm_running() {
+  [[ -f $RXEVM_RUN/qemu.pid ]] && kill -0 "$(cat "$RXEVM_RUN/qemu.pid")" 2>/dev/null &&
+    "$G" -t 30 true >/dev/null 2>&1
+}
+
+cmd_start() {
+  command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed"
+  command -v tshark >/dev/null || skip "tshark is not installed"
+  [[ -x $UROCE_RUN ]] || {
+    echo "FAIL: $UROCE_RUN not built"
+    exit 1
+  }
+  if vm_running; then
+    echo "VM already running (started by: $(cat "$owner_file" 2>/dev/null || echo 'not run.sh'))"
+    return 0
+  fi
+  if [[ ! -f $RXEVM_DIR/vmlinuz || ! -f $RXEVM_DIR/initramfs.cpio.gz ]]; then
+    "$tools/build.sh" || skip "building the rxe-vm guest failed (needs apt and Debian packages)"
+  fi
+  # KVM does not work in the CI/dev VMs (see rxe-vm/README.md); probe it only when asked.
+  # One retry: a qemu started right after another one stopped has been seen to exit at once.
+  local try
+  for try in 1 2; do
+    RXEVM_ACCEL=${RXEVM_ACCEL:-tcg} "$tools/start.sh" && break
+    "$tools/stop.sh" >/dev/null 2>&1
+    ((try == 2)) && skip "the rxe-vm guest did not boot"
+    sleep 2
+  done
+  "$G" -t 60 rxe-gids
+  local gid
+  gid=$("$G" -t 60 rxe-gids | awk -v i="$GUEST_GID_INDEX" '$1==i {print $2, $3, $4}')
+  [[ $gid == *":ffff:"*"RoCE v2" ]] || {
+    echo "FAIL: guest GID index $GUEST_GID_INDEX is not the RoCEv2 IPv4 GID ($gid)"
+    exit 1
+  }
+  echo "$build" >"$owner_file"
+  echo "VM up: accel $(cat "$RXEVM_RUN/accel"), boot $(cat "$RXEVM_RUN/boot_seconds")s"
+}
+
+# Only the build directory whose "start" booted the VM stops it: several test suites (one per build
+# directory) may share the one VM, and one finishing must not pull it from under the others; nor
+# does it stop a VM someone started by hand (rxe-vm/stop.sh does that).
+cmd_stop() {
+  local owner
+  owner=$(cat "$owner_file" 2>/dev/null)
+  if [[ $owner != "$build" ]] && vm_running; then
+    echo "VM not started by run.sh for $build (but for: ${owner:-someone else}): leaving it running"
+    return 0
+  fi
+  rm -f "$owner_file"
+  "$tools/stop.sh"
+}
+
+require_vm() {
+  vm_running || skip "the rxe-vm guest is not running (run.sh start failed or was skipped)"
+  [[ -x $UROCE_RUN ]] || {
+    echo "FAIL: $UROCE_RUN not built"
+    exit 1
+  }
+}
+
+# ---------------------------------------------------------------- capture on the tap
+cap_pid=
+pcap=
+cap_start() {
+  pcap=$(mktemp /tmp/uroce-interop.XXXXXX.pcapng)
+  local log=$pcap.log
+  ip netns exec "$NS" tshark -q -i "$RXEVM_TAP" -w "$pcap" -f "udp port 4791" >"$log" 2>&1 &
+  cap_pid=$!
+  for _ in $(seq 100); do
+    grep -q 'Capturing on' "$log" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "WARN: tshark did not report capturing" >&2
+}
+cap_stop() {
+  [[ -n $cap_pid ]] || return 0
+  sleep 0.5 # the last ACKs
+  kill -INT "$cap_pid" 2>/dev/null
+  wait "$cap_pid" 2>/dev/null
+  cap_pid=
+}
+# cap_check: every captured packet decodes as RoCEv2 (infiniband), none is malformed, and both
+# sides sent packets. Prints a one-line summary; returns non-zero on failure.
+# tshark tries upper-layer heuristics on SEND payloads; RPC-over-RDMA's claims the pingpong's
+# zero-filled small SENDs and then reports them (from rxe and uroce alike) as malformed
+# RPC-over-RDMA.
+# The payload is the program's, not the transport's, so that dissector is off.
+ts() { tshark --disable-protocol rpcordma "$@" 2>/dev/null; }
+cap_check() {
+  local total roce malformed from_u from_r
+  total=$(ts -r "$pcap" | wc -l)
+  roce=$(ts -r "$pcap" -Y infiniband | wc -l)
+  malformed=$(ts -r "$pcap" -Y _ws.malformed | wc -l)
+  from_u=$(ts -r "$pcap" -Y "ip.src==$HOST_IP" | wc -l)
+  from_r=$(ts -r "$pcap" -Y "ip.src==$GUEST_IP" | wc -l)
+  echo "capture: $total packets ($from_u from uroce, $from_r from rxe), $roce decoded as RoCEv2," \
+    "$malformed malformed; opcodes: $(ts -r "$pcap" -T fields -e infiniband.bth.opcode \
+      | sort -n | uniq -c | awk '{printf "%s×%s ", $2, $1}')"
+  if [[ -n ${KEEP_PCAP:-} ]]; then
+    mkdir -p "$KEEP_PCAP"
+    cp "$pcap" "$KEEP_PCAP/"
+  fi
+  ((total > 0 && from_u > 0 && from_r > 0 && roce == total && malformed == 0))
+}
+
+cleanup() {
+  cap_stop
+  [[ -n ${srv_pid:-} ]] && kill "$srv_pid" 2>/dev/null
+  if [[ -n ${guest_job:-} ]]; then
+    "$G" -k "$guest_job" KILL >/dev/null 2>&1
+    "$G" -w "$guest_job" -t 10 >/dev/null 2>&1
+  fi
+  [[ -n $pcap ]] && rm -f "$pcap" "$pcap.log"
+  [[ -n ${tmp:-} ]] && rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+uroce() { # uroce PROGRAM ARGS…: run in the namespace through uroce-run
+  ip netns exec "$NS" env UROCE_DEVICES="uroce0=$HOST_IP" UROCE_FAULTS="${FAULTS:-}" UROCE_STATS=1 \
+    timeout "$TIMEOUT" "$UROCE_RUN" "$@"
+}
+
+# A test killed by ctest's timeout (SIGKILL, so no trap runs) can leave its programs behind: a
+# guest job listening on the TCP port, or a uroce program in the namespace holding UDP 4791. End
+# them (only this script's own kinds: guest jobs named ij*, programs on uroce0 in $NS) before a run.
+reap_leftovers() {
+  local j pid
+  for j in $("$G" -l 2>/dev/null | awk '$1 ~ /^ij[0-9]+$/ && $2 == "running" {print $1}'); do
+    echo "ending leftover guest job $j" >&2
+    "$G" -k "$j" KILL >/dev/null 2>&1
+    "$G" -w "$j" -t 10 >/dev/null 2>&1
+  done
+  for pid in $(ip netns pids "$NS" 2>/dev/null); do
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -Eq -- '-d uroce0 '; then
+      echo "ending leftover uroce program $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline")" >&2
+      kill -KILL "$pid" 2>/dev/null
+    fi
+  done
+  for _ in $(seq 50); do
+    ip netns exec "$NS" ss -ulnH "sport = :4791" | grep -q . || return 0
+    sleep 0.1
+  done
+  echo "WARN: UDP 4791 is still bound in $NS: $(ip netns exec "$NS" ss -ulnpH "sport = :4791")" >&2
+}
+
+# run_pair DIR SERVER_READY_REGEX PORT PROGRAM COMMON_ARGS… -- UROCE_ARGS… -- RXE_ARGS…
+# Starts the server side, waits for its TCP listener, runs the client, waits for the server.
+run_pair() {
+  local dir=$1 ready=$2 port=$3 prog=$4
+  shift 4
+  local common=() uargs=() rargs=()
+  while [[ $# -gt 0 && $1 != -- ]]; do common+=("$1"); shift; done
+  shift
+  while [[ $# -gt 0 && $1 != -- ]]; do uargs+=("$1"); shift; done
+  shift
+  rargs=("$@")
+  # One run at a time on the VM, also across concurrent ctest runs from different build
+  # directories (RESOURCE_LOCK only orders the tests of one ctest): they share UDP 4791 in the
+  # namespace, the TCP port in the guest and the capture.
+  exec 9>"$RXEVM_DIR/interop.lock"
+  flock -w 900 9 || {
+    echo "FAIL: the VM stayed busy (lock $RXEVM_DIR/interop.lock) for 900 s"
+    exit 1
+  }
+  require_vm # it may have been stopped while we waited
+  reap_leftovers
+  tmp=$(mktemp -d /tmp/uroce-interop.XXXXXX)
+  guest_job=ij$$
+  local srv_rc cli_rc
+  cap_start
+  if [[ $dir == u2r ]]; then
+    # rxe server in the guest, uroce client in the namespace.
+    "$G" -b "$guest_job" -u "$ready" -t 60 "$prog" "${rargs[@]}" "${common[@]}" >/dev/null ||
+      echo "WARN: guest server did not print /$ready/" >&2
+    for _ in $(seq 100); do
+      "$G" -t 20 "/usr/bin/ss -ltnH sport = :$port" | grep -q . && break
+      sleep 0.1
+    done
+    uroce "$prog" "${uargs[@]}" "${common[@]}" "$GUEST_IP" >"$tmp/client.out" 2>&1
+    cli_rc=$?
+    # A client that failed or timed out leaves the server waiting for ever: give it a moment.
+    local wait_s=$TIMEOUT
+    ((cli_rc != 0)) && wait_s=15
+    "$G" -w "$guest_job" -t "$wait_s" >"$tmp/server.out" 2>&1
+    srv_rc=$?
+  else
+    # uroce server in the namespace, rxe client in the guest.
+    uroce "$prog" "${uargs[@]}" "${common[@]}" >"$tmp/server.out" 2>&1 &
+    srv_pid=$!
+    for _ in $(seq 200); do
+      ip netns exec "$NS" ss -ltnH "sport = :$port" | grep -q . && break
+      kill -0 "$srv_pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    "$G" -t "$TIMEOUT" "$prog" "${rargs[@]}" "${common[@]}" "$HOST_IP" >"$tmp/client.out" 2>&1
+    cli_rc=$?
+    wait "$srv_pid"
+    srv_rc=$?
+    srv_pid=
+  fi
+  guest_job=
+  cap_stop
+  local side_s side_c
+  if [[ $dir == u2r ]]; then side_s=rxe side_c=uroce; else side_s=uroce side_c=rxe; fi
+  echo "--- server ($side_s, exit $srv_rc)"
+  cat "$tmp/server.out"
+  echo "--- client ($side_c, exit $cli_rc)"
+  cat "$tmp/client.out"
+  local fail=
+  ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
+  cap_check || fail="${fail:-the capture failed its checks}"
+  local uout=$tmp/client.out
+  [[ $dir == r2u ]] && uout=$tmp/server.out
+  stats_check "$uout" || fail="${fail:-uroce dropped packets from rxe as invalid}"
+  result_fail=$fail
+}
+
+# stats_check FILE: the counters uroce prints when its device closes (UROCE_STATS=1, only non-zero
+# ones) must show no packet from rxe rejected by the ICRC check or the header parser, unless the
+# uroce side corrupts packets on purpose. rx_foreign_ip_id counts rxe packets whose ICRC needed a
+# non-zero IP Identification (docs/wire-format.md).
+stats_check() {
+  local f=$1 bad
+  grep -q 'counters:' "$f" || {
+    echo "uroce counters: none printed (UROCE_STATS unsupported by this build?)"
+    return 0
+  }
+  echo "uroce counters: $(sed -n '/counters:/,$p' "$f" | grep -E '^  [a-z_]+ +[0-9]+$' |
+    awk '{printf "%s=%s ", $1, $2}')"
+  [[ ${FAULTS:-} == *corrupt* ]] && return 0
+  bad=$(grep -E '^  (rcvd_icrc_err|rx_too_short|rx_truncated|rx_parse_[a-z_]+) +[1-9]' "$f")
+  [[ -z $bad ]]
+}
+
+cmd_pingpong() {
+  local dir=$1
+  shift
+  require_vm
+  local port=${PORT:-18515}
+  run_pair "$dir" 'local address' "$port" ibv_rc_pingpong -p "$port" "$@" -- -d uroce0 -g 0 -- \
+    -d rxe0 -g "$GUEST_GID_INDEX"
+  grep -Eq 'iters in [0-9.]+ seconds' "$tmp/client.out" ||
+    result_fail="${result_fail:-the client printed no iteration summary}"
+  summary "$(grep -h 'bytes in\|iters in' "$tmp/client.out" | tr '\n' ' ')"
+}
+
+cmd_perftest() {
+  local dir=$1 prog=$2
+  shift 2
+  require_vm
+  local port=${PORT:-18516}
+  # -u 18: a local ACK timeout of 1.07 s instead of perftest's 67 ms (14). The guest runs under TCG
+  # on shared cores and can stall for longer than 7 x 67 ms; rc_pingpong has no such option.
+  local u r attempt
+  if [[ $dir == u2r ]]; then u=client r=server; else u=server r=client; fi
+  for attempt in 1 2; do
+    run_pair "$dir" 'Waiting for client|\*{5}' "$port" "$prog" -p "$port" -u 18 "$@" -- \
+      -d uroce0 -x 0 -- -d rxe0 -x "$GUEST_GID_INDEX"
+    # perftest in the guest sometimes cannot calibrate its cycle counter under TCG and gives up
+    # after the traffic ("Can't produce a report", exit 1), taking the uroce side's final TCP
+    # exchange down with it. That is the emulator, not the wire: run once more.
+    [[ -n $result_fail && $attempt == 1 ]] && grep -q "Can't produce a report" "$tmp/$r.out" ||
+      break
+    echo "NOTE: perftest in the guest could not calibrate its clock; running again"
+    rm -rf "$tmp" "$pcap" "$pcap.log"
+    tmp='' pcap=''
+    result_fail=
+  done
+  # One result row per size under the "#bytes" header (a warning may come between). perftest in the
+  # guest may print "inf": its cycle-counter calibration fails under TCG ("Correlation coefficient
+  # r^2 < 0.9"), which says nothing about the transport, so a row of inf counts as a row.
+  local row='^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) '
+  grep -A2 '#bytes' "$tmp/client.out" | grep -Eq "$row" ||
+    result_fail="${result_fail:-the client printed no result row}"
+  # (uroce's counters, on stderr, can land on the row's line before perftest ends it.)
+  summary "uroce: $(grep -A2 '#bytes' "$tmp/$u.out" | grep -E "$row" | sed 's/uroce: .*//' |
+    tr -s ' \t' ' ')" "| rxe: $(grep -A2 '#bytes' "$tmp/$r.out" | grep -E "$row" | tr -s ' \t' ' ')"
+}
+
+summary() {
+  if [[ -n $result_fail ]]; then
+    echo "FAIL: $result_fail"
+    exit 1
+  fi
+  echo "PASS: $*"
+}
+
+# ---------------------------------------------------------------- the whole matrix in one go
+cmd_all() {
+  cmd_start || exit $?
+  pass=0 fail=0
+  local line
+  one() { # one NAME run.sh-args…
+    local name=$1
+    shift
+    local out rc
+    out=$(FAULTS=${F:-} "$0" -B "$build" "$@" 2>&1)
+    rc=$?
+    echo "$out" >"${LOGDIR:-/tmp}/interop.$name.log"
+    line=$(grep -E '^(PASS|FAIL|SKIP):' <<<"$out" | tail -1)
+    if ((rc == 0)); then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+    printf '%-34s %s\n' "$name" "$line"
+  }
+  # The guest's path MTU: 1024 with the default 1500-byte Ethernet, 4096 with RXEVM_MTU=9000.
+  local m=${INTEROP_MTU:-1024}
+  for dir in u2r r2u; do
+    for size in 1 4096 65536 1048576; do
+      local n=200
+      ((size == 1048576)) && n=10
+      one pingpong.$dir.mtu$m.s$size pingpong $dir -c -m $m -s $size -n $n
+    done
+    F=loss=0.05,seed=7 one pingpong.$dir.loss5 pingpong $dir -c -m $m -s 4096 -n 200
+    F=tx.loss=0.05,seed=7 one pingpong.$dir.txloss5 pingpong $dir -c -m $m -s 4096 -n 200
+    one perftest.$dir.send_bw perftest $dir ib_send_bw -m $m -s 65536 -n 200
+    one perftest.$dir.write_bw perftest $dir ib_write_bw -m $m -s 65536 -n 200
+    one perftest.$dir.read_bw perftest $dir ib_read_bw -m $m -o 16 -s 65536 -n 200
+    one perftest.$dir.atomic_bw perftest $dir ib_atomic_bw -m $m -o 16 -n 200
+    one perftest.$dir.send_lat perftest $dir ib_send_lat -m $m -s 64 -n 200
+    one perftest.$dir.write_lat perftest $dir ib_write_lat -m $m -s 64 -n 200
+    one perftest.$dir.read_lat perftest $dir ib_read_lat -m $m -o 16 -s 64 -n 200
+  done
+  [[ -z ${KEEP_VM:-} ]] && cmd_stop
+  echo "$pass passed, $fail failed"
+  ((fail == 0))
+}
+
+case ${1:-} in
+start) cmd_start ;;
+stop) cmd_stop ;;
+pingpong) shift; cmd_pingpong "$@" ;;
+perftest) shift; cmd_perftest "$@" ;;
+all) cmd_all ;;
+*)
+  sed -n '2,19p' "$0"
+  exit 2
+  ;;
+esac
