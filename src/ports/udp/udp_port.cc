@@ -397,6 +397,8 @@ size_t UdpPort::tx_flush() {
       h.msg_iovlen = 2;
       if (b.ecn != transport::kEcnNotEct) {
         // Per-packet TOS: DSCP 0 and the packet's ECN codepoint (RFC 3168).
+        // Zeroed whole: the kernel reads CMSG_SPACE bytes, padding included.
+        std::memset(ctrl[n], 0, sizeof ctrl[n]);
         h.msg_control = ctrl[n];
         h.msg_controllen = sizeof ctrl[n];
         cmsghdr* c = CMSG_FIRSTHDR(&h);
@@ -480,6 +482,7 @@ void UdpPort::send_frames(std::vector<FaultFrame>& frames) {
     h.msg_iovlen = 1;
     alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int))];
     if (fr.ecn != transport::kEcnNotEct) {
+      std::memset(ctrl, 0, sizeof ctrl);
       h.msg_control = ctrl;
       h.msg_controllen = sizeof ctrl;
       cmsghdr* c = CMSG_FIRSTHDR(&h);
