@@ -11,6 +11,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <ctime>
+
 #include <cerrno>
 #include <system_error>
 
@@ -85,7 +87,12 @@ void Cq::push(const ibv_wc& wc, bool solicited) {
       overrun_ = true;
       return;
     }
-    ring_.push_back(wc);
+    // Stamped once it is sure to be queued; the clock read is a vDSO call, cheap next to a
+    // completion.
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    ring_.push_back(Entry{
+        wc, static_cast<uint64_t>(now.tv_sec) * 1000000000u + static_cast<uint64_t>(now.tv_nsec)});
     // ibv_req_notify_cq(3): with solicited_only, an event fires for a solicited receive
     // completion or for any unsuccessful completion; otherwise for any new completion. Arming is
     // one-shot (IBTA C11-?: the CQ is re-armed by the consumer after each event).
@@ -99,11 +106,16 @@ void Cq::push(const ibv_wc& wc, bool solicited) {
 }
 
 int Cq::poll(int n, ibv_wc* out) {
+  return poll(n, out, nullptr);
+}
+
+int Cq::poll(int n, ibv_wc* out, uint64_t* ts_ns) {
   if (n <= 0) return 0;
   std::lock_guard<std::mutex> g(mu_);
   int k = 0;
   while (k < n && !ring_.empty()) {
-    out[k++] = ring_.front();
+    if (ts_ns) ts_ns[k] = ring_.front().ts_ns;
+    out[k++] = ring_.front().wc;
     ring_.pop_front();
   }
   return k;

@@ -41,6 +41,10 @@ class Cq : public transport::CompletionSink {
   // `solicited`: a receive completion of a message with BTH.SE set (see CompletionSink).
   void push(const ibv_wc& wc, bool solicited) override;
   int poll(int n, ibv_wc* out);  // returns count, never blocks
+  // The same, also giving each completion's timestamp (ts_ns[i], may be null): CLOCK_MONOTONIC
+  // in nanoseconds, read when push() queued it (ibv_wc_read_completion_ts; the device clock is
+  // this 1 GHz clock).
+  int poll(int n, ibv_wc* out, uint64_t* ts_ns);
   // Arms one notification (ibv_req_notify_cq): 0, or EINVAL when the CQ has no channel.
   int req_notify(bool solicited_only);
   uint32_t capacity() const { return cqe_; }
@@ -50,7 +54,11 @@ class Cq : public transport::CompletionSink {
 
  private:
   mutable std::mutex mu_;
-  std::deque<ibv_wc> ring_;
+  struct Entry {
+    ibv_wc wc;
+    uint64_t ts_ns;  // CLOCK_MONOTONIC when pushed
+  };
+  std::deque<Entry> ring_;
   uint32_t cqe_;
   CompChannel* channel_;
   void* cookie_;

@@ -18,6 +18,9 @@
 namespace uroce {
 namespace {
 
+// The DestQP every multicast packet carries (IBTA vol. 1: the multicast QPN, 0xFFFFFF).
+constexpr uint32_t kMulticastQpn = 0xffffff;
+
 // Bytes a RoCEv2 packet adds around its payload: IPv4 20 + UDP 8 + BTH 12 + the largest extended
 // headers a payload-carrying packet has (RETH 16 + ImmDt 4) + ICRC 4.
 constexpr uint32_t kRoceOverhead = 20 + 8 + 12 + 16 + 4 + 4;
@@ -185,6 +188,13 @@ int Device::dereg_mr(uint32_t lkey) {
   return keys_.dereg_mr(lkey);
 }
 
+int Device::rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, size_t len, uint64_t iova,
+                     int access) {
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && len > DeviceLimits::kMaxMrSize) return EINVAL;
+  std::lock_guard<std::mutex> g(mu_);
+  return keys_.rereg_mr(lkey, flags, pd, addr, len, iova, access);
+}
+
 int Device::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey) {
   std::lock_guard<std::mutex> g(mu_);
   if (keys_.mw_count() >= DeviceLimits::kMaxMw) return ENOMEM;
@@ -258,8 +268,60 @@ int Device::destroy_qp(transport::Qp* qp) {
   if (it == qps_.end() || it->second.qp.get() != qp) return EINVAL;
   keys_.pd_unref(it->second.pd);
   add_counters(retired_qp_counters_, qp->counters());
+  detach_all_mcast(it->first);
   qps_.erase(it);
   return 0;
+}
+
+int Device::attach_mcast(transport::Qp* qp, uint32_t group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = qps_.find(qp->qpn());
+  // Only UD QPs take part in multicast (IBTA vol. 1); 224.0.0.0/4 is IPv4's multicast range.
+  if (it == qps_.end() || it->second.qp.get() != qp || qp->type() != IBV_QPT_UD ||
+      (group >> 28) != 0xe)
+    return EINVAL;
+  auto g = mcast_.find(group);
+  if (g == mcast_.end()) {
+    if (mcast_.size() >= DeviceLimits::kMaxMcastGrp) return ENOMEM;
+    g = mcast_.emplace(group, std::vector<uint32_t>{}).first;
+  }
+  std::vector<uint32_t>& members = g->second;
+  if (std::find(members.begin(), members.end(), qp->qpn()) != members.end()) return 0;
+  if (members.size() >= DeviceLimits::kMaxMcastQpAttach) return ENOMEM;
+  if (members.empty()) {
+    if (int e = port_->join_group(group); e != 0) {
+      mcast_.erase(g);
+      return e;
+    }
+  }
+  members.push_back(qp->qpn());
+  return 0;
+}
+
+int Device::detach_mcast(transport::Qp* qp, uint32_t group) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = mcast_.find(group);
+  if (it == mcast_.end()) return EINVAL;
+  auto m = std::find(it->second.begin(), it->second.end(), qp->qpn());
+  if (m == it->second.end()) return EINVAL;
+  it->second.erase(m);
+  if (it->second.empty()) {
+    port_->leave_group(group);
+    mcast_.erase(it);
+  }
+  return 0;
+}
+
+void Device::detach_all_mcast(uint32_t qpn) {
+  for (auto it = mcast_.begin(); it != mcast_.end();) {
+    std::erase(it->second, qpn);
+    if (it->second.empty()) {
+      port_->leave_group(it->first);
+      it = mcast_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Device::track(uint32_t qpn, QpEntry& e) {
@@ -371,6 +433,24 @@ size_t Device::qp_count() {
 
 void Device::on_packets(std::span<const RxPacket> pkts, transport::Time now) {
   for (const RxPacket& p : pkts) {
+    // A datagram sent to a group goes to every QP attached to it, and must name the multicast
+    // QPN; that QPN sent to a unicast address names no QP.
+    const bool to_group = (p.info.dst_ip >> 28) == 0xe;
+    if (to_group || p.pkt.bth.dest_qp == kMulticastQpn) {
+      auto g = to_group && p.pkt.bth.dest_qp == kMulticastQpn ? mcast_.find(p.info.dst_ip)
+                                                              : mcast_.end();
+      if (g == mcast_.end()) {
+        counters_.rx_unknown_qp.add();
+        continue;
+      }
+      // Each attached QP checks the Q_Key (and its state) itself, counting what it drops.
+      for (uint32_t qpn : g->second) {
+        QpEntry& e = qps_.find(qpn)->second;  // destroy_qp detaches first
+        e.qp->receive(p.pkt, p.info, now);
+        track(qpn, e);
+      }
+      continue;
+    }
     auto it = qps_.find(p.pkt.bth.dest_qp);
     if (it == qps_.end()) {
       counters_.rx_unknown_qp.add();

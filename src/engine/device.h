@@ -50,6 +50,9 @@ struct DeviceLimits {
   static constexpr uint64_t kMaxMrSize = 1ull << 40;
   static constexpr uint32_t kMaxQpRdAtom = 16;
   static constexpr uint32_t kMaxMsgSize = 1u << 31;
+  // Multicast: groups a device joins (each costs a socket) and QPs attached to one group.
+  static constexpr uint32_t kMaxMcastGrp = 256;
+  static constexpr uint32_t kMaxMcastQpAttach = 64;
 };
 
 class Device : private Engine::Client, private transport::EventSink {
@@ -77,6 +80,9 @@ class Device : private Engine::Client, private transport::EventSink {
   int reg_mr_iova(uint32_t pd, void* addr, size_t len, uint64_t iova, int access, uint32_t* lkey,
                   uint32_t* rkey);
   int dereg_mr(uint32_t lkey);  // EBUSY while memory windows are bound to it
+  // ibv_rereg_mr, atomically under the device lock (see KeyTable::rereg_mr); keys are kept.
+  int rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, size_t len, uint64_t iova,
+               int access);
   // Memory windows (see KeyTable): binding and invalidation are work requests (post_send).
   int alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey);
   int dealloc_mw(uint32_t handle);
@@ -98,6 +104,15 @@ class Device : private Engine::Client, private transport::EventSink {
   // Posts a chain of WQEs; on error returns the errno and the index of the failed WQE.
   int post_send(transport::Qp* qp, const transport::SendWqe* wqes, size_t n, size_t* bad);
   int post_recv(transport::Qp* qp, const transport::RecvWqe* wqes, size_t n, size_t* bad);
+
+  // Multicast (ibv_attach_mcast): a UD QP attached to the IPv4 group `group` (host order)
+  // receives the datagrams sent to the group with DestQP 0xFFFFFF (the multicast QPN) whose Q_Key
+  // is its own. attach: 0 (also when attached already), EINVAL (not a UD QP of this device, not a
+  // multicast address), ENOMEM (DeviceLimits::kMaxMcastGrp groups or kMaxMcastQpAttach QPs in
+  // the group reached), or the port's error joining the group. detach: 0, or EINVAL when not
+  // attached. Destroying a QP detaches it from its groups.
+  int attach_mcast(transport::Qp* qp, uint32_t group);
+  int detach_mcast(transport::Qp* qp, uint32_t group);
 
   // Asynchronous events (IBV_EVENT_*) for ibv_get_async_event; fd() is readable while any wait.
   AsyncEventQueue& async_events();
@@ -154,6 +169,9 @@ class Device : private Engine::Client, private transport::EventSink {
   uint16_t mtu_ = 1024;  // IB path MTU in bytes, from the netdev's MTU at open
   std::unique_ptr<UdpPort> port_;
   std::unordered_map<uint32_t, QpEntry> qps_;  // by QPN; device lock
+  // Multicast group (host order) → QPNs attached to it; the port is a member while non-empty.
+  std::map<uint32_t, std::vector<uint32_t>> mcast_;  // device lock
+  void detach_all_mcast(uint32_t qpn);               // device lock held
   // Work lists, so that an engine pass costs what happened, not the number of QPs. Device lock.
   std::vector<Timer> timers_;        // min-heap on deadline (std::greater)
   std::vector<uint32_t> pump_list_;  // QPNs whose wants_pump() was true after their last call

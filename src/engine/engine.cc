@@ -43,7 +43,8 @@ Engine::Engine(std::mutex& mu, UdpPort& port, Client& client, std::string thread
       if (fd >= 0) close(fd);
     throw std::system_error(e, std::generic_category(), "engine fds");
   }
-  for (int fd : {port_.rx_fd(), doorbell_, timerfd_}) {
+  // The group sockets' epoll set (multicast) nests: readable while any group has datagrams.
+  for (int fd : {port_.rx_fd(), port_.mcast_fd(), doorbell_, timerfd_}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -108,7 +109,8 @@ void Engine::run() {
     if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
     wakeups_.fetch_add(1, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i)
-      if (evs[i].data.fd != port_.rx_fd()) drain(evs[i].data.fd);
+      if (evs[i].data.fd != port_.rx_fd() && evs[i].data.fd != port_.mcast_fd())
+        drain(evs[i].data.fd);
     if (stop_.load(std::memory_order_relaxed)) break;
 
     std::lock_guard<std::mutex> rx_guard(rx_mu_);

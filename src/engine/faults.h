@@ -32,7 +32,7 @@ struct FaultFrame {
   uint32_t addr = 0;  // rx: source address; tx: destination address (host byte order)
   uint16_t port = 0;  // rx: source port; tx: source port it leaves from
   uint8_t ecn = 0;
-  int fd = -1;             // tx: the socket it leaves from; rx: unused
+  int fd = -1;             // tx: the socket it leaves from; rx: the socket it arrived on
   bool truncated = false;  // rx: the kernel cut it short (MSG_TRUNC)
 };
 

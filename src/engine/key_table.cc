@@ -68,6 +68,39 @@ int KeyTable::dereg_mr(uint32_t lkey) {
   return 0;
 }
 
+int KeyTable::rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64_t len,
+                       uint64_t iova, int access) {
+  if (flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return EINVAL;
+  auto it = mrs_.find(lkey);
+  if (it == mrs_.end()) return EINVAL;
+  Mr next = it->second;
+  if (flags & IBV_REREG_MR_CHANGE_PD) {
+    if (!pd_exists(pd)) return EINVAL;
+    next.pd = pd;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    uint64_t host = reinterpret_cast<uintptr_t>(addr);
+    if (!addr || len == 0 || host + len < host || iova + len < iova) return EINVAL;
+    next.host = static_cast<uint8_t*>(addr);
+    next.iova = iova;
+    next.len = len;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) next.access = access;
+  // The same rule as reg_mr, on the resulting rights (ibv_reg_mr(3)).
+  if ((next.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(next.access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  // Bound windows were checked against the old PD, bounds and MW_BIND right (IBTA 10.6.7.1), so
+  // changing any of them under a window is refused, as dereg_mr is.
+  if (it->second.bound_mws != 0) return EBUSY;
+  if (next.pd != it->second.pd) {
+    ++pds_[next.pd];
+    pd_unref(it->second.pd);
+  }
+  it->second = next;
+  return 0;
+}
+
 int KeyTable::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey) {
   if (!pd_exists(pd) || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) return EINVAL;
   // 2^23 indices fit between kMwKeyBit and the 8-bit key; never reused while the table lives.

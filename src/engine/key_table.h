@@ -34,6 +34,15 @@ class KeyTable : public transport::MemoryAccess {
   int reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int access, uint32_t* lkey,
              uint32_t* rkey);
   int dereg_mr(uint32_t lkey);  // 0, EINVAL, or EBUSY while memory windows are bound to it
+  // ibv_rereg_mr: gives the region `lkey` a new PD, translation ([addr, addr+len) addressed at
+  // `iova`) and/or access, as `flags` (IBV_REREG_MR_CHANGE_*) select; the other properties stay.
+  // The keys do not change (the IBTA Reregister Memory Region verb may return new keys; keeping
+  // them is allowed, simpler for the application, and what the verbs layer reports in ibv_mr). All
+  // or nothing: on any error the region is untouched. 0; EINVAL (unknown key or PD, no flag or an
+  // unknown one, len 0, wrap-around, bad access combination); EBUSY while memory windows are bound
+  // to it (they name the old translation and rights).
+  int rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64_t len, uint64_t iova,
+               int access);
   size_t mr_count() const { return mrs_.size(); }
 
   // Memory windows (IBTA 10.6.7). A window's R_Key is kMwKeyBit | index << 8 | key: the index

@@ -12,11 +12,27 @@ namespace {
 
 constexpr uint8_t kV4MappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
+bool is_ipv4_multicast(uint32_t ip) {
+  return (ip >> 28) == 0xe;
+}  // 224.0.0.0/4
+
+// The IPv4 address a GID stands for: ::ffff:a.b.c.d (Annex A17.4.5.1), which RoCEv2 also uses
+// for IPv4 multicast groups (::ffff:239.x.y.z), or ff0e::ffff:a.b.c.d with a.b.c.d a multicast
+// address, the MGID form rdma_cm gives IPv4 groups on RoCE v1-era stacks.
 bool gid_ipv4(const ibv_gid& g, uint32_t* ip) {
-  if (std::memcmp(g.raw, kV4MappedPrefix, sizeof kV4MappedPrefix) != 0) return false;
-  *ip =
+  const uint32_t v4 =
       uint32_t(g.raw[12]) << 24 | uint32_t(g.raw[13]) << 16 | uint32_t(g.raw[14]) << 8 | g.raw[15];
-  return true;
+  if (std::memcmp(g.raw, kV4MappedPrefix, sizeof kV4MappedPrefix) == 0) {
+    *ip = v4;
+    return true;
+  }
+  if (g.raw[0] == 0xff && g.raw[1] == 0x0e &&
+      std::memcmp(g.raw + 2, kV4MappedPrefix + 2, sizeof kV4MappedPrefix - 2) == 0 &&
+      is_ipv4_multicast(v4)) {
+    *ip = v4;
+    return true;
+  }
+  return false;
 }
 
 // RFC 791 checksum over a 20-byte header: 0 when the header's own checksum field is right.
@@ -113,6 +129,22 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
   w.ud_dst_ip = to_v(ah)->dst_ip;
   w.ud_remote_qpn = remote_qpn & 0xffffff;
   w.ud_remote_qkey = remote_qkey;
+}
+
+int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  (void)lid;  // RoCE has no LIDs: the group is named by its GID alone
+  uint32_t group = 0;
+  if (!qp || !gid || !gid_ipv4(*gid, &group) || !is_ipv4_multicast(group)) return EINVAL;
+  VQp* q = to_v(qp);
+  return q->ctx->dev->attach_mcast(q->tqp, group);
+}
+
+int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  (void)lid;
+  uint32_t group = 0;
+  if (!qp || !gid || !gid_ipv4(*gid, &group) || !is_ipv4_multicast(group)) return EINVAL;
+  VQp* q = to_v(qp);
+  return q->ctx->dev->detach_mcast(q->tqp, group);
 }
 
 }  // namespace uroce::verbs

@@ -1,6 +1,7 @@
 // Address handles (UD): the GRH address vector of a RoCEv2 destination, resolved once to the
 // IPv4 address the port sends to. RoCE addresses by GID only, so every AH needs a GRH
-// (is_global) whose DGID is an IPv4-mapped GID ::ffff:a.b.c.d (Annex A17.4).
+// (is_global) whose DGID is an IPv4-mapped GID ::ffff:a.b.c.d (Annex A17.4), or a multicast
+// group's MGID (attach_mcast below).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -44,5 +45,14 @@ int ud_dest(const ibv_context* ctx, const ibv_send_wr& wr, transport::SendWqe& w
 void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
 
 ibv_ah* create_ah_from_wc(ibv_pd* pd, const ibv_wc* wc, const ibv_grh* grh, uint8_t port);
+
+// ibv_attach_mcast / ibv_detach_mcast for UD QPs: the MGID names an IPv4 multicast group
+// (::ffff:224.0.0.0/4, or ff0e::ffff:a.b.c.d); an AH whose DGID is that MGID sends to the group
+// (remote QPN 0xFFFFFF). 0 or an errno: EINVAL for another MGID, a non-UD QP, a detach of a QP
+// not attached; ENOMEM at the
+// device's multicast limits (ibv_query_device); the port's error joining the group. The LID is
+// ignored (RoCE has none).
+int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
+int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
 
 }  // namespace uroce::verbs

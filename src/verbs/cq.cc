@@ -1,6 +1,7 @@
 // Completion channels and completion queues, including the extended poll API of ibv_create_cq_ex.
 // The engine's Cq holds the completions and the arm state; CompChannel holds the eventfd.
 #include <cerrno>
+#include <ctime>
 #include <new>
 
 #include "objects.h"
@@ -9,16 +10,23 @@
 namespace uroce::verbs {
 namespace {
 
-// Work-completion fields the extended CQ can report: those ibv_wc carries. Timestamps, CVLAN,
-// flow tags and tag matching are not produced by the transport.
+// Work-completion fields the extended CQ can report: those ibv_wc carries, and the time the
+// completion was queued. CVLAN, flow tags and tag matching are not produced by the transport.
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
-    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+
+uint64_t clock_ns(clockid_t id) {
+  timespec t{};
+  clock_gettime(id, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
+}
 
 // ---- extended poll API: ibv_start_poll / ibv_next_poll / ibv_end_poll and the readers ----
 int ex_next(ibv_cq_ex* cqx) {
   VCq* cq = to_v(cqx);
-  if (cq->impl.poll(1, &cq->cur) != 1) return ENOENT;
+  if (cq->impl.poll(1, &cq->cur, &cq->cur_ts) != 1) return ENOENT;
   cqx->status = cq->cur.status;
   cqx->wr_id = cq->cur.wr_id;
   return 0;
@@ -60,6 +68,19 @@ uint8_t ex_sl(ibv_cq_ex* c) {
 }
 uint8_t ex_dlid_path_bits(ibv_cq_ex* c) {
   return to_v(c)->cur.dlid_path_bits;
+}
+// The device clock is CLOCK_MONOTONIC in nanoseconds (hca_core_clock 1 GHz, query.cc).
+uint64_t ex_completion_ts(ibv_cq_ex* c) {
+  return to_v(c)->cur_ts;
+}
+// Wall-clock time of the same instant: the monotonic stamp shifted by the current offset between
+// the two clocks (a wall-clock step between queueing and reading shifts it too, as an NIC's
+// clock translation would).
+uint64_t ex_completion_wallclock_ns(ibv_cq_ex* c) {
+  const uint64_t mono = clock_ns(CLOCK_MONOTONIC);
+  const uint64_t real = clock_ns(CLOCK_REALTIME);
+  const uint64_t age = mono - to_v(c)->cur_ts;  // the stamp is never in the future
+  return real - age;
 }
 
 VChannel* channel_of(ibv_context* ctx, ibv_comp_channel* ch, int* err) {
@@ -125,6 +146,8 @@ VCq::VCq(VContext* c, uint32_t cqe, VChannel* ch)
   x.read_slid = ex_slid;
   x.read_sl = ex_sl;
   x.read_dlid_path_bits = ex_dlid_path_bits;
+  x.read_completion_ts = ex_completion_ts;
+  x.read_completion_wallclock_ns = ex_completion_wallclock_ns;
 }
 
 ibv_comp_channel* create_comp_channel(ibv_context* ctx) {

@@ -353,10 +353,7 @@ UROCE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t lengt
 
 UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
                               int access) {
-  if (uv::is_uroce(mr->context)) {
-    errno = EOPNOTSUPP;
-    return IBV_REREG_MR_ERR_INPUT;  // the old MR stays valid
-  }
+  if (uv::is_uroce(mr->context)) return uv::rereg_mr(mr, flags, pd, addr, length, access);
   auto f = UROCE_REAL(ibv_rereg_mr, V1_1);
   if (!f) {
     errno = ENOSYS;
@@ -521,13 +518,13 @@ UROCE_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context* ctx, ibv_ah_attr* attr
 }
 
 UROCE_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  if (uv::is_uroce(qp->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(qp->context)) return uv::attach_mcast(qp, gid, lid);
   auto f = UROCE_REAL(ibv_attach_mcast, V1_1);
   return f ? f(qp, gid, lid) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  if (uv::is_uroce(qp->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(qp->context)) return uv::detach_mcast(qp, gid, lid);
   auto f = UROCE_REAL(ibv_detach_mcast, V1_1);
   return f ? f(qp, gid, lid) : ENOSYS;
 }

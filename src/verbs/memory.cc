@@ -104,6 +104,49 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova, unsigned 
   }
 }
 
+int rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* ibpd, void* addr, size_t length, int access) {
+  VMr* mr = to_v(ibmr);
+  VContext* c = mr->ctx;
+  // Input errors leave the MR as it was (IBV_REREG_MR_ERR_INPUT). The same checks as
+  // libibverbs makes before calling a provider: a known, non-empty flag set, a translation with
+  // an address and a length, access flags only with CHANGE_ACCESS, a PD of this context.
+  auto input_error = [](int err) {
+    errno = err;
+    return IBV_REREG_MR_ERR_INPUT;
+  };
+  if (flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return input_error(EINVAL);
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
+      (!addr || length == 0 || length > DeviceLimits::kMaxMrSize))
+    return input_error(EINVAL);
+  if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return input_error(EINVAL);
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && (!ibpd || ibpd->context != ibmr->context))
+    return input_error(EINVAL);
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    unsigned required =
+        static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    if (required & ~kSupportedAccess) return input_error(EOPNOTSUPP);
+  }
+  const uint32_t pd_handle = (flags & IBV_REREG_MR_CHANGE_PD) ? to_v(ibpd)->handle : 0;
+  // ibv_rereg_mr has no iova: a new translation is addressed at its own virtual address, as
+  // ibv_reg_mr's.
+  int rc = c->dev->rereg_mr(ibmr->lkey, flags, pd_handle, addr, length,
+                            reinterpret_cast<uintptr_t>(addr), access);
+  if (rc) {
+    // The engine changes all or nothing, so the old MR is in fact still valid; ERR_CMD is what
+    // libibverbs reports for a refused command (errno EBUSY while windows are bound).
+    errno = rc;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  // Keys are kept (see KeyTable::rereg_mr); the application's view follows the change.
+  if (flags & IBV_REREG_MR_CHANGE_PD) ibmr->pd = ibpd;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    ibmr->addr = addr;
+    ibmr->length = length;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = access;
+  return 0;
+}
+
 int dereg_mr(ibv_mr* ibmr) {
   VMr* mr = to_v(ibmr);
   VContext* c = mr->ctx;

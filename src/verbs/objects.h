@@ -168,6 +168,8 @@ class VCq : public CqAbi {
   uint32_t async_events_reported = 0;
   int qp_refs = 0;  // QPs using this CQ (ctx->mu): destroy is EBUSY while > 0
   ibv_wc cur{};     // the completion the extended poll API (ibv_start_poll…) is positioned on
+  // The timestamp of `cur` (CLOCK_MONOTONIC ns, see Cq::poll).
+  uint64_t cur_ts = 0;
 };
 
 // ---- QP -------------------------------------------------------------------------------------

@@ -63,6 +63,8 @@ ibv_pd* alloc_pd(ibv_context* ctx);
 int dealloc_pd(ibv_pd* pd);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
 int dereg_mr(ibv_mr* mr);
+// 0 or an enum ibv_rereg_mr_err_code value (errno set); keys are kept.
+int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
 
 // ---- mw.cc: memory windows (ibv_context_ops alloc_mw, dealloc_mw, bind_mw) ----
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);

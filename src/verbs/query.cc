@@ -67,6 +67,9 @@ int fill_device_attr(VContext* c, ibv_device_attr* a) {
   a->max_cqe = DeviceLimits::kMaxCqe;
   a->max_mr = DeviceLimits::kMaxMr;
   a->max_pd = DeviceLimits::kMaxPd;
+  a->max_mcast_grp = DeviceLimits::kMaxMcastGrp;  // UD multicast (ibv_attach_mcast, ah.cc)
+  a->max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
+  a->max_total_mcast_qp_attach = DeviceLimits::kMaxMcastGrp * DeviceLimits::kMaxMcastQpAttach;
   a->max_qp_rd_atom = DeviceLimits::kMaxQpRdAtom;
   a->max_qp_init_rd_atom = DeviceLimits::kMaxQpRdAtom;
   a->max_res_rd_atom = DeviceLimits::kMaxQpRdAtom * DeviceLimits::kMaxQp;
@@ -107,7 +110,11 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_d
   ibv_device_attr_ex full{};
   fill_device_attr(to_v(ctx), &full.orig_attr);
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
-  // Everything else (ODP, TSO, RSS, timestamps, DM, tag matching…) is absent: zero.
+  // Completion timestamps (ibv_wc_read_completion_ts) are CLOCK_MONOTONIC nanoseconds taken when
+  // the completion is queued (engine/cq.h): a 64-bit counter of a 1 GHz clock, in kHz here.
+  full.completion_timestamp_mask = ~uint64_t{0};
+  full.hca_core_clock = 1000000;
+  // Everything else (ODP, TSO, RSS, DM, tag matching…) is absent: zero.
   // Write no more than the caller's struct holds: older binaries pass a smaller one.
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;

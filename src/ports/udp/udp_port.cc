@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <linux/filter.h>
 #include <netinet/ip.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,7 +35,11 @@ int bound_socket(uint32_t ip, uint16_t port) {
   if (fd < 0) return -1;
   int pmtu = IP_PMTUDISC_DO;
   sockaddr_in a = make_addr(ip, port);
+  // Packets for a multicast group leave the device's interface, not the default route's.
+  in_addr mif{};
+  mif.s_addr = htonl(ip);
   if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
+      setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &mif, sizeof mif) != 0 ||
       bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     int e = errno;
     close(fd);
@@ -121,6 +126,8 @@ UdpPort::~UdpPort() {
   }
   for (auto& [port, fd] : src_socks_)
     if (fd >= 0) close(fd);
+  for (auto& [group, fd] : groups_) close(fd);
+  if (mcast_epfd_ >= 0) close(mcast_epfd_);
   if (fd_ >= 0) close(fd_);
 }
 
@@ -137,6 +144,11 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters
       else if (e == EADDRNOTAVAIL)
         *err += " (the address is not configured on this host)";
     }
+    return nullptr;
+  }
+  p->mcast_epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (p->mcast_epfd_ < 0) {
+    if (err) *err = std::string("epoll_create1: ") + std::strerror(errno);
     return nullptr;
   }
   int on = 1;
@@ -171,13 +183,48 @@ transport::Time UdpPort::fault_deadline() const {
 std::span<const RxPacket> UdpPort::rx_burst() {
   rx_out_.clear();
   rx_frames_.clear();  // the last batch's packets pointed into these
+  transport::Time now = rx_faults_ ? fault_clock() : 0;
+  size_t used = receive(fd_, opt_.ipv4, 0, now);
+  if (has_groups_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> g(mcast_mu_);
+    for (auto& [group, fd] : groups_) {
+      if (used == kRxBatch) break;  // the rest waits for the next pass (epoll stays readable)
+      used += receive(fd, group, used, now);
+    }
+  }
+  if (rx_faults_) {
+    rx_faults_->release_due(now, rx_frames_);
+    // The socket a held datagram came from names its destination: the device address, or the
+    // group of a group socket (a group left meanwhile: the ICRC check then drops it, counted).
+    std::unique_lock<std::mutex> g(mcast_mu_, std::defer_lock);
+    // rx_frames_ is complete now: rx_out_ may point into it.
+    for (const FaultFrame& fr : rx_frames_) {
+      transport::RxInfo info;
+      info.src_ip = fr.addr;
+      info.src_port = fr.port;
+      info.dst_ip = opt_.ipv4;
+      if (fr.fd >= 0 && fr.fd != fd_) {
+        if (!g.owns_lock()) g.lock();
+        info.dst_ip = 0;
+        for (auto& [group, fd] : groups_)
+          if (fd == fr.fd) info.dst_ip = group;
+      }
+      info.ecn = fr.ecn;
+      accept(fr.bytes.data(), fr.bytes.size(), fr.truncated, info);
+    }
+  }
+  return rx_out_;
+}
+
+size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot, transport::Time now) {
+  const size_t max = kRxBatch - slot;
   mmsghdr msgs[kRxBatch];
   iovec iov[kRxBatch];
   sockaddr_in from[kRxBatch];
   // Room for IP_TOS (one int at most) and whatever else the kernel may add.
   alignas(cmsghdr) uint8_t ctrl[kRxBatch][CMSG_SPACE(sizeof(int)) * 2];
-  for (size_t i = 0; i < kRxBatch; ++i) {
-    iov[i] = {rx_bufs_.get() + i * kRxBufBytes, kRxBufBytes};
+  for (size_t i = 0; i < max; ++i) {
+    iov[i] = {rx_bufs_.get() + (slot + i) * kRxBufBytes, kRxBufBytes};
     msgs[i].msg_hdr = {};
     msgs[i].msg_hdr.msg_name = &from[i];
     msgs[i].msg_hdr.msg_namelen = sizeof from[i];
@@ -189,11 +236,9 @@ std::span<const RxPacket> UdpPort::rx_burst() {
   }
   int n;
   do {
-    n = recvmmsg(fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
+    n = recvmmsg(fd, msgs, static_cast<unsigned>(max), MSG_DONTWAIT, nullptr);
   } while (n < 0 && errno == EINTR);
-  // With receive faults, held datagrams may fall due although nothing arrived.
-  if (n <= 0 && !rx_faults_) return {};
-  transport::Time now = rx_faults_ ? fault_clock() : 0;
+  if (n <= 0) return 0;
 
   for (int i = 0; i < n; ++i) {
     const msghdr& h = msgs[i].msg_hdr;
@@ -208,8 +253,9 @@ std::span<const RxPacket> UdpPort::rx_burst() {
     transport::RxInfo info;
     info.src_ip = ntohl(from[i].sin_addr.s_addr);
     info.src_port = ntohs(from[i].sin_port);
-    // The socket is bound to one address, so only datagrams for it arrive here.
-    info.dst_ip = opt_.ipv4;
+    // Each socket is bound to one address (the device's, or a group), so only datagrams for it
+    // arrive there.
+    info.dst_ip = dst_ip;
     for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c;
          c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
       // IP_TOS arrives as one byte; accept an int too, as some kernels' IP_TOS cmsgs are.
@@ -228,22 +274,51 @@ std::span<const RxPacket> UdpPort::rx_burst() {
     fr.addr = info.src_ip;
     fr.port = info.src_port;
     fr.ecn = info.ecn;
+    fr.fd = fd;  // rx: the socket it arrived on, which names its destination (rx_burst)
     fr.truncated = truncated;
     rx_faults_->offer(std::move(fr), now, rx_frames_);
   }
-  if (rx_faults_) {
-    rx_faults_->release_due(now, rx_frames_);
-    // rx_frames_ is complete now: rx_out_ may point into it.
-    for (const FaultFrame& fr : rx_frames_) {
-      transport::RxInfo info;
-      info.src_ip = fr.addr;
-      info.src_port = fr.port;
-      info.dst_ip = opt_.ipv4;
-      info.ecn = fr.ecn;
-      accept(fr.bytes.data(), fr.bytes.size(), fr.truncated, info);
-    }
+  return static_cast<size_t>(n);
+}
+
+int UdpPort::join_group(uint32_t group) {
+  if ((group >> 28) != 0xe) return EINVAL;  // 224.0.0.0/4 (RFC 5771)
+  std::lock_guard<std::mutex> g(mcast_mu_);
+  if (groups_.count(group)) return 0;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return errno;
+  int on = 1;
+  sockaddr_in a = make_addr(group, opt_.port);
+  ip_mreq mreq{};
+  mreq.imr_multiaddr.s_addr = htonl(group);
+  mreq.imr_interface.s_addr = htonl(opt_.ipv4);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+      setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0 ||
+      bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq) != 0 ||
+      epoll_ctl(mcast_epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    int e = errno;
+    close(fd);
+    return e;
   }
-  return rx_out_;
+  int bytes = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  groups_.emplace(group, fd);
+  has_groups_.store(true, std::memory_order_release);
+  return 0;
+}
+
+void UdpPort::leave_group(uint32_t group) {
+  std::lock_guard<std::mutex> g(mcast_mu_);
+  auto it = groups_.find(group);
+  if (it == groups_.end()) return;
+  // Closing the socket drops its membership and removes it from the epoll set.
+  close(it->second);
+  groups_.erase(it);
+  has_groups_.store(!groups_.empty(), std::memory_order_release);
 }
 
 void UdpPort::accept(const uint8_t* buf, size_t len, bool truncated,

@@ -23,15 +23,29 @@
 // - Sends block when the kernel's socket buffer is full (rare: it is freed as soon as the packet
 //   is on the wire or in the peer's queue), so the TX ring never overflows inside tx_flush().
 //
+// - Multicast (UD QPs attached to a group, ibv_attach_mcast): the 4791 socket is bound to the
+//   unicast address, and Linux delivers a datagram to a socket only when the bound address equals
+//   the destination, so each joined group gets a receive socket of its own bound to
+//   (group, 4791) with SO_REUSEADDR (several devices of one host may join the same group), a
+//   member of the group on the device's interface (IP_ADD_MEMBERSHIP). Every send socket sets
+//   IP_MULTICAST_IF to the device address, so packets for a group leave the device's interface,
+//   and keeps IP_MULTICAST_LOOP on, so members on this host (other devices, other processes)
+//   receive them too, as a switch would deliver them to other ports. The group sockets sit in an
+//   epoll set of their own, mcast_fd(), which the engine waits on beside rx_fd().
+//
 // Threading: rx_burst() is called by one thread (the engine), without the device lock; everything
-// on the transmit side (tx_alloc, tx_commit, tx_flush) with the device lock held.
+// on the transmit side (tx_alloc, tx_commit, tx_flush) with the device lock held. join_group and
+// leave_group run with the device lock held and synchronise with rx_burst() through mcast_mu_.
 #pragma once
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -81,6 +95,15 @@ class UdpPort : public transport::PacketSink {
 
   int rx_fd() const { return fd_; }  // readable when datagrams wait (for epoll)
   uint32_t ipv4() const { return opt_.ipv4; }
+  // An epoll fd, readable while a joined group's socket has datagrams waiting (for epoll).
+  int mcast_fd() const { return mcast_epfd_; }
+
+  // Receives datagrams sent to the IPv4 multicast group `group` (host byte order, 224.0.0.0/4)
+  // from now on, until leave_group. 0 or an errno (EINVAL: not a multicast address; what
+  // socket/bind/IP_ADD_MEMBERSHIP report). Joining a joined group is a no-op: the caller counts
+  // its members. Received group datagrams carry RxInfo::dst_ip == group.
+  int join_group(uint32_t group);
+  void leave_group(uint32_t group);  // no-op when not joined
 
   // Receives up to kRxBatch datagrams without blocking, drops (and counts) what fault injection,
   // the ICRC check and the parser refuse, and returns the rest. Empty when nothing waits.
@@ -115,6 +138,9 @@ class UdpPort : public transport::PacketSink {
   int send_fd_for(uint16_t requested, uint16_t* actual_port);
   // The checks every received datagram goes through (ICRC, parse), appending to rx_out_.
   void accept(const uint8_t* buf, size_t len, bool truncated, const transport::RxInfo& info);
+  // One recvmmsg on `fd` into receive slots [slot, kRxBatch), each datagram addressed to
+  // `dst_ip`; returns the number received.
+  size_t receive(int fd, uint32_t dst_ip, size_t slot, transport::Time now);
   // tx_flush() when transmit faults are on: datagrams go through tx_faults_ one by one.
   size_t tx_flush_faulty();
   void send_frames(std::vector<FaultFrame>& frames);  // one sendmsg each, errors counted
@@ -148,6 +174,13 @@ class UdpPort : public transport::PacketSink {
   // Source port → send socket; -1 records a port that could not be bound (use fd_).
   std::unordered_map<uint16_t, int> src_socks_;
   size_t src_sock_count_ = 0;
+
+  // Multicast: group (host order) → its receive socket. mcast_mu_ guards groups_ against
+  // rx_burst(); has_groups_ lets rx_burst() skip the lock when no group is joined.
+  int mcast_epfd_ = -1;
+  std::mutex mcast_mu_;
+  std::map<uint32_t, int> groups_;
+  std::atomic<bool> has_groups_{false};
 };
 
 }  // namespace uroce
