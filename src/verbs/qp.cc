@@ -216,8 +216,8 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   }
   VSrq* srq = nullptr;
   if (a->srq) {
-    // SRQs feed RC QPs (the UC/UD receive paths take from the QP's own queue).
-    if (a->qp_type != IBV_QPT_RC) {
+    // SRQs feed RC and UD QPs (IBTA 10.2.9.1); UC QPs take from their own receive queue.
+    if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) {
       errno = EOPNOTSUPP;
       return nullptr;
     }

@@ -270,4 +270,61 @@ TEST_F(UdVerbsTest, WrApiSetsTheUdAddress) {
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
 
+// A UD QP on an SRQ takes its receive WQEs from the SRQ, in order, and has no receive queue of its
+// own to post to (ibv_create_qp(3), IBTA 10.2.9.1).
+TEST_F(UdVerbsTest, UdQpOnAnSrqTakesItsReceivesFromIt) {
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 8;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(b_.pd, &sa);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = b_.cq;
+  ia.srq = srq;
+  ia.qp_type = IBV_QPT_UD;
+  ia.cap.max_send_wr = 4;
+  ia.cap.max_send_sge = 1;
+  ibv_qp* qp = ibv_create_qp(b_.pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = kQkey;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+
+  ibv_sge sge{reinterpret_cast<uint64_t>(b_.buf.data()), kGrh + 64, b_.mr->lkey};
+  ibv_recv_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_recv(qp, &wr, &bad), EINVAL) << "its receives go to the SRQ";
+  for (uint64_t id : {41u, 42u}) {
+    wr.wr_id = id;
+    sge.addr = reinterpret_cast<uint64_t>(b_.buf.data() + (id - 41) * 1024);
+    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  }
+  ibv_ah* ah = ah_to(a_, b_);
+  ASSERT_NE(ah, nullptr);
+  std::memset(a_.buf.data(), 'q', 64);
+  ASSERT_EQ(post_send(a_, ah, qp->qp_num, 0, 64), 0);
+  ASSERT_EQ(post_send(a_, ah, qp->qp_num, 0, 64), 0);
+  auto rwc = poll_n(b_.cq, 2);
+  ASSERT_EQ(rwc.size(), 2u);
+  EXPECT_EQ(rwc[0].wr_id, 41u);
+  EXPECT_EQ(rwc[1].wr_id, 42u);
+  for (const ibv_wc& wc : rwc) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.qp_num, qp->qp_num);
+    EXPECT_EQ(wc.byte_len, kGrh + 64);
+  }
+  EXPECT_EQ(std::memcmp(b_.buf.data() + 1024 + kGrh, a_.buf.data(), 64), 0);
+  EXPECT_EQ(poll_n(a_.cq, 2).size(), 2u);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
 }  // namespace
