@@ -68,11 +68,19 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
   ah->ah.handle = 0;
+  // Tracked so that closing the context frees the AHs the application left open.
+  std::lock_guard<std::mutex> g(ah->ctx->mu);
+  ah->ctx->ahs.insert(ah);
   return &ah->ah;
 }
 
 int destroy_ah(ibv_ah* ah) {
-  delete to_v(ah);
+  VAh* a = to_v(ah);
+  {
+    std::lock_guard<std::mutex> g(a->ctx->mu);
+    if (a->ctx->ahs.erase(a) == 0) return EINVAL;  // not an AH of this context (or freed)
+  }
+  delete a;
   return 0;
 }
 

@@ -46,6 +46,7 @@ class VContext;
 class VCq;
 class VQp;
 class VSrq;
+class VAh;
 
 // ---- device ---------------------------------------------------------------------------------
 struct DeviceAbi {
@@ -97,6 +98,7 @@ class VContext : public ContextAbi {
   std::set<VCq*> cqs;
   std::set<VQp*> qps;
   std::set<VSrq*> srqs;
+  std::set<VAh*> ahs;
   std::set<class VMw*> mws;  // mw.cc
 
   bool live_cq(VCq* cq);

@@ -79,6 +79,8 @@ int destroy_comp_channel(ibv_comp_channel* ch);
 ibv_cq* create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* ch,
                   int comp_vector);
 ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr);
+// ibv_query_rt_values_ex: the raw clock of completion timestamps.
+int query_rt_values(ibv_context* ctx, ibv_values_ex* values);
 int destroy_cq(ibv_cq* cq);
 int resize_cq(ibv_cq* cq, int cqe);
 int get_cq_event(ibv_comp_channel* ch, ibv_cq** cq, void** cq_context);

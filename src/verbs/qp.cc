@@ -495,6 +495,7 @@ void destroy_context_objects(VContext* c) {
   // Events the application never acknowledged do not block a close.
   std::set<VQp*> qps;
   std::set<VSrq*> srqs;
+  std::set<VAh*> ahs;
   std::set<VCq*> cqs;
   std::set<VChannel*> chs;
   std::set<VMr*> mrs;
@@ -503,6 +504,7 @@ void destroy_context_objects(VContext* c) {
     std::lock_guard<std::mutex> g(c->mu);
     qps.swap(c->qps);
     srqs.swap(c->srqs);
+    ahs.swap(c->ahs);
     cqs.swap(c->cqs);
     chs.swap(c->channels);
     mrs.swap(c->mrs);
@@ -513,6 +515,7 @@ void destroy_context_objects(VContext* c) {
     delete qp;
   }
   for (VSrq* srq : srqs) delete srq;
+  for (VAh* ah : ahs) delete ah;
   for (VCq* cq : cqs) delete cq;
   for (VChannel* ch : chs) delete ch;
   destroy_context_mws(c);  // windows hold their MRs (dereg_mr is EBUSY while bound) and PDs

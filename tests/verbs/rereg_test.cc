@@ -373,6 +373,14 @@ TEST_F(ReregTest, CompletionTimestampsAreMonotonicNanoseconds) {
   timespec t1{};
   clock_gettime(CLOCK_MONOTONIC, &t1);
   EXPECT_LE(prev, static_cast<uint64_t>(t1.tv_sec) * 1000000000u + t1.tv_nsec);
+
+  // ibv_query_rt_values_ex reads the same clock, so an application can relate timestamps to now.
+  ibv_values_ex v{};
+  v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  ASSERT_EQ(ibv_query_rt_values_ex(a_.ctx, &v), 0);
+  EXPECT_GE(static_cast<uint64_t>(v.raw_clock.tv_sec) * 1000000000u + v.raw_clock.tv_nsec, prev);
+  v.comp_mask = IBV_VALUES_MASK_RESERVED;
+  EXPECT_EQ(ibv_query_rt_values_ex(a_.ctx, &v), EINVAL);
 }
 
 }  // namespace
