@@ -14,26 +14,16 @@
 #include <ctime>
 #include <vector>
 
+#include "verbs_test_util.h"
+
 namespace {
 
 constexpr const char* kDevices = "uroce0=127.0.18.1,uroce1=127.0.18.2";
 
-class DevicesEnv : public ::testing::Environment {
- public:
-  // Before the first ibv_get_device_list: the configuration is read once.
-  void SetUp() override { setenv("UROCE_DEVICES", kDevices, 1); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new DevicesEnv);
-
-ibv_context* open_named(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ibv_context* ctx = nullptr;
-  for (int i = 0; list && i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  return ctx;
-}
+const auto* const g_env =
+    ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
+using uroce::test::open_named;
+using uroce::test::poll_n;
 
 constexpr unsigned kLocal = IBV_ACCESS_LOCAL_WRITE;
 constexpr unsigned kRemoteRw =

@@ -14,39 +14,17 @@
 #include <thread>
 #include <vector>
 
+#include "verbs_test_util.h"
+
 namespace {
 
 // Addresses of their own (127.0.13.x), so these tests run in parallel with the other suites.
 constexpr const char* kDevices = "uroce0=127.0.13.1,uroce1=127.0.13.2";
 
-class DevicesEnv : public ::testing::Environment {
- public:
-  void SetUp() override { setenv("UROCE_DEVICES", kDevices, 1); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new DevicesEnv);
-
-ibv_context* open_named(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ibv_context* ctx = nullptr;
-  for (int i = 0; list && i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  return ctx;
-}
-
-std::vector<ibv_wc> poll_n(ibv_cq* cq, size_t want, int ms = 2000) {
-  std::vector<ibv_wc> out;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (out.size() < want && std::chrono::steady_clock::now() < deadline) {
-    ibv_wc wc[8];
-    int n = ibv_poll_cq(cq, 8, wc);
-    EXPECT_GE(n, 0);
-    for (int i = 0; i < n; ++i) out.push_back(wc[i]);
-    if (n == 0) usleep(100);
-  }
-  return out;
-}
+const auto* const g_env =
+    ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
+using uroce::test::open_named;
+using uroce::test::poll_n;
 
 // Waits up to `ms` for the context's async fd to become readable and reads one event.
 bool next_event(ibv_context* ctx, ibv_async_event* ev, int ms) {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "verbs_test_util.h"
+
 namespace {
 
 // Addresses of their own (127.0.11.20x), so these tests run in parallel with the other suites.
@@ -18,34 +20,10 @@ constexpr const char* kDevices = "uroce0=127.0.11.201,uroce1=127.0.11.202";
 constexpr uint32_t kQkey = 0x11111111;
 constexpr size_t kGrh = 40;
 
-class DevicesEnv : public ::testing::Environment {
- public:
-  void SetUp() override { setenv("UROCE_DEVICES", kDevices, 1); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new DevicesEnv);
-
-ibv_context* open_named(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ibv_context* ctx = nullptr;
-  for (int i = 0; list && i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  return ctx;
-}
-
-std::vector<ibv_wc> poll_n(ibv_cq* cq, size_t want, int ms = 2000) {
-  std::vector<ibv_wc> out;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (out.size() < want && std::chrono::steady_clock::now() < deadline) {
-    ibv_wc wc[8];
-    int n = ibv_poll_cq(cq, 8, wc);
-    EXPECT_GE(n, 0);
-    for (int i = 0; i < n; ++i) out.push_back(wc[i]);
-    if (n == 0) usleep(100);
-  }
-  return out;
-}
+const auto* const g_env =
+    ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
+using uroce::test::open_named;
+using uroce::test::poll_n;
 
 class UdVerbsTest : public ::testing::Test {
  protected:

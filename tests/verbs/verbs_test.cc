@@ -17,6 +17,8 @@
 
 #include "uroce/uroce.h"
 
+#include "verbs_test_util.h"
+
 // rdma-core's private query (IBVERBS_PRIVATE_34) that ibv_devinfo imports.
 extern "C" int ibv_query_gid_type(struct ibv_context* context, uint8_t port_num, unsigned int index,
                                   int* type);
@@ -26,41 +28,10 @@ namespace {
 // Addresses of their own, so that ctest never collides with programs run by hand on 127.0.0.1/2.
 constexpr const char* kDevices = "uroce0=127.0.7.1,uroce1=127.0.7.2";
 
-class DevicesEnv : public ::testing::Environment {
- public:
-  // Must happen before the first ibv_get_device_list: the configuration is read once.
-  void SetUp() override { setenv("UROCE_DEVICES", kDevices, 1); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new DevicesEnv);
-
-ibv_device* find_device(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ibv_device* found = nullptr;
-  for (int i = 0; list && i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) found = list[i];
-  ibv_free_device_list(list);  // uroce devices stay valid: they live as long as the process
-  return found;
-}
-
-ibv_context* open_named(const char* name) {
-  ibv_device* dev = find_device(name);
-  return dev ? ibv_open_device(dev) : nullptr;
-}
-
-// Polls until `want` completions arrived or `ms` milliseconds passed.
-std::vector<ibv_wc> poll_n(ibv_cq* cq, size_t want, int ms = 2000) {
-  std::vector<ibv_wc> out;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (out.size() < want && std::chrono::steady_clock::now() < deadline) {
-    ibv_wc wc[8];
-    int n = ibv_poll_cq(cq, 8, wc);
-    EXPECT_GE(n, 0);
-    for (int i = 0; i < n; ++i) out.push_back(wc[i]);
-    if (n == 0) usleep(100);
-  }
-  return out;
-}
+const auto* const g_env =
+    ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
+using uroce::test::open_named;
+using uroce::test::poll_n;
 
 class ContextTest : public ::testing::Test {
  protected:
