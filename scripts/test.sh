@@ -29,6 +29,7 @@ ctest --test-dir "$root/build-asan" -j"$jobs" --output-on-failure --timeout 600 
 echo "== ThreadSanitizer build: the engine thread and the verbs layer over it"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=thread \
   -DUROCE_BUILD_BENCH=OFF >/dev/null
-cmake --build "$root/build-tsan" -j"$jobs" --target engine_tests verbs_tests verbs_config_tests
+cmake --build "$root/build-tsan" -j"$jobs" --target engine_tests verbs_tests verbs_config_tests \
+  verbs_port_tests
 ctest --test-dir "$root/build-tsan" -j"$jobs" --output-on-failure --timeout 600 -L "engine|verbs" \
   -LE integration

@@ -74,6 +74,9 @@ struct DeviceCounters {
   // Engine thread wake-ups (epoll returns); a measure of how often an idle device runs.
   Counter engine_wakeups;
 
+  // Port state transitions seen on the netdev (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE).
+  Counter port_down_events, port_up_events;
+
   // Visits every counter with its name, for listings.
   template <typename F>
   void for_each(F&& f) const {
@@ -109,6 +112,8 @@ struct DeviceCounters {
     f("fault_tx_reordered", fault_tx_reordered.get());
     f("fault_tx_delayed", fault_tx_delayed.get());
     f("engine_wakeups", engine_wakeups.get());
+    f("port_down_events", port_down_events.get());
+    f("port_up_events", port_up_events.get());
   }
 };
 

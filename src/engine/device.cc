@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "engine/log.h"
 #include "ports/udp/udp_port.h"
 
 namespace uroce {
@@ -61,15 +62,47 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
     if (err) *err = cfg.name + ": " + why;
     return nullptr;
   }
+  if (!cfg.netdev.empty()) {
+    d->link_ = LinkWatch::open(cfg.netdev, &why);
+    if (!d->link_)
+      log().warn("{}: cannot watch the link state of {} ({}); the port reports ACTIVE", cfg.name,
+                 cfg.netdev, why);
+  }
   try {
     Engine::Client& client = *d;
     d->engine_ = std::make_unique<Engine>(d->mu_, *d->port_, client, "uroce-" + cfg.name);
+    if (d->link_) d->engine_->watch(d->link_->fd());
     d->engine_->start();
   } catch (const std::system_error& e) {
     if (err) *err = cfg.name + ": cannot start the engine: " + e.what();
     return nullptr;
   }
   return d;
+}
+
+bool Device::port_active() const {
+  return !link_ || link_->up();
+}
+
+uint64_t Device::add_port_listener(PortListener fn) {
+  std::lock_guard<std::mutex> g(port_mu_);
+  uint64_t id = next_listener_++;
+  port_listeners_.emplace(id, std::move(fn));
+  return id;
+}
+
+void Device::remove_port_listener(uint64_t id) {
+  std::lock_guard<std::mutex> g(port_mu_);
+  port_listeners_.erase(id);
+}
+
+void Device::on_watched_fd() {
+  if (!link_->drain()) return;
+  bool up = link_->up();
+  (up ? counters_.port_up_events : counters_.port_down_events).add();
+  log().info("{}: link of {} is {}", cfg_.name, cfg_.netdev, up ? "up" : "down");
+  std::lock_guard<std::mutex> g(port_mu_);
+  for (auto& [id, fn] : port_listeners_) fn(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
 }
 
 Device::~Device() {

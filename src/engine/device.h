@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,7 @@
 #include "engine/cq.h"
 #include "engine/engine.h"
 #include "engine/key_table.h"
+#include "engine/link_watch.h"
 #include "transport/qp.h"
 
 namespace uroce {
@@ -117,6 +119,17 @@ class Device : private Engine::Client, private transport::EventSink {
   // Asynchronous events (IBV_EVENT_*) for ibv_get_async_event; fd() is readable while any wait.
   AsyncEventQueue& async_events();
 
+  // The port: its state is the link state of the netdev the address lives on (LinkWatch), or
+  // always active when that cannot be watched (no netdev known, netlink unavailable; a warning
+  // says so at open). On every transition the device calls each port listener with
+  // IBV_EVENT_PORT_ACTIVE or IBV_EVENT_PORT_ERR, from the engine thread, without the device
+  // lock. Each context registers one and fans the event out to its own async queue, as every
+  // open context of an RNIC sees unaffiliated events (IBTA 11.6.3.2).
+  bool port_active() const;
+  using PortListener = std::function<void(ibv_event_type)>;
+  uint64_t add_port_listener(PortListener fn);
+  void remove_port_listener(uint64_t id);  // no call to it is running or follows after return
+
   const DeviceCounters& counters() const;
   // The transport counters of every QP the device has had, live and destroyed, summed.
   transport::QpCounters qp_counter_totals();
@@ -155,6 +168,7 @@ class Device : private Engine::Client, private transport::EventSink {
   // Engine::Client (engine thread, device lock held).
   void on_packets(std::span<const RxPacket> pkts, transport::Time now) override;
   transport::Time on_progress(transport::Time now, bool* again) override;
+  void on_watched_fd() override;  // link notifications
   // transport::EventSink (device lock held).
   void qp_event(uint32_t qpn, ibv_event_type type) override;
 
@@ -168,6 +182,10 @@ class Device : private Engine::Client, private transport::EventSink {
   AsyncEventQueue async_;
   uint16_t mtu_ = 1024;  // IB path MTU in bytes, from the netdev's MTU at open
   std::unique_ptr<UdpPort> port_;
+  std::unique_ptr<LinkWatch> link_;  // null: the port is always active
+  std::mutex port_mu_;               // port_listeners_; taken before any context's async queue
+  std::map<uint64_t, PortListener> port_listeners_;
+  uint64_t next_listener_ = 1;
   std::unordered_map<uint32_t, QpEntry> qps_;  // by QPN; device lock
   // Multicast group (host order) → QPNs attached to it; the port is a member while non-empty.
   std::map<uint32_t, std::vector<uint32_t>> mcast_;  // device lock

@@ -63,6 +63,15 @@ Engine::~Engine() {
   close(epfd_);
 }
 
+void Engine::watch(int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+    throw std::system_error(errno, std::generic_category(), "epoll_ctl");
+  watched_ = fd;
+}
+
 void Engine::start() {
   thread_ = std::thread([this] { run(); });
   // Thread names are at most 15 characters; best effort.
@@ -99,7 +108,7 @@ void Engine::arm_timer(transport::Time deadline) {
 }
 
 void Engine::run() {
-  constexpr int kMaxEvents = 4;
+  constexpr int kMaxEvents = 5;
   epoll_event evs[kMaxEvents];
   bool again = false;
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -108,9 +117,13 @@ void Engine::run() {
     int n = epoll_wait(epfd_, evs, kMaxEvents, again ? 0 : -1);
     if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
     wakeups_.fetch_add(1, std::memory_order_relaxed);
-    for (int i = 0; i < n; ++i)
-      if (evs[i].data.fd != port_.rx_fd() && evs[i].data.fd != port_.mcast_fd())
-        drain(evs[i].data.fd);
+    for (int i = 0; i < n; ++i) {
+      int fd = evs[i].data.fd;
+      if (fd == watched_)
+        client_.on_watched_fd();
+      else if (fd != port_.rx_fd() && fd != port_.mcast_fd())
+        drain(fd);
+    }
     if (stop_.load(std::memory_order_relaxed)) break;
 
     std::lock_guard<std::mutex> rx_guard(rx_mu_);

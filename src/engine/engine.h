@@ -35,6 +35,8 @@ class Engine {
     // QP still wants to pump after the transmit ring filled), so the engine loops without
     // sleeping.
     virtual transport::Time on_progress(transport::Time now, bool* again) = 0;
+    // The fd given to watch() is readable. Runs on the engine thread without any lock held.
+    virtual void on_watched_fd() {}
   };
 
   // `mu` is the device lock. Throws std::system_error if the fds cannot be created.
@@ -42,6 +44,10 @@ class Engine {
   ~Engine();  // stops the thread
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+
+  // Adds an fd (e.g. a netlink socket) whose readiness the thread reports to
+  // Client::on_watched_fd. At most one; call before start().
+  void watch(int fd);
 
   void start();
   void stop();  // idempotent; joins the thread
@@ -73,6 +79,7 @@ class Engine {
   Client& client_;
   std::string name_;
   int epfd_ = -1, doorbell_ = -1, timerfd_ = -1;
+  int watched_ = -1;
   transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};

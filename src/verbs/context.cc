@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/counters.h"
+#include "engine/log.h"
 #include "objects.h"
 #include "provider.h"
 
@@ -71,9 +72,17 @@ VContext::VContext(VDevice* d, std::shared_ptr<Device> engine)
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
   fill_ops(this);
+  // Port state changes are unaffiliated events: every open context receives them.
+  port_listener = dev->add_port_listener([this](ibv_event_type type) {
+    ibv_async_event ev{};
+    ev.element.port_num = 1;  // a uroce device has one port
+    ev.event_type = type;
+    async.push(ev);
+  });
 }
 
 VContext::~VContext() {
+  dev->remove_port_listener(port_listener);
   pthread_mutex_destroy(&vctx.context.mutex);
 }
 
@@ -97,7 +106,7 @@ ibv_context* open_device(ibv_device* dev) {
     err = e.what();
   }
   if (!engine) {
-    std::fprintf(stderr, "uroce: cannot open device %s: %s\n", d->cfg.name.c_str(), err.c_str());
+    uroce::log().error("cannot open device {}: {}", d->cfg.name, err);
     errno = ENODEV;
     return nullptr;
   }
@@ -107,7 +116,7 @@ ibv_context* open_device(ibv_device* dev) {
   } catch (const std::bad_alloc&) {
     errno = ENOMEM;
   } catch (const std::exception& e) {  // no eventfd for the async queue
-    std::fprintf(stderr, "uroce: cannot open device %s: %s\n", d->cfg.name.c_str(), e.what());
+    uroce::log().error("cannot open device {}: {}", d->cfg.name, e.what());
     errno = EMFILE;
   }
   return nullptr;

@@ -88,7 +88,8 @@ class VContext : public ContextAbi {
 
   VDevice* const udev;
   const std::shared_ptr<Device> dev;
-  AsyncEventQueue async;  // this context's IBV_EVENT_* queue; its fd is context.async_fd
+  AsyncEventQueue async;       // this context's IBV_EVENT_* queue; its fd is context.async_fd
+  uint64_t port_listener = 0;  // the device's fan-out of port events into `async`
 
   // Objects created on this context and not yet destroyed. `mu` guards the sets only.
   std::mutex mu;

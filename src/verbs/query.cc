@@ -24,10 +24,11 @@ constexpr uint8_t kPort = 1;      // a uroce device has one port
 constexpr int kGidTableLen = 1;   // index 0: the IPv4-mapped RoCEv2 GID of the device address
 constexpr int kPkeyTableLen = 1;  // index 0: the default P_Key (RoCE has no partitions)
 constexpr uint16_t kDefaultPkey = 0xffff;
-constexpr uint8_t kLocalCaAckDelay = 15;  // 4.096 us * 2^15 ≈ 134 ms, IBTA 14.2.5.6
-constexpr uint8_t kIbWidth1x = 1;         // IBTA PortInfo:LinkWidthActive
-constexpr uint8_t kIbSpeedEdr = 32;       // nominal 25 Gb/s per lane; a UDP socket has no rate
-constexpr uint8_t kPhysStateLinkUp = 5;   // IBTA PortInfo:PortPhysicalState
+constexpr uint8_t kLocalCaAckDelay = 15;   // 4.096 us * 2^15 ≈ 134 ms, IBTA 14.2.5.6
+constexpr uint8_t kIbWidth1x = 1;          // IBTA PortInfo:LinkWidthActive
+constexpr uint8_t kIbSpeedEdr = 32;        // nominal 25 Gb/s per lane; a UDP socket has no rate
+constexpr uint8_t kPhysStateLinkUp = 5;    // IBTA PortInfo:PortPhysicalState
+constexpr uint8_t kPhysStateDisabled = 3;  // what rxe reports for a netdev that is down
 
 ibv_mtu mtu_enum(unsigned bytes) {
   if (bytes >= 4096) return IBV_MTU_4096;
@@ -125,7 +126,9 @@ int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_
   if (!attr) return EINVAL;
   VContext* c = to_v(ctx);
   ibv_port_attr p{};
-  p.state = IBV_PORT_ACTIVE;
+  // The netdev's link state (engine/link_watch.h); IBV_EVENT_PORT_* announce its changes.
+  const bool up = c->dev->port_active();
+  p.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   p.max_mtu = IBV_MTU_4096;
   p.active_mtu = mtu_enum(c->dev->mtu_bytes());
   p.gid_tbl_len = kGidTableLen;
@@ -136,7 +139,7 @@ int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_
   p.max_vl_num = 1;  // VL0 only
   p.active_width = kIbWidth1x;
   p.active_speed = kIbSpeedEdr;
-  p.phys_state = kPhysStateLinkUp;
+  p.phys_state = up ? kPhysStateLinkUp : kPhysStateDisabled;
   p.link_layer = IBV_LINK_LAYER_ETHERNET;
   std::memcpy(attr, &p, std::min(attr_size, sizeof p));
   return 0;

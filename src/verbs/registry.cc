@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "engine/log.h"
 #include "objects.h"
 #include "provider.h"
 
@@ -35,13 +36,13 @@ void load() {
   try {
     auto cfgs = load_device_config(&err);
     if (!cfgs) {
-      std::fprintf(stderr, "uroce: %s; no uroce devices are available\n", err.c_str());
+      uroce::log().error("{}; no uroce devices are available", err);
     } else {
       int index = 0;
       for (const auto& cfg : *cfgs) list->push_back(new VDevice(cfg, index++));
     }
   } catch (const std::exception& e) {  // nothing may unwind through ibv_get_device_list
-    std::fprintf(stderr, "uroce: reading the device configuration: %s\n", e.what());
+    uroce::log().error("reading the device configuration: {}", e.what());
     list->clear();
   }
   g_devices.store(list, std::memory_order_release);

@@ -1,0 +1,29 @@
+#include "engine/log.h"
+
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <cstdlib>
+#include <memory>
+
+namespace uroce {
+
+spdlog::logger& log() {
+  // Not registered with spdlog's registry: the program may use spdlog itself, under any names.
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    auto l = std::make_shared<spdlog::logger>("uroce",
+                                              std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    l->set_pattern("uroce: %v");
+    spdlog::level::level_enum level = spdlog::level::warn;
+    if (const char* v = std::getenv("UROCE_LOG")) {
+      level = spdlog::level::from_str(v);
+      // from_str answers "off" for a name it does not know; only "off" itself should silence.
+      if (level == spdlog::level::off && std::string_view(v) != "off") level = spdlog::level::warn;
+    }
+    l->set_level(level);
+    l->flush_on(spdlog::level::trace);  // stderr is unbuffered in spirit: lines appear at once
+    return l;
+  }();
+  return *logger;
+}
+
+}  // namespace uroce
