@@ -7,6 +7,7 @@
 #   run.sh [-B BUILD_DIR] stop                     stop it and delete the namespace
 #   run.sh [-B BUILD_DIR] pingpong DIR [ARGS…]     ibv_rc_pingpong; DIR = u2r (uroce client, rxe
 #                                                   server) or r2u (rxe client, uroce server)
+#   run.sh [-B BUILD_DIR] ud|srq DIR [ARGS…]       the same with ibv_ud_pingpong / ibv_srq_pingpong
 #   run.sh [-B BUILD_DIR] perftest DIR PROGRAM [ARGS…]   the same for a perftest program
 #   run.sh [-B BUILD_DIR] all                      start, the whole matrix, stop; prints a summary
 #
@@ -287,17 +288,24 @@ stats_check() {
   [[ -z $bad ]]
 }
 
-cmd_pingpong() {
-  local dir=$1
-  shift
+# pingpong_pair PROGRAM DIR ARGS…: one of rdma-core's pingpong programs, both sides given ARGS.
+pingpong_pair() {
+  local prog=$1 dir=$2
+  shift 2
   require_vm
   local port=${PORT:-18515}
-  run_pair "$dir" 'local address' "$port" ibv_rc_pingpong -p "$port" "$@" -- -d uroce0 -g 0 -- \
+  run_pair "$dir" 'local address' "$port" "$prog" -p "$port" "$@" -- -d uroce0 -g 0 -- \
     -d rxe0 -g "$GUEST_GID_INDEX"
   grep -Eq 'iters in [0-9.]+ seconds' "$tmp/client.out" ||
     result_fail="${result_fail:-the client printed no iteration summary}"
   summary "$(grep -h 'bytes in\|iters in' "$tmp/client.out" | tr '\n' ' ')"
 }
+cmd_pingpong() { pingpong_pair ibv_rc_pingpong "$@"; }
+# UD: messages up to the path MTU, addressed by an AH built from the peer's GID (RoCEv2: its IP);
+# each receive buffer has the 40-byte GRH area in front.
+cmd_ud() { pingpong_pair ibv_ud_pingpong "$@"; }
+# SRQ: 16 RC QPs (by default) sharing one shared receive queue on each side.
+cmd_srq() { pingpong_pair ibv_srq_pingpong "$@"; }
 
 cmd_perftest() {
   local dir=$1 prog=$2
@@ -364,6 +372,9 @@ cmd_all() {
       ((size == 1048576)) && n=10
       one pingpong.$dir.mtu$m.s$size pingpong $dir -c -m $m -s $size -n $n
     done
+    one ud.$dir.s1 ud $dir -c -s 1 -n 200
+    one ud.$dir.mtu$m ud $dir -c -s $m -n 200
+    one srq.$dir.mtu$m srq $dir -c -m $m -s 4096 -n 50
     F=loss=0.05,seed=7 one pingpong.$dir.loss5 pingpong $dir -c -m $m -s 4096 -n 200
     F=tx.loss=0.05,seed=7 one pingpong.$dir.txloss5 pingpong $dir -c -m $m -s 4096 -n 200
     one perftest.$dir.send_bw perftest $dir ib_send_bw -m $m -s 65536 -n 200
@@ -383,10 +394,12 @@ case ${1:-} in
 start) cmd_start ;;
 stop) cmd_stop ;;
 pingpong) shift; cmd_pingpong "$@" ;;
+ud) shift; cmd_ud "$@" ;;
+srq) shift; cmd_srq "$@" ;;
 perftest) shift; cmd_perftest "$@" ;;
 all) cmd_all ;;
 *)
-  sed -n '2,19p' "$0"
+  sed -n '2,20p' "$0"
   exit 2
   ;;
 esac
