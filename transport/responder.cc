@@ -95,14 +95,19 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
   if (d < 0) {
     // Duplicate (IBTA 9.7.4.1.3.2): already executed, so never delivered again; the requester
     // resent it because our response was lost or late. READ and ATOMIC are answered from the
-    // responder resources; the rest is ACKed when asked.
+    // responder resources; the rest is ACKed when asked, and also on the first duplicate since
+    // the expected PSN last moved. A responder may ACK without AckReq (ACKs are cumulative);
+    // answering the start of a retransmission at once means the requester learns where we are
+    // even if the AckReq-marked end of it is lost. rdma_rxe 6.1 was seen to stall for ever
+    // without that ACK (docs/interop.md, "One hang under receive loss").
     ++ctx.counters.duplicate_request;
     if (flags & wire::kRead) {
       duplicate_read(pkt, ctx);
     } else if (flags & wire::kAtomic) {
       duplicate_atomic(pkt, ctx);
-    } else if (pkt.bth.ack_req) {
+    } else if (pkt.bth.ack_req || !dup_acked_) {
       ack(ctx);
+      dup_acked_ = true;
     }
     return out;
   }
@@ -117,6 +122,7 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     return out;
   }
   nak_state_ = NakState::kNone;
+  dup_acked_ = false;
   if (flags & wire::kSend) {
     execute_send(pkt, ctx, rq, out);
   } else if (flags & wire::kWrite) {

@@ -122,6 +122,8 @@ class Responder {
   uint32_t write_rkey_ = 0;
   uint32_t write_len_ = 0;
   bool seen_request_ = false;  // for IBV_EVENT_COMM_EST
+  // A duplicate SEND/WRITE has been ACKed since the expected PSN last moved (see on_request).
+  bool dup_acked_ = false;
   std::deque<Response> responses_;
   std::deque<Resource> resources_;  // oldest first, at most max(1, max_dest_rd_atomic)
 };

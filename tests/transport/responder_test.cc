@@ -141,6 +141,35 @@ TEST_F(ResponderTest, DuplicatesAreReAckedNeverDeliveredTwice) {
   EXPECT_EQ(node.rcq.wcs[1].wr_id, 2u);
 }
 
+// A retransmission of an acknowledged message is answered at its first packet, not only at its
+// AckReq-marked last one: if that one is lost, the requester still learns where we are.
+TEST_F(ResponderTest, FirstDuplicateOfARetransmissionIsAcked) {
+  post_recv(1, 4096);
+  post_recv(2, 4096);
+  in(Opcode::kRcSendFirst, kRqPsn, false, bytes(256, 1));
+  in(Opcode::kRcSendMiddle, kRqPsn + 1, false, bytes(256, 1));
+  in(Opcode::kRcSendLast, kRqPsn + 2, true, bytes(10, 1));
+  ASSERT_EQ(responses().size(), 1u);
+  in(Opcode::kRcSendFirst, kRqPsn, false, bytes(256, 1));  // the requester resends it all
+  auto r = responses();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].psn, kRqPsn + 2);  // cumulative: everything up to the message's end
+  EXPECT_EQ(r[0].syndrome, test::ack_syndrome());
+  EXPECT_EQ(r[0].msn, 1u);
+  in(Opcode::kRcSendMiddle, kRqPsn + 1, false, bytes(256, 1));  // one ACK per episode
+  EXPECT_TRUE(responses().empty());
+  in(Opcode::kRcSendLast, kRqPsn + 2, true, bytes(10, 1));  // AckReq is always answered
+  EXPECT_EQ(responses().size(), 1u);
+  EXPECT_EQ(node.rcq.wcs.size(), 1u);
+  // Progress re-arms it: the next retransmission is answered at its start again.
+  in(Opcode::kRcSendOnly, kRqPsn + 3, true, bytes(10, 2));
+  EXPECT_EQ(responses().size(), 1u);
+  in(Opcode::kRcSendOnly, kRqPsn + 3, false, bytes(10, 2));
+  EXPECT_EQ(responses().size(), 1u);
+  EXPECT_EQ(node.rcq.wcs.size(), 2u);
+  EXPECT_EQ(node.qp->counters().duplicate_request, 4u);
+}
+
 TEST_F(ResponderTest, OneSequenceNakPerGap) {
   for (int i = 0; i < 4; ++i) post_recv(i, 100);
   in(Opcode::kRcSendOnly, kRqPsn + 2, true, bytes(4, 1));  // PSN kRqPsn, +1 lost
