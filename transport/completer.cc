@@ -142,7 +142,7 @@ void Completer::implicit_nak(Psn from, Time now, const QpContext& ctx, Completer
   // Like a sequence NAK without its retry cost: the loss is bounded by the guard above, and a
   // resend that is lost again falls to the timer, which does spend retries.
   ++ctx.counters.completer_retry_err;
-  out.retransmit = RetransmitFrom{from, 0};
+  out.retransmit = RetransmitFrom{from, 0, RetransmitFrom::Cause::kImplicitNak};
   arm(now, ctx);
 }
 
@@ -283,7 +283,8 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
     }
     // Wait the responder's RNR timer, then resend from the refused PSN; the ACK timer restarts
     // when the retransmission goes out (on_sent).
-    out.retransmit = RetransmitFrom{psn, now + rnr_timer_ns(wire::aeth_value(syn))};
+    out.retransmit = RetransmitFrom{psn, now + rnr_timer_ns(wire::aeth_value(syn)),
+                                    RetransmitFrom::Cause::kRnrNak};
     deadline_ = kNever;
     return out;
   }
@@ -304,7 +305,7 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
         --retry_left_;
       }
       ++ctx.counters.completer_retry_err;
-      out.retransmit = RetransmitFrom{psn, 0};
+      out.retransmit = RetransmitFrom{psn, 0, RetransmitFrom::Cause::kSequenceNak};
       arm(now, ctx);
       return out;
     case NakCode::kInvalidRequest:
@@ -337,7 +338,7 @@ CompleterOutcome Completer::on_timer(Time now, const QpContext& ctx, SendQueue& 
   }
   --retry_left_;
   ++ctx.counters.completer_retry_err;
-  out.retransmit = RetransmitFrom{unacked_, 0};
+  out.retransmit = RetransmitFrom{unacked_, 0, RetransmitFrom::Cause::kTimeout};
   arm(now, ctx);
   return out;
 }

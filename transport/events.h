@@ -20,8 +20,17 @@ struct AckedThrough {
 // Completer → requester: transmit again from `psn` (go-back-N after a PSN sequence error NAK,
 // an RNR NAK or a local ACK timeout), not before `not_before` (the RNR timer; 0 = now).
 struct RetransmitFrom {
+  // Why: the requester's send window shrinks on the loss signals (sequence NAK, implicit NAK,
+  // timeout) and not on an RNR NAK, which says the receiver had no WQE, not that a packet was lost.
+  enum class Cause : uint8_t {
+    kSequenceNak,  // PSN sequence error NAK (IBTA 9.7.5.2.2)
+    kImplicitNak,  // a READ/ATOMIC response is missing behind a later response (completer.h)
+    kTimeout,      // local ACK timeout (IBTA 9.7.6.1.3)
+    kRnrNak,       // RNR NAK (IBTA 9.7.5.2.8)
+  };
   Psn psn;
   Time not_before = 0;
+  Cause cause = Cause::kSequenceNak;
 };
 
 // Requester → completer: packets up to (excluding) `sent_end` have been transmitted at least

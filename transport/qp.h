@@ -90,6 +90,9 @@ struct QpCounters {
   uint64_t send_err = 0;
   uint64_t completer_retry_err = 0, local_ack_timeout_err = 0;
   uint64_t retransmitted_pkts = 0;
+  // Times a loss signal (sequence/implicit NAK, ACK timeout) shrank the requester's send window
+  // (requester.h, SendWindowCtl). No rxe equivalent.
+  uint64_t send_window_cuts = 0;
   uint64_t dropped_pkts = 0;  // received but dropped (wrong state, bad opcode for QP type…)
   // UD/UC receive drops (each also counted in dropped_pkts).
   uint64_t qkey_violation = 0;   // UD: DETH Q_Key differs from the QP's (IBTA C10-15, 10.2.5)

@@ -57,6 +57,31 @@ const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op) {
   }
 }
 
+void SendWindowCtl::on_acked(uint32_t pkts) {
+  if (limit_ < ssthresh_) {
+    // Slow start (after a timeout): +1 per PSN acknowledged doubles the window per round trip.
+    limit_ = std::min(ssthresh_, limit_ + pkts);
+    return;
+  }
+  // Congestion avoidance: +1 per limit_ PSNs acknowledged (one per round trip when the window
+  // is full). The credit is capped so one huge cumulative ACK cannot open the window at once.
+  credit_ = std::min(credit_ + pkts, kSendWindowPkts * 2);
+  while (credit_ >= limit_ && limit_ < kSendWindowPkts) {
+    credit_ -= limit_;
+    ++limit_;
+  }
+  if (limit_ == kSendWindowPkts) credit_ = 0;
+}
+
+bool SendWindowCtl::on_loss(Loss why) {
+  const uint32_t before = limit_;
+  const uint32_t half = std::max(kMinSendWindowPkts, limit_ / 2);
+  ssthresh_ = half;
+  limit_ = why == Loss::kTimeout ? kMinSendWindowPkts : half;
+  credit_ = 0;
+  return limit_ < before;
+}
+
 void Requester::reset(Psn sq_psn) {
   *this = Requester{};
   cursor_psn_ = next_new_psn_ = sent_end_ = unacked_ = sq_psn;
@@ -75,7 +100,10 @@ void Requester::seek(Psn psn, const SendQueue& sq) {
 }
 
 void Requester::on_acked(const AckedThrough& ev, const SendQueue& sq) {
-  if (ev.next_unacked > unacked_) unacked_ = ev.next_unacked;
+  if (ev.next_unacked > unacked_) {
+    window_.on_acked(psn_span(unacked_, ev.next_unacked));
+    unacked_ = ev.next_unacked;
+  }
   // A retransmission may still be walking over PSNs the responder has meanwhile acknowledged
   // (it had them before the rewind); skip them.
   if (cursor_psn_ < unacked_ || cursor_seq_ < sq.begin()) seek(std::max(cursor_psn_, unacked_), sq);
@@ -87,6 +115,15 @@ void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq) {
   seek(from, sq);
   not_before_ = ev.not_before;
   since_ack_req_ = 0;
+  ack_req_next_ = true;
+  // Loss signals shrink the window before the resend starts, so the resend itself is already
+  // limited. An RNR NAK lost nothing: the window stays.
+  using Cause = RetransmitFrom::Cause;
+  if (ev.cause == Cause::kSequenceNak || ev.cause == Cause::kImplicitNak) {
+    if (window_.on_loss(SendWindowCtl::Loss::kSequenceNak)) ++cuts_unreported_;
+  } else if (ev.cause == Cause::kTimeout) {
+    if (window_.on_loss(SendWindowCtl::Loss::kTimeout)) ++cuts_unreported_;
+  }
 }
 
 uint32_t Requester::rd_atomic_in_flight(const SendQueue& sq) const {
@@ -117,13 +154,17 @@ Requester::State Requester::state(Time now, const QpContext& ctx, const SendQueu
       if ((fenced && n > 0) || (rd_atomic && n >= limit)) return State::kRdAtomicWait;
     }
   }
-  if (psn_span(unacked_, cursor_psn_) >= kSendWindowPkts) return State::kWindowFull;
+  // A READ counts every PSN of its response stream (pump() moves the cursor past them at once),
+  // so a READ longer than the window may overshoot it; nothing new starts until it is back under.
+  if (psn_span(unacked_, cursor_psn_) >= window_.limit()) return State::kWindowFull;
   return State::kSending;
 }
 
 RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
                                  bool may_start) {
   RequesterOutcome out;
+  ctx.counters.send_window_cuts += cuts_unreported_;
+  cuts_unreported_ = 0;
   if (not_before_ != 0 && now >= not_before_) not_before_ = 0;
   bool sent = false;
   while (state(now, ctx, sq, may_start) == State::kSending) {
@@ -236,9 +277,19 @@ void Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
 
   ++since_ack_req_;
   // READ/ATOMIC requests are always answered; AckReq on them costs nothing and keeps the
-  // interval count simple.
-  const bool ack_req = last || rd_atomic || since_ack_req_ >= kAckReqIntervalPkts ||
-                       psn_span(unacked_, cursor_psn_ + 1) >= kSendWindowPkts;
+  // interval count simple. In a window smaller than two intervals, asking at half of it keeps
+  // ACKs coming while the window is open, so it slides rather than stopping and waiting each
+  // round trip, and a lost window-end AckReq still leaves the half-window one.
+  const uint32_t limit = window_.limit();
+  const uint32_t interval = std::min(kAckReqIntervalPkts, std::max<uint32_t>(1, limit / 2));
+  // The first packet of a go-back-N resend asks too. The responder dropped everything behind
+  // the gap without a word and NAKs a gap only once (IBTA 9.7.5.2.2); if this packet arrives
+  // after the rest of a small window (reordered), its ACK still tells where the responder
+  // stands, the window slides by one, and the next packet reveals the new gap with a NAK rather
+  // than leaving both sides silent until the ACK timer.
+  const bool ack_req = last || rd_atomic || ack_req_next_ || since_ack_req_ >= interval ||
+                       psn_span(unacked_, cursor_psn_ + 1) >= limit;
+  ack_req_next_ = false;
   if (ack_req) since_ack_req_ = 0;
 
   wire::Packet p;

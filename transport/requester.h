@@ -20,9 +20,48 @@ namespace uroce::transport {
 // limit (IBTA 9.7.4.1.3: at most half the PSN space outstanding).
 inline constexpr uint32_t kSendWindowPkts = 256;
 // AckReq at least every this many packets so the window advances inside long messages; the last
-// packet of every message and the packet that fills the window also ask (IBTA 9.7.2: the
-// requester decides when to ask; the responder must answer AckReq).
+// packet of every message and the packet that fills the window also ask, and so does the packet
+// at half of a window smaller than 2 * kAckReqIntervalPkts (IBTA 9.7.2: the requester decides
+// when to ask; the responder must answer AckReq).
 inline constexpr uint32_t kAckReqIntervalPkts = 32;
+// The floor of the loss-adaptive window (SendWindowCtl). Go-back-N makes a loss cost up to a
+// window of resent packets, which argues for a small floor; what argues against it is the ACK
+// timer: a loss episode ends in a timeout when the one NAK of a gap or the first resent packet
+// is lost (the responder then stays silent, IBTA 9.7.4.1.3.3), and a timeout costs far more than
+// resent packets (perftest's default is 67 ms; at 1 GB/s that is ~16k packets of 4 KiB). Fewer
+// packets in flight leave fewer later packets to reveal such a loss. Measured on the virtual-time
+// mixed SEND/WRITE/READ workload at 5% loss (send_window_test.cc, two seeds), floor 8 / 16 / 32:
+// resent 6.0k-6.8k / 10.3k-10.9k / 19.7k-20.1k packets (fixed 256 window: 107k-110k), ACK
+// timeouts 63-77 / 57-60 / 29-32; on the real stack (tests/stress at 5% loss) floor 8 took up to
+// 1.7-2x the wall time of the fixed window, floor 32 about the same. 32 keeps most of the saving
+// (bulk transfers resend ~10x less than with 256) without trading it for timeouts. It is also
+// two AckReq intervals (kAckReqIntervalPkts), so a full floor window still asks twice.
+inline constexpr uint32_t kMinSendWindowPkts = 32;
+
+// The loss-adaptive limit on PSNs in flight, AIMD in the manner of TCP Reno's congestion window
+// (RFC 5681) but in packets: it starts at kSendWindowPkts; a sequence NAK (or an implicit NAK for
+// a lost READ/ATOMIC response) halves it, an ACK timeout collapses it to kMinSendWindowPkts and
+// remembers half the old limit as the slow-start threshold; acknowledged PSNs grow it by one per
+// PSN below the threshold (doubling per round trip) and by one per window's worth above it. It
+// never leaves [kMinSendWindowPkts, kSendWindowPkts]. It changes only how far the requester runs
+// ahead of the oldest unacknowledged PSN: PSNs, packets and ACK handling are as without it. Why:
+// the responder discards everything behind a gap (IBTA 9.7.4.1.3.3, 9.7.5.2.2), so each loss
+// costs the packets in flight behind it; with a fixed 256-packet window that was 13 resent
+// packets per original at 5% loss (docs/performance.md).
+class SendWindowCtl {
+ public:
+  enum class Loss : uint8_t { kSequenceNak, kTimeout };
+  uint32_t limit() const { return limit_; }
+  // `pkts` PSNs newly acknowledged (READ response packets count: they hold PSNs of the window).
+  void on_acked(uint32_t pkts);
+  // Returns true when the limit went down (false when already at the floor).
+  bool on_loss(Loss why);
+
+ private:
+  uint32_t limit_ = kSendWindowPkts;     // PSNs the requester may have unacknowledged
+  uint32_t ssthresh_ = kSendWindowPkts;  // below it, growth is one per acknowledged PSN
+  uint32_t credit_ = 0;                  // PSNs acknowledged towards the next +1 above ssthresh_
+};
 
 // ibv_wr_opcode → the wire opcodes of its packets by position. Segmentation and header building
 // read only this table and the wire opcode table. READ and the ATOMICs are one request packet
@@ -38,7 +77,7 @@ class Requester {
   enum class State : uint8_t {
     kIdle,          // nothing to send (cursor at the end of the queue)
     kSending,       // packets ready under the window
-    kWindowFull,    // kSendWindowPkts unacknowledged
+    kWindowFull,    // window().limit() PSNs unacknowledged
     kRnrWait,       // an RNR NAK asked to wait until not_before_
     kBlocked,       // the cursor's WQE is kLocalError or SQD stops new WQEs
     kRdAtomicWait,  // the cursor's new WQE is a READ/ATOMIC and max_rd_atomic are outstanding,
@@ -64,6 +103,7 @@ class Requester {
 
   Psn next_psn() const { return next_new_psn_; }  // what the next new WQE will start at
   Psn sent_end() const { return sent_end_; }
+  const SendWindowCtl& window() const { return window_; }
 
  private:
   // The cursor's packet within its WQE: index, message offset and payload bytes (0 for READ
@@ -93,6 +133,11 @@ class Requester {
   Psn unacked_;                    // oldest PSN not known acknowledged (from AckedThrough)
   Time not_before_ = 0;            // RNR wait: no transmission before this time; 0 = none
   uint32_t since_ack_req_ = 0;     // packets sent since the last one with AckReq
+  bool ack_req_next_ = false;      // the next packet asks for an ACK (first of a resend)
+  SendWindowCtl window_;           // how far cursor_psn_ may run ahead of unacked_
+  // Window cuts not yet added to QpCounters::send_window_cuts (on_retransmit has no context;
+  // the next pump() adds them).
+  uint32_t cuts_unreported_ = 0;
 };
 
 }  // namespace uroce::transport

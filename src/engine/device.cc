@@ -122,6 +122,7 @@ void Device::print_stats(FILE* out) {
       {"qp_sent_pkts", q.sent_pkts},
       {"qp_rcvd_pkts", q.rcvd_pkts},
       {"retransmitted_pkts", q.retransmitted_pkts},
+      {"send_window_cuts", q.send_window_cuts},
       {"local_ack_timeout_err", q.local_ack_timeout_err},
       {"rcvd_seq_err", q.rcvd_seq_err},
       {"rcvd_rnr_err", q.rcvd_rnr_err},
@@ -157,6 +158,7 @@ void add_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
   sum.completer_retry_err += c.completer_retry_err;
   sum.local_ack_timeout_err += c.local_ack_timeout_err;
   sum.retransmitted_pkts += c.retransmitted_pkts;
+  sum.send_window_cuts += c.send_window_cuts;
   sum.dropped_pkts += c.dropped_pkts;
   sum.qkey_violation += c.qkey_violation;
   sum.out_of_buffer += c.out_of_buffer;
