@@ -449,8 +449,11 @@ void exchange(uint8_t sub, const std::string& spec, std::map<std::string, uint64
   Side a, b;
   ASSERT_TRUE(a.setup(config("fa", loopback(45, sub, 1), *faults), kMsgs * kLen));
   ASSERT_TRUE(b.setup(config("fb", loopback(45, sub, 2), *faults), kMsgs * kLen));
-  connect(a, b);
-  connect(b, a);
+  // 67 ms retransmission timeout, 7 retries: a budget of half a second of silence, which a
+  // sanitizer build on a loaded 2-core machine can need; the faults here are recovered by NAKs
+  // far more often than by timeouts, so the runs stay short.
+  connect(a, b, 14);
+  connect(b, a, 14);
   for (size_t i = 0; i < a.buf.size(); ++i) a.buf[i] = static_cast<uint8_t>(i * 31 + i / 251);
   for (size_t i = 0; i < kMsgs; ++i) {
     transport::RecvWqe w;
@@ -471,7 +474,22 @@ void exchange(uint8_t sub, const std::string& spec, std::map<std::string, uint64
     ASSERT_EQ(a.dev->post_send(a.qp, &w, 1, &bad), 0);
   }
   auto rwc = poll_n(*b.rcq, kMsgs, 20000ms);
-  ASSERT_EQ(rwc.size(), kMsgs) << spec;
+  if (rwc.size() != kMsgs) {
+    // Say why: the sender's completions (an error status names the cause) and the counters.
+    std::string why;
+    for (const ibv_wc& wc : poll_n(*a.scq, kMsgs, 10ms))
+      if (wc.status != IBV_WC_SUCCESS)
+        why += " send " + std::to_string(wc.wr_id) + ": status " + std::to_string(wc.status) + ";";
+    for (Side* s : {&a, &b})
+      s->dev->counters().for_each([&](const char* name, uint64_t v) {
+        if (v) why += std::string(" ") + name + "=" + std::to_string(v);
+      });
+    transport::QpCounters q = a.qp->counters();
+    why += " | sender: retransmitted " + std::to_string(q.retransmitted_pkts) + ", timeouts " +
+           std::to_string(q.local_ack_timeout_err) + ", retry_exceeded " +
+           std::to_string(q.retry_exceeded_err);
+    FAIL() << spec << ": " << rwc.size() << " of " << kMsgs << " messages arrived;" << why;
+  }
   for (size_t i = 0; i < kMsgs; ++i) {
     EXPECT_EQ(rwc[i].status, IBV_WC_SUCCESS) << spec << " status " << rwc[i].status;
     EXPECT_EQ(rwc[i].wr_id, 1000 + i) << spec;
