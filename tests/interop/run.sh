@@ -66,7 +66,14 @@ cmd_start() {
     exit 1
   }
   if vm_running; then
-    echo "VM already running (started by: $(cat "$owner_file" 2>/dev/null || echo 'not run.sh'))"
+    local mtu
+    mtu=$(ip netns exec "$NS" cat "/sys/class/net/$RXEVM_TAP/mtu" 2>/dev/null)
+    echo "VM already running (started by: $(cat "$owner_file" 2>/dev/null || echo 'not run.sh')," \
+      "tap MTU ${mtu:-unknown})"
+    # The tests choose their path MTU per run, up to what the links carry: a VM booted with a
+    # smaller MTU than asked for fails the MTU 4096 runs, so say so here, where it is clear.
+    [[ -z $mtu || $mtu -ge $RXEVM_MTU ]] ||
+      echo "WARN: the running VM's MTU is $mtu, not RXEVM_MTU=$RXEVM_MTU; path MTU 4096 runs will fail"
     return 0
   fi
   if [[ ! -f $RXEVM_DIR/vmlinuz || ! -f $RXEVM_DIR/initramfs.cpio.gz ]]; then
