@@ -2,11 +2,14 @@
 # Latency of uroce RC SEND ping-pong (the unmodified ibv_rc_pingpong over uroce) against a raw UDP
 # ping-pong (bench/udp_pingpong) between the same two loopback addresses, run side by side, one size
 # after the other. Prints a Markdown table of microseconds per round trip and the ratio.
-#   bench/latency.sh [BUILD_DIR] [ITERS]
+#   bench/latency.sh [BUILD_DIR] [ITERS] [REPEATS]
+# Each figure is the median of REPEATS runs (default 5), uroce and UDP interleaved, so that a burst
+# of load from elsewhere on the machine moves one sample, not the result.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 iters=${2:-5000}
+repeats=${3:-5}
 run=$build/bin/uroce-run
 udp=$build/bin/udp_pingpong
 srv=127.0.0.1 cli=127.0.0.2 mtu=4096
@@ -37,11 +40,19 @@ udp_lat() {
   usec_per_iter "$out"; rm -f "$out"
 }
 
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
 echo "| size (B) | uroce RC SEND (us/iter) | raw UDP (us/iter) | uroce / UDP |"
 echo "| ---: | ---: | ---: | ---: |"
 for size in 2 64 1024 4096 16384 65536; do
-  u=$(uroce_lat "$size")
-  b=$(udp_lat "$size")
+  us=() bs=()
+  for _ in $(seq "$repeats"); do
+    us+=("$(uroce_lat "$size")")
+    bs+=("$(udp_lat "$size")")
+  done
+  # A failed uroce run leaves an empty sample; the median is over the runs that finished.
+  u=$(printf '%s\n' "${us[@]}" | grep . | median)
+  b=$(printf '%s\n' "${bs[@]}" | grep . | median)
   ratio=$(awk -v u="$u" -v b="$b" 'BEGIN { if (b > 0 && u != "") printf "%.2f", u / b; else print "n/a" }')
   echo "| $size | ${u:-failed} | $b | $ratio |"
 done
