@@ -57,6 +57,15 @@ bool next_event(ibv_context* ctx, ibv_async_event* ev, int ms = 5000) {
   return ibv_get_async_event(ctx, ev) == 0;
 }
 
+// Expects the next event on `ctx` to be `type` for port 1, and acknowledges it.
+void expect_port_event(ibv_context* ctx, ibv_event_type type) {
+  ibv_async_event ev{};
+  ASSERT_TRUE(next_event(ctx, &ev)) << "no " << ibv_event_type_str(type);
+  EXPECT_EQ(ev.event_type, type) << ibv_event_type_str(ev.event_type);
+  EXPECT_EQ(ev.element.port_num, 1);
+  ibv_ack_async_event(&ev);
+}
+
 ibv_port_state port_state(ibv_context* ctx, uint8_t* phys = nullptr) {
   ibv_port_attr a{};
   EXPECT_EQ(ibv_query_port(ctx, 1, &a), 0);
@@ -90,33 +99,18 @@ TEST_F(PortTest, FollowsTheLinkAndTellsEveryContext) {
 
   // The peer end going down takes the carrier away from uv0.
   ASSERT_TRUE(sh("ip link set uv1 down"));
-  for (ibv_context* c : {a, b}) {
-    ibv_async_event ev{};
-    ASSERT_TRUE(next_event(c, &ev)) << "no PORT_ERR";
-    EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ERR);
-    EXPECT_EQ(ev.element.port_num, 1);
-    ibv_ack_async_event(&ev);
-  }
+  for (ibv_context* c : {a, b}) expect_port_event(c, IBV_EVENT_PORT_ERR);
   EXPECT_EQ(port_state(a, &phys), IBV_PORT_DOWN);
   EXPECT_EQ(phys, 3);  // Disabled
 
   ASSERT_TRUE(sh("ip link set uv1 up"));
-  for (ibv_context* c : {a, b}) {
-    ibv_async_event ev{};
-    ASSERT_TRUE(next_event(c, &ev)) << "no PORT_ACTIVE";
-    EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ACTIVE);
-    EXPECT_EQ(ev.element.port_num, 1);
-    ibv_ack_async_event(&ev);
-  }
+  for (ibv_context* c : {a, b}) expect_port_event(c, IBV_EVENT_PORT_ACTIVE);
   EXPECT_EQ(port_state(b), IBV_PORT_ACTIVE);
 
   // Administratively down is down too; a closed context gets nothing (and does not crash).
   ASSERT_EQ(ibv_close_device(b), 0);
   ASSERT_TRUE(sh("ip link set uv0 down"));
-  ibv_async_event ev{};
-  ASSERT_TRUE(next_event(a, &ev)) << "no PORT_ERR for an admin-down link";
-  EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ERR);
-  ibv_ack_async_event(&ev);
+  expect_port_event(a, IBV_EVENT_PORT_ERR);
   EXPECT_EQ(port_state(a), IBV_PORT_DOWN);
   // No second event for one transition.
   pollfd p{a->async_fd, POLLIN, 0};
@@ -131,10 +125,7 @@ TEST_F(PortTest, OpensDownWhenTheLinkIsDown) {
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(port_state(a), IBV_PORT_DOWN);
   ASSERT_TRUE(sh("ip link set uv1 up"));
-  ibv_async_event ev{};
-  ASSERT_TRUE(next_event(a, &ev)) << "no PORT_ACTIVE";
-  EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ACTIVE);
-  ibv_ack_async_event(&ev);
+  expect_port_event(a, IBV_EVENT_PORT_ACTIVE);
   EXPECT_EQ(port_state(a), IBV_PORT_ACTIVE);
   ASSERT_EQ(ibv_close_device(a), 0);
 }
