@@ -14,13 +14,28 @@ namespace uroce {
 
 class Counter {
  public:
+  Counter() = default;
+  Counter(const Counter&) = delete;  // slot_ may point at own_
+  Counter& operator=(const Counter&) = delete;
+
   void add(uint64_t n = 1) {
-    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t> v(*slot_);
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
-  uint64_t get() const { return v_.load(std::memory_order_relaxed); }
+  uint64_t get() const { return std::atomic_ref<uint64_t>(*slot_).load(std::memory_order_relaxed); }
+
+  // Moves the value's storage to `slot` (8-byte aligned), carrying the value over: a device puts
+  // its counters in the shared-memory file the `uroce` command reads (engine/stats_shm.h), so
+  // readers see them live without any copying. Call before any other thread uses the counter;
+  // `slot` must outlive every later use of it.
+  void bind(uint64_t* slot) {
+    *slot = get();
+    slot_ = slot;
+  }
 
  private:
-  std::atomic<uint64_t> v_{0};
+  alignas(std::atomic_ref<uint64_t>::required_alignment) uint64_t own_ = 0;
+  uint64_t* slot_ = &own_;
 };
 
 struct DeviceCounters {
@@ -77,43 +92,56 @@ struct DeviceCounters {
   // Port state transitions seen on the netdev (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE).
   Counter port_down_events, port_up_events;
 
-  // Visits every counter with its name, for listings.
+  // Visits every counter with its name and value, for listings.
   template <typename F>
   void for_each(F&& f) const {
-    f("rcvd_pkts", rcvd_pkts.get());
-    f("rcvd_bytes", rcvd_bytes.get());
-    f("sent_pkts", sent_pkts.get());
-    f("sent_bytes", sent_bytes.get());
-    f("fault_drops", fault_drops.get());
-    f("rx_truncated", rx_truncated.get());
-    f("rx_too_short", rx_too_short.get());
-    f("rcvd_icrc_err", rcvd_icrc_err.get());
-    f("rx_parse_too_short", rx_parse_too_short.get());
-    f("rx_parse_bad_opcode", rx_parse_bad_opcode.get());
-    f("rx_parse_bad_version", rx_parse_bad_version.get());
-    f("rx_parse_bad_pad", rx_parse_bad_pad.get());
-    f("rx_parse_bad_length", rx_parse_bad_length.get());
-    f("rx_parse_other", rx_parse_other.get());
-    f("rx_unknown_qp", rx_unknown_qp.get());
-    f("rcvd_ecn_ce", rcvd_ecn_ce.get());
-    f("rx_foreign_ip_id", rx_foreign_ip_id.get());
-    f("tx_errors", tx_errors.get());
-    f("tx_src_port_sockets", tx_src_port_sockets.get());
-    f("tx_src_port_fallback", tx_src_port_fallback.get());
-    f("fault_rx_burst_drops", fault_rx_burst_drops.get());
-    f("fault_rx_corrupted", fault_rx_corrupted.get());
-    f("fault_rx_duplicated", fault_rx_duplicated.get());
-    f("fault_rx_reordered", fault_rx_reordered.get());
-    f("fault_rx_delayed", fault_rx_delayed.get());
-    f("fault_tx_drops", fault_tx_drops.get());
-    f("fault_tx_burst_drops", fault_tx_burst_drops.get());
-    f("fault_tx_corrupted", fault_tx_corrupted.get());
-    f("fault_tx_duplicated", fault_tx_duplicated.get());
-    f("fault_tx_reordered", fault_tx_reordered.get());
-    f("fault_tx_delayed", fault_tx_delayed.get());
-    f("engine_wakeups", engine_wakeups.get());
-    f("port_down_events", port_down_events.get());
-    f("port_up_events", port_up_events.get());
+    visit(*this, [&f](const char* name, const Counter& c) { f(name, c.get()); });
+  }
+
+  // Visits every counter itself with its name (e.g. to bind() it into shared memory).
+  template <typename F>
+  void for_each_ref(F&& f) {
+    visit(*this, f);
+  }
+
+ private:
+  // One list for both visitors; Self is DeviceCounters or const DeviceCounters.
+  template <typename Self, typename F>
+  static void visit(Self& s, F&& f) {
+    f("rcvd_pkts", s.rcvd_pkts);
+    f("rcvd_bytes", s.rcvd_bytes);
+    f("sent_pkts", s.sent_pkts);
+    f("sent_bytes", s.sent_bytes);
+    f("fault_drops", s.fault_drops);
+    f("rx_truncated", s.rx_truncated);
+    f("rx_too_short", s.rx_too_short);
+    f("rcvd_icrc_err", s.rcvd_icrc_err);
+    f("rx_parse_too_short", s.rx_parse_too_short);
+    f("rx_parse_bad_opcode", s.rx_parse_bad_opcode);
+    f("rx_parse_bad_version", s.rx_parse_bad_version);
+    f("rx_parse_bad_pad", s.rx_parse_bad_pad);
+    f("rx_parse_bad_length", s.rx_parse_bad_length);
+    f("rx_parse_other", s.rx_parse_other);
+    f("rx_unknown_qp", s.rx_unknown_qp);
+    f("rcvd_ecn_ce", s.rcvd_ecn_ce);
+    f("rx_foreign_ip_id", s.rx_foreign_ip_id);
+    f("tx_errors", s.tx_errors);
+    f("tx_src_port_sockets", s.tx_src_port_sockets);
+    f("tx_src_port_fallback", s.tx_src_port_fallback);
+    f("fault_rx_burst_drops", s.fault_rx_burst_drops);
+    f("fault_rx_corrupted", s.fault_rx_corrupted);
+    f("fault_rx_duplicated", s.fault_rx_duplicated);
+    f("fault_rx_reordered", s.fault_rx_reordered);
+    f("fault_rx_delayed", s.fault_rx_delayed);
+    f("fault_tx_drops", s.fault_tx_drops);
+    f("fault_tx_burst_drops", s.fault_tx_burst_drops);
+    f("fault_tx_corrupted", s.fault_tx_corrupted);
+    f("fault_tx_duplicated", s.fault_tx_duplicated);
+    f("fault_tx_reordered", s.fault_tx_reordered);
+    f("fault_tx_delayed", s.fault_tx_delayed);
+    f("engine_wakeups", s.engine_wakeups);
+    f("port_down_events", s.port_down_events);
+    f("port_up_events", s.port_up_events);
   }
 };
 

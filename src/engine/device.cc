@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "engine/log.h"
+#include "engine/stats_shm.h"
 #include "ports/udp/udp_port.h"
 
 namespace uroce {
@@ -45,6 +46,45 @@ uint16_t ib_mtu_for(uint32_t if_mtu) {
   return 256;
 }
 
+// QP totals are summed into the published file at most this often (10 per second): cheap, and
+// fresh enough for a person watching `uroce stats -w 1`.
+constexpr transport::Time kPublishInterval = 100'000'000;  // ns
+
+// The published file of a device, its device counters bound into it (they are then live there).
+// Never fails the open: without /dev/shm the device works, unobserved, and says so.
+std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, uint16_t mtu,
+                                                     DeviceCounters& counters,
+                                                     size_t* qp_slot_base) {
+  std::string why;
+  if (!stats_shm::publishing_enabled(&why)) {
+    if (!why.empty()) log().warn("{}", why);
+    return nullptr;
+  }
+  stats_shm::Identity id;
+  id.pid = getpid();
+  if (auto self = stats_shm::proc_info(id.pid)) {
+    id.start_time = self->start_time;
+    id.comm = self->comm;
+  }
+  id.device = cfg.name;
+  id.ipv4 = cfg.ipv4;
+  id.netdev = cfg.netdev;
+  id.mtu = mtu;
+  std::vector<std::string> names;
+  counters.for_each([&names](const char* name, uint64_t) { names.emplace_back(name); });
+  *qp_slot_base = names.size();
+  stats_shm::for_each_qp_counter(
+      transport::QpCounters{}, [&names](const char* name, uint64_t) { names.emplace_back(name); });
+  auto pub = stats_shm::Publisher::create(id, names, &why);
+  if (!pub) {
+    log().warn("{}: not publishing statistics for `uroce stats`: {}", cfg.name, why);
+    return nullptr;
+  }
+  size_t i = 0;
+  counters.for_each_ref([&](const char*, Counter& c) { c.bind(pub->slot(i++)); });
+  return pub;
+}
+
 }  // namespace
 
 Device::Device(const DeviceConfig& cfg) : cfg_(cfg) {}
@@ -52,6 +92,8 @@ Device::Device(const DeviceConfig& cfg) : cfg_(cfg) {}
 std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) {
   std::unique_ptr<Device> d(new Device(cfg));
   d->mtu_ = ib_mtu_for(netdev_mtu(cfg.netdev));
+  // Before anything can count: binding moves the counters into the file.
+  d->publisher_ = make_publisher(cfg, d->mtu_, d->counters_, &d->qp_slot_base_);
   UdpPortOptions opt;
   opt.ipv4 = cfg.ipv4;
   opt.faults = cfg.faults;
@@ -68,6 +110,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
       log().warn("{}: cannot watch the link state of {} ({}); the port reports ACTIVE", cfg.name,
                  cfg.netdev, why);
   }
+  if (d->publisher_) d->publisher_->set_port_active(d->port_active());
   try {
     Engine::Client& client = *d;
     d->engine_ = std::make_unique<Engine>(d->mu_, *d->port_, client, "uroce-" + cfg.name);
@@ -101,12 +144,18 @@ void Device::on_watched_fd() {
   bool up = link_->up();
   (up ? counters_.port_up_events : counters_.port_down_events).add();
   log().info("{}: link of {} is {}", cfg_.name, cfg_.netdev, up ? "up" : "down");
+  if (publisher_) publisher_->set_port_active(up);
   std::lock_guard<std::mutex> g(port_mu_);
   for (auto& [id, fn] : port_listeners_) fn(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
 }
 
 Device::~Device() {
   if (engine_) engine_->stop();
+  if (publisher_) {
+    // The final totals, for a reader that looks before the file goes (a destructor below).
+    std::lock_guard<std::mutex> g(mu_);
+    publish(monotonic_now(), /*force=*/true);
+  }
   if (cfg_.print_stats) print_stats(stderr);
 }
 
@@ -117,29 +166,9 @@ void Device::print_stats(FILE* out) {
   counters_.for_each([out](const char* name, uint64_t v) {
     if (v != 0) std::fprintf(out, "  %-24s %llu\n", name, static_cast<unsigned long long>(v));
   });
-  transport::QpCounters q = qp_counter_totals();
-  const std::pair<const char*, uint64_t> qp_rows[] = {
-      {"qp_sent_pkts", q.sent_pkts},
-      {"qp_rcvd_pkts", q.rcvd_pkts},
-      {"retransmitted_pkts", q.retransmitted_pkts},
-      {"send_window_cuts", q.send_window_cuts},
-      {"local_ack_timeout_err", q.local_ack_timeout_err},
-      {"rcvd_seq_err", q.rcvd_seq_err},
-      {"rcvd_rnr_err", q.rcvd_rnr_err},
-      {"send_rnr_err", q.send_rnr_err},
-      {"out_of_seq_request", q.out_of_seq_request},
-      {"duplicate_request", q.duplicate_request},
-      {"retry_exceeded_err", q.retry_exceeded_err},
-      {"rnr_retry_exceeded_err", q.rnr_retry_exceeded_err},
-      {"completer_retry_err", q.completer_retry_err},
-      {"send_err", q.send_err},
-      {"qp_dropped_pkts", q.dropped_pkts},
-      {"qkey_violation", q.qkey_violation},
-      {"out_of_buffer", q.out_of_buffer},
-      {"uc_dropped_msgs", q.uc_dropped_msgs},
-  };
-  for (const auto& [name, v] : qp_rows)
+  stats_shm::for_each_qp_counter(qp_counter_totals(), [out](const char* name, uint64_t v) {
     if (v != 0) std::fprintf(out, "  %-24s %llu\n", name, static_cast<unsigned long long>(v));
+  });
 }
 
 namespace {
@@ -169,6 +198,10 @@ void add_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
 
 transport::QpCounters Device::qp_counter_totals() {
   std::lock_guard<std::mutex> g(mu_);
+  return sum_qp_counters();
+}
+
+transport::QpCounters Device::sum_qp_counters() {
   transport::QpCounters sum = retired_qp_counters_;
   for (auto& [qpn, e] : qps_) add_counters(sum, e.qp->counters());
   return sum;
@@ -396,12 +429,25 @@ void Device::after_call(transport::Qp* qp, transport::Time now) {
   port_->tx_flush();
   // Packets held back by transmit fault injection (UROCE_FAULTS tx.delay, tx.reorder).
   engine_->wake_by(port_->tx_fault_deadline());
+  engine_->wake_by(publish(now));  // the QP totals this call changed, now or soon
   auto it = qps_.find(qp->qpn());
   if (it == qps_.end()) return;
   track(it->first, it->second);
   engine_->wake_by(it->second.armed);
   // Still more to send (the transmit ring filled): let the engine continue in the background.
   if (it->second.in_pump_list) engine_->kick();
+}
+
+transport::Time Device::publish(transport::Time now, bool force) {
+  if (!publisher_) return transport::kNever;
+  if (!force && now < next_publish_) return next_publish_;
+  size_t i = qp_slot_base_;
+  stats_shm::for_each_qp_counter(sum_qp_counters(),
+                                 [&](const char*, uint64_t v) { publisher_->set(i++, v); });
+  publisher_->set_port_active(port_active());
+  publisher_->set_snapshot_ns(now);
+  next_publish_ = now + kPublishInterval;
+  return transport::kNever;
 }
 
 int Device::modify_qp(transport::Qp* qp, const ibv_qp_attr& attr, int mask) {
@@ -533,7 +579,7 @@ transport::Time Device::on_progress(transport::Time now, bool* again) {
     if (port_->tx_flush() == 0) break;
     if (round == kRounds - 1 && !pump_list_.empty()) *again = true;
   }
-  return earliest_timer();
+  return std::min(earliest_timer(), publish(now));
 }
 
 void Device::qp_event(uint32_t qpn, ibv_event_type type) {

@@ -38,6 +38,9 @@
 namespace uroce {
 
 class UdpPort;
+namespace stats_shm {
+class Publisher;
+}
 
 // Identity and limits a device reports through ibv_query_device / ibv_query_port.
 struct DeviceLimits {
@@ -169,12 +172,24 @@ class Device : private Engine::Client, private transport::EventSink {
   void on_packets(std::span<const RxPacket> pkts, transport::Time now) override;
   transport::Time on_progress(transport::Time now, bool* again) override;
   void on_watched_fd() override;  // link notifications
+  // The transport counters of every QP, live and destroyed, summed (device lock held).
+  transport::QpCounters sum_qp_counters();
+  // Publishing (engine/stats_shm.h): snapshots the QP totals and the port state into the file at
+  // most every kPublishInterval (device lock held). Returns when the next snapshot is due if one
+  // was skipped (transport::kNever otherwise), so the engine wakes for it and the file never
+  // stays stale after activity stops.
+  transport::Time publish(transport::Time now, bool force = false);
   // transport::EventSink (device lock held).
   void qp_event(uint32_t qpn, ibv_event_type type) override;
 
   // Declaration order is destruction order reversed: the engine goes first, then QPs, then the
   // port they transmitted into.
   DeviceConfig cfg_;
+  // The shared-memory file `uroce stats` reads; null when not publishing. Declared before
+  // counters_ and port_: the counters live in its mapping, so it must outlive their writers.
+  std::unique_ptr<stats_shm::Publisher> publisher_;
+  size_t qp_slot_base_ = 0;           // index of the first QP-total entry
+  transport::Time next_publish_ = 0;  // earliest time of the next QP snapshot (mu_)
   std::mutex mu_;
   DeviceCounters counters_;
   transport::QpCounters retired_qp_counters_;  // of destroyed QPs, for qp_counter_totals (mu_)

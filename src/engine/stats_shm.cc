@@ -1,0 +1,278 @@
+#include "engine/stats_shm.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace uroce::stats_shm {
+namespace {
+
+void copy_cstr(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(s.size(), cap - 1);
+  std::memcpy(dst, s.data(), n);
+  std::memset(dst + n, 0, cap - n);
+}
+
+// A fixed-size field that a writer NUL-terminated; a damaged one is cut at its end, never read
+// past it.
+std::string read_cstr(const char* src, size_t cap) {
+  return std::string(src, strnlen(src, cap));
+}
+
+uint64_t load_u64(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % alignof(uint64_t) == 0)
+    return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(const_cast<void*>(p)))
+        .load(std::memory_order_relaxed);
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void store_u64(uint64_t* p, uint64_t v) {
+  std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_relaxed);
+}
+
+void store_u32(uint32_t* p, uint32_t v) {
+  std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+size_t layout_size(size_t n_entries) {
+  return sizeof(Header) + n_entries * sizeof(Entry);
+}
+
+bool write_layout(void* buf, const Identity& id, const std::vector<std::string>& names) {
+  if (names.size() > kMaxEntries) return false;
+  std::memset(buf, 0, layout_size(names.size()));
+  auto* h = static_cast<Header*>(buf);
+  h->version = kLayoutVersion;
+  h->header_size = sizeof(Header);
+  h->entry_size = sizeof(Entry);
+  h->n_entries = static_cast<uint32_t>(names.size());
+  h->pid = id.pid;
+  h->ipv4 = id.ipv4;
+  h->start_time = id.start_time;
+  copy_cstr(h->comm, sizeof h->comm, id.comm);
+  copy_cstr(h->device, sizeof h->device, id.device);
+  copy_cstr(h->netdev, sizeof h->netdev, id.netdev);
+  h->mtu = id.mtu;
+  h->port_state = kPortDown;
+  auto* e = reinterpret_cast<Entry*>(static_cast<char*>(buf) + sizeof(Header));
+  for (size_t i = 0; i < names.size(); ++i) copy_cstr(e[i].name, sizeof e[i].name, names[i]);
+  // The magic last: a reader that sees it sees the rest (it maps the same pages).
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);
+  return true;
+}
+
+std::optional<Snapshot> parse(const void* data, size_t len, std::string* err) {
+  auto fail = [err](std::string why) -> std::optional<Snapshot> {
+    if (err) *err = std::move(why);
+    return std::nullopt;
+  };
+  const auto* p = static_cast<const char*>(data);
+  // Version and sizes are read field by field, so even a file cut inside the header is judged
+  // without reading past its end.
+  if (len < sizeof kMagic + sizeof(uint32_t)) return fail("truncated header");
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0) return fail("not a uroce statistics file");
+  uint32_t version;
+  std::memcpy(&version, p + offsetof(Header, version), sizeof version);
+  if (version != kLayoutVersion)
+    return fail("layout version " + std::to_string(version) + ", this reader knows " +
+                std::to_string(kLayoutVersion));
+  if (len < sizeof(Header)) return fail("truncated header");
+  Header h;
+  std::memcpy(&h, p, sizeof h);
+  if (h.header_size < sizeof(Header) || h.entry_size < sizeof(Entry) || h.n_entries > kMaxEntries ||
+      h.header_size > len)
+    return fail("bad header sizes");
+  if ((len - h.header_size) / h.entry_size < h.n_entries) return fail("truncated entries");
+  Snapshot s;
+  s.id.pid = h.pid;
+  s.id.start_time = h.start_time;
+  s.id.comm = read_cstr(h.comm, sizeof h.comm);
+  s.id.device = read_cstr(h.device, sizeof h.device);
+  s.id.ipv4 = h.ipv4;
+  s.id.netdev = read_cstr(h.netdev, sizeof h.netdev);
+  s.id.mtu = h.mtu;
+  uint32_t port;
+  std::memcpy(&port, p + offsetof(Header, port_state), sizeof port);
+  s.port_state = port;
+  s.snapshot_ns = load_u64(p + offsetof(Header, snapshot_ns));
+  s.counters.reserve(h.n_entries);
+  for (uint32_t i = 0; i < h.n_entries; ++i) {
+    const char* e = p + h.header_size + size_t(i) * h.entry_size;
+    s.counters.emplace_back(read_cstr(e, kNameLen), load_u64(e + offsetof(Entry, value)));
+  }
+  return s;
+}
+
+std::optional<Snapshot> read_file(const std::string& path, std::string* err) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (err) *err = std::strerror(errno);
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (err) *err = "not a regular file";
+    close(fd);
+    return std::nullopt;
+  }
+  size_t len = static_cast<size_t>(st.st_size);
+  if (len == 0) {
+    close(fd);
+    return parse("", 0, err);
+  }
+  // Mapped rather than read, so each value is one atomic load. Publishers never shrink the file
+  // (it is sized once, before the magic is written), so the mapping stays backed.
+  void* base = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    if (err) *err = std::string("mmap: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  auto s = parse(base, len, err);
+  munmap(base, len);
+  return s;
+}
+
+std::string shm_name(pid_t pid, const std::string& device) {
+  return "/uroce." + std::to_string(pid) + "." + device;
+}
+
+std::vector<std::string> list_files(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind("uroce.", 0) != 0) continue;
+    size_t dot = n.find('.', 6);
+    if (dot == std::string::npos || dot == 6 || dot + 1 == n.size()) continue;
+    if (!std::all_of(n.begin() + 6, n.begin() + dot, [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    out.push_back(dir + "/" + n);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<ProcInfo> proc_info(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!f || !std::getline(f, line)) return std::nullopt;
+  // "pid (comm) state ppid …": comm may hold spaces and parentheses, so it ends at the last ')'.
+  size_t open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  ProcInfo info;
+  info.comm = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  // Fields 3..21 precede starttime (field 22, proc(5)).
+  for (int i = 3; i <= 21; ++i)
+    if (!(rest >> field)) return std::nullopt;
+  if (!(rest >> info.start_time)) return std::nullopt;
+  return info;
+}
+
+bool publisher_alive(const Identity& id) {
+  if (id.pid <= 0) return false;
+  if (kill(id.pid, 0) != 0 && errno == ESRCH) return false;
+  auto info = proc_info(id.pid);
+  if (!info) return false;  // exited between the two checks (or no /proc: cannot tell, assume gone)
+  return info->start_time == id.start_time;
+}
+
+bool publishing_enabled(std::string* err) {
+  const char* v = std::getenv("UROCE_PUBLISH");
+  if (!v || !*v || std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "0") == 0) return false;
+  if (err) *err = std::string("UROCE_PUBLISH=") + v + ": expected 0 or 1; not publishing";
+  return false;
+}
+
+Publisher::Publisher(std::string name, void* base, size_t len, size_t n)
+    : name_(std::move(name)), path_(std::string(kShmDir) + name_), base_(base), len_(len), n_(n) {}
+
+std::unique_ptr<Publisher> Publisher::create(const Identity& id,
+                                             const std::vector<std::string>& names,
+                                             std::string* err) {
+  auto fail = [err](std::string why) -> std::unique_ptr<Publisher> {
+    if (err) *err = std::move(why);
+    return nullptr;
+  };
+  if (id.device.empty() || id.device.size() >= kNameLen || id.device.find('/') != std::string::npos)
+    return fail("device name '" + id.device + "' cannot name a shared-memory file");
+  if (names.size() > kMaxEntries) return fail("too many counters");
+  std::string name = shm_name(id.pid, id.device);
+  int fd = -1;
+  for (int attempt = 0; attempt < 2 && fd < 0; ++attempt) {
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST || attempt > 0) break;
+    // Left by an earlier process with our pid (it died without closing), or published by a
+    // device of the same name that is open in this process right now.
+    std::string why;
+    auto old = read_file(std::string(kShmDir) + name, &why);
+    if (old && old->id.pid == id.pid && old->id.start_time == id.start_time)
+      return fail(std::string(kShmDir) + name + " is published by another open device");
+    shm_unlink(name.c_str());
+  }
+  if (fd < 0) return fail("shm_open " + name + ": " + std::strerror(errno));
+  // shm_open's mode is filtered by the umask; readers of other users need 0644.
+  fchmod(fd, 0644);
+  size_t len = layout_size(names.size());
+  if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    return fail("ftruncate " + name + ": " + std::strerror(e));
+  }
+  void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    return fail("mmap " + name + ": " + std::strerror(e));
+  }
+  write_layout(base, id, names);
+  return std::unique_ptr<Publisher>(new Publisher(std::move(name), base, len, names.size()));
+}
+
+Publisher::~Publisher() {
+  shm_unlink(name_.c_str());
+  munmap(base_, len_);
+}
+
+uint64_t* Publisher::slot(size_t i) {
+  auto* e = reinterpret_cast<Entry*>(static_cast<char*>(base_) + sizeof(Header));
+  return i < n_ ? &e[i].value : nullptr;
+}
+
+void Publisher::set(size_t i, uint64_t v) {
+  if (uint64_t* p = slot(i)) store_u64(p, v);
+}
+
+void Publisher::set_port_active(bool active) {
+  store_u32(&static_cast<Header*>(base_)->port_state, active ? kPortActive : kPortDown);
+}
+
+void Publisher::set_snapshot_ns(uint64_t ns) {
+  store_u64(&static_cast<Header*>(base_)->snapshot_ns, ns);
+}
+
+}  // namespace uroce::stats_shm

@@ -1,0 +1,340 @@
+// uroce: the operator's command. What `ibv_devinfo`, `rdma statistic show` and `ethtool -S` give
+// on an RNIC, for uroce devices:
+//   uroce devices              the devices UROCE_DEVICES configures here, with their port state
+//   uroce stats [-w N] …       the live counters of every running process that has a device open
+// The counters come from the shared-memory files devices publish (engine/stats_shm.h); this
+// command only reads them (and removes the files of processes that died without closing).
+#include <net/if.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/link_watch.h"
+#include "engine/stats_shm.h"
+
+namespace uroce {
+namespace {
+
+namespace shm = stats_shm;
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+const char* port_state_name(uint32_t s) {
+  switch (s) {
+    case shm::kPortActive:
+      return "ACTIVE";
+    case shm::kPortDown:
+      return "DOWN";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+// ---- uroce devices -------------------------------------------------------------------------
+
+uint32_t netdev_mtu(const std::string& netdev) {
+  if (netdev.empty() || netdev.size() >= IFNAMSIZ) return 0;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, netdev.c_str(), netdev.size());
+  uint32_t mtu = 0;
+  if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0) mtu = static_cast<uint32_t>(ifr.ifr_mtu);
+  close(fd);
+  return mtu;
+}
+
+// The active IB MTU a device on this netdev reports: the largest of 4096..256 whose RoCEv2
+// packets (IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4 around the payload) fit the
+// interface MTU. The same rule as Device::open (src/engine/device.cc); 1500 when unknown.
+uint32_t ib_mtu_for(uint32_t if_mtu) {
+  constexpr uint32_t kRoceOverhead = 20 + 8 + 12 + 16 + 4 + 4;
+  if (if_mtu == 0) if_mtu = 1500;
+  for (uint32_t m : {4096u, 2048u, 1024u, 512u, 256u})
+    if (m + kRoceOverhead <= if_mtu) return m;
+  return 256;
+}
+
+int cmd_devices(bool json) {
+  std::string err;
+  auto cfgs = load_device_config(&err);
+  if (!cfgs) {
+    std::fprintf(stderr, "uroce: %s\n", err.c_str());
+    return 1;
+  }
+  // Which running processes have each device open (by name and address).
+  std::map<std::pair<std::string, uint32_t>, std::vector<pid_t>> users;
+  for (const std::string& path : shm::list_files()) {
+    auto s = shm::read_file(path, nullptr);
+    if (s && shm::publisher_alive(s->id)) users[{s->id.device, s->id.ipv4}].push_back(s->id.pid);
+  }
+  struct Row {
+    std::string name, addr, netdev, state, users;
+    uint32_t if_mtu, mtu;
+  };
+  std::vector<Row> rows;
+  for (const DeviceConfig& c : *cfgs) {
+    Row r;
+    r.name = c.name;
+    r.addr = format_ipv4(c.ipv4);
+    r.netdev = c.netdev;
+    r.if_mtu = netdev_mtu(c.netdev);
+    r.mtu = ib_mtu_for(r.if_mtu);
+    // The port state a device opened now would report (Device::port_active): the netdev's link,
+    // or ACTIVE when it cannot be watched.
+    std::string why;
+    auto link = c.netdev.empty() ? nullptr : LinkWatch::open(c.netdev, &why);
+    r.state = !link || link->up() ? "ACTIVE" : "DOWN";
+    for (pid_t p : users[{c.name, c.ipv4}])
+      r.users += (r.users.empty() ? "" : ",") + std::to_string(p);
+    rows.push_back(std::move(r));
+  }
+  if (json) {
+    std::printf("{\"devices\":[");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf(
+          "%s{\"name\":%s,\"address\":%s,\"gid\":%s,\"netdev\":%s,\"netdev_mtu\":%u,"
+          "\"active_mtu\":%u,\"port_state\":%s,\"pids\":[%s]}",
+          i ? "," : "", json_string(r.name).c_str(), json_string(r.addr).c_str(),
+          json_string("::ffff:" + r.addr).c_str(), json_string(r.netdev).c_str(), r.if_mtu, r.mtu,
+          json_string(r.state).c_str(), r.users.c_str());
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf("%-12s %-15s %-22s %-10s %7s %6s %-7s %s\n", "DEVICE", "ADDRESS", "GID (index 0)",
+              "NETDEV", "IF_MTU", "MTU", "PORT", "IN USE BY PID");
+  for (const Row& r : rows)
+    std::printf("%-12s %-15s %-22s %-10s %7u %6u %-7s %s\n", r.name.c_str(), r.addr.c_str(),
+                ("::ffff:" + r.addr).c_str(), r.netdev.empty() ? "-" : r.netdev.c_str(), r.if_mtu,
+                r.mtu, r.state.c_str(), r.users.empty() ? "-" : r.users.c_str());
+  return 0;
+}
+
+// ---- uroce stats ---------------------------------------------------------------------------
+
+struct StatsOptions {
+  std::optional<pid_t> pid;
+  std::string device;
+  bool all = false;
+  bool json = false;
+  double watch = 0;  // seconds between refreshes; 0: print once
+  int count = 0;     // refreshes with -w; 0: until interrupted
+};
+
+// The live published devices that match the filters; stale files are reported and removed.
+std::vector<std::pair<std::string, shm::Snapshot>> collect(const StatsOptions& o) {
+  std::vector<std::pair<std::string, shm::Snapshot>> out;
+  for (const std::string& path : shm::list_files()) {
+    std::string why;
+    auto s = shm::read_file(path, &why);
+    if (!s) {
+      // A file still being created has no magic yet; anything else is worth a note.
+      if (why != "not a uroce statistics file" && why != "truncated header")
+        std::fprintf(stderr, "uroce: skipping %s: %s\n", path.c_str(), why.c_str());
+      continue;
+    }
+    if (!shm::publisher_alive(s->id)) {
+      if (unlink(path.c_str()) == 0)
+        std::fprintf(stderr, "uroce: removed %s: process %d no longer runs\n", path.c_str(),
+                     static_cast<int>(s->id.pid));
+      else if (errno != ENOENT)
+        std::fprintf(stderr, "uroce: %s: process %d no longer runs; cannot remove it: %s\n",
+                     path.c_str(), static_cast<int>(s->id.pid), std::strerror(errno));
+      continue;
+    }
+    if (o.pid && s->id.pid != *o.pid) continue;
+    if (!o.device.empty() && s->id.device != o.device) continue;
+    out.emplace_back(path, std::move(*s));
+  }
+  return out;
+}
+
+struct Prev {
+  uint64_t start_time = 0;
+  std::map<std::string, uint64_t> values;
+};
+
+// Per-second rate of a counter since the previous refresh; nullopt on the first one (or when the
+// file now belongs to another process).
+std::optional<double> rate_of(const Prev* prev, const std::string& name, uint64_t v,
+                              double elapsed) {
+  if (!prev || elapsed <= 0) return std::nullopt;
+  auto it = prev->values.find(name);
+  if (it == prev->values.end() || v < it->second) return std::nullopt;
+  return double(v - it->second) / elapsed;
+}
+
+void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
+                 const std::map<std::string, Prev>& prev, double elapsed, const StatsOptions& o) {
+  if (devs.empty()) {
+    std::printf("no running uroce processes%s\n",
+                o.pid || !o.device.empty() ? " match the filter" : "");
+    return;
+  }
+  // One width for every device, so the columns line up down the whole screen.
+  size_t w = 8;
+  for (const auto& [path, s] : devs)
+    for (const auto& [name, v] : s.counters)
+      if (o.all || v != 0) w = std::max(w, name.size());
+  bool rates = !prev.empty() || elapsed > 0;
+  for (const auto& [path, s] : devs) {
+    std::printf("%s  pid %d (%s)  %s  netdev %s  mtu %u  port %s\n", s.id.device.c_str(),
+                static_cast<int>(s.id.pid), s.id.comm.c_str(), format_ipv4(s.id.ipv4).c_str(),
+                s.id.netdev.empty() ? "-" : s.id.netdev.c_str(), s.id.mtu,
+                port_state_name(s.port_state));
+    auto pit = prev.find(path);
+    const Prev* p =
+        pit != prev.end() && pit->second.start_time == s.id.start_time ? &pit->second : nullptr;
+    if (rates) std::printf("  %-*s %20s %14s\n", int(w), "COUNTER", "VALUE", "PER SECOND");
+    bool any = false;
+    for (const auto& [name, v] : s.counters) {
+      if (!o.all && v == 0) continue;
+      any = true;
+      std::printf("  %-*s %20" PRIu64, int(w), name.c_str(), v);
+      if (rates) {
+        auto r = rate_of(p, name, v, elapsed);
+        if (r)
+          std::printf(" %14.1f", *r);
+        else
+          std::printf(" %14s", "-");
+      }
+      std::printf("\n");
+    }
+    if (!any) std::printf("  (all counters zero)\n");
+    std::printf("\n");
+  }
+}
+
+void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
+                const std::map<std::string, Prev>& prev, double elapsed, const StatsOptions& o) {
+  std::string out = "{\"devices\":[";
+  bool first_dev = true;
+  for (const auto& [path, s] : devs) {
+    auto pit = prev.find(path);
+    const Prev* p =
+        pit != prev.end() && pit->second.start_time == s.id.start_time ? &pit->second : nullptr;
+    out += first_dev ? "{" : ",{";
+    first_dev = false;
+    out += "\"pid\":" + std::to_string(s.id.pid) + ",\"comm\":" + json_string(s.id.comm) +
+           ",\"device\":" + json_string(s.id.device) +
+           ",\"address\":" + json_string(format_ipv4(s.id.ipv4)) +
+           ",\"netdev\":" + json_string(s.id.netdev) + ",\"mtu\":" + std::to_string(s.id.mtu) +
+           ",\"port_state\":" + json_string(port_state_name(s.port_state)) +
+           ",\"file\":" + json_string(path) + ",\"counters\":{";
+    std::string rates;
+    bool first = true;
+    for (const auto& [name, v] : s.counters) {
+      if (!o.all && v == 0) continue;
+      out += (first ? "" : ",") + json_string(name) + ":" + std::to_string(v);
+      if (auto r = rate_of(p, name, v, elapsed)) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.3f", *r);
+        rates += (rates.empty() ? "" : ",") + json_string(name) + ":" + buf;
+      }
+      first = false;
+    }
+    out += "}";
+    if (p) out += ",\"interval_seconds\":" + std::to_string(elapsed) + ",\"rates\":{" + rates + "}";
+    out += "}";
+  }
+  out += "]}\n";
+  std::fputs(out.c_str(), stdout);
+}
+
+int cmd_stats(const StatsOptions& o) {
+  std::map<std::string, Prev> prev;
+  auto last = std::chrono::steady_clock::now();
+  bool tty = isatty(STDOUT_FILENO) && !o.json;
+  for (int n = 0;; ++n) {
+    auto devs = collect(o);
+    auto now = std::chrono::steady_clock::now();
+    double elapsed = n == 0 ? 0 : std::chrono::duration<double>(now - last).count();
+    last = now;
+    if (o.watch > 0 && tty) std::printf("\x1b[H\x1b[2J");  // like watch(1): redraw in place
+    if (o.watch > 0 && !o.json)
+      std::printf("every %gs%s\n\n", o.watch, n == 0 ? " (rates from the next refresh)" : "");
+    if (o.json)
+      print_json(devs, prev, elapsed, o);
+    else
+      print_human(devs, prev, elapsed, o);
+    std::fflush(stdout);
+    if (o.watch <= 0 || (o.count > 0 && n + 1 >= o.count)) return 0;
+    prev.clear();
+    for (const auto& [path, s] : devs) {
+      Prev& p = prev[path];
+      p.start_time = s.id.start_time;
+      for (const auto& [name, v] : s.counters) p.values[name] = v;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.watch));
+  }
+}
+
+}  // namespace
+}  // namespace uroce
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "uroce: look at uroce devices and the live counters of the processes using them.\n"
+      "Counters are published by every running process (disable with UROCE_PUBLISH=0)."};
+  app.require_subcommand(1, 1);
+
+  bool devices_json = false;
+  CLI::App* devices = app.add_subcommand(
+      "devices",
+      "List the devices UROCE_DEVICES configures here, with address, MTU and port state");
+  devices->add_flag("--json", devices_json, "Machine-readable output");
+
+  uroce::StatsOptions so;
+  int pid = 0;
+  CLI::App* stats = app.add_subcommand(
+      "stats", "Show the live counters of every running process with a uroce device open");
+  CLI::Option* pid_opt =
+      stats->add_option("-p,--pid", pid, "Only this process")->check(CLI::PositiveNumber);
+  stats->add_option("-d,--device", so.device, "Only devices of this name");
+  stats->add_flag("-a,--all", so.all, "Every counter, also those that are zero");
+  stats->add_option("-w,--watch", so.watch, "Refresh every SECONDS, with per-second rates")
+      ->check(CLI::Range(0.1, 3600.0));
+  stats->add_option("-n,--count", so.count, "With -w: stop after N refreshes")
+      ->check(CLI::PositiveNumber);
+  stats->add_flag("--json", so.json, "Machine-readable output (one JSON document per refresh)");
+
+  CLI11_PARSE(app, argc, argv);
+  if (*pid_opt) so.pid = pid;
+  if (*devices) return uroce::cmd_devices(devices_json);
+  // The reader may be piped into head(1): a closed pipe ends it quietly.
+  signal(SIGPIPE, SIG_DFL);
+  return uroce::cmd_stats(so);
+}

@@ -1,0 +1,143 @@
+// A Device publishes its identity and counters for `uroce stats` (engine/stats_shm.h) while it is
+// open, live, and removes the file when it closes; publishing never stops a device from opening.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "engine/device.h"
+#include "engine/stats_shm.h"
+#include "test_util.h"
+
+namespace uroce {
+namespace {
+
+using namespace std::chrono_literals;
+using test::loopback;
+
+DeviceConfig config(const std::string& name, uint32_t ip) {
+  DeviceConfig c;
+  c.name = name;
+  c.ipv4 = ip;
+  c.netdev = "lo";
+  return c;
+}
+
+std::string path_of(const std::string& device) {
+  return std::string(stats_shm::kShmDir) + stats_shm::shm_name(getpid(), device);
+}
+
+uint64_t value(const stats_shm::Snapshot& s, const std::string& name) {
+  for (const auto& [n, v] : s.counters)
+    if (n == name) return v;
+  ADD_FAILURE() << "no counter " << name;
+  return 0;
+}
+
+// Sets or unsets UROCE_PUBLISH for one test.
+class PublishEnv {
+ public:
+  explicit PublishEnv(const char* v) {
+    if (const char* old = std::getenv("UROCE_PUBLISH")) saved_ = old;
+    if (v)
+      setenv("UROCE_PUBLISH", v, 1);
+    else
+      unsetenv("UROCE_PUBLISH");
+  }
+  ~PublishEnv() {
+    if (saved_)
+      setenv("UROCE_PUBLISH", saved_->c_str(), 1);
+    else
+      unsetenv("UROCE_PUBLISH");
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(DeviceStatsTest, PublishesLiveCountersWhileOpen) {
+  PublishEnv env(nullptr);
+  std::string name = "st" + std::to_string(getpid());
+  std::string err;
+  auto dev = Device::open(config(name, loopback(71, 1, 1)), &err);
+  ASSERT_NE(dev, nullptr) << err;
+  std::string path = path_of(name);
+  auto s = stats_shm::read_file(path, &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->id.pid, getpid());
+  EXPECT_EQ(s->id.device, name);
+  EXPECT_EQ(s->id.ipv4, loopback(71, 1, 1));
+  EXPECT_EQ(s->id.netdev, "lo");
+  EXPECT_EQ(s->id.mtu, dev->mtu_bytes());
+  EXPECT_EQ(s->port_state, stats_shm::kPortActive);
+  EXPECT_TRUE(stats_shm::publisher_alive(s->id));
+  // Every device counter and every QP total is there, by name.
+  size_t n = 0;
+  dev->counters().for_each([&](const char* c, uint64_t) {
+    EXPECT_NO_FATAL_FAILURE(value(*s, c));
+    ++n;
+  });
+  EXPECT_GE(s->counters.size(), n + 18);
+  EXPECT_EQ(value(*s, "retransmitted_pkts"), 0u);
+
+  // A datagram to the device's port: the device counts it, and the file shows the count without
+  // the device doing anything more (its counters live in the mapping).
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(4791);
+  to.sin_addr.s_addr = htonl(loopback(71, 1, 1));
+  char junk[4] = {};  // shorter than a BTH: a counted drop
+  ASSERT_EQ(sendto(fd, junk, sizeof junk, 0, reinterpret_cast<sockaddr*>(&to), sizeof to), 4);
+  close(fd);
+  for (int i = 0; i < 200 && dev->counters().rx_too_short.get() == 0; ++i)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(dev->counters().rx_too_short.get(), 1u);
+  s = stats_shm::read_file(path, &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(value(*s, "rx_too_short"), 1u);
+  EXPECT_EQ(value(*s, "rcvd_pkts"), dev->counters().rcvd_pkts.get());
+
+  dev.reset();
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "the file outlives its device";
+}
+
+TEST(DeviceStatsTest, PublishZeroPublishesNothing) {
+  PublishEnv env("0");
+  std::string name = "sz" + std::to_string(getpid());
+  std::string err;
+  auto dev = Device::open(config(name, loopback(71, 1, 2)), &err);
+  ASSERT_NE(dev, nullptr) << err;
+  EXPECT_NE(access(path_of(name).c_str(), F_OK), 0);
+}
+
+TEST(DeviceStatsTest, DeviceOpensWhenItCannotPublish) {
+  PublishEnv env(nullptr);
+  // A name that cannot name a file: publishing fails, the device must still work.
+  std::string err;
+  auto dev = Device::open(config("bad/name", loopback(71, 1, 3)), &err);
+  ASSERT_NE(dev, nullptr) << err;
+  EXPECT_TRUE(dev->port_active());
+  // And the second device of one name in a process: the first keeps its file.
+  std::string name = "sd" + std::to_string(getpid());
+  auto a = Device::open(config(name, loopback(71, 1, 4)), &err);
+  ASSERT_NE(a, nullptr) << err;
+  auto b = Device::open(config(name, loopback(71, 1, 5)), &err);
+  ASSERT_NE(b, nullptr) << err;
+  auto s = stats_shm::read_file(path_of(name), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->id.ipv4, loopback(71, 1, 4));
+  b.reset();  // not its file: it must not remove it
+  EXPECT_TRUE(stats_shm::read_file(path_of(name), &err)) << err;
+  a.reset();
+  EXPECT_NE(access(path_of(name).c_str(), F_OK), 0);
+}
+
+}  // namespace
+}  // namespace uroce

@@ -1,0 +1,276 @@
+// The shared-memory statistics layout (engine/stats_shm.h): writer and reader agree, and a reader
+// rejects whatever is not a complete layout of its own version without reading past the bytes it
+// was given.
+#include "engine/stats_shm.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace uroce::stats_shm {
+namespace {
+
+Identity identity(const std::string& device) {
+  Identity id;
+  id.pid = getpid();
+  auto self = proc_info(id.pid);
+  EXPECT_TRUE(self.has_value());
+  if (self) {
+    id.start_time = self->start_time;
+    id.comm = self->comm;
+  }
+  id.device = device;
+  id.ipv4 = 0x7f470102;  // 127.71.1.2
+  id.netdev = "lo";
+  id.mtu = 4096;
+  return id;
+}
+
+// A device name no other test (or earlier run of this one) uses.
+std::string unique_device(const char* stem) {
+  static int n = 0;
+  return std::string(stem) + std::to_string(getpid()) + "_" + std::to_string(n++);
+}
+
+// An 8-byte-aligned buffer holding a layout, as a mapping would.
+std::vector<uint64_t> layout(const Identity& id, const std::vector<std::string>& names) {
+  std::vector<uint64_t> buf((layout_size(names.size()) + 7) / 8);
+  EXPECT_TRUE(write_layout(buf.data(), id, names));
+  return buf;
+}
+
+Entry* entries(std::vector<uint64_t>& buf) {
+  return reinterpret_cast<Entry*>(reinterpret_cast<char*>(buf.data()) + sizeof(Header));
+}
+
+bool exists(const std::string& path) {
+  return access(path.c_str(), F_OK) == 0;
+}
+
+TEST(StatsShmTest, LayoutRoundTrip) {
+  Identity id = identity("uroce7");
+  std::vector<std::string> names = {"rcvd_pkts", "sent_pkts", std::string(40, 'x')};
+  auto buf = layout(id, names);
+  entries(buf)[0].value = 12;
+  entries(buf)[1].value = 1ull << 40;
+  reinterpret_cast<Header*>(buf.data())->port_state = kPortActive;
+  std::string err;
+  auto s = parse(buf.data(), layout_size(names.size()), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->id.pid, id.pid);
+  EXPECT_EQ(s->id.start_time, id.start_time);
+  EXPECT_EQ(s->id.comm, id.comm);
+  EXPECT_EQ(s->id.device, "uroce7");
+  EXPECT_EQ(s->id.ipv4, id.ipv4);
+  EXPECT_EQ(s->id.netdev, "lo");
+  EXPECT_EQ(s->id.mtu, 4096u);
+  EXPECT_EQ(s->port_state, kPortActive);
+  ASSERT_EQ(s->counters.size(), 3u);
+  EXPECT_EQ(s->counters[0], std::make_pair(std::string("rcvd_pkts"), uint64_t{12}));
+  EXPECT_EQ(s->counters[1], std::make_pair(std::string("sent_pkts"), uint64_t{1} << 40));
+  EXPECT_EQ(s->counters[2].first, std::string(kNameLen - 1, 'x'));  // cut, still terminated
+}
+
+TEST(StatsShmTest, RejectsOtherMagicAndVersion) {
+  auto buf = layout(identity("u"), {"a"});
+  size_t len = layout_size(1);
+  std::string err;
+  reinterpret_cast<Header*>(buf.data())->version = kLayoutVersion + 1;
+  EXPECT_FALSE(parse(buf.data(), len, &err));
+  EXPECT_NE(err.find("version"), std::string::npos) << err;
+  reinterpret_cast<Header*>(buf.data())->version = kLayoutVersion;
+  ASSERT_TRUE(parse(buf.data(), len, &err)) << err;
+  reinterpret_cast<Header*>(buf.data())->magic[0] ^= 1;
+  EXPECT_FALSE(parse(buf.data(), len, &err));
+  EXPECT_NE(err.find("not a uroce"), std::string::npos) << err;
+}
+
+TEST(StatsShmTest, RejectsEveryTruncation) {
+  std::vector<std::string> names = {"a", "b", "c"};
+  auto buf = layout(identity("u"), names);
+  size_t full = layout_size(names.size());
+  // Copied into a buffer of exactly `len` bytes, so reading past it is a sanitizer error.
+  for (size_t len = 0; len < full; ++len) {
+    auto bytes = std::make_unique<char[]>(len + 1);
+    std::memcpy(bytes.get(), buf.data(), len);
+    std::string err;
+    EXPECT_FALSE(parse(bytes.get(), len, &err)) << len;
+    EXPECT_FALSE(err.empty());
+  }
+  EXPECT_TRUE(parse(buf.data(), full, nullptr));
+}
+
+TEST(StatsShmTest, RejectsInconsistentSizes) {
+  std::string err;
+  auto buf = layout(identity("u"), {"a", "b"});
+  auto* h = reinterpret_cast<Header*>(buf.data());
+  h->n_entries = 0xffffffff;  // would read far past the file
+  EXPECT_FALSE(parse(buf.data(), layout_size(2), &err));
+  h->n_entries = 2;
+  h->entry_size = 8;  // smaller than an entry
+  EXPECT_FALSE(parse(buf.data(), layout_size(2), &err));
+  h->entry_size = sizeof(Entry);
+  h->header_size = 0x7fffffff;
+  EXPECT_FALSE(parse(buf.data(), layout_size(2), &err));
+  h->header_size = sizeof(Header);
+  EXPECT_TRUE(parse(buf.data(), layout_size(2), &err)) << err;
+}
+
+TEST(StatsShmTest, UnterminatedStringsAreCutAtTheirField) {
+  auto buf = layout(identity("u"), {"a"});
+  auto* h = reinterpret_cast<Header*>(buf.data());
+  std::memset(h->device, 'd', sizeof h->device);
+  std::memset(h->netdev, 'n', sizeof h->netdev);
+  std::memset(entries(buf)[0].name, 'e', kNameLen);
+  auto s = parse(buf.data(), layout_size(1), nullptr);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->id.device, std::string(kNameLen, 'd'));
+  EXPECT_EQ(s->id.netdev, std::string(kNetdevLen, 'n'));
+  EXPECT_EQ(s->counters[0].first, std::string(kNameLen, 'e'));
+}
+
+TEST(StatsShmTest, ReadFileRejectsTruncatedFile) {
+  auto buf = layout(identity("u"), {"a", "b"});
+  char path[] = "/tmp/uroce-stats-test.XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, buf.data(), layout_size(2) - 3), ssize_t(layout_size(2) - 3));
+  close(fd);
+  std::string err;
+  EXPECT_FALSE(read_file(path, &err));
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  ASSERT_EQ(truncate(path, 0), 0);  // empty
+  EXPECT_FALSE(read_file(path, &err));
+  unlink(path);
+  EXPECT_FALSE(read_file(path, &err));  // gone
+}
+
+TEST(StatsShmTest, PublisherRoundTripAndUnlink) {
+  std::string dev = unique_device("pub");
+  std::string err;
+  auto pub = Publisher::create(identity(dev), {"x", "y"}, &err);
+  ASSERT_NE(pub, nullptr) << err;
+  EXPECT_EQ(pub->path(), std::string(kShmDir) + shm_name(getpid(), dev));
+  pub->set(1, 77);
+  *pub->slot(0) = 5;  // a counter bound to its slot writes here
+  pub->set_port_active(true);
+  pub->set_snapshot_ns(123);
+  EXPECT_EQ(pub->slot(2), nullptr);
+  auto files = list_files();
+  EXPECT_NE(std::find(files.begin(), files.end(), pub->path()), files.end());
+  auto s = read_file(pub->path(), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->id.device, dev);
+  EXPECT_EQ(s->port_state, kPortActive);
+  EXPECT_EQ(s->snapshot_ns, 123u);
+  EXPECT_EQ(s->counters[0].second, 5u);
+  EXPECT_EQ(s->counters[1].second, 77u);
+  EXPECT_TRUE(publisher_alive(s->id));
+  std::string path = pub->path();
+  pub.reset();
+  EXPECT_FALSE(exists(path));
+}
+
+TEST(StatsShmTest, SecondPublisherOfTheSameDeviceIsRefused) {
+  std::string dev = unique_device("dup");
+  std::string err;
+  auto first = Publisher::create(identity(dev), {"x"}, &err);
+  ASSERT_NE(first, nullptr) << err;
+  first->set(0, 9);
+  EXPECT_EQ(Publisher::create(identity(dev), {"x"}, &err), nullptr);
+  EXPECT_NE(err.find("another open device"), std::string::npos) << err;
+  auto s = read_file(first->path(), &err);  // untouched
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->counters[0].second, 9u);
+}
+
+TEST(StatsShmTest, LeftoverOfADeadProcessIsReplaced) {
+  std::string dev = unique_device("old");
+  Identity old = identity(dev);
+  old.start_time += 1;  // the same pid, an earlier process
+  auto buf = layout(old, {"x"});
+  std::string name = shm_name(getpid(), dev);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, buf.data(), layout_size(1)), ssize_t(layout_size(1)));
+  close(fd);
+  auto s = read_file(std::string(kShmDir) + name, nullptr);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(publisher_alive(s->id));  // start time differs
+  std::string err;
+  auto pub = Publisher::create(identity(dev), {"x", "y"}, &err);
+  ASSERT_NE(pub, nullptr) << err;
+  s = read_file(pub->path(), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->counters.size(), 2u);
+  EXPECT_TRUE(publisher_alive(s->id));
+}
+
+TEST(StatsShmTest, ExitedProcessIsNotAlive) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  Identity id;
+  id.pid = child;
+  auto info = proc_info(child);  // may be gone already; a zombie still has its stat
+  if (info) id.start_time = info->start_time;
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_FALSE(proc_info(child).has_value());
+  EXPECT_FALSE(publisher_alive(id));
+  id.pid = 0;
+  EXPECT_FALSE(publisher_alive(id));
+}
+
+TEST(StatsShmTest, BadDeviceNamesAreRefused) {
+  std::string err;
+  EXPECT_EQ(Publisher::create(identity("a/b"), {"x"}, &err), nullptr);
+  EXPECT_EQ(Publisher::create(identity(""), {"x"}, &err), nullptr);
+  EXPECT_EQ(Publisher::create(identity(std::string(kNameLen, 'a')), {"x"}, &err), nullptr);
+}
+
+TEST(StatsShmTest, ListFilesMatchesOnlyPublishedNames) {
+  char dir[] = "/tmp/uroce-stats-dir.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (const char* n : {"uroce.12.uroce0", "uroce.x.uroce0", "uroce.12.", "other", "uroce..a"})
+    std::ofstream(std::string(dir) + "/" + n) << "";
+  auto files = list_files(dir);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0], std::string(dir) + "/uroce.12.uroce0");
+  for (const char* n : {"uroce.12.uroce0", "uroce.x.uroce0", "uroce.12.", "other", "uroce..a"})
+    unlink((std::string(dir) + "/" + n).c_str());
+  rmdir(dir);
+}
+
+TEST(StatsShmTest, PublishKnob) {
+  const char* saved = std::getenv("UROCE_PUBLISH");
+  std::string keep = saved ? saved : "";
+  std::string err;
+  unsetenv("UROCE_PUBLISH");
+  EXPECT_TRUE(publishing_enabled(&err));
+  setenv("UROCE_PUBLISH", "1", 1);
+  EXPECT_TRUE(publishing_enabled(&err));
+  setenv("UROCE_PUBLISH", "0", 1);
+  err.clear();
+  EXPECT_FALSE(publishing_enabled(&err));
+  EXPECT_TRUE(err.empty());
+  setenv("UROCE_PUBLISH", "no", 1);
+  EXPECT_FALSE(publishing_enabled(&err));
+  EXPECT_NE(err.find("UROCE_PUBLISH"), std::string::npos);
+  if (saved)
+    setenv("UROCE_PUBLISH", keep.c_str(), 1);
+  else
+    unsetenv("UROCE_PUBLISH");
+}
+
+}  // namespace
+}  // namespace uroce::stats_shm

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `uroce stats` looks at a running program from the outside: runs the unmodified ibv_rc_pingpong
+# over uroce, reads the server's live counters with `uroce stats --json` while it runs, and checks
+# that the published file goes away when it exits (and that a dead process's file is removed).
+#
+#   stats.sh UROCE_RUN UROCE SERVER_IP CLIENT_IP TCP_PORT
+set -uo pipefail
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "$0")/lib.sh"
+run=$1 uroce=$2 srv_ip=$3 cli_ip=$4 port=$5
+fail=
+
+# The server's device line of one JSON document, as "pid sent_pkts", or nothing.
+server_entry() {
+  python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for d in doc["devices"]:
+    if d["address"] == sys.argv[2] and d["device"] == "uroce0":
+        print(d["pid"], d["counters"].get("sent_pkts", 0))
+' "$1" "$srv_ip"
+}
+
+# Poll while the pair runs, until one round sees the server with traffic. A round copies the
+# server's file, reads the human-readable view, then the JSON; it counts only when the JSON (read
+# last) shows the server alive with sent_pkts > 0 and the earlier steps saw it too, so every check
+# below looked at the running process.
+(
+  pid=
+  while [[ ! -e $log/done ]]; do
+    if [[ -n $pid ]]; then
+      cp "/dev/shm/uroce.$pid.uroce0" "$log/round.copy" 2>/dev/null || rm -f "$log/round.copy"
+      "$uroce" stats --device uroce0 --pid "$pid" >"$log/round.txt" 2>&1
+    fi
+    "$uroce" stats --json >"$log/poll.json" 2>>"$log/poll.err" || { echo "rc $?" >"$log/poll.rc"; exit; }
+    read -r now_pid sent < <(server_entry "$log/poll.json")
+    if [[ -n $pid && ${now_pid:-} == "$pid" && ${sent:-0} -gt 0 && -s $log/round.copy ]] &&
+      grep -Eq '^ +sent_pkts +[1-9]' "$log/round.txt"; then
+      cp "$log/poll.json" "$log/live.json"
+      mv "$log/round.txt" "$log/live.txt"
+      mv "$log/round.copy" "$log/published.copy"
+      exit
+    fi
+    pid=${now_pid:-}
+    sleep 0.02
+  done
+) &
+poller=$!
+
+server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 5000)
+client_cmd=("${server_cmd[@]}" "$srv_ip")
+run_pair "$srv_ip" "$cli_ip" "$port"
+touch "$log/done"
+wait "$poller"
+((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
+
+echo "--- uroce stats while running"
+cat "$log/live.txt" 2>/dev/null
+[[ -s $log/poll.rc ]] && fail="${fail:-uroce stats --json failed: $(cat "$log/poll.rc")}"
+if [[ ! -s $log/live.json ]]; then
+  fail="${fail:-uroce stats never showed the server ($srv_ip) with sent_pkts > 0}"
+else
+  read -r pid sent < <(server_entry "$log/live.json")
+  echo "server pid $pid, sent_pkts $sent"
+  grep -Eq "^uroce0  pid $pid \(ibv_rc_pingpong\)  $srv_ip  netdev lo  mtu 4096  port ACTIVE" \
+    "$log/live.txt" || fail="${fail:-human-readable stats lack the server device line}"
+  # Gone once the process exits.
+  [[ -e /dev/shm/uroce.$pid.uroce0 ]] && fail="${fail:-/dev/shm/uroce.$pid.uroce0 outlives its process}"
+  "$uroce" stats --json >"$log/after.json" || fail="${fail:-uroce stats failed after the run}"
+  [[ -n $(server_entry "$log/after.json") ]] && fail="${fail:-the server is still listed after exit}"
+  # A process that died without closing leaves its file: the reader removes it, with a note.
+  if [[ -s $log/published.copy ]]; then
+    cp "$log/published.copy" "/dev/shm/uroce.$pid.uroce0"
+    "$uroce" stats >"$log/stale.out" 2>&1 || fail="${fail:-uroce stats failed on a stale file}"
+    cat "$log/stale.out"
+    grep -q "no longer runs" "$log/stale.out" || fail="${fail:-no note about the stale file}"
+    [[ -e /dev/shm/uroce.$pid.uroce0 ]] && { rm -f "/dev/shm/uroce.$pid.uroce0"; fail="${fail:-stale file not removed}"; }
+  else
+    fail="${fail:-could not copy the published file}"
+  fi
+fi
+
+# Bad arguments are an error; no matching process is not.
+"$uroce" stats --watch 0 >/dev/null 2>&1 && fail="${fail:-uroce stats --watch 0 accepted}"
+"$uroce" frobnicate >/dev/null 2>&1 && fail="${fail:-unknown subcommand accepted}"
+"$uroce" stats --pid 1 >"$log/none.out" 2>&1 || fail="${fail:-no matching process is an error}"
+grep -q "no running uroce processes" "$log/none.out" || fail="${fail:-no 'no running' message}"
+UROCE_DEVICES=uroce0=$srv_ip "$uroce" devices >"$log/devices.out" 2>&1 || fail="${fail:-uroce devices failed}"
+cat "$log/devices.out"
+grep -Eq "^uroce0 +$srv_ip .* ACTIVE" "$log/devices.out" || fail="${fail:-uroce devices lacks uroce0}"
+verdict "$fail"
