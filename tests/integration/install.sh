@@ -12,6 +12,10 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 out=$(UROCE_DEVICES=uroce0=127.0.4.1 "$prefix/bin/uroce-run" ibv_devices)
 echo "$out"
 grep -q uroce0 <<<"$out" || { echo "FAIL: installed uroce-run: no uroce0 in ibv_devices"; exit 1; }
+# The operator's command is installed beside it and works on its own.
+out=$(UROCE_DEVICES=uroce0=127.0.4.1 "$prefix/bin/uroce" devices)
+echo "$out"
+grep -q "uroce0 .*127.0.4.1" <<<"$out" || { echo "FAIL: installed uroce devices: $out"; exit 1; }
 # The installed wrapper must not reach back into the build tree.
 grep -q "$build" "$prefix/bin/uroce-run" && { echo "FAIL: uroce-run refers to the build tree"; exit 1; }
 
