@@ -20,17 +20,9 @@
 #include <random>
 #include <string>
 
-namespace example {
+#include "tcp_setup.h"
 
-[[noreturn]] inline void die(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::fputs("error: ", stderr);
-  std::vfprintf(stderr, fmt, ap);
-  std::fputc('\n', stderr);
-  va_end(ap);
-  std::exit(1);
-}
+namespace example {
 
 struct Options {
   std::string device;  // empty: the first device libibverbs lists
@@ -54,79 +46,15 @@ inline void add_common_options(CLI::App& app, Options& o) {
   app.add_option("server", o.server, "server address (omit to run as the server)");
 }
 
-// What each side tells the other so that it can address the peer's QP and memory.
-struct Endpoint {
-  uint32_t qpn = 0, psn = 0, rkey = 0;
-  uint64_t addr = 0, len = 0;  // the registered buffer the peer may access
-  ibv_gid gid{};
-};
-
 // Expected byte at offset i of a test buffer: never zero (so an unwritten byte shows) and with a
 // prime period (so a block landing at the wrong power-of-two offset shows too).
 inline uint8_t pattern(size_t i) {
   return static_cast<uint8_t>(i % 251 + 1);
 }
 
-// ---- TCP: connection set-up only; the data moves over RDMA
-// ---------------------------------------
+// ---- TCP: connection set-up only (tcp_setup.h); the data moves over RDMA
 inline int tcp_connect(const Options& o) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  const std::string port = std::to_string(o.tcp_port);
-  if (o.is_server()) hints.ai_flags = AI_PASSIVE;
-  if (int rc = getaddrinfo(o.is_server() ? nullptr : o.server.c_str(), port.c_str(), &hints, &res))
-    die("getaddrinfo: %s", gai_strerror(rc));
-  int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-  if (fd < 0) die("socket: %s", std::strerror(errno));
-  if (o.is_server()) {
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 1))
-      die("listen on port %u: %s", o.tcp_port, std::strerror(errno));
-    std::printf("waiting for a client on TCP port %u\n", o.tcp_port);
-    int conn = accept(fd, nullptr, nullptr);
-    if (conn < 0) die("accept: %s", std::strerror(errno));
-    close(fd);
-    fd = conn;
-  } else if (connect(fd, res->ai_addr, res->ai_addrlen)) {
-    die("connect to %s:%u: %s", o.server.c_str(), o.tcp_port, std::strerror(errno));
-  }
-  freeaddrinfo(res);
-  return fd;
-}
-
-inline void tcp_write(int fd, const void* p, size_t n) {
-  if (send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) die("TCP send failed");
-}
-inline void tcp_read(int fd, void* p, size_t n) {
-  if (recv(fd, p, n, MSG_WAITALL) != static_cast<ssize_t>(n)) die("peer closed the TCP connection");
-}
-
-// Swaps one byte both ways: a barrier, and a way to hand the peer a verdict (0 = OK).
-inline uint8_t tcp_exchange_byte(int fd, uint8_t mine) {
-  uint8_t theirs;
-  tcp_write(fd, &mine, 1);
-  tcp_read(fd, &theirs, 1);
-  return theirs;
-}
-
-// Sent as fixed-width text so the two hosts need not agree on endianness or struct layout.
-inline Endpoint tcp_exchange(int fd, const Endpoint& local) {
-  char msg[128] = {}, gid[33];
-  for (int i = 0; i < 16; ++i) std::snprintf(gid + 2 * i, 3, "%02x", local.gid.raw[i]);
-  std::snprintf(msg, sizeof msg, "%06x %06x %08x %016" PRIx64 " %016" PRIx64 " %s", local.qpn,
-                local.psn, local.rkey, local.addr, local.len, gid);
-  tcp_write(fd, msg, sizeof msg);
-  tcp_read(fd, msg, sizeof msg);
-  msg[sizeof msg - 1] = '\0';
-  Endpoint r;
-  if (std::sscanf(msg, "%x %x %x %" SCNx64 " %" SCNx64 " %32s", &r.qpn, &r.psn, &r.rkey, &r.addr,
-                  &r.len, gid) != 6)
-    die("malformed endpoint from the peer: '%s'", msg);
-  for (int i = 0; i < 16; ++i)
-    r.gid.raw[i] = static_cast<uint8_t>(std::stoul(std::string(gid + 2 * i, 2), nullptr, 16));
-  return r;
+  return tcp_connect(o.server, o.tcp_port);
 }
 
 // ---- Verbs resources

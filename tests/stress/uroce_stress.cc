@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "tcp_setup.h"
+
 namespace {
 
 constexpr int kExitOk = 0, kExitMismatch = 1, kExitSetup = 2, kExitPeerLost = 3, kExitStall = 4;
@@ -220,62 +222,16 @@ size_t check_read(const Op& op, const uint8_t* p, uint64_t read_region_key) {
 
 // ---- TCP, for the set-up and the final verdicts only ------------------------------------------
 
+// The connection set-up is the examples' (examples/tcp_setup.h), which ends the process through
+// example::die(); main() makes that a set-up failure (kExitSetup).
 int tcp_connect(const Options& o) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  if (o.is_server()) hints.ai_flags = AI_PASSIVE;
-  const std::string port = std::to_string(o.tcp_port);
-  if (int rc = getaddrinfo(o.is_server() ? nullptr : o.server.c_str(), port.c_str(), &hints, &res))
-    fail_setup("getaddrinfo: %s", gai_strerror(rc));
-  int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-  if (fd < 0) fail_setup("socket: %s", std::strerror(errno));
-  if (o.is_server()) {
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 1))
-      fail_setup("listen on TCP port %u: %s", o.tcp_port, std::strerror(errno));
-    std::printf("waiting for a client on TCP port %u\n", o.tcp_port);
-    std::fflush(stdout);
-    int conn = accept(fd, nullptr, nullptr);
-    if (conn < 0) fail_setup("accept: %s", std::strerror(errno));
-    close(fd);
-    fd = conn;
-  } else if (connect(fd, res->ai_addr, res->ai_addrlen)) {
-    fail_setup("connect to %s:%u: %s", o.server.c_str(), o.tcp_port, std::strerror(errno));
-  }
-  freeaddrinfo(res);
-  return fd;
+  return example::tcp_connect(o.server, o.tcp_port);
 }
-void tcp_write(int fd, const void* p, size_t n) {
-  if (send(fd, p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) fail_setup("TCP send failed");
-}
-void tcp_read(int fd, void* p, size_t n) {
-  if (recv(fd, p, n, MSG_WAITALL) != static_cast<ssize_t>(n))
-    fail_setup("the peer closed the TCP connection");
-}
-
-// Fixed-width text, so the two hosts need not agree on endianness or struct layout.
-struct Endpoint {
-  uint32_t qpn = 0, psn = 0, rkey = 0;
-  uint64_t addr = 0, len = 0;
-  ibv_gid gid{};
-};
+using example::Endpoint;
+using example::tcp_read;
+using example::tcp_write;
 Endpoint exchange(int fd, const Endpoint& local) {
-  char msg[128] = {}, gid[33];
-  for (int i = 0; i < 16; ++i) std::snprintf(gid + 2 * i, 3, "%02x", local.gid.raw[i]);
-  std::snprintf(msg, sizeof msg, "%06x %06x %08x %016" PRIx64 " %016" PRIx64 " %s", local.qpn,
-                local.psn, local.rkey, local.addr, local.len, gid);
-  tcp_write(fd, msg, sizeof msg);
-  tcp_read(fd, msg, sizeof msg);
-  msg[sizeof msg - 1] = '\0';
-  Endpoint r;
-  if (std::sscanf(msg, "%x %x %x %" SCNx64 " %" SCNx64 " %32s", &r.qpn, &r.psn, &r.rkey, &r.addr,
-                  &r.len, gid) != 6)
-    fail_setup("malformed endpoint from the peer: '%s'", msg);
-  for (int i = 0; i < 16; ++i)
-    r.gid.raw[i] = static_cast<uint8_t>(std::stoul(std::string(gid + 2 * i, 2), nullptr, 16));
-  return r;
+  return example::tcp_exchange(fd, local);
 }
 
 // ---- Verbs resources -------------------------------------------------------------------------
@@ -857,6 +813,7 @@ int run_client(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  example::die_style() = {"uroce_stress: error: ", kExitSetup};
   CLI::App app{"uroce_stress: many RC QPs, a mix of all operations, every byte checked"};
   Options o;
   app.add_option("-d,--device", o.device, "RDMA device (default: the first one)");
