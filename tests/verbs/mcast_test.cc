@@ -28,7 +28,6 @@ constexpr size_t kGrh = 40;
 
 const auto* const g_env =
     ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
-using uroce::test::open_named;
 using uroce::test::poll_n;
 
 // ::ffff:a.b.c.d, the RoCEv2 MGID of an IPv4 group.
@@ -43,13 +42,9 @@ ibv_gid v4_gid(const char* ip) {
 
 class McastVerbsTest : public ::testing::Test {
  protected:
-  struct Side {
-    ibv_context* ctx = nullptr;
-    ibv_pd* pd = nullptr;
+  struct Side : uroce::test::Dev {
     ibv_cq* cq = nullptr;
     std::vector<ibv_qp*> qps;
-    std::vector<char> buf = std::vector<char>(65536);
-    ibv_mr* mr = nullptr;
   };
 
   void SetUp() override {
@@ -59,75 +54,33 @@ class McastVerbsTest : public ::testing::Test {
   void TearDown() override {
     for (Side* s : {&a_, &b_}) {
       for (ibv_qp* qp : s->qps) ibv_destroy_qp(qp);
-      if (s->mr) ibv_dereg_mr(s->mr);
       if (s->cq) ibv_destroy_cq(s->cq);
-      if (s->pd) ibv_dealloc_pd(s->pd);
-      if (s->ctx) ibv_close_device(s->ctx);
+      uroce::test::close_dev(*s, /*check=*/false);
     }
   }
   void open_side(Side& s, const char* name) {
-    s.ctx = open_named(name);
-    ASSERT_NE(s.ctx, nullptr);
-    s.pd = ibv_alloc_pd(s.ctx);
+    ASSERT_NO_FATAL_FAILURE(uroce::test::open_dev(s, name));
     s.cq = ibv_create_cq(s.ctx, 64, nullptr, nullptr, 0);
-    s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(), IBV_ACCESS_LOCAL_WRITE);
-    ASSERT_TRUE(s.pd && s.cq && s.mr);
+    ASSERT_NE(s.cq, nullptr);
   }
   // A UD QP in RTS with Q_Key `qkey`, owned by the side.
   ibv_qp* ud_qp(Side& s, uint32_t qkey = kQkey) {
-    ibv_qp_init_attr ia{};
-    ia.send_cq = ia.recv_cq = s.cq;
-    ia.qp_type = IBV_QPT_UD;
-    ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
-    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-    ibv_qp* qp = ibv_create_qp(s.pd, &ia);
+    ibv_qp* qp = uroce::test::create_ud_qp(s.pd, s.cq);
     EXPECT_NE(qp, nullptr);
     if (!qp) return nullptr;
     s.qps.push_back(qp);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = qkey;
-    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
-              0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
-    a.qp_state = IBV_QPS_RTS;
-    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    uroce::test::ud_to_rts(qp, qkey);
     return qp;
   }
   ibv_ah* group_ah(Side& from, const ibv_gid& mgid) {
-    ibv_ah_attr at{};
-    at.is_global = 1;
-    at.port_num = 1;
-    at.grh.dgid = mgid;
-    at.grh.hop_limit = 1;
-    return ibv_create_ah(from.pd, &at);
+    return uroce::test::create_ah(from.pd, mgid);
   }
   void post_recv(Side& s, ibv_qp* qp, uint64_t id, size_t off, uint32_t len) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(s.buf.data() + off), len, s.mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+    uroce::test::post_recv_at(qp, s, id, off, len);
   }
   // Sends `len` bytes of a_.buf from `qp` to the group and waits for the send completion.
   void send_to_group(ibv_qp* qp, ibv_ah* ah, uint32_t len, uint32_t qkey = kQkey) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(a_.buf.data()), len, a_.mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 99;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.ud.ah = ah;
-    wr.wr.ud.remote_qpn = kMcastQpn;
-    wr.wr.ud.remote_qkey = qkey;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+    ASSERT_EQ(uroce::test::post_ud_send(qp, a_, 0, len, ah, kMcastQpn, qkey), 0);
     auto swc = poll_n(a_.cq, 1);
     ASSERT_EQ(swc.size(), 1u);
     EXPECT_EQ(swc[0].status, IBV_WC_SUCCESS);

@@ -20,7 +20,6 @@ constexpr const char* kDevices = "uroce0=127.0.10.1,uroce1=127.0.10.2";
 
 const auto* const g_env =
     ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
-using uroce::test::open_named;
 using uroce::test::poll_n;
 
 constexpr uint64_t kSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE |
@@ -30,61 +29,28 @@ constexpr unsigned kRw = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
 
 class MwTest : public ::testing::Test {
  protected:
-  struct Side {
-    ibv_context* ctx = nullptr;
-    ibv_pd* pd = nullptr;
-    ibv_cq* scq = nullptr;
-    ibv_cq* rcq = nullptr;
-    ibv_qp* qp = nullptr;
-    std::vector<char> buf = std::vector<char>(65536);
-    ibv_mr* mr = nullptr;  // LOCAL_WRITE | MW_BIND: no remote access without a window
-    ibv_gid gid{};
-  };
+  // Each side's mr is LOCAL_WRITE | MW_BIND: no remote access without a window.
+  using Side = uroce::test::RcSide;
 
   void SetUp() override {
     open_side(a_, "uroce0");
     open_side(b_, "uroce1");
     if (HasFatalFailure()) return;
-    connect(a_, b_);
-    connect(b_, a_);
+    uroce::test::connect_pair(a_, b_, {.access = kRw});
   }
 
   void TearDown() override {
     for (ibv_mw* mw : mws_) EXPECT_EQ(ibv_dealloc_mw(mw), 0);
-    for (Side* s : {&a_, &b_}) {
-      if (s->qp) {
-        EXPECT_EQ(ibv_destroy_qp(s->qp), 0);
-      }
-      if (s->scq) {
-        EXPECT_EQ(ibv_destroy_cq(s->scq), 0);
-      }
-      if (s->rcq) {
-        EXPECT_EQ(ibv_destroy_cq(s->rcq), 0);
-      }
-      if (s->mr) {
-        EXPECT_EQ(ibv_dereg_mr(s->mr), 0);
-      }
-      if (s->pd) {
-        EXPECT_EQ(ibv_dealloc_pd(s->pd), 0);
-      }
-      if (s->ctx) {
-        EXPECT_EQ(ibv_close_device(s->ctx), 0);
-      }
-    }
+    for (Side* s : {&a_, &b_}) uroce::test::close_rc(*s);
   }
 
   void open_side(Side& s, const char* name) {
-    s.ctx = open_named(name);
-    ASSERT_NE(s.ctx, nullptr);
-    s.pd = ibv_alloc_pd(s.ctx);
-    ASSERT_NE(s.pd, nullptr);
+    ASSERT_NO_FATAL_FAILURE(
+        uroce::test::open_dev(s, name, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
     s.scq = ibv_create_cq(s.ctx, 128, nullptr, nullptr, 0);
     s.rcq = ibv_create_cq(s.ctx, 128, nullptr, nullptr, 0);
     ASSERT_NE(s.scq, nullptr);
     ASSERT_NE(s.rcq, nullptr);
-    s.mr =
-        ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
-    ASSERT_NE(s.mr, nullptr) << std::strerror(errno);
     ibv_qp_init_attr_ex ia{};
     ia.send_cq = s.scq;
     ia.recv_cq = s.rcq;
@@ -99,43 +65,6 @@ class MwTest : public ::testing::Test {
     ia.send_ops_flags = kSendOps;
     s.qp = ibv_create_qp_ex(s.ctx, &ia);
     ASSERT_NE(s.qp, nullptr) << std::strerror(errno);
-    ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
-  }
-
-  void connect(Side& local, const Side& remote) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
-                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-              0);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote.qp->qp_num;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote.gid;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 100;
-    a.max_rd_atomic = 1;
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
   }
 
   ibv_mw* alloc(ibv_mw_type type) {
@@ -183,13 +112,7 @@ class MwTest : public ::testing::Test {
     return next(a_.scq);
   }
   void post_recv(Side& s, size_t off, uint32_t len) {
-    ibv_sge sge{addr(s, off), len, s.mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = 9;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_recv(s.qp, &wr, &bad), 0);
+    uroce::test::post_recv_at(s.qp, s, 9, off, len);
   }
 
   Side a_, b_;

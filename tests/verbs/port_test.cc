@@ -50,13 +50,6 @@ bool sh(const std::string& cmd) {
   return std::system(cmd.c_str()) == 0;
 }
 
-// Waits up to `ms` for the context's async event fd and takes one event.
-bool next_event(ibv_context* ctx, ibv_async_event* ev, int ms = 5000) {
-  pollfd p{ctx->async_fd, POLLIN, 0};
-  if (poll(&p, 1, ms) != 1) return false;
-  return ibv_get_async_event(ctx, ev) == 0;
-}
-
 // Expects the next event on `ctx` to be `type` for port 1, and acknowledges it.
 void expect_port_event(ibv_context* ctx, ibv_event_type type) {
   ibv_async_event ev{};

@@ -22,8 +22,6 @@ constexpr const char* kDevices = "uroce0=127.0.18.1,uroce1=127.0.18.2";
 
 const auto* const g_env =
     ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
-using uroce::test::open_named;
-using uroce::test::poll_n;
 
 constexpr unsigned kLocal = IBV_ACCESS_LOCAL_WRITE;
 constexpr unsigned kRemoteRw =
@@ -31,15 +29,8 @@ constexpr unsigned kRemoteRw =
 
 class ReregTest : public ::testing::Test {
  protected:
-  struct Side {
-    ibv_context* ctx = nullptr;
-    ibv_pd* pd = nullptr;
-    ibv_cq_ex* scq = nullptr;  // with completion timestamps
-    ibv_cq* rcq = nullptr;
-    ibv_qp* qp = nullptr;
-    std::vector<char> buf = std::vector<char>(8192);
-    ibv_mr* mr = nullptr;
-    ibv_gid gid{};
+  struct Side : uroce::test::RcSide {
+    ibv_cq_ex* scqx = nullptr;  // scq with completion timestamps
   };
 
   void SetUp() override {
@@ -47,50 +38,26 @@ class ReregTest : public ::testing::Test {
     // b's region starts without remote rights; tests grant them with ibv_rereg_mr.
     open_side(b_, "uroce1", kLocal | IBV_ACCESS_MW_BIND);
     if (HasFatalFailure()) return;
-    connect(a_, b_);
-    connect(b_, a_);
+    uroce::test::connect_pair(a_, b_, {.access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE});
   }
 
   void TearDown() override {
-    for (Side* s : {&a_, &b_}) {
-      if (s->qp) {
-        EXPECT_EQ(ibv_destroy_qp(s->qp), 0);
-      }
-      if (s->scq) {
-        EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(s->scq)), 0);
-      }
-      if (s->rcq) {
-        EXPECT_EQ(ibv_destroy_cq(s->rcq), 0);
-      }
-      if (s->mr) {
-        EXPECT_EQ(ibv_dereg_mr(s->mr), 0);
-      }
-      if (s->pd) {
-        EXPECT_EQ(ibv_dealloc_pd(s->pd), 0);
-      }
-      if (s->ctx) {
-        EXPECT_EQ(ibv_close_device(s->ctx), 0);
-      }
-    }
+    for (Side* s : {&a_, &b_}) uroce::test::close_rc(*s);
   }
 
   void open_side(Side& s, const char* name, unsigned access) {
-    s.ctx = open_named(name);
-    ASSERT_NE(s.ctx, nullptr);
-    s.pd = ibv_alloc_pd(s.ctx);
-    ASSERT_NE(s.pd, nullptr);
+    ASSERT_NO_FATAL_FAILURE(uroce::test::open_dev(s, name, access, 8192));
     ibv_cq_init_attr_ex ca{};
     ca.cqe = 64;
     ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
                   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
-    s.scq = ibv_create_cq_ex(s.ctx, &ca);
-    ASSERT_NE(s.scq, nullptr) << std::strerror(errno);
+    s.scqx = ibv_create_cq_ex(s.ctx, &ca);
+    ASSERT_NE(s.scqx, nullptr) << std::strerror(errno);
+    s.scq = ibv_cq_ex_to_cq(s.scqx);
     s.rcq = ibv_create_cq(s.ctx, 64, nullptr, nullptr, 0);
     ASSERT_NE(s.rcq, nullptr);
-    s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(), static_cast<int>(access));
-    ASSERT_NE(s.mr, nullptr) << std::strerror(errno);
     ibv_qp_init_attr ia{};
-    ia.send_cq = ibv_cq_ex_to_cq(s.scq);
+    ia.send_cq = s.scq;
     ia.recv_cq = s.rcq;
     ia.qp_type = IBV_QPT_RC;
     ia.cap.max_send_wr = 32;
@@ -100,43 +67,6 @@ class ReregTest : public ::testing::Test {
     ia.sq_sig_all = 1;
     s.qp = ibv_create_qp(s.pd, &ia);
     ASSERT_NE(s.qp, nullptr) << std::strerror(errno);
-    ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
-  }
-
-  void connect(Side& local, const Side& remote) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
-                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-              0);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote.qp->qp_num;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote.gid;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 100;
-    a.max_rd_atomic = 1;
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
   }
 
   struct Completion {
@@ -152,7 +82,7 @@ class ReregTest : public ::testing::Test {
     ibv_poll_cq_attr attr{};
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     while (std::chrono::steady_clock::now() < deadline) {
-      int rc = ibv_start_poll(s.scq, &attr);
+      int rc = ibv_start_poll(s.scqx, &attr);
       if (rc == ENOENT) {
         usleep(100);
         continue;
@@ -160,11 +90,11 @@ class ReregTest : public ::testing::Test {
       EXPECT_EQ(rc, 0);
       if (rc != 0) break;
       c.got = true;
-      c.status = s.scq->status;
-      c.wr_id = s.scq->wr_id;
-      c.ts = ibv_wc_read_completion_ts(s.scq);
-      c.wallclock_ns = ibv_wc_read_completion_wallclock_ns(s.scq);
-      ibv_end_poll(s.scq);
+      c.status = s.scqx->status;
+      c.wr_id = s.scqx->wr_id;
+      c.ts = ibv_wc_read_completion_ts(s.scqx);
+      c.wallclock_ns = ibv_wc_read_completion_wallclock_ns(s.scqx);
+      ibv_end_poll(s.scqx);
       break;
     }
     EXPECT_TRUE(c.got) << "no completion";

@@ -23,29 +23,18 @@ constexpr const char* kDevices = "uroce0=127.0.13.1,uroce1=127.0.13.2";
 
 const auto* const g_env =
     ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
+using uroce::test::next_event;
 using uroce::test::open_named;
 using uroce::test::poll_n;
-
-// Waits up to `ms` for the context's async fd to become readable and reads one event.
-bool next_event(ibv_context* ctx, ibv_async_event* ev, int ms) {
-  pollfd pfd{ctx->async_fd, POLLIN, 0};
-  if (poll(&pfd, 1, ms) != 1) return false;
-  return ibv_get_async_event(ctx, ev) == 0;
-}
 
 constexpr int kQps = 2;
 constexpr size_t kSlot = 256;  // bytes per receive buffer slot
 
 class SrqTest : public ::testing::Test {
  protected:
-  struct Side {
-    ibv_context* ctx = nullptr;
-    ibv_pd* pd = nullptr;
+  struct Side : uroce::test::Dev {
     ibv_cq* cq = nullptr;
     ibv_qp* qp[kQps] = {};
-    std::vector<char> buf = std::vector<char>(65536);
-    ibv_mr* mr = nullptr;
-    ibv_gid gid{};
   };
 
   void SetUp() override {
@@ -88,28 +77,14 @@ class SrqTest : public ::testing::Test {
       if (s->cq) {
         EXPECT_EQ(ibv_destroy_cq(s->cq), 0);
       }
-      if (s->mr) {
-        EXPECT_EQ(ibv_dereg_mr(s->mr), 0);
-      }
-      if (s->pd) {
-        EXPECT_EQ(ibv_dealloc_pd(s->pd), 0);
-      }
-      if (s->ctx) {
-        EXPECT_EQ(ibv_close_device(s->ctx), 0);
-      }
+      uroce::test::close_dev(*s);
     }
   }
 
   void open_side(Side& s, const char* name) {
-    s.ctx = open_named(name);
-    ASSERT_NE(s.ctx, nullptr);
-    s.pd = ibv_alloc_pd(s.ctx);
-    ASSERT_NE(s.pd, nullptr);
+    ASSERT_NO_FATAL_FAILURE(uroce::test::open_dev(s, name));
     s.cq = ibv_create_cq(s.ctx, 256, nullptr, nullptr, 0);
     ASSERT_NE(s.cq, nullptr);
-    s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(), IBV_ACCESS_LOCAL_WRITE);
-    ASSERT_NE(s.mr, nullptr);
-    ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
   }
 
   void create_qp(Side& s, int i, ibv_srq* srq) {
@@ -128,39 +103,8 @@ class SrqTest : public ::testing::Test {
   }
 
   static void connect(Side& local, int i, const Side& remote) {
-    ibv_qp* qp = local.qp[i];
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    ASSERT_EQ(
-        ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-        0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote.qp[i]->qp_num;
-    a.rq_psn = 1;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote.gid;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 1;
-    a.max_rd_atomic = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    uroce::test::connect_rc(local.qp[i], remote.qp[i]->qp_num, remote.gid,
+                            {.psn = 1, .min_rnr_timer = 1});
   }
 
   // Posts receive `wr_id` into slot `slot` of b's buffer (kSlot bytes, or `len`).
@@ -177,15 +121,8 @@ class SrqTest : public ::testing::Test {
   // a.qp[i] sends `len` bytes of value `v` (signaled); waits for its send completion.
   void send(int i, char v, uint32_t len = 16, ibv_wc_status want = IBV_WC_SUCCESS) {
     std::memset(a_.buf.data() + i * kSlot, v, len);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data() + i * kSlot), len, a_.mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 1000 + i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(a_.qp[i], &wr, &bad), 0);
+    ASSERT_EQ(uroce::test::post_send_at(a_.qp[i], a_, i * kSlot, len, 1000 + i, IBV_SEND_SIGNALED),
+              0);
     auto wcs = poll_n(a_.cq, 1);
     ASSERT_EQ(wcs.size(), 1u);
     EXPECT_EQ(wcs[0].status, want) << ibv_wc_status_str(wcs[0].status);

@@ -22,19 +22,13 @@ constexpr size_t kGrh = 40;
 
 const auto* const g_env =
     ::testing::AddGlobalTestEnvironment(new uroce::test::DevicesEnv(kDevices));
-using uroce::test::open_named;
 using uroce::test::poll_n;
 
 class UdVerbsTest : public ::testing::Test {
  protected:
-  struct Side {
-    ibv_context* ctx = nullptr;
-    ibv_pd* pd = nullptr;
+  struct Side : uroce::test::Dev {
     ibv_cq* cq = nullptr;
     ibv_qp* qp = nullptr;
-    std::vector<char> buf = std::vector<char>(65536);
-    ibv_mr* mr = nullptr;
-    ibv_gid gid{};
   };
 
   void SetUp() override {
@@ -44,72 +38,26 @@ class UdVerbsTest : public ::testing::Test {
   void TearDown() override {
     for (Side* s : {&a_, &b_}) {
       if (s->qp) ibv_destroy_qp(s->qp);
-      if (s->mr) ibv_dereg_mr(s->mr);
       if (s->cq) ibv_destroy_cq(s->cq);
-      if (s->pd) ibv_dealloc_pd(s->pd);
-      if (s->ctx) ibv_close_device(s->ctx);
+      uroce::test::close_dev(*s, /*check=*/false);
     }
   }
   void open_side(Side& s, const char* name) {
-    s.ctx = open_named(name);
-    ASSERT_NE(s.ctx, nullptr);
-    s.pd = ibv_alloc_pd(s.ctx);
+    ASSERT_NO_FATAL_FAILURE(uroce::test::open_dev(s, name));
     s.cq = ibv_create_cq(s.ctx, 64, nullptr, nullptr, 0);
-    s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(), IBV_ACCESS_LOCAL_WRITE);
-    ASSERT_TRUE(s.pd && s.cq && s.mr);
-    ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
-    ibv_qp_init_attr ia{};
-    ia.send_cq = ia.recv_cq = s.cq;
-    ia.qp_type = IBV_QPT_UD;
-    ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
-    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-    s.qp = ibv_create_qp(s.pd, &ia);
+    ASSERT_NE(s.cq, nullptr);
+    s.qp = uroce::test::create_ud_qp(s.pd, s.cq);
     ASSERT_NE(s.qp, nullptr);
     EXPECT_EQ(s.qp->qp_type, IBV_QPT_UD);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qkey = kQkey;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
-              0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &a, IBV_QP_STATE), 0);
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 7;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    ASSERT_NO_FATAL_FAILURE(uroce::test::ud_to_rts(s.qp, kQkey, 7));
   }
-  ibv_ah* ah_to(Side& from, const Side& to) {
-    ibv_ah_attr at{};
-    at.is_global = 1;
-    at.port_num = 1;
-    at.grh.dgid = to.gid;
-    at.grh.hop_limit = 1;
-    return ibv_create_ah(from.pd, &at);
-  }
+  ibv_ah* ah_to(Side& from, const Side& to) { return uroce::test::create_ah(from.pd, to.gid); }
   void post_recv(Side& s, uint64_t id, size_t off, uint32_t len) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(s.buf.data() + off), len, s.mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_recv(s.qp, &wr, &bad), 0);
+    uroce::test::post_recv_at(s.qp, s, id, off, len);
   }
   int post_send(Side& s, ibv_ah* ah, uint32_t qpn, size_t off, uint32_t len,
                 uint32_t qkey = kQkey) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(s.buf.data() + off), len, s.mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 99;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.ud.ah = ah;
-    wr.wr.ud.remote_qpn = qpn;
-    wr.wr.ud.remote_qkey = qkey;
-    ibv_send_wr* bad = nullptr;
-    return ibv_post_send(s.qp, &wr, &bad);
+    return uroce::test::post_ud_send(s.qp, s, off, len, ah, qpn, qkey);
   }
 
   Side a_, b_;
@@ -264,14 +212,7 @@ TEST_F(UdVerbsTest, UdQpOnAnSrqTakesItsReceivesFromIt) {
   ia.cap.max_send_sge = 1;
   ibv_qp* qp = ibv_create_qp(b_.pd, &ia);
   ASSERT_NE(qp, nullptr);
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qkey = kQkey;
-  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  ASSERT_NO_FATAL_FAILURE(uroce::test::ud_to_rtr(qp, kQkey));
 
   ibv_sge sge{reinterpret_cast<uint64_t>(b_.buf.data()), kGrh + 64, b_.mr->lkey};
   ibv_recv_wr wr{};

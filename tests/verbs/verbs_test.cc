@@ -303,50 +303,17 @@ TEST_F(ContextTest, UnimplementedVerbsSayEopnotsupp) {
 // A connected RC pair between uroce0 and uroce1.
 class RcPairTest : public ::testing::Test {
  protected:
-  struct Side {
-    ibv_context* ctx = nullptr;
-    ibv_pd* pd = nullptr;
-    ibv_comp_channel* ch = nullptr;
-    ibv_cq* scq = nullptr;
-    ibv_cq* rcq = nullptr;
-    ibv_qp* qp = nullptr;
-    std::vector<char> buf = std::vector<char>(65536);
-    ibv_mr* mr = nullptr;
-    ibv_gid gid{};
-  };
+  using Side = uroce::test::RcSide;
 
   void SetUp() override {
     open_side(a_, "uroce0");
     open_side(b_, "uroce1");
     if (HasFatalFailure()) return;
-    connect(a_, b_);
-    connect(b_, a_);
+    uroce::test::connect_pair(a_, b_);
   }
 
   void TearDown() override {
-    for (Side* s : {&a_, &b_}) {
-      if (s->qp) {
-        EXPECT_EQ(ibv_destroy_qp(s->qp), 0);
-      }
-      if (s->scq) {
-        EXPECT_EQ(ibv_destroy_cq(s->scq), 0);
-      }
-      if (s->rcq) {
-        EXPECT_EQ(ibv_destroy_cq(s->rcq), 0);
-      }
-      if (s->ch) {
-        EXPECT_EQ(ibv_destroy_comp_channel(s->ch), 0);
-      }
-      if (s->mr) {
-        EXPECT_EQ(ibv_dereg_mr(s->mr), 0);
-      }
-      if (s->pd) {
-        EXPECT_EQ(ibv_dealloc_pd(s->pd), 0);
-      }
-      if (s->ctx) {
-        EXPECT_EQ(ibv_close_device(s->ctx), 0);
-      }
-    }
+    for (Side* s : {&a_, &b_}) uroce::test::close_rc(*s);
   }
 
   static ibv_qp_init_attr qp_attr(Side& s) {
@@ -364,84 +331,29 @@ class RcPairTest : public ::testing::Test {
   }
 
   void open_side(Side& s, const char* name) {
-    s.ctx = open_named(name);
-    ASSERT_NE(s.ctx, nullptr);
-    s.pd = ibv_alloc_pd(s.ctx);
-    ASSERT_NE(s.pd, nullptr);
+    ASSERT_NO_FATAL_FAILURE(uroce::test::open_dev(s, name));
     s.ch = ibv_create_comp_channel(s.ctx);
     ASSERT_NE(s.ch, nullptr);
     s.scq = ibv_create_cq(s.ctx, 128, nullptr, nullptr, 0);
     s.rcq = ibv_create_cq(s.ctx, 128, &s, s.ch, 0);
     ASSERT_NE(s.scq, nullptr);
     ASSERT_NE(s.rcq, nullptr);
-    s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(), IBV_ACCESS_LOCAL_WRITE);
-    ASSERT_NE(s.mr, nullptr);
     ibv_qp_init_attr ia = qp_attr(s);
     s.qp = ibv_create_qp(s.pd, &ia);
     ASSERT_NE(s.qp, nullptr) << std::strerror(errno);
     EXPECT_EQ(s.qp->state, IBV_QPS_RESET);
     EXPECT_GE(ia.cap.max_inline_data, 64u);
-    ASSERT_EQ(ibv_query_gid(s.ctx, 1, 0, &s.gid), 0);
   }
 
-  static ibv_qp_attr init_attr() {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = 1;
-    a.qp_access_flags = 0;
-    return a;
-  }
-  static constexpr int kInitMask =
-      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-
+  static ibv_qp_attr init_attr() { return uroce::test::rc_init_attr(); }
   static ibv_qp_attr rtr_attr(const Side& remote) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote.qp->qp_num;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = remote.gid;
-    a.ah_attr.grh.sgid_index = 0;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    return a;
+    return uroce::test::rc_rtr_attr(remote.qp->qp_num, remote.gid);
   }
-  static constexpr int kRtrMask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-
-  void connect(Side& local, const Side& remote) {
-    ibv_qp_attr a = init_attr();
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a, kInitMask), 0);
-    EXPECT_EQ(local.qp->state, IBV_QPS_INIT);
-    a = rtr_attr(remote);
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a, kRtrMask), 0);
-    EXPECT_EQ(local.qp->state, IBV_QPS_RTR);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 100;
-    a.max_rd_atomic = 1;
-    ASSERT_EQ(ibv_modify_qp(local.qp, &a,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
-    EXPECT_EQ(local.qp->state, IBV_QPS_RTS);
-  }
+  static constexpr int kInitMask = uroce::test::kRcInitMask;
+  static constexpr int kRtrMask = uroce::test::kRcRtrMask;
 
   void post_recv(Side& s, uint64_t wr_id, size_t off, uint32_t len) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_recv(s.qp, &wr, &bad), 0);
+    uroce::test::post_recv_at(s.qp, s, wr_id, off, len);
   }
 
   Side a_, b_;
@@ -508,13 +420,7 @@ TEST_F(RcPairTest, CountersSeeTraffic) {
   long long before = get(b_.ctx, "rcvd_pkts");
   ASSERT_GE(before, 0) << "rcvd_pkts is listed";
   post_recv(b_, 1, 0, 64);
-  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 8, a_.mr->lkey};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 8), 0);
   ASSERT_EQ(poll_n(b_.rcq, 1).size(), 1u);
   EXPECT_GT(get(b_.ctx, "rcvd_pkts"), before);
 
@@ -626,13 +532,7 @@ TEST_F(RcPairTest, PostSendValidatesEveryWr) {
 TEST_F(RcPairTest, CompletionChannelSignalsArmedCq) {
   ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
   post_recv(b_, 3, 0, 64);
-  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 16, a_.mr->lkey};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16), 0);
 
   pollfd pfd{b_.ch->fd, POLLIN, 0};
   ASSERT_EQ(poll(&pfd, 1, 2000), 1) << "the channel fd must become readable";
@@ -649,7 +549,7 @@ TEST_F(RcPairTest, CompletionChannelSignalsArmedCq) {
 
   // Not re-armed: a second completion raises no event.
   post_recv(b_, 4, 0, 64);
-  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16), 0);
   ASSERT_EQ(poll_n(b_.rcq, 1).size(), 1u);
   EXPECT_EQ(poll(&pfd, 1, 50), 0);
 }
@@ -727,15 +627,7 @@ TEST_F(RcPairTest, ExtendedCqPollsCompletions) {
   ASSERT_EQ(ibv_modify_qp(qp, &attr, kInitMask), 0);
   attr.qp_state = IBV_QPS_ERR;  // RESET -> ERR is not a transition (IBTA 10.3.1); INIT -> ERR is
   ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
-  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 8, a_.mr->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 99;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  ASSERT_EQ(uroce::test::post_send_at(qp, a_, 0, 8, 99, IBV_SEND_SIGNALED), 0);
 
   int rc = ENOENT;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -773,25 +665,8 @@ TEST_F(RcPairTest, WrApiPostsABatch) {
   ibv_qp_attr reset{};
   reset.qp_state = IBV_QPS_RESET;
   ASSERT_EQ(ibv_modify_qp(b_.qp, &reset, IBV_QP_STATE), 0);
-  Side a2 = Side{};
-  a2.qp = qp;
-  a2.gid = a_.gid;
-  ibv_qp_attr attr = init_attr();
-  ASSERT_EQ(ibv_modify_qp(qp, &attr, kInitMask), 0);
-  attr = rtr_attr(b_);
-  ASSERT_EQ(ibv_modify_qp(qp, &attr, kRtrMask), 0);
-  attr = ibv_qp_attr{};
-  attr.qp_state = IBV_QPS_RTS;
-  attr.timeout = 14;
-  attr.retry_cnt = 7;
-  attr.rnr_retry = 7;
-  attr.sq_psn = 100;
-  attr.max_rd_atomic = 1;
-  constexpr int kRtsMask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
-  ASSERT_EQ(ibv_modify_qp(qp, &attr, kRtsMask), 0);
-  connect(b_, a2);
-  a2.qp = nullptr;  // owned below
+  ASSERT_NO_FATAL_FAILURE(uroce::test::connect_rc(qp, b_.qp->qp_num, b_.gid));
+  ASSERT_NO_FATAL_FAILURE(uroce::test::connect_rc(b_.qp, qp->qp_num, a_.gid));
 
   post_recv(b_, 1, 0, 64);
   post_recv(b_, 2, 64, 64);
