@@ -71,9 +71,11 @@ bool write_layout(void* buf, const Identity& id, const std::vector<std::string>&
   h->port_state = kPortDown;
   auto* e = reinterpret_cast<Entry*>(static_cast<char*>(buf) + sizeof(Header));
   for (size_t i = 0; i < names.size(); ++i) copy_cstr(e[i].name, sizeof e[i].name, names[i]);
-  // The magic last: a reader that sees it sees the rest (it maps the same pages).
-  std::atomic_thread_fence(std::memory_order_release);
-  std::memcpy(h->magic, kMagic, sizeof kMagic);
+  // The magic last, with a release store: a reader that sees it (it maps the same pages) sees
+  // the rest.
+  uint64_t magic;
+  std::memcpy(&magic, kMagic, sizeof magic);
+  std::atomic_ref<uint64_t>(h->magic).store(magic, std::memory_order_release);
   return true;
 }
 

@@ -47,7 +47,7 @@ inline constexpr uint32_t kPortDown = 1;
 inline constexpr uint32_t kPortActive = 4;
 
 struct Header {
-  char magic[8];         // kMagic, written last
+  uint64_t magic;        // the 8 bytes of kMagic, stored last (release)
   uint32_t version;      // kLayoutVersion
   uint32_t header_size;  // sizeof(Header): entries start here
   uint32_t entry_size;   // sizeof(Entry)
@@ -162,6 +162,7 @@ void for_each_qp_counter(const transport::QpCounters& q, F&& f) {
   f("qp_rcvd_pkts", q.rcvd_pkts);
   f("retransmitted_pkts", q.retransmitted_pkts);
   f("send_window_cuts", q.send_window_cuts);
+  f("early_retransmits", q.early_retransmits);
   f("local_ack_timeout_err", q.local_ack_timeout_err);
   f("rcvd_seq_err", q.rcvd_seq_err);
   f("rcvd_rnr_err", q.rcvd_rnr_err);

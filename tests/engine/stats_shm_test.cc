@@ -90,7 +90,7 @@ TEST(StatsShmTest, RejectsOtherMagicAndVersion) {
   EXPECT_NE(err.find("version"), std::string::npos) << err;
   reinterpret_cast<Header*>(buf.data())->version = kLayoutVersion;
   ASSERT_TRUE(parse(buf.data(), len, &err)) << err;
-  reinterpret_cast<Header*>(buf.data())->magic[0] ^= 1;
+  reinterpret_cast<Header*>(buf.data())->magic ^= 1;
   EXPECT_FALSE(parse(buf.data(), len, &err));
   EXPECT_NE(err.find("not a uroce"), std::string::npos) << err;
 }
