@@ -15,6 +15,22 @@ using wire::NakCode;
 // rnr_retry 7 means "retry forever" (IBTA 9.7.5.2.8, ibv_modify_qp(3)).
 constexpr uint8_t kRnrRetryInfinite = 7;
 
+// The floor of the probe timeout. The engine's timers are fine-grained (timerfd, kMinTimerNs
+// 10 us in src/engine/engine.cc) and loopback round trips are tens to hundreds of microseconds,
+// so neither limits the floor: the peer's scheduling does. Its ACK comes from a user-space
+// engine thread that shares cores with the application and on a loaded host waits whole
+// scheduler slices (CFS: a few ms) before it runs; a probe fired meanwhile resends the window
+// for nothing and halves it. Measured on the project's 2-core build host at load 4-5
+// (tests/engine faults_test, ping-pong over a 100 us +-50 us delay line, ~0.4 ms round trips):
+// floors of 1 ms and 2 ms fired 1-6 spurious probes per 200 round trips, 5 ms none in three
+// runs. 5 ms still ends a tail-loss stall 13 times sooner than perftest's default ACK timeout
+// (timeout 14 = 67 ms). With an ACK timeout under 10 ms (timeout <= 11) there is no room for a
+// probe below it and the ACK timer alone acts.
+constexpr Time kPtoFloorNs = 5'000'000;
+// Probes without progress double the PTO up to 2^6 times (and never beyond half the ACK
+// timeout), so a dead or overloaded peer gets a few window resends, not a stream of them.
+constexpr uint8_t kMaxProbeBackoff = 6;
+
 ibv_wc send_wc(const QpContext& ctx, const SendEntry& e, ibv_wc_status status) {
   ibv_wc wc{};
   wc.wr_id = e.wqe.wr_id;
@@ -59,15 +75,57 @@ void Completer::arm(Time now, const QpContext& ctx) {
   deadline_ = t == kNever ? kNever : now + t;
 }
 
+Time Completer::pto(const QpContext& ctx) const {
+  if (!ctx.init.early_retransmit || srtt_ == 0) return kNever;
+  const uint64_t ack_timeout = ack_timeout_ns(ctx.attr.timeout);
+  if (ack_timeout == kNever) return kNever;  // timeout 0: the user asked for no retransmit timer
+  // A probe must come well before the ACK timer or it is only a duplicate of it.
+  const Time cap = ack_timeout / 2;
+  if (cap < kPtoFloorNs) return kNever;
+  // RFC 8985 7.2: PTO = 2 * SRTT; the margin of 4 * RTTVAR (RFC 6298's) absorbs the jitter of a
+  // user-space peer's ACK turnaround.
+  const Time base = std::max(kPtoFloorNs, 2 * srtt_ + 4 * rttvar_);
+  return std::min(cap, base << probe_backoff_);
+}
+
+void Completer::arm_probe(Time now, const QpContext& ctx) {
+  const Time p = pto(ctx);
+  probe_at_ = p == kNever ? kNever : now + p;
+}
+
+void Completer::rtt_sample(Time r) {
+  r = std::max<Time>(r, 1);  // srtt_ 0 means "no sample"
+  if (srtt_ == 0) {
+    srtt_ = r;  // RFC 6298 2.2
+    rttvar_ = r / 2;
+    return;
+  }
+  const Time diff = srtt_ > r ? srtt_ - r : r - srtt_;
+  rttvar_ = (3 * rttvar_ + diff) / 4;  // RFC 6298 2.3: beta 1/4, alpha 1/8
+  srtt_ = std::max<Time>(1, (7 * srtt_ + r) / 8);
+}
+
 void Completer::on_sent(const PacketsSent& ev, Time now, const QpContext& ctx) {
   if (ev.sent_end > sent_end_) sent_end_ = ev.sent_end;
   if (deadline_ == kNever && outstanding()) arm(now, ctx);
+  if (!ctx.init.early_retransmit) return;
+  // One sample at a time, as RFC 6298 does with one timed segment per round trip.
+  if (ev.timed && !rtt_timing_) {
+    rtt_timing_ = true;
+    rtt_psn_ = ev.timed_psn;
+    rtt_start_ = now;
+  }
+  if (probe_at_ == kNever && outstanding()) arm_probe(now, ctx);
 }
 
 bool Completer::advance(Psn next_unacked, Time now, const QpContext& ctx, SendQueue& sq) {
   if (next_unacked <= unacked_) return false;
   unacked_ = next_unacked;
   if (resend_asked_ && unacked_ > resend_from_) resend_asked_ = false;
+  if (rtt_timing_ && unacked_ > rtt_psn_) {
+    rtt_timing_ = false;
+    rtt_sample(now - rtt_start_);
+  }
   while (!sq.empty() && sq.front().state == WqeState::kInFlight &&
          sq.front().end_psn() <= unacked_) {
     const SendEntry& e = sq.front();
@@ -77,10 +135,12 @@ bool Completer::advance(Psn next_unacked, Time now, const QpContext& ctx, SendQu
   // Forward progress restores the retry budgets and restarts the timer for what is left.
   retry_left_ = ctx.attr.retry_cnt;
   rnr_left_ = ctx.attr.rnr_retry;
+  probe_backoff_ = 0;
   if (outstanding()) {
     arm(now, ctx);
+    arm_probe(now, ctx);
   } else {
-    deadline_ = kNever;
+    deadline_ = probe_at_ = kNever;
   }
   return true;
 }
@@ -92,7 +152,7 @@ CompleterOutcome Completer::fail_front(Error err, const QpContext& ctx, SendQueu
     sq.pop_front();
     ++ctx.counters.send_err;
   }
-  deadline_ = kNever;
+  deadline_ = probe_at_ = kNever;
   out.fatal = QpFatal{};
   return out;
 }
@@ -103,7 +163,7 @@ CompleterOutcome Completer::complete_local_error(const QpContext& ctx, SendQueue
   ctx.init.send_cq->push(send_wc(ctx, sq.front(), sq.front().error));
   sq.pop_front();
   ++ctx.counters.send_err;
-  deadline_ = kNever;
+  deadline_ = probe_at_ = kNever;
   out.fatal = QpFatal{};
   return out;
 }
@@ -144,6 +204,8 @@ void Completer::implicit_nak(Psn from, Time now, const QpContext& ctx, Completer
   ++ctx.counters.completer_retry_err;
   out.retransmit = RetransmitFrom{from, 0, RetransmitFrom::Cause::kImplicitNak};
   arm(now, ctx);
+  rtt_timing_ = false;  // Karn: the timed PSN may go again
+  arm_probe(now, ctx);  // the probe watches the resend
 }
 
 CompleterOutcome Completer::on_response(const wire::Packet& pkt, Time now, const QpContext& ctx,
@@ -285,7 +347,8 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
     // when the retransmission goes out (on_sent).
     out.retransmit = RetransmitFrom{psn, now + rnr_timer_ns(wire::aeth_value(syn)),
                                     RetransmitFrom::Cause::kRnrNak};
-    deadline_ = kNever;
+    deadline_ = probe_at_ = kNever;
+    rtt_timing_ = false;
     return out;
   }
   if (type != AethType::kNak) {
@@ -307,6 +370,8 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
       ++ctx.counters.completer_retry_err;
       out.retransmit = RetransmitFrom{psn, 0, RetransmitFrom::Cause::kSequenceNak};
       arm(now, ctx);
+      rtt_timing_ = false;
+      arm_probe(now, ctx);
       return out;
     case NakCode::kInvalidRequest:
       return fail_front(Error::kRemoteInvalidRequest, ctx, sq);
@@ -323,9 +388,9 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
 
 CompleterOutcome Completer::on_timer(Time now, const QpContext& ctx, SendQueue& sq) {
   CompleterOutcome out;
-  if (deadline_ > now) return out;
+  if (deadline_ > now) return probe_at_ <= now ? on_probe(now, ctx) : out;
   if (!outstanding()) {
-    deadline_ = kNever;
+    deadline_ = probe_at_ = kNever;
     return out;
   }
   // Local ACK timeout (IBTA 9.7.6.1.3): resend everything from the oldest unacknowledged PSN
@@ -340,6 +405,25 @@ CompleterOutcome Completer::on_timer(Time now, const QpContext& ctx, SendQueue& 
   ++ctx.counters.completer_retry_err;
   out.retransmit = RetransmitFrom{unacked_, 0, RetransmitFrom::Cause::kTimeout};
   arm(now, ctx);
+  rtt_timing_ = false;
+  arm_probe(now, ctx);
+  return out;
+}
+
+CompleterOutcome Completer::on_probe(Time now, const QpContext& ctx) {
+  CompleterOutcome out;
+  if (!outstanding()) {
+    probe_at_ = kNever;
+    return out;
+  }
+  // No ACK progress for a PTO: go back to the oldest unacknowledged PSN (the requester sets
+  // AckReq on it), as the ACK timer would, but leave that timer and the retry budget alone.
+  ++ctx.counters.early_retransmits;
+  resend_asked_ = false;  // like the timer: a later implicit NAK for the same READ may ask again
+  rtt_timing_ = false;
+  if (probe_backoff_ < kMaxProbeBackoff) ++probe_backoff_;
+  arm_probe(now, ctx);
+  out.retransmit = RetransmitFrom{unacked_, 0, RetransmitFrom::Cause::kProbe};
   return out;
 }
 

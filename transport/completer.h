@@ -1,6 +1,6 @@
 // The completer: handles what comes back for our requests (ACK, RNR NAK, NAKs, READ responses
-// and ATOMIC ACKs), completes send WQEs in order, and owns the retransmission timer and the retry
-// counters (IBTA 9.7.5.1 ff., 9.7.6.1.3).
+// and ATOMIC ACKs), completes send WQEs in order, and owns the retransmission timer, the retry
+// counters (IBTA 9.7.5.1 ff., 9.7.6.1.3) and the early-retransmit probe timer (below).
 //
 // READ and ATOMIC WQEs complete only when their data has arrived: a READ response or ATOMIC ACK
 // implicitly acknowledges every request before it (9.7.5.1.1), but no ACK can complete a READ or
@@ -9,6 +9,7 @@
 // where the data stopped ("implicit NAK"), a READ from the first missing response packet.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "transport/context.h"
@@ -48,7 +49,10 @@ class Completer {
   // everything before them is acknowledged; ACKs complete those behind outstanding requests.
   void complete_local_done(const QpContext& ctx, SendQueue& sq);
 
-  Time deadline() const { return deadline_; }
+  // The earlier of the ACK timer and the probe timer; on_timer() handles whichever is due.
+  Time deadline() const { return std::min(deadline_, probe_at_); }
+  // The probe timeout with its current backoff, or kNever when probes are off or not possible.
+  Time pto(const QpContext& ctx) const;
   bool outstanding() const { return unacked_ < sent_end_; }
   Psn unacked() const { return unacked_; }
 
@@ -72,6 +76,10 @@ class Completer {
   // Completes the front WQE with `err` (the QP then goes to ERR).
   CompleterOutcome fail_front(Error err, const QpContext& ctx, SendQueue& sq);
   void arm(Time now, const QpContext& ctx);
+  // The probe timer: (re)starts it at now + pto(), or stops it when there is no PTO.
+  void arm_probe(Time now, const QpContext& ctx);
+  CompleterOutcome on_probe(Time now, const QpContext& ctx);
+  void rtt_sample(Time r);
 
   Psn unacked_;             // oldest PSN not yet acknowledged
   Psn sent_end_;            // one past the highest PSN sent (from PacketsSent)
@@ -80,6 +88,24 @@ class Completer {
   uint8_t rnr_left_ = 0;    // RNR NAKs still allowed without progress (unused when rnr_retry = 7)
   bool resend_asked_ = false;  // implicit NAK sent for resend_from_; cleared by progress past it
   Psn resend_from_;            // or by the timer
+
+  // Early retransmission (QpInit::early_retransmit), after TCP's tail loss probe (RFC 8985
+  // 7.2-7.3) and the "adaptive retransmission" of RDMA NICs. A loss at the tail of what is in
+  // flight, a lost gap NAK or a lost first resent packet leave the responder silent (it NAKs a
+  // gap once and discards what follows, IBTA 9.7.5.2.2); without a probe only the local ACK
+  // timer (67 ms at perftest's default) ends the stall. The probe timer runs whenever PSNs are
+  // outstanding, restarts on ACK progress and on every NAK-driven resend, and on expiry asks the
+  // requester to go back to the oldest unacknowledged PSN, the one resend the responder can use.
+  // It neither restarts the ACK timer nor spends retry_cnt: the IBTA timeout and retry budget
+  // run from the last progress exactly as without probes, so a dead peer still ends in
+  // RETRY_EXC_ERR after timeout * (retry_cnt + 1). No probe before the first round-trip sample:
+  // without one there is no basis for a timeout shorter than the ACK timer.
+  Time srtt_ = 0, rttvar_ = 0;  // RFC 6298 2.2-2.3, nanoseconds; srtt_ 0 = no sample yet
+  bool rtt_timing_ = false;     // a sample is under way: rtt_psn_ sent at rtt_start_
+  Psn rtt_psn_;
+  Time rtt_start_ = 0;
+  Time probe_at_ = kNever;     // probe timer; kNever when stopped
+  uint8_t probe_backoff_ = 0;  // probes since the last progress: the PTO doubles per probe
 };
 
 }  // namespace uroce::transport

@@ -18,15 +18,18 @@ struct AckedThrough {
 };
 
 // Completer → requester: transmit again from `psn` (go-back-N after a PSN sequence error NAK,
-// an RNR NAK or a local ACK timeout), not before `not_before` (the RNR timer; 0 = now).
+// an RNR NAK, a local ACK timeout or an early-retransmit probe), not before `not_before` (the RNR
+// timer; 0 = now).
 struct RetransmitFrom {
   // Why: the requester's send window shrinks on the loss signals (sequence NAK, implicit NAK,
-  // timeout) and not on an RNR NAK, which says the receiver had no WQE, not that a packet was lost.
+  // timeout, probe) and not on an RNR NAK, which says the receiver had no WQE, not that a packet
+  // was lost.
   enum class Cause : uint8_t {
     kSequenceNak,  // PSN sequence error NAK (IBTA 9.7.5.2.2)
     kImplicitNak,  // a READ/ATOMIC response is missing behind a later response (completer.h)
     kTimeout,      // local ACK timeout (IBTA 9.7.6.1.3)
     kRnrNak,       // RNR NAK (IBTA 9.7.5.2.8)
+    kProbe,        // the early-retransmit probe timer (completer.h), before the ACK timeout
   };
   Psn psn;
   Time not_before = 0;
@@ -37,6 +40,11 @@ struct RetransmitFrom {
 // once; the retransmission timer must run while any of them is unacknowledged.
 struct PacketsSent {
   Psn sent_end;
+  // A PSN sent for the first time with AckReq in this pump, to time the round trip to the ACK
+  // that covers it (completer.h). Only new PSNs: a resent one could be answered by either copy
+  // (Karn's rule).
+  bool timed = false;
+  Psn timed_psn;
 };
 
 // Any role → QP: the QP must enter the error state (the role has already completed the WQE that

@@ -76,6 +76,11 @@ struct QpInit {
   // Shared receive queue (srq.h), or null. With one, post_recv is refused (EINVAL) and receive
   // WQEs come from the SRQ; the caller keeps the SRQ alive while the QP exists.
   Srq* srq = nullptr;
+  // RC: resend from the oldest unacknowledged PSN when no ACK progress came for a probe timeout
+  // derived from the measured round trip, well before the local ACK timeout (completer.h). Off,
+  // only the IBTA ACK timer retransmits. The device sets it from DeviceConfig (default on,
+  // UROCE_EARLY_RETRANSMIT); off here so a bare QpInit keeps the plain IBTA behaviour.
+  bool early_retransmit = false;
 };
 
 // Per-QP counters; names follow rxe's hw_counters where one exists.
@@ -90,9 +95,12 @@ struct QpCounters {
   uint64_t send_err = 0;
   uint64_t completer_retry_err = 0, local_ack_timeout_err = 0;
   uint64_t retransmitted_pkts = 0;
-  // Times a loss signal (sequence/implicit NAK, ACK timeout) shrank the requester's send window
-  // (requester.h, SendWindowCtl). No rxe equivalent.
+  // Times a loss signal (sequence/implicit NAK, ACK timeout, probe) shrank the requester's send
+  // window (requester.h, SendWindowCtl). No rxe equivalent.
   uint64_t send_window_cuts = 0;
+  // Probe timeouts that resent from the oldest unacknowledged PSN before the ACK timeout
+  // (QpInit::early_retransmit, completer.h). No rxe equivalent.
+  uint64_t early_retransmits = 0;
   uint64_t dropped_pkts = 0;  // received but dropped (wrong state, bad opcode for QP type…)
   // UD/UC receive drops (each also counted in dropped_pkts).
   uint64_t qkey_violation = 0;   // UD: DETH Q_Key differs from the QP's (IBTA C10-15, 10.2.5)

@@ -123,6 +123,13 @@ void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq) {
     if (window_.on_loss(SendWindowCtl::Loss::kSequenceNak)) ++cuts_unreported_;
   } else if (ev.cause == Cause::kTimeout) {
     if (window_.on_loss(SendWindowCtl::Loss::kTimeout)) ++cuts_unreported_;
+  } else if (ev.cause == Cause::kProbe) {
+    // A probe timeout is a loss signal of the same weight as a sequence NAK: halve, not
+    // collapse. It says the tail of the window (or its NAK) went missing while the path kept
+    // working up to the last ACK a few round trips ago, which is a sequence NAK's evidence, not
+    // a timeout's (a path silent for the whole ACK timeout). A spurious probe (ACKs merely
+    // delayed past the PTO) then costs half the window, not the slow start from the floor.
+    if (window_.on_loss(SendWindowCtl::Loss::kSequenceNak)) ++cuts_unreported_;
   }
 }
 
@@ -166,7 +173,8 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   ctx.counters.send_window_cuts += cuts_unreported_;
   cuts_unreported_ = 0;
   if (not_before_ != 0 && now >= not_before_) not_before_ = 0;
-  bool sent = false;
+  bool sent = false, timed = false;
+  Psn timed_psn;
   while (state(now, ctx, sq, may_start) == State::kSending) {
     SendEntry& e = sq.at(cursor_seq_);
     const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
@@ -215,17 +223,22 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
       out.blocked_by_port = true;
       break;
     }
-    write_packet(ctx, e, seg, pieces, npieces, buf);
+    const bool ack_req = write_packet(ctx, e, seg, pieces, npieces, buf);
     tx.tx_commit(buf);
     ++ctx.counters.sent_pkts;
-    if (cursor_psn_ < sent_end_) ++ctx.counters.retransmitted_pkts;
+    if (cursor_psn_ < sent_end_) {
+      ++ctx.counters.retransmitted_pkts;
+    } else if (ack_req) {
+      timed = true;  // first transmission: its ACK times the round trip (Karn's rule)
+      timed_psn = cursor_psn_;
+    }
     // A READ request covers every PSN of its response stream; an ATOMIC has one PSN.
     cursor_psn_ = rd_atomic ? e.end_psn() : cursor_psn_ + 1;
     if (cursor_psn_ > sent_end_) sent_end_ = cursor_psn_;
     sent = true;
     if (cursor_psn_ == e.end_psn()) ++cursor_seq_;
   }
-  if (sent) out.sent = PacketsSent{sent_end_};
+  if (sent) out.sent = PacketsSent{sent_end_, timed, timed_psn};
   return out;
 }
 
@@ -262,7 +275,7 @@ Requester::Segment Requester::segment(const QpContext& ctx, const SendEntry& e) 
   return seg;
 }
 
-void Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
+bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
                              const MemPieces& pieces, uint32_t npieces, TxBuf* buf) {
   const bool first = seg.index == 0, last = seg.index + 1 == e.npkts;
   const uint32_t len = seg.len;
@@ -336,6 +349,7 @@ void Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   buf->dst_ip = ctx.remote_ip;
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnEct0;  // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)
+  return ack_req;
 }
 
 }  // namespace uroce::transport

@@ -40,14 +40,14 @@ inline constexpr uint32_t kMinSendWindowPkts = 32;
 
 // The loss-adaptive limit on PSNs in flight, AIMD in the manner of TCP Reno's congestion window
 // (RFC 5681) but in packets: it starts at kSendWindowPkts; a sequence NAK (or an implicit NAK for
-// a lost READ/ATOMIC response) halves it, an ACK timeout collapses it to kMinSendWindowPkts and
-// remembers half the old limit as the slow-start threshold; acknowledged PSNs grow it by one per
-// PSN below the threshold (doubling per round trip) and by one per window's worth above it. It
-// never leaves [kMinSendWindowPkts, kSendWindowPkts]. It changes only how far the requester runs
-// ahead of the oldest unacknowledged PSN: PSNs, packets and ACK handling are as without it. Why:
-// the responder discards everything behind a gap (IBTA 9.7.4.1.3.3, 9.7.5.2.2), so each loss
-// costs the packets in flight behind it; with a fixed 256-packet window that was 13 resent
-// packets per original at 5% loss (docs/performance.md).
+// a lost READ/ATOMIC response, or an early-retransmit probe) halves it, an ACK timeout collapses it
+// to kMinSendWindowPkts and remembers half the old limit as the slow-start threshold; acknowledged
+// PSNs grow it by one per PSN below the threshold (doubling per round trip) and by one per window's
+// worth above it. It never leaves [kMinSendWindowPkts, kSendWindowPkts]. It changes only how far
+// the requester runs ahead of the oldest unacknowledged PSN: PSNs, packets and ACK handling are as
+// without it. Why: the responder discards everything behind a gap (IBTA 9.7.4.1.3.3, 9.7.5.2.2), so
+// each loss costs the packets in flight behind it; with a fixed 256-packet window that was 13
+// resent packets per original at 5% loss (docs/performance.md).
 class SendWindowCtl {
  public:
   enum class Loss : uint8_t { kSequenceNak, kTimeout };
@@ -121,7 +121,8 @@ class Requester {
   // kInFlight with no PSN on success, false and kLocalError otherwise.
   bool execute_local(const QpContext& ctx, SendEntry& e);
   // Writes the cursor's packet (headers, payload from `pieces` or the inline data, pad) to `buf`.
-  void write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
+  // Returns whether it asks for an ACK.
+  bool write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
                     const MemPieces& pieces, uint32_t npieces, TxBuf* buf);
   // Moves the cursor to the WQE holding `psn` (an in-flight PSN), or to the end.
   void seek(Psn psn, const SendQueue& sq);

@@ -22,6 +22,7 @@ constexpr std::string_view kDevicesVar = "UROCE_DEVICES";
 constexpr std::string_view kFaultsVar = "UROCE_FAULTS";
 constexpr std::string_view kStatsVar = "UROCE_STATS";
 constexpr std::string_view kPcapVar = "UROCE_PCAP";
+constexpr std::string_view kEarlyRetransmitVar = "UROCE_EARLY_RETRANSMIT";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
 constexpr size_t kMaxNameLen = 63;
 
@@ -474,9 +475,16 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     set_err(err, kStatsVar, "'" + std::string(sv) + "' is not 0 or 1");
     return std::nullopt;
   }
+  const char* er = std::getenv(std::string(kEarlyRetransmitVar).c_str());
+  std::string_view erv = er ? er : "";
+  if (erv != "" && erv != "0" && erv != "1") {
+    set_err(err, kEarlyRetransmitVar, "'" + std::string(erv) + "' is not 0 or 1");
+    return std::nullopt;
+  }
   const char* pcap = std::getenv(std::string(kPcapVar).c_str());
   for (auto& d : out) {
     d.print_stats = sv == "1";
+    d.early_retransmit = erv != "0";
     if (pcap && *pcap) d.pcap_path = expand_pcap_path(pcap, d.name, out.size() > 1);
   }
   return out;

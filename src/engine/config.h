@@ -56,6 +56,9 @@ struct DeviceConfig {
   std::string pcap_path;
   // UROCE_STATS=1: print the device's counters on stderr when it closes.
   bool print_stats = false;
+  // UROCE_EARLY_RETRANSMIT=0|1 (default 1): RC QPs probe for a lost tail before the ACK timeout
+  // (transport QpInit::early_retransmit). 0 leaves only the IBTA local ACK timer.
+  bool early_retransmit = true;
 };
 
 // Parses UROCE_DEVICES (or the default when unset: uroce0 on the IPv4 address of the first up,

@@ -188,6 +188,7 @@ void add_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
   sum.local_ack_timeout_err += c.local_ack_timeout_err;
   sum.retransmitted_pkts += c.retransmitted_pkts;
   sum.send_window_cuts += c.send_window_cuts;
+  sum.early_retransmits += c.early_retransmits;
   sum.dropped_pkts += c.dropped_pkts;
   sum.qkey_violation += c.qkey_violation;
   sum.out_of_buffer += c.out_of_buffer;
@@ -306,6 +307,7 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   }
   init.qpn = alloc_qpn();
   init.local_ip = cfg_.ipv4;
+  init.early_retransmit = cfg_.early_retransmit;
   if (!init.events) init.events = this;
   try {
     QpEntry e;

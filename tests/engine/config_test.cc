@@ -220,5 +220,36 @@ TEST(ConfigTest, StatsAndCaptureComeFromTheEnvironment) {
   unsetenv("UROCE_PCAP");
 }
 
+// UROCE_EARLY_RETRANSMIT turns the RC probe timer off per process (docs/configuration.md).
+TEST(ConfigTest, EarlyRetransmitSwitch) {
+  ScopedEnv d("UROCE_DEVICES", "u0=127.0.0.1,u1=127.0.0.2");
+  std::string err;
+  {
+    ScopedEnv e("UROCE_EARLY_RETRANSMIT", nullptr);
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_TRUE((*c)[0].early_retransmit);  // on by default
+    EXPECT_TRUE((*c)[1].early_retransmit);
+  }
+  {
+    ScopedEnv e("UROCE_EARLY_RETRANSMIT", "0");
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_FALSE((*c)[0].early_retransmit);
+    EXPECT_FALSE((*c)[1].early_retransmit);
+  }
+  {
+    ScopedEnv e("UROCE_EARLY_RETRANSMIT", "1");
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_TRUE((*c)[0].early_retransmit);
+  }
+  {
+    ScopedEnv e("UROCE_EARLY_RETRANSMIT", "off");
+    EXPECT_FALSE(load_device_config(&err).has_value());
+    EXPECT_NE(err.find("UROCE_EARLY_RETRANSMIT"), std::string::npos) << err;
+  }
+}
+
 }  // namespace
 }  // namespace uroce
