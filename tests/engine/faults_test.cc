@@ -15,13 +15,18 @@
 
 #include "engine/config.h"
 #include "engine/device.h"
+#include "rc_side.h"
 #include "test_util.h"
 
 namespace uroce {
 namespace {
 
 using namespace std::chrono_literals;
+using test::config;
+using test::connect;
 using test::loopback;
+using test::poll_n;
+using test::Side;
 
 // A frame whose bytes encode its sequence number (and are long enough to corrupt).
 FaultFrame frame(uint32_t seq, size_t len = 64) {
@@ -342,101 +347,6 @@ TEST(FaultConfigTest, RejectsMalformedValuesNamingTheToken) {
 }
 
 // --- End to end: two Devices, RC SENDs under each fault kind ---
-
-DeviceConfig config(const char* name, uint32_t ip, const FaultConfig& faults) {
-  DeviceConfig c;
-  c.name = name;
-  c.ipv4 = ip;
-  c.netdev = "lo";
-  c.faults = faults;
-  return c;
-}
-
-ibv_gid gid_of(uint32_t ip) {
-  ibv_gid g{};
-  g.raw[10] = g.raw[11] = 0xff;
-  uint32_t be = htonl(ip);
-  std::memcpy(&g.raw[12], &be, 4);
-  return g;
-}
-
-struct Side {
-  std::unique_ptr<Device> dev;
-  std::unique_ptr<CompChannel> channel = std::make_unique<CompChannel>();
-  std::unique_ptr<Cq> scq, rcq;
-  std::vector<uint8_t> buf;
-  uint32_t pd = 0, lkey = 0, rkey = 0;
-  transport::Qp* qp = nullptr;
-  ~Side() { dev.reset(); }  // the engine writes into buf and the CQs until it stops
-
-  bool setup(const DeviceConfig& c, size_t len) {
-    std::string err;
-    dev = Device::open(c, &err);
-    EXPECT_NE(dev, nullptr) << err;
-    if (!dev) return false;
-    scq = std::make_unique<Cq>(256, channel.get(), this);
-    rcq = std::make_unique<Cq>(256, channel.get(), this);
-    pd = dev->alloc_pd();
-    buf.assign(len, 0);
-    if (dev->reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE, &lkey, &rkey) != 0)
-      return false;
-    transport::QpInit init;
-    init.type = IBV_QPT_RC;
-    init.pd = pd;
-    init.max_send_wr = init.max_recv_wr = 128;
-    init.max_send_sge = init.max_recv_sge = 1;
-    init.send_cq = scq.get();
-    init.recv_cq = rcq.get();
-    int e = 0;
-    qp = dev->create_qp(init, &e);
-    return qp != nullptr;
-  }
-};
-
-void connect(Side& s, const Side& r, uint8_t timeout = 8) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  ASSERT_EQ(s.dev->modify_qp(s.qp, a,
-                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-            0);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = r.qp->qpn();
-  a.rq_psn = 0x200;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid_of(r.dev->ipv4());
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  ASSERT_EQ(s.dev->modify_qp(s.qp, a,
-                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                 IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-            0);
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = timeout;  // 8: 4.096 us * 2^8 ≈ 1 ms retransmission timeout
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 0x200;
-  ASSERT_EQ(s.dev->modify_qp(s.qp, a,
-                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-            0);
-}
-
-std::vector<ibv_wc> poll_n(Cq& cq, size_t n, std::chrono::milliseconds limit) {
-  std::vector<ibv_wc> out;
-  auto end = std::chrono::steady_clock::now() + limit;
-  ibv_wc wc[16];
-  while (out.size() < n && std::chrono::steady_clock::now() < end) {
-    int k = cq.poll(16, wc);
-    if (k == 0) std::this_thread::sleep_for(200us);
-    out.insert(out.end(), wc, wc + k);
-  }
-  return out;
-}
 
 // A sends kMsgs messages of kLen bytes (3 packets each) to B, both devices with `faults`; checks
 // every message completes once, in order, byte-exact. Returns the two devices' counters' sum
