@@ -404,18 +404,22 @@ int destroy_qp(ibv_qp* ibqp) {
   return 0;
 }
 
-int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
-  VQp* qp = to_v(ibqp);
-  auto& wqes = t_send_wqes;
-  auto& wrs = t_send_wrs;
+// ibv_post_send / ibv_post_recv: converts the chain into WQEs up to the first invalid WR, posts
+// that valid prefix in one call (ibv_post_send(3): the WRs before *bad_wr are posted), and
+// reports the first WR that was not posted. `to_wqe(wr, wqe)` validates one WR; `post(wqes, n,
+// &bad_index)` posts n WQEs. The staging vectors are per thread and keep their capacity.
+namespace {
+template <typename Wr, typename Wqe, typename ToWqe, typename Post>
+int post_chain(Wr* wr, Wr** bad, std::vector<Wqe>& wqes, std::vector<Wr*>& wrs, ToWqe to_wqe,
+               Post post) {
   wrs.clear();
   int err = 0;
-  ibv_send_wr* first_bad = nullptr;
-  ibv_send_wr* w = wr;
+  Wr* first_bad = nullptr;
+  Wr* w = wr;
   try {
     for (; w; w = w->next) {
       if (wqes.size() <= wrs.size()) wqes.emplace_back();
-      err = to_send_wqe(qp, *w, wqes[wrs.size()]);
+      err = to_wqe(*w, wqes[wrs.size()]);
       if (err) {
         first_bad = w;
         break;
@@ -426,10 +430,9 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     err = ENOMEM;
     first_bad = w;
   }
-  // Post the valid prefix: the WRs before *bad_wr are posted (ibv_post_send(3)).
   if (!wrs.empty()) {
     size_t bad_index = 0;
-    int rc = qp->ctx->dev->post_send(qp->tqp, wqes.data(), wrs.size(), &bad_index);
+    int rc = post(wqes.data(), wrs.size(), &bad_index);
     if (rc) {
       if (bad) *bad = bad_index < wrs.size() ? wrs[bad_index] : wrs.front();
       return rc;
@@ -441,6 +444,17 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   }
   return 0;
 }
+}  // namespace
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  VQp* qp = to_v(ibqp);
+  return post_chain(
+      wr, bad, t_send_wqes, t_send_wrs,
+      [qp](const ibv_send_wr& w, transport::SendWqe& wqe) { return to_send_wqe(qp, w, wqe); },
+      [qp](const transport::SendWqe* wqes, size_t n, size_t* bad_index) {
+        return qp->ctx->dev->post_send(qp->tqp, wqes, n, bad_index);
+      });
+}
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   VQp* qp = to_v(ibqp);
@@ -448,39 +462,12 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     if (bad) *bad = wr;
     return EINVAL;
   }
-  auto& wqes = t_recv_wqes;
-  auto& wrs = t_recv_wrs;
-  wrs.clear();
-  int err = 0;
-  ibv_recv_wr* first_bad = nullptr;
-  ibv_recv_wr* w = wr;
-  try {
-    for (; w; w = w->next) {
-      if (wqes.size() <= wrs.size()) wqes.emplace_back();
-      err = to_recv_wqe(qp, *w, wqes[wrs.size()]);
-      if (err) {
-        first_bad = w;
-        break;
-      }
-      wrs.push_back(w);
-    }
-  } catch (const std::bad_alloc&) {
-    err = ENOMEM;
-    first_bad = w;
-  }
-  if (!wrs.empty()) {
-    size_t bad_index = 0;
-    int rc = qp->ctx->dev->post_recv(qp->tqp, wqes.data(), wrs.size(), &bad_index);
-    if (rc) {
-      if (bad) *bad = bad_index < wrs.size() ? wrs[bad_index] : wrs.front();
-      return rc;
-    }
-  }
-  if (err) {
-    if (bad) *bad = first_bad;
-    return err;
-  }
-  return 0;
+  return post_chain(
+      wr, bad, t_recv_wqes, t_recv_wrs,
+      [qp](const ibv_recv_wr& w, transport::RecvWqe& wqe) { return to_recv_wqe(qp, w, wqe); },
+      [qp](const transport::RecvWqe* wqes, size_t n, size_t* bad_index) {
+        return qp->ctx->dev->post_recv(qp->tqp, wqes, n, bad_index);
+      });
 }
 
 ibv_qp_ex* qp_to_qp_ex(ibv_qp* ibqp) {
