@@ -300,9 +300,24 @@ pingpong_pair() {
   local prog=$1 dir=$2
   shift 2
   require_vm
-  local port=${PORT:-18515}
-  run_pair "$dir" 'local address' "$port" "$prog" -p "$port" "$@" -- -d uroce0 -g 0 -- \
-    -d rxe0 -g "$GUEST_GID_INDEX"
+  local port=${PORT:-18515} attempt
+  for attempt in 1 2 3; do
+    run_pair "$dir" 'local address' "$port" "$prog" -p "$port" "$@" -- -d uroce0 -g 0 -- \
+      -d rxe0 -g "$GUEST_GID_INDEX"
+    # The pingpongs end without a final handshake: under injected loss the ACK of one side's last
+    # SEND can be lost as the other side exits, and the first then fails with "retry counter
+    # exceeded" although the peer got every message (tests/integration/pingpong.sh says more).
+    # Only that outcome, only with FAULTS, is run again.
+    [[ -n $result_fail && -n ${FAULTS:-} && $attempt -lt 3 ]] || break
+    local bad=server good=client
+    grep -q "retry counter exceeded" "$tmp/client.out" && bad=client good=server
+    grep -q "retry counter exceeded" "$tmp/$bad.out" && grep -q "iters in" "$tmp/$good.out" ||
+      break
+    echo "NOTE: the peer exited before its last ACK arrived; running again"
+    rm -rf "$tmp" "$pcap" "$pcap.log"
+    tmp='' pcap=''
+    result_fail=
+  done
   grep -Eq 'iters in [0-9.]+ seconds' "$tmp/client.out" ||
     result_fail="${result_fail:-the client printed no iteration summary}"
   summary "$(grep -h 'bytes in\|iters in' "$tmp/client.out" | tr '\n' ' ')"
