@@ -23,6 +23,7 @@ constexpr std::string_view kFaultsVar = "UROCE_FAULTS";
 constexpr std::string_view kStatsVar = "UROCE_STATS";
 constexpr std::string_view kPcapVar = "UROCE_PCAP";
 constexpr std::string_view kEarlyRetransmitVar = "UROCE_EARLY_RETRANSMIT";
+constexpr std::string_view kGsoVar = "UROCE_GSO";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
 constexpr size_t kMaxNameLen = 63;
 
@@ -481,8 +482,15 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     set_err(err, kEarlyRetransmitVar, "'" + std::string(erv) + "' is not 0 or 1");
     return std::nullopt;
   }
+  const char* gso = std::getenv(std::string(kGsoVar).c_str());
+  std::string_view gv = gso ? gso : "";
+  if (gv != "" && gv != "0" && gv != "1") {
+    set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0 or 1");
+    return std::nullopt;
+  }
   const char* pcap = std::getenv(std::string(kPcapVar).c_str());
   for (auto& d : out) {
+    d.gso = gv == "1";
     d.print_stats = sv == "1";
     d.early_retransmit = erv != "0";
     if (pcap && *pcap) d.pcap_path = expand_pcap_path(pcap, d.name, out.size() > 1);

@@ -59,6 +59,10 @@ struct DeviceConfig {
   // UROCE_EARLY_RETRANSMIT=0|1 (default 1): RC QPs probe for a lost tail before the ACK timeout
   // (transport QpInit::early_retransmit). 0 leaves only the IBTA local ACK timer.
   bool early_retransmit = true;
+  // UROCE_GSO=0|1 (default 0): the UDP port batches sends with UDP GSO and receives with UDP
+  // GRO (UdpPortOptions::gso). Off by default: captures on the host (dumpcap on lo or a veth)
+  // then show the unsegmented super-datagrams, not RoCE packets (docs/configuration.md).
+  bool gso = false;
 };
 
 // Parses UROCE_DEVICES (or the default when unset: uroce0 on the IPv4 address of the first up,

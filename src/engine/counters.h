@@ -70,6 +70,9 @@ struct DeviceCounters {
   // because no socket could be had for the requested source port (see udp_port.h).
   Counter tx_src_port_sockets;
   Counter tx_src_port_fallback;
+  // Send sockets on which the kernel refused UDP GSO (UROCE_GSO; e.g. the route's device has no
+  // checksum offload): they send one datagram per packet from then on.
+  Counter tx_gso_fallback;
 
   // Fault injection (UROCE_FAULTS, engine/faults.h). Receive: fault_drops above counts every
   // injected drop (loss and burst); the rest count datagrams, before the ICRC check. Transmit:
@@ -128,6 +131,7 @@ struct DeviceCounters {
     f("tx_errors", s.tx_errors);
     f("tx_src_port_sockets", s.tx_src_port_sockets);
     f("tx_src_port_fallback", s.tx_src_port_fallback);
+    f("tx_gso_fallback", s.tx_gso_fallback);
     f("fault_rx_burst_drops", s.fault_rx_burst_drops);
     f("fault_rx_corrupted", s.fault_rx_corrupted);
     f("fault_rx_duplicated", s.fault_rx_duplicated);

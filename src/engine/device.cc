@@ -98,6 +98,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   opt.ipv4 = cfg.ipv4;
   opt.faults = cfg.faults;
   opt.pcap_path = cfg.pcap_path;
+  opt.gso = cfg.gso;
   std::string why;
   d->port_ = UdpPort::open(opt, d->counters_, &why);
   if (!d->port_) {

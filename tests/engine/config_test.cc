@@ -251,5 +251,28 @@ TEST(ConfigTest, EarlyRetransmitSwitch) {
   }
 }
 
+// UROCE_GSO batches the socket datapath; opt-in (docs/configuration.md says why).
+TEST(ConfigTest, GsoSwitch) {
+  ScopedEnv d("UROCE_DEVICES", "u0=127.0.0.1");
+  std::string err;
+  for (const char* v : {static_cast<const char*>(nullptr), "", "0"}) {
+    ScopedEnv e("UROCE_GSO", v);
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_FALSE((*c)[0].gso) << (v ? v : "unset");
+  }
+  {
+    ScopedEnv e("UROCE_GSO", "1");
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_TRUE((*c)[0].gso);
+  }
+  {
+    ScopedEnv e("UROCE_GSO", "yes");
+    EXPECT_FALSE(load_device_config(&err).has_value());
+    EXPECT_NE(err.find("UROCE_GSO"), std::string::npos) << err;
+  }
+}
+
 }  // namespace
 }  // namespace uroce

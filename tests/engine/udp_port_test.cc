@@ -5,6 +5,8 @@
 #include <net/if.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
+#include <sched.h>
+#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -49,11 +51,12 @@ std::vector<Got> receive(UdpPort& port, size_t want, int idle_ms = 300) {
 }
 
 std::unique_ptr<UdpPort> open_port(uint32_t ip, DeviceCounters& c, FaultConfig faults = {},
-                                   size_t max_src_sockets = 64) {
+                                   size_t max_src_sockets = 64, bool gso = true) {
   UdpPortOptions o;
   o.ipv4 = ip;
   o.faults = faults;
   o.max_src_port_sockets = max_src_sockets;
+  o.gso = gso;
   std::string err;
   auto p = UdpPort::open(o, c, &err);
   EXPECT_NE(p, nullptr) << err;
@@ -363,7 +366,10 @@ TEST(UdpPortTest, RandomDatagramsAreAllAccountedFor) {
   DeviceCounters cb;
   auto pb = open_port(b, cb);
   ASSERT_TRUE(pb);
-  RawSender s(a);
+  // A fixed source port: the ICRC covers it, so with an ephemeral one about 1 run in 75 had a
+  // random datagram pass the check (2^-16 each).
+  RawSender s(a, 40013);
+  ASSERT_TRUE(s.ok());
   uint64_t x = 0x1234567;
   auto rnd = [&] {
     x ^= x << 13;
@@ -440,6 +446,399 @@ TEST(UdpPortTest, WireFramingIsWhatTheIcrcAssumes) {
   }
   close(cap);
   EXPECT_TRUE(found) << "datagram not seen on lo";
+}
+
+// --- UDP GSO / GRO (UdpPortOptions::gso) ---
+
+// The payload byte `i` of the packet with PSN `psn`, as queue_send writes it.
+uint8_t payload_byte(uint32_t psn, size_t i) {
+  return static_cast<uint8_t>(psn + i);
+}
+
+class UdpPortGsoTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(UdpPortGsoTest, BurstOfEqualPacketsAndAShorterLastArrivesIntactInOrder) {
+  const bool gso = GetParam();
+  const uint8_t sub = gso ? 1 : 2;
+  const uint32_t a = loopback(23, sub, 1), b = loopback(23, sub, 2);
+  DeviceCounters ca, cb;
+  auto pa = open_port(a, ca, {}, 64, gso), pb = open_port(b, cb, {}, 64, gso);
+  ASSERT_TRUE(pa && pb);
+  // 4000-byte payloads: 4016-byte datagrams, 16 to a GSO send (65507 bytes at most), so the
+  // burst is cut into several sends, the last ending with the shorter packet.
+  constexpr uint32_t kPackets = 40;
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < kPackets; ++i) {
+    size_t len = i + 1 == kPackets ? 1000 : 4000;
+    queue_send(*pa, b, 0x123, i, 0xc500, transport::kEcnEct0, len);
+    bytes += wire::kBthBytes + len + wire::kIcrcBytes;
+  }
+  EXPECT_EQ(pa->tx_flush(), kPackets);
+  EXPECT_EQ(ca.sent_pkts.get(), kPackets);
+  EXPECT_EQ(ca.sent_bytes.get(), bytes);
+  EXPECT_EQ(ca.tx_errors.get(), 0u);
+  EXPECT_EQ(ca.tx_gso_fallback.get(), 0u);
+
+  auto got = receive(*pb, kPackets);
+  ASSERT_EQ(got.size(), kPackets);
+  for (uint32_t i = 0; i < kPackets; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got[i].psn, i);
+    EXPECT_EQ(got[i].dest_qp, 0x123u);
+    ASSERT_EQ(got[i].payload.size(), i + 1 == kPackets ? 1000u : 4000u);
+    for (size_t k = 0; k < got[i].payload.size(); ++k)
+      if (got[i].payload[k] != payload_byte(i, k)) {
+        ADD_FAILURE() << "payload byte " << k;
+        break;
+      }
+    EXPECT_EQ(got[i].info.src_port, 0xc500);
+    EXPECT_EQ(got[i].info.ecn, transport::kEcnEct0);
+    // A GSO send's segment j carries IP ID j (inet_gso_segment), which its ICRC was made for.
+    EXPECT_EQ(got[i].ip_id, gso ? i % 16 : 0u);
+  }
+  EXPECT_EQ(cb.rcvd_pkts.get(), kPackets);
+  EXPECT_EQ(cb.rcvd_bytes.get(), bytes);
+  EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);
+  EXPECT_EQ(cb.rx_truncated.get(), 0u);
+}
+
+TEST_P(UdpPortGsoTest, DifferentDestinationsEcnAndSizesAreNotMerged) {
+  const bool gso = GetParam();
+  const uint8_t sub = gso ? 3 : 4;
+  const uint32_t a = loopback(23, sub, 1), b = loopback(23, sub, 2), c = loopback(23, sub, 3);
+  DeviceCounters ca, cb, cc;
+  auto pa = open_port(a, ca, {}, 64, gso), pb = open_port(b, cb, {}, 64, gso),
+       pc = open_port(c, cc, {}, 64, gso);
+  ASSERT_TRUE(pa && pb && pc);
+  // Each packet differs from its neighbour in one way: destination, ECN, a larger size after a
+  // smaller one, or the source port (socket); runs of equal ones in between.
+  struct P {
+    uint32_t dst;
+    uint8_t ecn;
+    size_t len;
+    uint16_t src_port;
+  };
+  const P plan[] = {
+      {b, transport::kEcnNotEct, 500, 0xc600}, {b, transport::kEcnNotEct, 500, 0xc600},
+      {c, transport::kEcnNotEct, 500, 0xc600}, {c, transport::kEcnNotEct, 500, 0xc600},
+      {b, transport::kEcnCe, 500, 0xc600},     {b, transport::kEcnEct0, 500, 0xc600},
+      {b, transport::kEcnEct0, 500, 0xc600},   {b, transport::kEcnEct0, 200, 0xc600},
+      {b, transport::kEcnEct0, 500, 0xc600},   {b, transport::kEcnEct0, 500, 0xc601},
+      {b, transport::kEcnEct0, 500, 0xc601},   {c, transport::kEcnEct1, 100, 0xc601},
+  };
+  constexpr uint32_t kN = sizeof plan / sizeof plan[0];
+  for (uint32_t i = 0; i < kN; ++i)
+    queue_send(*pa, plan[i].dst, 0x42, i, plan[i].src_port, plan[i].ecn, plan[i].len);
+  EXPECT_EQ(pa->tx_flush(), kN);
+  EXPECT_EQ(ca.sent_pkts.get(), kN);
+  auto gb = receive(*pb, 9), gc = receive(*pc, 3);
+  ASSERT_EQ(gb.size() + gc.size(), kN);
+  size_t ib = 0, ic = 0;
+  for (uint32_t i = 0; i < kN; ++i) {
+    SCOPED_TRACE(i);
+    const Got& g = plan[i].dst == b ? gb.at(ib++) : gc.at(ic++);
+    EXPECT_EQ(g.psn, i);  // per destination, in commit order
+    EXPECT_EQ(g.info.ecn, plan[i].ecn);
+    EXPECT_EQ(g.info.src_port, plan[i].src_port);
+    ASSERT_EQ(g.payload.size(), plan[i].len);
+    EXPECT_EQ(g.payload.back(), payload_byte(i, plan[i].len - 1));
+  }
+  EXPECT_EQ(cb.rcvd_pkts.get(), 9u);
+  EXPECT_EQ(cc.rcvd_pkts.get(), 3u);
+  EXPECT_EQ(cb.rcvd_icrc_err.get() + cc.rcvd_icrc_err.get(), 0u);
+  EXPECT_EQ(cb.rcvd_ecn_ce.get(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(GsoOnOff, UdpPortGsoTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Gso" : "NoGso";
+                         });
+
+// A UDP socket bound to `ip` that sends `datagrams` as one UDP GSO send of `seg`-byte segments.
+// Returns false when the kernel refuses.
+bool send_gso(uint32_t ip, uint32_t dst, uint16_t* src_port,
+              const std::vector<std::vector<uint8_t>>& ibs, size_t seg) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(ip);
+  socklen_t alen = sizeof a;
+  bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&a), &alen) == 0;
+  *src_port = ntohs(a.sin_port);
+  std::vector<uint8_t> all;
+  for (size_t j = 0; ok && j < ibs.size(); ++j) {
+    wire::Ipv4UdpFraming f;
+    f.src_ip = ip;
+    f.dst_ip = dst;
+    f.ip_id = static_cast<uint16_t>(j);
+    f.dont_fragment = true;
+    f.src_port = *src_port;
+    f.dst_port = wire::kRoceV2UdpPort;
+    all.insert(all.end(), ibs[j].begin(), ibs[j].end());
+    all.resize(all.size() + wire::kIcrcBytes);
+    wire::store_le32(all.data() + all.size() - wire::kIcrcBytes, wire::icrc(f, ibs[j]));
+  }
+  int s = static_cast<int>(seg);
+  ok = ok && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &s, sizeof s) == 0;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(dst);
+  to.sin_port = htons(wire::kRoceV2UdpPort);
+  ok = ok && sendto(fd, all.data(), all.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==
+                 static_cast<ssize_t>(all.size());
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+TEST(UdpPortTest, GroCoalescedDatagramIsSplitIntoPackets) {
+  const uint32_t a = loopback(23, 5, 1), b = loopback(23, 5, 2);
+  DeviceCounters cb;
+  auto pb = open_port(b, cb);
+  ASSERT_TRUE(pb);
+  // 7 packets of 1000-byte payloads (1016-byte datagrams) and a 300-byte last one: one datagram
+  // for the kernel, which a GRO socket receives whole with its segment size.
+  std::vector<std::vector<uint8_t>> ibs;
+  uint64_t bytes = 0;
+  for (uint32_t j = 0; j < 8; ++j) {
+    std::vector<uint8_t> payload(j == 7 ? 300 : 1000);
+    for (size_t k = 0; k < payload.size(); ++k) payload[k] = payload_byte(j, k);
+    std::vector<uint8_t> ib(wire::kBthBytes + payload.size() + 4);
+    ib.resize(test::build_packet(ib.data(), wire::Opcode::kRcSendOnly, 0x77, 50 + j, payload));
+    bytes += ib.size() + wire::kIcrcBytes;
+    ibs.push_back(std::move(ib));
+  }
+  uint16_t src_port;
+  ASSERT_TRUE(send_gso(a, b, &src_port, ibs, 1016));
+  ASSERT_TRUE(test::wait_readable(pb->rx_fd(), 1000));
+  auto batch = pb->rx_burst();
+  // One receive, eight packets: it arrived coalesced and was split.
+  ASSERT_EQ(batch.size(), 8u);
+  for (uint32_t j = 0; j < 8; ++j) {
+    SCOPED_TRACE(j);
+    EXPECT_EQ(batch[j].pkt.bth.psn, 50 + j);
+    EXPECT_EQ(batch[j].ip_id, j);
+    EXPECT_EQ(batch[j].info.src_port, src_port);
+    ASSERT_EQ(batch[j].pkt.payload.size(), j == 7 ? 300u : 1000u);
+    EXPECT_TRUE(std::equal(batch[j].pkt.payload.begin(), batch[j].pkt.payload.end(),
+                           ibs[j].begin() + wire::kBthBytes));
+  }
+  EXPECT_EQ(cb.rcvd_pkts.get(), 8u);
+  EXPECT_EQ(cb.rcvd_bytes.get(), bytes);
+  EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);
+}
+
+TEST(UdpPortTest, GroSegmentsGoThroughFaultInjectionOneByOne) {
+  // Receive faults see datagrams, not GRO buffers: losing every other arrival loses every
+  // other packet of a coalesced datagram.
+  const uint32_t a = loopback(23, 6, 1), b = loopback(23, 6, 2);
+  DeviceCounters cb;
+  FaultConfig f;
+  f.rx_loss = 1.0;
+  auto pb = open_port(b, cb, f);
+  ASSERT_TRUE(pb);
+  std::vector<std::vector<uint8_t>> ibs;
+  for (uint32_t j = 0; j < 5; ++j) {
+    std::vector<uint8_t> ib(64);
+    ib.resize(test::build_packet(ib.data(), wire::Opcode::kRcSendOnly, 0x78, j, {}));
+    ibs.push_back(std::move(ib));
+  }
+  uint16_t src_port;
+  ASSERT_TRUE(send_gso(a, b, &src_port, ibs, ibs[0].size() + wire::kIcrcBytes));
+  ASSERT_TRUE(test::wait_readable(pb->rx_fd(), 1000));
+  EXPECT_TRUE(pb->rx_burst().empty());
+  EXPECT_EQ(cb.rcvd_pkts.get(), 5u);
+  EXPECT_EQ(cb.fault_drops.get(), 5u);
+}
+
+TEST(UdpPortTest, OversizedDatagramIsTruncatedWithGro) {
+  // With GRO the receive buffers are 64 KiB, so the kernel no longer flags what is longer than
+  // a packet: the port does.
+  const uint32_t a = loopback(23, 7, 1), b = loopback(23, 7, 2);
+  DeviceCounters cb;
+  auto pb = open_port(b, cb);
+  ASSERT_TRUE(pb);
+  RawSender s(a);
+  std::vector<uint8_t> big(UdpPort::kRxBufBytes + 1, 0xab);
+  ASSERT_TRUE(s.send_raw(b, big));
+  ASSERT_TRUE(test::wait_readable(pb->rx_fd(), 1000));
+  EXPECT_TRUE(pb->rx_burst().empty());
+  EXPECT_EQ(cb.rx_truncated.get(), 1u);
+  EXPECT_EQ(cb.rcvd_pkts.get(), 1u);
+}
+
+// The shell commands that set up a test's network namespace: loopback up, then `extra`.
+std::string netns_setup(const char* extra) {
+  return std::string("(ip link set lo up && ") + extra + ") >/dev/null 2>&1";
+}
+
+// Whether a child process can enter a network namespace of its own and configure it with
+// `extra` (needs CAP_SYS_ADMIN and CAP_NET_ADMIN, ip and ethtool); the tests using one skip
+// otherwise.
+bool can_use_netns(const char* extra) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNET) != 0) _exit(1);
+    _exit(std::system(netns_setup(extra).c_str()) == 0 ? 0 : 1);
+  }
+  int st = 0;
+  return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+// In a death-test child: moves to a new network namespace configured with `extra`.
+void enter_netns(const char* extra) {
+  if (unshare(CLONE_NEWNET) != 0) _exit(90);
+  if (std::system(netns_setup(extra).c_str()) != 0) _exit(91);
+}
+
+// A packet socket capturing what goes in and out of interface `ifname`, without link headers
+// (-1 on failure). ETH_P_ALL: sockets for one protocol see only what comes in.
+int capture_on(const char* ifname) {
+  int cap = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ALL));
+  if (cap < 0) return -1;
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_protocol = htons(ETH_P_ALL);
+  ll.sll_ifindex = static_cast<int>(if_nametoindex(ifname));
+  if (bind(cap, reinterpret_cast<sockaddr*>(&ll), sizeof ll) != 0) {
+    close(cap);
+    return -1;
+  }
+  return cap;
+}
+
+// A veth device without checksum offload (as a tap device without offloads, like the interop
+// VM's), with a neighbour behind it: packets to 10.23.0.2 leave through it.
+constexpr const char* kNoCsumVeth =
+    "ip link add v0 type veth peer name v1 && ethtool -K v0 tx off && "
+    "ip addr add 10.23.0.1/24 dev v0 && ip link set v0 up && ip link set v1 up && "
+    "ip neigh add 10.23.0.2 lladdr 02:00:00:00:00:02 dev v0";
+
+// The child's checks: a message on stderr and a distinct exit code for the first that fails.
+#define CHILD_CHECK(cond, code)                                         \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "check failed: %s (line %d)\n", #cond, __LINE__); \
+      _exit(code);                                                      \
+    }                                                                   \
+  } while (0)
+
+[[noreturn]] void gso_fallback_child() {
+  enter_netns(kNoCsumVeth);
+  int cap = capture_on("v0");
+  CHILD_CHECK(cap >= 0, 1);
+  const uint32_t a = 0x0a170001, b = 0x0a170002;  // 10.23.0.1 -> 10.23.0.2
+  DeviceCounters ca;
+  auto pa = open_port(a, ca);
+  CHILD_CHECK(pa, 2);
+  for (uint32_t round = 0; round < 2; ++round) {
+    for (uint32_t i = 0; i < 20; ++i)
+      queue_send(*pa, b, 0x31, round * 20 + i, 0xc700, transport::kEcnNotEct, 800);
+    CHILD_CHECK(pa->tx_flush() == 20, 3);
+  }
+  // Linux before 6.11 refuses GSO here (EIO), later ones checksum in software: either way
+  // nothing is lost, and a fallback is counted once per socket.
+  CHILD_CHECK(ca.tx_gso_fallback.get() <= 1, 4);
+  CHILD_CHECK(ca.sent_pkts.get() == 40, 5);
+  CHILD_CHECK(ca.tx_errors.get() == 0, 6);
+  // On the wire: 40 datagrams in order, each with an ICRC valid for its real IP header.
+  uint8_t frame[70000];
+  uint32_t next_psn = 0;
+  while (next_psn < 40 && test::wait_readable(cap, 1000)) {
+    ssize_t n = recv(cap, frame, sizeof frame, 0);
+    if (n < static_cast<ssize_t>(sizeof(iphdr) + sizeof(udphdr))) continue;
+    const auto* ip = reinterpret_cast<const iphdr*>(frame);
+    if (ip->version != 4 || ip->protocol != IPPROTO_UDP || ntohl(ip->daddr) != b) continue;
+    size_t len = ntohs(ip->tot_len);
+    CHILD_CHECK(len <= static_cast<size_t>(n), 7);
+    CHILD_CHECK(ca.tx_gso_fallback.get() == 0 || ip->id == 0, 8);  // sent alone: ID 0
+    CHILD_CHECK(wire::icrc_ipv4({frame, len - 4}) == wire::load_le32(frame + len - 4), 9);
+    wire::Packet p;
+    size_t ib_off = sizeof(iphdr) + sizeof(udphdr);
+    CHILD_CHECK(wire::parse({frame + ib_off, len - ib_off - 4}, p) == wire::ParseError::kOk, 10);
+    CHILD_CHECK(p.bth.psn == next_psn, 11);
+    ++next_psn;
+  }
+  if (next_psn != 40) fprintf(stderr, "saw %u packets in order\n", next_psn);
+  CHILD_CHECK(next_psn == 40, 12);
+  _exit(0);
+}
+
+TEST(UdpPortTest, RefusedGsoFallsBackToOneDatagramPerPacket) {
+  // A socket without UDP checksums (SO_NO_CHECK) makes the kernel refuse GSO with EINVAL (as a
+  // device without checksum offload does with EIO before Linux 6.11): the packets are resent one
+  // by one, and the socket sends so from then on, counted once.
+  const uint32_t a = loopback(23, 10, 1), b = loopback(23, 10, 2);
+  DeviceCounters ca, cb;
+  auto pa = open_port(a, ca), pb = open_port(b, cb);
+  ASSERT_TRUE(pa && pb);
+  int on = 1;
+  ASSERT_EQ(setsockopt(pa->rx_fd(), SOL_SOCKET, SO_NO_CHECK, &on, sizeof on), 0);
+  for (uint32_t round = 0; round < 2; ++round) {
+    for (uint32_t i = 0; i < 20; ++i)
+      queue_send(*pa, b, 0x30, round * 20 + i, wire::kRoceV2UdpPort, transport::kEcnCe, 700);
+    EXPECT_EQ(pa->tx_flush(), 20u);
+  }
+  EXPECT_EQ(ca.tx_gso_fallback.get(), 1u);
+  EXPECT_EQ(ca.sent_pkts.get(), 40u);
+  EXPECT_EQ(ca.tx_errors.get(), 0u);
+  auto got = receive(*pb, 40);
+  ASSERT_EQ(got.size(), 40u);
+  for (uint32_t i = 0; i < 40; ++i) {
+    EXPECT_EQ(got[i].psn, i);
+    EXPECT_EQ(got[i].ip_id, 0);  // sent alone: the ICRC was recomputed for ID 0
+    EXPECT_EQ(got[i].info.ecn, transport::kEcnCe);
+  }
+  EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);
+  EXPECT_EQ(cb.rx_foreign_ip_id.get(), 0u);
+}
+
+TEST(UdpPortTest, GsoThroughADeviceWithoutChecksumOffloadLosesNothing) {
+  // A device without checksum offload (a tap device without offloads, as the interop VM's)
+  // makes the kernel refuse GSO with EIO: the socket falls back to one datagram per packet,
+  // counted once, and no packet is lost.
+  if (!can_use_netns(kNoCsumVeth)) GTEST_SKIP() << "needs network namespaces, veth and ethtool";
+  EXPECT_EXIT(gso_fallback_child(), ::testing::ExitedWithCode(0), "");
+}
+
+[[noreturn]] void gso_wire_ids_child() {
+  enter_netns("ethtool -K lo tx-udp-segmentation off");
+  int cap = capture_on("lo");
+  CHILD_CHECK(cap >= 0, 1);
+  const uint32_t a = loopback(23, 9, 1), b = loopback(23, 9, 2);
+  DeviceCounters ca, cb;
+  auto pa = open_port(a, ca), pb = open_port(b, cb);
+  CHILD_CHECK(pa && pb, 3);
+  for (uint32_t i = 0; i < 20; ++i) queue_send(*pa, b, 0x32, i, 0xc701, transport::kEcnEct0, 1000);
+  CHILD_CHECK(pa->tx_flush() == 20, 4);
+  CHILD_CHECK(ca.tx_gso_fallback.get() == 0, 5);
+  uint8_t frame[70000];
+  size_t checked = 0, max_id = 0;
+  while (test::wait_readable(cap, 300)) {
+    ssize_t n = recv(cap, frame, sizeof frame, 0);
+    if (n < static_cast<ssize_t>(sizeof(iphdr) + sizeof(udphdr))) continue;
+    const auto* ip = reinterpret_cast<const iphdr*>(frame);
+    if (ip->version != 4 || ip->protocol != IPPROTO_UDP || ntohl(ip->saddr) != a ||
+        ntohl(ip->daddr) != b)
+      continue;
+    size_t len = ntohs(ip->tot_len);
+    CHILD_CHECK(len <= static_cast<size_t>(n), 6);
+    CHILD_CHECK(len == sizeof(iphdr) + sizeof(udphdr) + 1016, 7);  // one segment
+    CHILD_CHECK(wire::icrc_ipv4({frame, len - 4}) == wire::load_le32(frame + len - 4), 8);
+    max_id = std::max<size_t>(max_id, ntohs(ip->id));
+    ++checked;
+  }
+  CHILD_CHECK(checked >= 20, 9);  // each seen once or twice (out and in on lo)
+  CHILD_CHECK(max_id == 19, 10);  // one GSO send, IDs 0..19
+  _exit(0);
+}
+
+TEST(UdpPortTest, GsoSegmentsOnTheWireCarryTheIcrcOfTheirIpId) {
+  // With segmentation done in software before the device (lo told it cannot segment UDP), a
+  // capture shows each segment's real IP header: its ICRC must be valid for it.
+  if (!can_use_netns("ethtool -K lo tx-udp-segmentation off"))
+    GTEST_SKIP() << "needs network namespaces";
+  EXPECT_EXIT(gso_wire_ids_child(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

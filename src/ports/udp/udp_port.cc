@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <linux/filter.h>
 #include <netinet/ip.h>
+#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -92,7 +93,9 @@ void count_parse_error(DeviceCounters& c, wire::ParseError e) {
 UdpPort::UdpPort(const UdpPortOptions& opt, DeviceCounters& counters)
     : opt_(opt),
       counters_(counters),
-      rx_bufs_(new uint8_t[kRxBatch * kRxBufBytes]),
+      rx_slots_(opt.gso ? kGroRxBatch : kRxBatch),
+      rx_slot_bytes_(opt.gso ? kGroBufBytes : kRxBufBytes),
+      rx_bufs_(new uint8_t[rx_slots_ * rx_slot_bytes_]),
       tx_bufs_(new transport::TxBuf[kTxRing]),
       tx_icrc_(new uint8_t[kTxRing][wire::kIcrcBytes]),
       tx_route_(new Route[kTxRing]) {
@@ -161,11 +164,18 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters
   int bytes = 4 << 20;
   setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
   setsockopt(p->fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  p->enable_gro(p->fd_);
   if (!opt.pcap_path.empty()) {
     p->pcap_ = PcapWriter::open(opt.pcap_path, err);
     if (!p->pcap_) return nullptr;
   }
   return p;
+}
+
+void UdpPort::enable_gro(int fd) {
+  if (!opt_.gso) return;
+  int on = 1;
+  setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
 }
 
 transport::Time UdpPort::tx_fault_deadline() const {
@@ -188,7 +198,7 @@ std::span<const RxPacket> UdpPort::rx_burst() {
   if (has_groups_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mcast_mu_);
     for (auto& [group, fd] : groups_) {
-      if (used == kRxBatch) break;  // the rest waits for the next pass (epoll stays readable)
+      if (used == rx_slots_) break;  // the rest waits for the next pass (epoll stays readable)
       used += receive(fd, group, used, now);
     }
   }
@@ -217,14 +227,14 @@ std::span<const RxPacket> UdpPort::rx_burst() {
 }
 
 size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot, transport::Time now) {
-  const size_t max = kRxBatch - slot;
+  const size_t max = rx_slots_ - slot;
   mmsghdr msgs[kRxBatch];
   iovec iov[kRxBatch];
   sockaddr_in from[kRxBatch];
-  // Room for IP_TOS (one int at most) and whatever else the kernel may add.
-  alignas(cmsghdr) uint8_t ctrl[kRxBatch][CMSG_SPACE(sizeof(int)) * 2];
+  // Room for IP_TOS (one int at most), UDP_GRO (an int) and whatever else the kernel may add.
+  alignas(cmsghdr) uint8_t ctrl[kRxBatch][CMSG_SPACE(sizeof(int)) * 3];
   for (size_t i = 0; i < max; ++i) {
-    iov[i] = {rx_bufs_.get() + (slot + i) * kRxBufBytes, kRxBufBytes};
+    iov[i] = {rx_bufs_.get() + (slot + i) * rx_slot_bytes_, rx_slot_bytes_};
     msgs[i].msg_hdr = {};
     msgs[i].msg_hdr.msg_name = &from[i];
     msgs[i].msg_hdr.msg_namelen = sizeof from[i];
@@ -244,9 +254,9 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot, transport::Time no
     const msghdr& h = msgs[i].msg_hdr;
     const uint8_t* buf = static_cast<const uint8_t*>(iov[i].iov_base);
     size_t len = msgs[i].msg_len;
-    counters_.rcvd_pkts.add();
-    counters_.rcvd_bytes.add(len);
     if (h.msg_namelen < sizeof(sockaddr_in)) {
+      counters_.rcvd_pkts.add();
+      counters_.rcvd_bytes.add(len);
       counters_.rx_too_short.add();
       continue;
     }
@@ -256,29 +266,51 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot, transport::Time no
     // Each socket is bound to one address (the device's, or a group), so only datagrams for it
     // arrive there.
     info.dst_ip = dst_ip;
+    size_t seg = 0;  // GRO segment size; 0: one datagram
     for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c;
          c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
       // IP_TOS arrives as one byte; accept an int too, as some kernels' IP_TOS cmsgs are.
       if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
         info.ecn = static_cast<uint8_t>(*CMSG_DATA(c) & 3);
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+          c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+        int v;
+        std::memcpy(&v, CMSG_DATA(c), sizeof v);
+        if (v > 0) seg = static_cast<size_t>(v);
+      }
     }
     bool truncated = (h.msg_flags & MSG_TRUNC) != 0;
-    if (!rx_faults_) {
-      accept(buf, len, truncated, info);
+    // A GRO buffer holds datagrams of `seg` bytes, the last possibly shorter, all from one
+    // sender with one TOS (udp_gro_receive merges only such). A truncated one is one drop:
+    // where its datagrams end is unknown past the buffer (cannot happen with a full-size slot).
+    if (seg == 0 || seg >= len || truncated) {
+      deliver(buf, len, truncated, info, fd, now);
       continue;
     }
-    // Fault injection before any check, so that a seed drops the same arrivals whatever they
-    // contain, and corruption is caught by the ICRC check like corruption on the wire.
-    FaultFrame fr;
-    fr.bytes.assign(buf, buf + len);
-    fr.addr = info.src_ip;
-    fr.port = info.src_port;
-    fr.ecn = info.ecn;
-    fr.fd = fd;  // rx: the socket it arrived on, which names its destination (rx_burst)
-    fr.truncated = truncated;
-    rx_faults_->offer(std::move(fr), now, rx_frames_);
+    for (size_t off = 0; off < len; off += seg)
+      deliver(buf + off, std::min(seg, len - off), false, info, fd, now);
   }
   return static_cast<size_t>(n);
+}
+
+void UdpPort::deliver(const uint8_t* buf, size_t len, bool truncated, const transport::RxInfo& info,
+                      int fd, transport::Time now) {
+  counters_.rcvd_pkts.add();
+  counters_.rcvd_bytes.add(len);
+  if (!rx_faults_) {
+    accept(buf, len, truncated, info);
+    return;
+  }
+  // Fault injection before any check, so that a seed drops the same arrivals whatever they
+  // contain, and corruption is caught by the ICRC check like corruption on the wire.
+  FaultFrame fr;
+  fr.bytes.assign(buf, buf + len);
+  fr.addr = info.src_ip;
+  fr.port = info.src_port;
+  fr.ecn = info.ecn;
+  fr.fd = fd;  // rx: the socket it arrived on, which names its destination (rx_burst)
+  fr.truncated = truncated;
+  rx_faults_->offer(std::move(fr), now, rx_frames_);
 }
 
 int UdpPort::join_group(uint32_t group) {
@@ -306,6 +338,7 @@ int UdpPort::join_group(uint32_t group) {
   }
   int bytes = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  enable_gro(fd);
   groups_.emplace(group, fd);
   has_groups_.store(true, std::memory_order_release);
   return 0;
@@ -323,7 +356,9 @@ void UdpPort::leave_group(uint32_t group) {
 
 void UdpPort::accept(const uint8_t* buf, size_t len, bool truncated,
                      const transport::RxInfo& info) {
-  if (truncated) {
+  // Longer than any packet: no packet of ours (with GRO the buffers are larger than this, so
+  // the kernel does not flag it).
+  if (truncated || len > kRxBufBytes) {
     counters_.rx_truncated.add();
     return;
   }
@@ -436,77 +471,199 @@ uint16_t UdpPort::src_port_for(uint16_t requested) {
   return actual;
 }
 
+wire::Ipv4UdpFraming UdpPort::tx_framing(uint16_t idx, uint16_t ip_id) const {
+  wire::Ipv4UdpFraming f;
+  f.src_ip = opt_.ipv4;
+  f.dst_ip = tx_bufs_[idx].dst_ip;
+  f.ip_id = ip_id;
+  f.dont_fragment = true;
+  f.src_port = tx_route_[idx].port;
+  f.dst_port = opt_.dst_port;
+  return f;
+}
+
+namespace {
+
+// Per-packet TOS: DSCP 0 and the packet's ECN codepoint (RFC 3168), and for a GSO send the
+// segment size. Writes the control messages into `ctrl` (zeroed whole: the kernel reads
+// CMSG_SPACE bytes, padding included) and sets h's control fields; none when not needed.
+void set_tx_cmsgs(msghdr& h, uint8_t* ctrl, size_t ctrl_bytes, uint8_t ecn, uint16_t gso_size) {
+  h.msg_control = nullptr;
+  h.msg_controllen = 0;
+  if (ecn == transport::kEcnNotEct && gso_size == 0) return;
+  std::memset(ctrl, 0, ctrl_bytes);
+  h.msg_control = ctrl;
+  h.msg_controllen = ctrl_bytes;
+  size_t used = 0;
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  if (ecn != transport::kEcnNotEct) {
+    c->cmsg_level = IPPROTO_IP;
+    c->cmsg_type = IP_TOS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    int tos = ecn & 3;
+    std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
+    used += CMSG_SPACE(sizeof(int));
+    c = CMSG_NXTHDR(&h, c);
+  }
+  if (gso_size != 0) {
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    std::memcpy(CMSG_DATA(c), &gso_size, sizeof gso_size);
+    used += CMSG_SPACE(sizeof(uint16_t));
+  }
+  h.msg_controllen = used;
+}
+
+constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t));
+
+}  // namespace
+
 size_t UdpPort::tx_flush() {
   if (tx_faults_) return tx_flush_faulty();
   size_t sent = 0;
   size_t i = 0;
+  // One message per datagram, or per GSO run: queue_[first, first + count).
+  struct Msg {
+    size_t first, count;
+  };
   mmsghdr msgs[kTxBatch];
-  iovec iov[kTxBatch][2];
+  Msg meta[kTxBatch];
+  iovec iov[kTxRing][2];  // per queue position
   sockaddr_in to[kTxBatch];
-  alignas(cmsghdr) uint8_t ctrl[kTxBatch][CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) uint8_t ctrl[kTxBatch][kTxCtrlBytes];
   while (i < queue_.size()) {
-    int fd = tx_route_[queue_[i]].fd;
-    // A run of consecutive packets that leave from the same socket; commit order is kept.
+    const int fd = tx_route_[queue_[i]].fd;
+    const bool gso =
+        opt_.gso && std::find(no_gso_fds_.begin(), no_gso_fds_.end(), fd) == no_gso_fds_.end();
+    // Messages from a run of consecutive packets that leave from the same socket; commit order
+    // is kept.
     size_t n = 0;
-    while (i + n < queue_.size() && n < kTxBatch && tx_route_[queue_[i + n]].fd == fd) {
-      uint16_t idx = queue_[i + n];
-      transport::TxBuf& b = tx_bufs_[idx];
-      uint16_t port = tx_route_[idx].port;
-      wire::Ipv4UdpFraming f;
-      f.src_ip = opt_.ipv4;
-      f.dst_ip = b.dst_ip;
-      f.ip_id = 0;  // what Linux writes for an unconnected socket with DF set
-      f.dont_fragment = true;
-      f.src_port = port;
-      f.dst_port = opt_.dst_port;
-      wire::store_le32(tx_icrc_[idx], wire::icrc(f, {b.data, b.len}));
-      if (pcap_) pcap_->write(f, b.ecn, {b.data, b.len}, tx_icrc_[idx]);
-      to[n] = make_addr(b.dst_ip, opt_.dst_port);
-      iov[n][0] = {b.data, b.len};
-      iov[n][1] = {tx_icrc_[idx], wire::kIcrcBytes};
+    size_t end = i;  // queue position after the last packet taken
+    while (end < queue_.size() && n < kTxBatch && tx_route_[queue_[end]].fd == fd) {
+      const transport::TxBuf& first = tx_bufs_[queue_[end]];
+      const size_t seg = first.len + wire::kIcrcBytes;
+      size_t count = 1, bytes = seg;
+      // Lengthen the run while the kernel would cut it back into exactly these datagrams: one
+      // destination and TOS, equal sizes with only the last shorter, within the GSO limits.
+      // Each segment is no larger than a packet the kernel takes alone, so the path MTU holds.
+      while (gso && end + count < queue_.size() && count < kGsoMaxSegments) {
+        uint16_t nx = queue_[end + count];
+        const transport::TxBuf& b = tx_bufs_[nx];
+        size_t len = b.len + wire::kIcrcBytes;
+        if (tx_route_[nx].fd != fd || b.dst_ip != first.dst_ip || b.ecn != first.ecn || len > seg ||
+            bytes + len > kGsoMaxBytes)
+          break;
+        ++count;
+        bytes += len;
+        if (len < seg) break;  // a shorter one ends the run
+      }
+      for (size_t k = 0; k < count; ++k) {
+        uint16_t idx = queue_[end + k];
+        transport::TxBuf& b = tx_bufs_[idx];
+        // Segment k of a GSO send leaves with IP ID k (see udp_port.h).
+        auto f = tx_framing(idx, static_cast<uint16_t>(count > 1 ? k : 0));
+        wire::store_le32(tx_icrc_[idx], wire::icrc(f, {b.data, b.len}));
+        iov[end + k][0] = {b.data, b.len};
+        iov[end + k][1] = {tx_icrc_[idx], wire::kIcrcBytes};
+      }
+      to[n] = make_addr(first.dst_ip, opt_.dst_port);
       msghdr& h = msgs[n].msg_hdr;
       h = {};
       h.msg_name = &to[n];
       h.msg_namelen = sizeof to[n];
-      h.msg_iov = iov[n];
-      h.msg_iovlen = 2;
-      if (b.ecn != transport::kEcnNotEct) {
-        // Per-packet TOS: DSCP 0 and the packet's ECN codepoint (RFC 3168).
-        // Zeroed whole: the kernel reads CMSG_SPACE bytes, padding included.
-        std::memset(ctrl[n], 0, sizeof ctrl[n]);
-        h.msg_control = ctrl[n];
-        h.msg_controllen = sizeof ctrl[n];
-        cmsghdr* c = CMSG_FIRSTHDR(&h);
-        c->cmsg_level = IPPROTO_IP;
-        c->cmsg_type = IP_TOS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        int tos = b.ecn & 3;
-        std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
-      }
+      h.msg_iov = iov[end];  // iov[end..end+count) are contiguous: 2 * count entries
+      h.msg_iovlen = 2 * count;
+      set_tx_cmsgs(h, ctrl[n], sizeof ctrl[n], first.ecn,
+                   count > 1 ? static_cast<uint16_t>(seg) : 0);
+      meta[n] = {end, count};
       ++n;
+      end += count;
     }
-    // sendmmsg stops at the first refused datagram: count and skip it, send the rest.
+    // Captured as sent: each packet with the IP ID its ICRC was computed for.
+    auto capture = [this](const Msg& m) {
+      if (!pcap_) return;
+      for (size_t k = 0; k < m.count; ++k) {
+        uint16_t idx = queue_[m.first + k];
+        const transport::TxBuf& b = tx_bufs_[idx];
+        pcap_->write(tx_framing(idx, static_cast<uint16_t>(m.count > 1 ? k : 0)), b.ecn,
+                     {b.data, b.len}, tx_icrc_[idx]);
+      }
+    };
+    // sendmmsg stops at the first refused message: count and skip it, send the rest.
     size_t done = 0;
     while (done < n) {
       int r = sendmmsg(fd, msgs + done, static_cast<unsigned>(n - done), 0);
       if (r < 0) {
         if (errno == EINTR) continue;
-        counters_.tx_errors.add();
+        const int e = errno;
+        const Msg& m = meta[done];
         ++done;
+        if (m.count > 1 && (e == EIO || e == EINVAL)) {
+          // GSO refused (udp_send_skb: EIO without checksum offload on the route's device,
+          // EINVAL for what the kernel cannot segment). Resend one by one; when that works the
+          // socket cannot do GSO, so it stops trying. When it does not, the packets themselves
+          // were refused (e.g. larger than the path MTU) and GSO stays on.
+          size_t ok = send_singly(fd, m.first, m.count);
+          sent += ok;
+          if (ok > 0 &&
+              std::find(no_gso_fds_.begin(), no_gso_fds_.end(), fd) == no_gso_fds_.end()) {
+            no_gso_fds_.push_back(fd);
+            counters_.tx_gso_fallback.add();
+          }
+          continue;
+        }
+        capture(m);
+        counters_.tx_errors.add(m.count);
         continue;
       }
       for (int k = 0; k < r; ++k) {
-        counters_.sent_pkts.add();
+        const Msg& m = meta[done + k];
+        capture(m);
+        counters_.sent_pkts.add(m.count);
         counters_.sent_bytes.add(msgs[done + k].msg_len);
+        sent += m.count;
       }
-      sent += static_cast<size_t>(r);
       done += static_cast<size_t>(r);
     }
-    for (size_t k = 0; k < n; ++k) free_.push_back(queue_[i + k]);
-    i += n;
+    for (size_t k = i; k < end; ++k) free_.push_back(queue_[k]);
+    i = end;
   }
   queue_.clear();
   return sent;
+}
+
+size_t UdpPort::send_singly(int fd, size_t first, size_t count) {
+  size_t ok = 0;
+  for (size_t k = 0; k < count; ++k) {
+    uint16_t idx = queue_[first + k];
+    transport::TxBuf& b = tx_bufs_[idx];
+    // Alone, the packet leaves with IP ID 0: its ICRC changes with that.
+    auto f = tx_framing(idx, 0);
+    wire::store_le32(tx_icrc_[idx], wire::icrc(f, {b.data, b.len}));
+    if (pcap_) pcap_->write(f, b.ecn, {b.data, b.len}, tx_icrc_[idx]);
+    sockaddr_in to = make_addr(b.dst_ip, opt_.dst_port);
+    iovec iov[2] = {{b.data, b.len}, {tx_icrc_[idx], wire::kIcrcBytes}};
+    msghdr h{};
+    h.msg_name = &to;
+    h.msg_namelen = sizeof to;
+    h.msg_iov = iov;
+    h.msg_iovlen = 2;
+    alignas(cmsghdr) uint8_t ctrl[kTxCtrlBytes];
+    set_tx_cmsgs(h, ctrl, sizeof ctrl, b.ecn, 0);
+    ssize_t r;
+    do {
+      r = sendmsg(fd, &h, 0);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+      counters_.tx_errors.add();
+      continue;
+    }
+    counters_.sent_pkts.add();
+    counters_.sent_bytes.add(static_cast<uint64_t>(r));
+    ++ok;
+  }
+  return ok;
 }
 
 // The transmit side under fault injection: each queued packet gets its ICRC, then goes through

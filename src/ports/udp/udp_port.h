@@ -20,6 +20,18 @@
 //   had (in use by another program, or the pool's limit reached) packets with it leave from the
 //   4791 socket instead, counted in tx_src_port_fallback; the ICRC always covers the port the
 //   packet really leaves from, so the peer accepts it either way.
+// - Batching (UdpPortOptions::gso, UROCE_GSO): runs of queued packets for one destination from
+//   one socket, with one ECN codepoint and one datagram size (the last may be shorter), leave in
+//   one send with a UDP_SEGMENT control message: the kernel builds one large datagram and cuts it
+//   into the packets (UDP GSO, Linux >= 4.18) in software or on the NIC. Linux numbers the IP
+//   IDs of the segments on from the first one's (inet_gso_segment), which is 0 here, so the
+//   ICRC of the j-th packet of a run is computed for IP ID j. A socket on which the kernel
+//   refuses GSO (EIO before Linux 6.11: the route's device has no checksum offload, e.g. a tap
+//   device without offloads; EINVAL: e.g. SO_NO_CHECK) sends one datagram per packet from then
+//   on (tx_gso_fallback). On receive,
+//   UDP_GRO lets the kernel hand several datagrams of one flow over as one buffer with their
+//   segment size (UDP_GRO control message); rx_burst() cuts it back into datagrams before any
+//   check, so fault injection, the counters and the ICRC check see one datagram per packet.
 // - Sends block when the kernel's socket buffer is full (rare: it is freed as soon as the packet
 //   is on the wire or in the peer's queue), so the TX ring never overflows inside tx_flush().
 //
@@ -75,16 +87,27 @@ struct UdpPortOptions {
   FaultConfig faults;
   size_t max_src_port_sockets = 64;  // send sockets beyond the 4791 one; 0 = always from `port`
   std::string pcap_path;             // capture every packet sent and received here ("" = none)
+  // UROCE_GSO: batch sends with UDP GSO and receives with UDP GRO (see above). false sends and
+  // receives one datagram per system-call entry, as before.
+  bool gso = false;
 };
 
 class UdpPort : public transport::PacketSink {
  public:
   static constexpr size_t kTxRing = 256;  // TxBufs a device can have queued
   static constexpr size_t kRxBatch = 32;  // datagrams per recvmmsg
-  static constexpr size_t kTxBatch = 64;  // datagrams per sendmmsg
+  static constexpr size_t kTxBatch = 64;  // messages per sendmmsg (a GSO message is several)
   // Largest datagram accepted: the largest IB packet plus its ICRC. Anything longer is no
-  // packet of ours (the kernel truncates it; counted as rx_truncated).
+  // packet of ours (counted as rx_truncated).
   static constexpr size_t kRxBufBytes = transport::kMaxIbPacket + wire::kIcrcBytes;
+  // With GRO a receive buffer must hold a coalesced datagram (at most 65507 bytes of UDP
+  // payload); fewer of them keep the receive memory at 1 MiB.
+  static constexpr size_t kGroRxBatch = 16;
+  static constexpr size_t kGroBufBytes = 65536;
+  // UDP GSO limits (udp_send_skb): segments per send (UDP_MAX_SEGMENTS, 64 before Linux 6.9,
+  // 128 since) and the payload of the unsegmented datagram (65535 - IPv4 and UDP headers).
+  static constexpr size_t kGsoMaxSegments = 64;
+  static constexpr size_t kGsoMaxBytes = 65507;
 
   // Binds the receive socket. nullptr and a message on failure (address not local, port in use).
   static std::unique_ptr<UdpPort> open(const UdpPortOptions& opt, DeviceCounters& counters,
@@ -105,8 +128,9 @@ class UdpPort : public transport::PacketSink {
   int join_group(uint32_t group);
   void leave_group(uint32_t group);  // no-op when not joined
 
-  // Receives up to kRxBatch datagrams without blocking, drops (and counts) what fault injection,
-  // the ICRC check and the parser refuse, and returns the rest. Empty when nothing waits.
+  // Receives up to kRxBatch (with GRO: kGroRxBatch coalesced) datagrams without blocking, drops
+  // (and counts) what fault injection, the ICRC check and the parser refuse, and returns the rest.
+  // Empty when nothing waits.
   std::span<const RxPacket> rx_burst();
 
   // transport::PacketSink. tx_alloc returns nullptr when kTxRing buffers are queued.
@@ -138,9 +162,21 @@ class UdpPort : public transport::PacketSink {
   int send_fd_for(uint16_t requested, uint16_t* actual_port);
   // The checks every received datagram goes through (ICRC, parse), appending to rx_out_.
   void accept(const uint8_t* buf, size_t len, bool truncated, const transport::RxInfo& info);
-  // One recvmmsg on `fd` into receive slots [slot, kRxBatch), each datagram addressed to
-  // `dst_ip`; returns the number received.
+  // One received datagram (a GRO buffer is cut into these first): counted, then through fault
+  // injection (when on) or straight to accept().
+  void deliver(const uint8_t* buf, size_t len, bool truncated, const transport::RxInfo& info,
+               int fd, transport::Time now);
+  // One recvmmsg on `fd` into receive slots [slot, rx_slots_), each datagram addressed to
+  // `dst_ip`; returns the number of slots used.
   size_t receive(int fd, uint32_t dst_ip, size_t slot, transport::Time now);
+  // Turns UDP_GRO on for a receive socket when gso is on; a kernel without it just never
+  // coalesces.
+  void enable_gro(int fd);
+  // The framing (and so ICRC) of queued buffer `idx` leaving with IP ID `ip_id`.
+  wire::Ipv4UdpFraming tx_framing(uint16_t idx, uint16_t ip_id) const;
+  // Sends queue_[first, first + count) one datagram each (after a refused GSO send), counting
+  // and capturing each; returns the number the kernel accepted.
+  size_t send_singly(int fd, size_t first, size_t count);
   // tx_flush() when transmit faults are on: datagrams go through tx_faults_ one by one.
   size_t tx_flush_faulty();
   void send_frames(std::vector<FaultFrame>& frames);  // one sendmsg each, errors counted
@@ -155,8 +191,10 @@ class UdpPort : public transport::PacketSink {
   std::unique_ptr<PcapWriter> pcap_;  // UROCE_PCAP; null when not capturing
   std::vector<FaultFrame> rx_frames_, tx_frames_;
 
-  // Receive side: buffers, headers and results for one recvmmsg batch.
-  std::unique_ptr<uint8_t[]> rx_bufs_;  // kRxBatch * kRxBufBytes
+  // Receive side: buffers, headers and results for one recvmmsg batch. With GRO on, kGroRxBatch
+  // slots of kGroBufBytes, else kRxBatch of kRxBufBytes.
+  size_t rx_slots_, rx_slot_bytes_;
+  std::unique_ptr<uint8_t[]> rx_bufs_;  // rx_slots_ * rx_slot_bytes_
   std::vector<RxPacket> rx_out_;
 
   // Transmit side. Buffers are indexes into tx_bufs_; each is either free or queued (or held by
@@ -174,6 +212,8 @@ class UdpPort : public transport::PacketSink {
   // Source port → send socket; -1 records a port that could not be bound (use fd_).
   std::unordered_map<uint16_t, int> src_socks_;
   size_t src_sock_count_ = 0;
+  // Send sockets on which the kernel refused UDP GSO: one datagram per packet from them.
+  std::vector<int> no_gso_fds_;
 
   // Multicast: group (host order) → its receive socket. mcast_mu_ guards groups_ against
   // rx_burst(); has_groups_ lets rx_burst() skip the lock when no group is joined.
