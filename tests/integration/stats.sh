@@ -47,7 +47,10 @@ for d in doc["devices"]:
 ) &
 poller=$!
 
-server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 5000)
+# Long enough (50000 round trips: 1.5-3 s here) for a few polling rounds even on a loaded
+# machine, where each round (python, two `uroce stats`) takes a few hundred milliseconds; 5000
+# once ended before a round saw it.
+server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 50000)
 client_cmd=("${server_cmd[@]}" "$srv_ip")
 run_pair "$srv_ip" "$cli_ip" "$port"
 touch "$log/done"
