@@ -244,6 +244,9 @@ run_pair() {
     # A client that failed or timed out leaves the server waiting for ever: give it a moment.
     local wait_s=$TIMEOUT
     ((cli_rc != 0)) && wait_s=15
+    # Under injected loss a server whose last ACK was lost may wait for ever (see pingpong_pair);
+    # one that got it ends within seconds of the client.
+    [[ -n ${FAULTS:-} ]] && ((wait_s > 30)) && wait_s=30
     "$G" -w "$guest_job" -t "$wait_s" >"$tmp/server.out" 2>&1
     srv_rc=$?
   else
@@ -308,11 +311,12 @@ pingpong_pair() {
     # SEND can be lost as the other side exits, and the first then fails with "retry counter
     # exceeded" although the peer got every message (tests/integration/pingpong.sh says more).
     # Only that outcome, only with FAULTS, is run again.
+    # rxe 6.1 may also never give up (it kept resending for the whole TIMEOUT once), so the
+    # test is: one side finished every iteration, the other did not finish.
     [[ -n $result_fail && -n ${FAULTS:-} && $attempt -lt 3 ]] || break
     local bad=server good=client
-    grep -q "retry counter exceeded" "$tmp/client.out" && bad=client good=server
-    grep -q "retry counter exceeded" "$tmp/$bad.out" && grep -q "iters in" "$tmp/$good.out" ||
-      break
+    grep -q "iters in" "$tmp/server.out" && bad=client good=server
+    grep -q "iters in" "$tmp/$good.out" && ! grep -q "iters in" "$tmp/$bad.out" || break
     echo "NOTE: the peer exited before its last ACK arrived; running again"
     rm -rf "$tmp" "$pcap" "$pcap.log"
     tmp='' pcap=''
