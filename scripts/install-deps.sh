@@ -8,7 +8,7 @@ packages=(
   libibverbs-dev ibverbs-utils rdma-core perftest   # verbs ABI headers, the unmodified test programs
   libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  tshark iproute2 procps
+  tshark iproute2 procps ethtool
   qemu-system-x86 kmod cpio                          # the Linux rxe guest for the interop tests
 )
 

@@ -22,14 +22,36 @@ inline constexpr size_t kMaxIbPacket = 4096 + 64;
 // IP ECN codepoints (RFC 3168).
 inline constexpr uint8_t kEcnNotEct = 0, kEcnEct1 = 1, kEcnEct0 = 2, kEcnCe = 3;
 
-// One outgoing IB packet. The port adds IP/UDP (or Ethernet/IP/UDP) framing and the ICRC.
+// Bytes in front of TxBuf::data that a port may fill with its own headers, so that a port that
+// frames whole packets (Ethernet / 802.1Q / IPv4 / UDP: 46 bytes; RoCE v1's Ethernet / 802.1Q /
+// GRH: 58) writes them in place and sends the buffer without a copy.
+inline constexpr size_t kTxHeadroom = 64;
+// The ICRC's four bytes, appended in place after the packet by the port layer.
+inline constexpr size_t kTxTailroom = 4;
+
+// DSCP value (RFC 2474) meaning "the port's configured default for data packets".
+inline constexpr uint8_t kDscpPortDefault = 0xff;
+
+// One outgoing IB packet. The transport fills the routing fields and data[0, len); the port
+// layer adds the ICRC at data[len] and whatever framing it needs in front of data (headroom).
+// A TxBuf comes from PacketSink::tx_alloc, so it lives in the port's memory (for a DPDK port,
+// inside the mbuf that goes on the wire).
 struct TxBuf {
   uint32_t dst_ip = 0;    // IPv4, host byte order
   uint16_t src_port = 0;  // UDP source port (ECMP entropy, derived from the QPN)
   uint8_t ecn = kEcnNotEct;
-  uint32_t len = 0;  // bytes used in data
-  alignas(8) uint8_t data[kMaxIbPacket];
+  // DSCP of the packet, or kDscpPortDefault. Set by the transport for packets with a traffic
+  // class of their own (CNPs, a QP's GRH traffic_class).
+  uint8_t dscp = kDscpPortDefault;
+  uint32_t len = 0;  // bytes used in data (BTH .. pad), without the ICRC
+  // IPv4 Identification the packet leaves with, chosen by the port before the ICRC (which covers
+  // it) is computed. Not the transport's business.
+  uint16_t ip_id = 0;
+  alignas(8) uint8_t headroom[kTxHeadroom];
+  uint8_t data[kMaxIbPacket + kTxTailroom];
 };
+// data follows headroom directly, so data - n (n <= kTxHeadroom) is where n bytes of headers go.
+static_assert(offsetof(TxBuf, data) == offsetof(TxBuf, headroom) + kTxHeadroom);
 
 class PacketSink {
  public:

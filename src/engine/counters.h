@@ -10,39 +10,17 @@
 #include <atomic>
 #include <cstdint>
 
+#include "ports/port_counters.h"
+#include "util/counter.h"
+
 namespace uroce {
-
-class Counter {
- public:
-  Counter() = default;
-  Counter(const Counter&) = delete;  // slot_ may point at own_
-  Counter& operator=(const Counter&) = delete;
-
-  void add(uint64_t n = 1) {
-    std::atomic_ref<uint64_t> v(*slot_);
-    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  }
-  uint64_t get() const { return std::atomic_ref<uint64_t>(*slot_).load(std::memory_order_relaxed); }
-
-  // Moves the value's storage to `slot` (8-byte aligned), carrying the value over: a device puts
-  // its counters in the shared-memory file the `uroce` command reads (engine/stats_shm.h), so
-  // readers see them live without any copying. Call before any other thread uses the counter;
-  // `slot` must outlive every later use of it.
-  void bind(uint64_t* slot) {
-    *slot = get();
-    slot_ = slot;
-  }
-
- private:
-  alignas(std::atomic_ref<uint64_t>::required_alignment) uint64_t own_ = 0;
-  uint64_t* slot_ = &own_;
-};
 
 struct DeviceCounters {
   // Datagrams that reached the port (before any check) and their UDP payload bytes.
   Counter rcvd_pkts, rcvd_bytes;
-  // Datagrams handed to the kernel and their UDP payload bytes (ICRC included).
-  Counter sent_pkts, sent_bytes;
+  // What the port handed to the wire, refused, and port-specific events (ports/port_counters.h):
+  // sent_pkts, sent_bytes, tx_errors, … keep their names in every listing.
+  PortCounters port;
 
   // Receive drops, one counter per cause, in the order the checks run.
   Counter fault_drops;           // dropped by fault injection (UROCE_FAULTS loss=, burst=)
@@ -62,17 +40,6 @@ struct DeviceCounters {
   // Accepted packets whose ICRC was valid only for a non-zero IP Identification: the peer is not
   // uroce's socket datapath (rxe, an RNIC). Informational.
   Counter rx_foreign_ip_id;
-
-  // Transmit: datagrams the kernel refused (route missing, message too long for the path MTU…).
-  // The transport's retransmission recovers them like losses on the wire.
-  Counter tx_errors;
-  // Send sockets opened for distinct UDP source ports, and packets that had to leave from 4791
-  // because no socket could be had for the requested source port (see udp_port.h).
-  Counter tx_src_port_sockets;
-  Counter tx_src_port_fallback;
-  // Send sockets on which the kernel refused UDP GSO (UROCE_GSO; e.g. the route's device has no
-  // checksum offload): they send one datagram per packet from then on.
-  Counter tx_gso_fallback;
 
   // Fault injection (UROCE_FAULTS, engine/faults.h). Receive: fault_drops above counts every
   // injected drop (loss and burst); the rest count datagrams, before the ICRC check. Transmit:
@@ -113,8 +80,7 @@ struct DeviceCounters {
   static void visit(Self& s, F&& f) {
     f("rcvd_pkts", s.rcvd_pkts);
     f("rcvd_bytes", s.rcvd_bytes);
-    f("sent_pkts", s.sent_pkts);
-    f("sent_bytes", s.sent_bytes);
+    PortCounters::visit(s.port, f);
     f("fault_drops", s.fault_drops);
     f("rx_truncated", s.rx_truncated);
     f("rx_too_short", s.rx_too_short);
@@ -128,10 +94,6 @@ struct DeviceCounters {
     f("rx_unknown_qp", s.rx_unknown_qp);
     f("rcvd_ecn_ce", s.rcvd_ecn_ce);
     f("rx_foreign_ip_id", s.rx_foreign_ip_id);
-    f("tx_errors", s.tx_errors);
-    f("tx_src_port_sockets", s.tx_src_port_sockets);
-    f("tx_src_port_fallback", s.tx_src_port_fallback);
-    f("tx_gso_fallback", s.tx_gso_fallback);
     f("fault_rx_burst_drops", s.fault_rx_burst_drops);
     f("fault_rx_corrupted", s.fault_rx_corrupted);
     f("fault_rx_duplicated", s.fault_rx_duplicated);

@@ -13,31 +13,16 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "engine/log.h"
+#include "engine/port_factory.h"
 #include "engine/stats_shm.h"
-#include "ports/udp/udp_port.h"
+#include "util/log.h"
 
 namespace uroce {
 namespace {
 
-// The DestQP every multicast packet carries (IBTA vol. 1: the multicast QPN, 0xFFFFFF).
-constexpr uint32_t kMulticastQpn = 0xffffff;
-
 // Bytes a RoCEv2 packet adds around its payload: IPv4 20 + UDP 8 + BTH 12 + the largest extended
 // headers a payload-carrying packet has (RETH 16 + ImmDt 4) + ICRC 4.
 constexpr uint32_t kRoceOverhead = 20 + 8 + 12 + 16 + 4 + 4;
-
-uint32_t netdev_mtu(const std::string& netdev) {
-  if (netdev.empty() || netdev.size() >= IFNAMSIZ) return 1500;
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 1500;
-  ifreq ifr{};
-  std::memcpy(ifr.ifr_name, netdev.c_str(), netdev.size());
-  uint32_t mtu = 1500;
-  if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0) mtu = static_cast<uint32_t>(ifr.ifr_mtu);
-  close(fd);
-  return mtu;
-}
 
 // The largest IB MTU (IBTA 9.6.? : 256..4096) whose packets fit the interface MTU unfragmented.
 uint16_t ib_mtu_for(uint32_t if_mtu) {
@@ -91,31 +76,34 @@ Device::Device(const DeviceConfig& cfg) : cfg_(cfg) {}
 
 std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) {
   std::unique_ptr<Device> d(new Device(cfg));
-  d->mtu_ = ib_mtu_for(netdev_mtu(cfg.netdev));
-  // Before anything can count: binding moves the counters into the file.
-  d->publisher_ = make_publisher(cfg, d->mtu_, d->counters_, &d->qp_slot_base_);
-  UdpPortOptions opt;
-  opt.ipv4 = cfg.ipv4;
-  opt.faults = cfg.faults;
-  opt.pcap_path = cfg.pcap_path;
-  opt.gso = cfg.gso;
   std::string why;
-  d->port_ = UdpPort::open(opt, d->counters_, &why);
-  if (!d->port_) {
+  // The port first: it says what MTU it carries, which the published identity shows. Its
+  // counters are bound into the published file below, before any packet moves.
+  std::unique_ptr<Port> port = open_port(cfg, d->counters_.port, &why);
+  if (!port) {
     if (err) *err = cfg.name + ": " + why;
     return nullptr;
   }
-  if (!cfg.netdev.empty()) {
-    d->link_ = LinkWatch::open(cfg.netdev, &why);
-    if (!d->link_)
-      log().warn("{}: cannot watch the link state of {} ({}); the port reports ACTIVE", cfg.name,
-                 cfg.netdev, why);
+  d->mtu_ = ib_mtu_for(port->caps().ip_mtu);
+  // Before anything can count: binding moves the counters into the file.
+  d->publisher_ = make_publisher(cfg, d->mtu_, d->counters_, &d->qp_slot_base_);
+  DatapathOptions dopt;
+  dopt.faults = cfg.faults;
+  dopt.pcap_path = cfg.pcap_path;
+  d->dp_ = Datapath::open(std::move(port), dopt, d->counters_, &why);
+  if (!d->dp_) {
+    if (err) *err = cfg.name + ": " + why;
+    return nullptr;
   }
+  Dispatch::Limits lim;
+  lim.max_qp = DeviceLimits::kMaxQp;
+  lim.max_mcast_grp = DeviceLimits::kMaxMcastGrp;
+  lim.max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
+  d->dispatch_ = std::make_unique<Dispatch>(*d->dp_, d->keys_, d->counters_, lim);
   if (d->publisher_) d->publisher_->set_port_active(d->port_active());
   try {
     Engine::Client& client = *d;
-    d->engine_ = std::make_unique<Engine>(d->mu_, *d->port_, client, "uroce-" + cfg.name);
-    if (d->link_) d->engine_->watch(d->link_->fd());
+    d->engine_ = std::make_unique<Engine>(d->mu_, *d->dp_, client, "uroce-" + cfg.name);
     d->engine_->start();
   } catch (const std::system_error& e) {
     if (err) *err = cfg.name + ": cannot start the engine: " + e.what();
@@ -125,7 +113,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
 }
 
 bool Device::port_active() const {
-  return !link_ || link_->up();
+  return dp_->port().link_up();
 }
 
 uint64_t Device::add_port_listener(PortListener fn) {
@@ -140,11 +128,10 @@ void Device::remove_port_listener(uint64_t id) {
   port_listeners_.erase(id);
 }
 
-void Device::on_watched_fd() {
-  if (!link_->drain()) return;
-  bool up = link_->up();
+void Device::on_link_change() {
+  bool up = dp_->port().link_up();
   (up ? counters_.port_up_events : counters_.port_down_events).add();
-  log().info("{}: link of {} is {}", cfg_.name, cfg_.netdev, up ? "up" : "down");
+  log().info("{}: link of {} is {}", cfg_.name, dp_->port().describe(), up ? "up" : "down");
   if (publisher_) publisher_->set_port_active(up);
   std::lock_guard<std::mutex> g(port_mu_);
   for (auto& [id, fn] : port_listeners_) fn(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
@@ -172,41 +159,9 @@ void Device::print_stats(FILE* out) {
   });
 }
 
-namespace {
-
-void add_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
-  sum.sent_pkts += c.sent_pkts;
-  sum.rcvd_pkts += c.rcvd_pkts;
-  sum.retry_exceeded_err += c.retry_exceeded_err;
-  sum.rnr_retry_exceeded_err += c.rnr_retry_exceeded_err;
-  sum.send_rnr_err += c.send_rnr_err;
-  sum.rcvd_rnr_err += c.rcvd_rnr_err;
-  sum.rcvd_seq_err += c.rcvd_seq_err;
-  sum.out_of_seq_request += c.out_of_seq_request;
-  sum.duplicate_request += c.duplicate_request;
-  sum.send_err += c.send_err;
-  sum.completer_retry_err += c.completer_retry_err;
-  sum.local_ack_timeout_err += c.local_ack_timeout_err;
-  sum.retransmitted_pkts += c.retransmitted_pkts;
-  sum.send_window_cuts += c.send_window_cuts;
-  sum.early_retransmits += c.early_retransmits;
-  sum.dropped_pkts += c.dropped_pkts;
-  sum.qkey_violation += c.qkey_violation;
-  sum.out_of_buffer += c.out_of_buffer;
-  sum.uc_dropped_msgs += c.uc_dropped_msgs;
-}
-
-}  // namespace
-
 transport::QpCounters Device::qp_counter_totals() {
   std::lock_guard<std::mutex> g(mu_);
-  return sum_qp_counters();
-}
-
-transport::QpCounters Device::sum_qp_counters() {
-  transport::QpCounters sum = retired_qp_counters_;
-  for (auto& [qpn, e] : qps_) add_counters(sum, e.qp->counters());
-  return sum;
+  return dispatch_->counter_totals();
 }
 
 uint16_t Device::mtu_bytes() const {
@@ -280,16 +235,6 @@ transport::MemoryAccess& Device::memory() {
   return keys_;
 }
 
-uint32_t Device::alloc_qpn() {
-  // QPNs are 24 bits; skip 0 and 1 (special QPs) and any still in use after a wrap.
-  for (;;) {
-    uint32_t q = next_qpn_;
-    next_qpn_ = (next_qpn_ + 1) & wire::kQpnMask;
-    if (next_qpn_ < 2) next_qpn_ = 2;
-    if (q >= 2 && qps_.count(q) == 0) return q;
-  }
-}
-
 transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   int dummy;
   if (!err) err = &dummy;
@@ -298,154 +243,59 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
     return nullptr;
   }
   std::lock_guard<std::mutex> g(mu_);
-  if (qps_.size() >= DeviceLimits::kMaxQp) {
-    *err = ENOMEM;
-    return nullptr;
-  }
   if (keys_.pd_ref(init.pd) != 0) {
     *err = EINVAL;
     return nullptr;
   }
-  init.qpn = alloc_qpn();
+  // The device numbers its QPs (the GSI QP, QPN 1, can be asked for by number).
+  if (init.qpn != Dispatch::kGsiQpn) init.qpn = 0;
   init.local_ip = cfg_.ipv4;
   init.early_retransmit = cfg_.early_retransmit;
   if (!init.events) init.events = this;
-  try {
-    QpEntry e;
-    e.qp = std::make_unique<transport::Qp>(init, *port_, keys_);
-    e.pd = init.pd;
-    transport::Qp* qp = e.qp.get();
-    qps_.emplace(init.qpn, std::move(e));
-    *err = 0;
-    return qp;
-  } catch (const std::bad_alloc&) {
-    *err = ENOMEM;
-  } catch (const std::exception&) {
-    *err = EINVAL;  // the transport refused the capabilities
-  }
-  keys_.pd_unref(init.pd);
-  return nullptr;
+  transport::Qp* qp = dispatch_->create_qp(init, err);
+  if (!qp) keys_.pd_unref(init.pd);
+  return qp;
 }
 
 void Device::set_qp_handle(transport::Qp* qp, ibv_qp* handle) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = qps_.find(qp->qpn());
-  if (it != qps_.end() && it->second.qp.get() == qp) it->second.handle = handle;
+  dispatch_->set_cookie(qp, handle);
 }
 
 int Device::destroy_qp(transport::Qp* qp) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = qps_.find(qp->qpn());
-  if (it == qps_.end() || it->second.qp.get() != qp) return EINVAL;
-  keys_.pd_unref(it->second.pd);
-  add_counters(retired_qp_counters_, qp->counters());
-  detach_all_mcast(it->first);
-  qps_.erase(it);
+  uint32_t pd = 0;
+  if (int rc = dispatch_->destroy_qp(qp, &pd); rc != 0) return rc;
+  keys_.pd_unref(pd);
   return 0;
 }
 
 int Device::attach_mcast(transport::Qp* qp, uint32_t group) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = qps_.find(qp->qpn());
-  // Only UD QPs take part in multicast (IBTA vol. 1); 224.0.0.0/4 is IPv4's multicast range.
-  if (it == qps_.end() || it->second.qp.get() != qp || qp->type() != IBV_QPT_UD ||
-      (group >> 28) != 0xe)
-    return EINVAL;
-  auto g = mcast_.find(group);
-  if (g == mcast_.end()) {
-    if (mcast_.size() >= DeviceLimits::kMaxMcastGrp) return ENOMEM;
-    g = mcast_.emplace(group, std::vector<uint32_t>{}).first;
-  }
-  std::vector<uint32_t>& members = g->second;
-  if (std::find(members.begin(), members.end(), qp->qpn()) != members.end()) return 0;
-  if (members.size() >= DeviceLimits::kMaxMcastQpAttach) return ENOMEM;
-  if (members.empty()) {
-    if (int e = port_->join_group(group); e != 0) {
-      mcast_.erase(g);
-      return e;
-    }
-  }
-  members.push_back(qp->qpn());
-  return 0;
+  std::lock_guard<std::mutex> g(mu_);
+  return dispatch_->attach_mcast(qp, group);
 }
 
 int Device::detach_mcast(transport::Qp* qp, uint32_t group) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = mcast_.find(group);
-  if (it == mcast_.end()) return EINVAL;
-  auto m = std::find(it->second.begin(), it->second.end(), qp->qpn());
-  if (m == it->second.end()) return EINVAL;
-  it->second.erase(m);
-  if (it->second.empty()) {
-    port_->leave_group(group);
-    mcast_.erase(it);
-  }
-  return 0;
-}
-
-void Device::detach_all_mcast(uint32_t qpn) {
-  for (auto it = mcast_.begin(); it != mcast_.end();) {
-    std::erase(it->second, qpn);
-    if (it->second.empty()) {
-      port_->leave_group(it->first);
-      it = mcast_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void Device::track(uint32_t qpn, QpEntry& e) {
-  if (!e.in_pump_list && e.qp->wants_pump()) {
-    e.in_pump_list = true;
-    pump_list_.push_back(qpn);
-  }
-  transport::Time d = e.qp->next_deadline();
-  if (d == e.armed) return;
-  e.armed = d;
-  if (d == transport::kNever) return;  // the old heap entry goes stale
-  timers_.emplace_back(d, qpn);
-  std::push_heap(timers_.begin(), timers_.end(), std::greater<>());
-  // Deadlines that move before they fire (ACK coalescing, retransmission restarts) leave stale
-  // entries behind; rebuild from the live deadlines when they dominate the heap.
-  if (timers_.size() > 4 * qps_.size() + 64) {
-    timers_.clear();
-    for (auto& [q, x] : qps_)
-      if (x.armed != transport::kNever) timers_.emplace_back(x.armed, q);
-    std::make_heap(timers_.begin(), timers_.end(), std::greater<>());
-  }
-}
-
-transport::Time Device::earliest_timer() {
-  while (!timers_.empty()) {
-    auto [d, qpn] = timers_.front();
-    auto it = qps_.find(qpn);
-    if (it != qps_.end() && it->second.armed == d) return d;
-    std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
-    timers_.pop_back();
-  }
-  return transport::kNever;
+  return dispatch_->detach_mcast(qp, group);
 }
 
 void Device::after_call(transport::Qp* qp, transport::Time now) {
-  if (qp->wants_pump()) qp->pump(now);
-  port_->tx_flush();
+  bool more = false;
+  transport::Time deadline = dispatch_->after_call(qp, now, &more);
   // Packets held back by transmit fault injection (UROCE_FAULTS tx.delay, tx.reorder).
-  engine_->wake_by(port_->tx_fault_deadline());
+  engine_->wake_by(dp_->tx_fault_deadline());
   engine_->wake_by(publish(now));  // the QP totals this call changed, now or soon
-  auto it = qps_.find(qp->qpn());
-  if (it == qps_.end()) return;
-  track(it->first, it->second);
-  engine_->wake_by(it->second.armed);
+  engine_->wake_by(deadline);
   // Still more to send (the transmit ring filled): let the engine continue in the background.
-  if (it->second.in_pump_list) engine_->kick();
+  if (more) engine_->kick();
 }
 
 transport::Time Device::publish(transport::Time now, bool force) {
   if (!publisher_) return transport::kNever;
   if (!force && now < next_publish_) return next_publish_;
   size_t i = qp_slot_base_;
-  stats_shm::for_each_qp_counter(sum_qp_counters(),
+  stats_shm::for_each_qp_counter(dispatch_->counter_totals(),
                                  [&](const char*, uint64_t v) { publisher_->set(i++, v); });
   publisher_->set_port_active(port_active());
   publisher_->set_snapshot_ns(now);
@@ -512,84 +362,23 @@ bool Device::poll_progress() {
 
 size_t Device::qp_count() {
   std::lock_guard<std::mutex> g(mu_);
-  return qps_.size();
+  return dispatch_->qp_count();
 }
 
 void Device::on_packets(std::span<const RxPacket> pkts, transport::Time now) {
-  for (const RxPacket& p : pkts) {
-    // A datagram sent to a group goes to every QP attached to it, and must name the multicast
-    // QPN; that QPN sent to a unicast address names no QP.
-    const bool to_group = (p.info.dst_ip >> 28) == 0xe;
-    if (to_group || p.pkt.bth.dest_qp == kMulticastQpn) {
-      auto g = to_group && p.pkt.bth.dest_qp == kMulticastQpn ? mcast_.find(p.info.dst_ip)
-                                                              : mcast_.end();
-      if (g == mcast_.end()) {
-        counters_.rx_unknown_qp.add();
-        continue;
-      }
-      // Each attached QP checks the Q_Key (and its state) itself, counting what it drops.
-      for (uint32_t qpn : g->second) {
-        QpEntry& e = qps_.find(qpn)->second;  // destroy_qp detaches first
-        e.qp->receive(p.pkt, p.info, now);
-        track(qpn, e);
-      }
-      continue;
-    }
-    auto it = qps_.find(p.pkt.bth.dest_qp);
-    if (it == qps_.end()) {
-      counters_.rx_unknown_qp.add();
-      continue;
-    }
-    it->second.qp->receive(p.pkt, p.info, now);
-    track(it->first, it->second);
-  }
+  dispatch_->receive(pkts, now);
 }
 
 transport::Time Device::on_progress(transport::Time now, bool* again) {
   counters_.engine_wakeups.add();  // once per engine loop pass
-  // Due timers, earliest first; each QP at most once per pass, so a QP whose deadline stays in
-  // the past cannot hold the lock for ever (the engine then bounds its wake-up rate).
-  std::vector<uint32_t>& due = due_scratch_;
-  due.clear();
-  for (transport::Time d = earliest_timer(); d <= now; d = earliest_timer()) {
-    uint32_t qpn = timers_.front().second;
-    std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
-    timers_.pop_back();
-    qps_.find(qpn)->second.armed = transport::kNever;  // earliest_timer() checked it exists
-    due.push_back(qpn);
-  }
-  for (uint32_t qpn : due) {
-    QpEntry& e = qps_.find(qpn)->second;
-    e.qp->on_timer(now);
-    track(qpn, e);
-  }
-  // Pump in rounds: a round stops when the transmit ring fills, the flush frees it, the next round
-  // continues. Stop when nothing wants to send or a round sent nothing (a rate-limited QP waits
-  // for its deadline, not for a spinning engine); after kRounds yield the lock to other threads.
-  constexpr int kRounds = 8;
-  std::vector<uint32_t>& list = pump_scratch_;
-  for (int round = 0; round < kRounds && !pump_list_.empty(); ++round) {
-    list.swap(pump_list_);
-    pump_list_.clear();
-    for (uint32_t qpn : list) {
-      auto it = qps_.find(qpn);
-      if (it == qps_.end()) continue;  // destroyed since it was listed
-      it->second.in_pump_list = false;
-      if (it->second.qp->wants_pump()) it->second.qp->pump(now);
-      track(qpn, it->second);
-    }
-    list.clear();
-    if (port_->tx_flush() == 0) break;
-    if (round == kRounds - 1 && !pump_list_.empty()) *again = true;
-  }
-  return std::min(earliest_timer(), publish(now));
+  transport::Time next = dispatch_->progress(now, again);
+  return std::min(next, publish(now));
 }
 
 void Device::qp_event(uint32_t qpn, ibv_event_type type) {
   ibv_async_event ev{};
   ev.event_type = type;
-  auto it = qps_.find(qpn);
-  ev.element.qp = it != qps_.end() ? it->second.handle : nullptr;
+  ev.element.qp = static_cast<ibv_qp*>(dispatch_->cookie(qpn));
   async_.push(ev);
 }
 

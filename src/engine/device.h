@@ -1,16 +1,14 @@
-// One uroce device: its configuration, the engine that runs its transport (receive, transmit,
-// timers) on a thread that sleeps when idle, its port (kernel UDP socket), its memory-key table
-// and its QP table. The verbs layer (src/verbs) is a thin ABI shell over this class.
+// One uroce device: its configuration, its port (a Port: kernel UDP socket by default) behind the
+// receive pipeline (Datapath), its memory-key table, its dispatch (QP table, timers, multicast:
+// pure logic, engine/dispatch.h) and the engine that runs them (receive, transmit, timers) on a
+// thread that sleeps when idle. The verbs layer (src/verbs) is a thin ABI shell over this class.
 //
-// Locking: one mutex per device (`lock()`) serialises the transport: every transport::Qp call, the
-// key table, the port's transmit ring. Application threads take it to post work (and transmit
-// directly, which saves a wake-up on the latency path); the engine thread takes it to process a
-// received batch and to run timers. CQs have their own lock so polling never waits for the engine.
-//
-// Timers and pumping: after every call on a QP the device records the QP's next_deadline() in a
-// min-heap and, if wants_pump(), lists it for pumping; an engine pass runs the due timers and
-// pumps the listed QPs, so its cost follows what happened, not the number of QPs. The transport
-// contract this relies on: a QP's deadline and wants_pump() change only during calls on it.
+// The device adds to the dispatch what the dispatch leaves out: the lock, the clock and the
+// thread. Locking: one mutex per device (`lock()`) serialises the transport: every
+// transport::Qp call, the key table, the dispatch, the transmit queue. Application threads take
+// it to post work (and transmit directly, which saves a wake-up on the latency path); the engine
+// thread takes it to process a received batch and to run timers. CQs have their own lock so
+// polling never waits for the engine.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -30,14 +28,14 @@
 #include "engine/config.h"
 #include "engine/counters.h"
 #include "engine/cq.h"
+#include "engine/datapath.h"
+#include "engine/dispatch.h"
 #include "engine/engine.h"
 #include "engine/key_table.h"
-#include "engine/link_watch.h"
 #include "transport/qp.h"
 
 namespace uroce {
 
-class UdpPort;
 namespace stats_shm {
 class Publisher;
 }
@@ -62,8 +60,8 @@ struct DeviceLimits {
 
 class Device : private Engine::Client, private transport::EventSink {
  public:
-  // Opens the port (binds the UDP socket) and starts the engine thread. Returns nullptr and sets
-  // *err on failure (address not local, port in use, …).
+  // Opens the port the configuration names (binds the UDP socket, …) and starts the engine
+  // thread. Returns nullptr and sets *err on failure (address not local, port in use, …).
   static std::unique_ptr<Device> open(const DeviceConfig& cfg, std::string* err);
   ~Device();  // stops the engine, closes the port
 
@@ -93,7 +91,8 @@ class Device : private Engine::Client, private transport::EventSink {
   int dealloc_mw(uint32_t handle);
   transport::MemoryAccess& memory();
 
-  // Queue pairs. create_qp assigns the QPN (init.qpn is ignored) and returns the QP, owned by the
+  // Queue pairs. create_qp assigns the QPN (init.qpn is ignored, except that
+  // Dispatch::kGsiQpn asks for the GSI QP, EBUSY when taken) and returns the QP, owned by the
   // device until destroy_qp. All calls on a QP go through these wrappers, which take the lock,
   // read the clock, and flush transmitted packets.
   //
@@ -122,9 +121,10 @@ class Device : private Engine::Client, private transport::EventSink {
   // Asynchronous events (IBV_EVENT_*) for ibv_get_async_event; fd() is readable while any wait.
   AsyncEventQueue& async_events();
 
-  // The port: its state is the link state of the netdev the address lives on (LinkWatch), or
-  // always active when that cannot be watched (no netdev known, netlink unavailable; a warning
-  // says so at open). On every transition the device calls each port listener with
+  // The port: its state is the port's link state (for the UDP port the link of the netdev the
+  // address lives on, or always active when that cannot be watched: no netdev known, netlink
+  // unavailable; a warning says so at open). On every transition the device calls each port
+  // listener with
   // IBV_EVENT_PORT_ACTIVE or IBV_EVENT_PORT_ERR, from the engine thread, without the device
   // lock. Each context registers one and fans the event out to its own async queue, as every
   // open context of an RNIC sees unaffiliated events (IBTA 11.6.3.2).
@@ -145,35 +145,15 @@ class Device : private Engine::Client, private transport::EventSink {
   size_t qp_count();
 
  private:
-  struct QpEntry {
-    std::unique_ptr<transport::Qp> qp;
-    uint32_t pd = 0;
-    ibv_qp* handle = nullptr;  // for async events raised by the device
-    // The QP's next_deadline() as of the last call on it (a QP's deadline changes only during
-    // calls on it, and every call is followed by track()); kNever when none.
-    transport::Time armed = transport::kNever;
-    bool in_pump_list = false;  // listed in pump_list_
-  };
-  // A timer: (deadline, QPN). Entries whose deadline no longer equals the QP's `armed` are stale
-  // and skipped when they surface (lazy deletion).
-  using Timer = std::pair<transport::Time, uint32_t>;
-
   explicit Device(const DeviceConfig& cfg);
   // After every application call on a QP (device lock held): send what it can send now, flush,
   // and make sure the engine wakes for the QP's next deadline or leftover work.
   void after_call(transport::Qp* qp, transport::Time now);
-  uint32_t alloc_qpn();  // device lock held
-  // Records what a call on a QP changed: its deadline (into timers_) and whether it wants to
-  // pump (into pump_list_). Device lock held.
-  void track(uint32_t qpn, QpEntry& e);
-  transport::Time earliest_timer();  // drops stale heap tops; kNever when none
 
   // Engine::Client (engine thread, device lock held).
   void on_packets(std::span<const RxPacket> pkts, transport::Time now) override;
   transport::Time on_progress(transport::Time now, bool* again) override;
-  void on_watched_fd() override;  // link notifications
-  // The transport counters of every QP, live and destroyed, summed (device lock held).
-  transport::QpCounters sum_qp_counters();
+  void on_link_change() override;  // engine thread, no lock
   // Publishing (engine/stats_shm.h): snapshots the QP totals and the port state into the file at
   // most every kPublishInterval (device lock held). Returns when the next snapshot is due if one
   // was skipped (transport::kNever otherwise), so the engine wakes for it and the file never
@@ -182,34 +162,24 @@ class Device : private Engine::Client, private transport::EventSink {
   // transport::EventSink (device lock held).
   void qp_event(uint32_t qpn, ibv_event_type type) override;
 
-  // Declaration order is destruction order reversed: the engine goes first, then QPs, then the
-  // port they transmitted into.
+  // Declaration order is destruction order reversed: the engine goes first, then the dispatch
+  // (QPs), then the datapath and port they transmitted into.
   DeviceConfig cfg_;
   // The shared-memory file `uroce stats` reads; null when not publishing. Declared before
-  // counters_ and port_: the counters live in its mapping, so it must outlive their writers.
+  // counters_ and the port: the counters live in its mapping, so it must outlive their writers.
   std::unique_ptr<stats_shm::Publisher> publisher_;
   size_t qp_slot_base_ = 0;           // index of the first QP-total entry
   transport::Time next_publish_ = 0;  // earliest time of the next QP snapshot (mu_)
   std::mutex mu_;
   DeviceCounters counters_;
-  transport::QpCounters retired_qp_counters_;  // of destroyed QPs, for qp_counter_totals (mu_)
-  KeyTable keys_;                              // device lock
+  KeyTable keys_;  // device lock
   AsyncEventQueue async_;
-  uint16_t mtu_ = 1024;  // IB path MTU in bytes, from the netdev's MTU at open
-  std::unique_ptr<UdpPort> port_;
-  std::unique_ptr<LinkWatch> link_;  // null: the port is always active
-  std::mutex port_mu_;               // port_listeners_; taken before any context's async queue
+  uint16_t mtu_ = 1024;                 // IB path MTU in bytes the port carries (PortCaps::ip_mtu)
+  std::unique_ptr<Datapath> dp_;        // owns the port
+  std::unique_ptr<Dispatch> dispatch_;  // device lock
+  std::mutex port_mu_;                  // port_listeners_; taken before any context's async queue
   std::map<uint64_t, PortListener> port_listeners_;
   uint64_t next_listener_ = 1;
-  std::unordered_map<uint32_t, QpEntry> qps_;  // by QPN; device lock
-  // Multicast group (host order) → QPNs attached to it; the port is a member while non-empty.
-  std::map<uint32_t, std::vector<uint32_t>> mcast_;  // device lock
-  void detach_all_mcast(uint32_t qpn);               // device lock held
-  // Work lists, so that an engine pass costs what happened, not the number of QPs. Device lock.
-  std::vector<Timer> timers_;        // min-heap on deadline (std::greater)
-  std::vector<uint32_t> pump_list_;  // QPNs whose wants_pump() was true after their last call
-  std::vector<uint32_t> due_scratch_, pump_scratch_;  // on_progress's, kept for their capacity
-  uint32_t next_qpn_ = 0x11;  // QPs 0 and 1 are special (SMI, GSI); IBTA 3.5.? / 10.2.?
   std::unique_ptr<Engine> engine_;
   friend class Engine;
 };

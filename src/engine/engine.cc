@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <ctime>
 #include <system_error>
+#include <vector>
 
 namespace uroce {
 
@@ -32,8 +33,8 @@ void drain(int fd) {
 
 }  // namespace
 
-Engine::Engine(std::mutex& mu, UdpPort& port, Client& client, std::string thread_name)
-    : mu_(mu), port_(port), client_(client), name_(std::move(thread_name)) {
+Engine::Engine(std::mutex& mu, Datapath& dp, Client& client, std::string thread_name)
+    : mu_(mu), dp_(dp), client_(client), name_(std::move(thread_name)) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   doorbell_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   timerfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -43,8 +44,12 @@ Engine::Engine(std::mutex& mu, UdpPort& port, Client& client, std::string thread
       if (fd >= 0) close(fd);
     throw std::system_error(e, std::generic_category(), "engine fds");
   }
-  // The group sockets' epoll set (multicast) nests: readable while any group has datagrams.
-  for (int fd : {port_.rx_fd(), port_.mcast_fd(), doorbell_, timerfd_}) {
+  control_fd_ = dp_.port().control_fd();
+  std::vector<int> fds(dp_.port().wait_fds().begin(), dp_.port().wait_fds().end());
+  fds.push_back(doorbell_);
+  fds.push_back(timerfd_);
+  if (control_fd_ >= 0) fds.push_back(control_fd_);
+  for (int fd : fds) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -61,15 +66,6 @@ Engine::~Engine() {
   close(timerfd_);
   close(doorbell_);
   close(epfd_);
-}
-
-void Engine::watch(int fd) {
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = fd;
-  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0)
-    throw std::system_error(errno, std::generic_category(), "epoll_ctl");
-  watched_ = fd;
 }
 
 void Engine::start() {
@@ -107,8 +103,23 @@ void Engine::arm_timer(transport::Time deadline) {
   timerfd_settime(timerfd_, TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
+transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, bool* again) {
+  if (!rx.empty()) client_.on_packets(rx, now);
+  *again = false;
+  dp_.port().poll(now);
+  transport::Time next = client_.on_progress(now, again);
+  dp_.tx_flush(now);
+  // Datagrams that fault injection holds back (UROCE_FAULTS delay, reorder) and the port's own
+  // timers fall due even when nothing else happens.
+  next = std::min({next, dp_.fault_deadline(), dp_.port().next_deadline()});
+  // A deadline the client did not advance past `now` would make the timer fire at once, for
+  // ever; bound such a (transport) bug to a wake-up per kMinTimerNs instead of a spinning core.
+  if (next <= now) next = now + kMinTimerNs;
+  return next;
+}
+
 void Engine::run() {
-  constexpr int kMaxEvents = 5;
+  constexpr int kMaxEvents = 8;
   epoll_event evs[kMaxEvents];
   bool again = false;
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -119,27 +130,19 @@ void Engine::run() {
     wakeups_.fetch_add(1, std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
       int fd = evs[i].data.fd;
-      if (fd == watched_)
-        client_.on_watched_fd();
-      else if (fd != port_.rx_fd() && fd != port_.mcast_fd())
+      if (fd == control_fd_) {
+        if (dp_.port().on_control()) client_.on_link_change();
+      } else if (fd == doorbell_ || fd == timerfd_) {
         drain(fd);
+      }
     }
     if (stop_.load(std::memory_order_relaxed)) break;
 
     std::lock_guard<std::mutex> rx_guard(rx_mu_);
-    std::span<const RxPacket> rx = port_.rx_burst();
+    std::span<const RxPacket> rx = dp_.rx_burst(monotonic_now());
     std::lock_guard<std::mutex> g(mu_);
     transport::Time now = monotonic_now();
-    if (!rx.empty()) client_.on_packets(rx, now);
-    again = false;
-    transport::Time next = client_.on_progress(now, &again);
-    port_.tx_flush();
-    // Datagrams that fault injection holds back (UROCE_FAULTS delay, reorder) fall due even when
-    // nothing else happens.
-    next = std::min(next, port_.fault_deadline());
-    // A deadline the client did not advance past `now` would make the timer fire at once, for
-    // ever; bound such a (transport) bug to a wake-up per kMinTimerNs instead of a spinning core.
-    if (next <= now) next = now + kMinTimerNs;
+    transport::Time next = pass(rx, now, &again);
     if (next != armed_) arm_timer(next);
   }
 }
@@ -147,11 +150,11 @@ void Engine::run() {
 bool Engine::poll_from_app() {
   std::unique_lock<std::mutex> rx_guard(rx_mu_, std::try_to_lock);
   if (!rx_guard.owns_lock()) return false;
-  std::span<const RxPacket> rx = port_.rx_burst();
+  std::span<const RxPacket> rx = dp_.rx_burst(monotonic_now());
   if (rx.empty()) {
     // Receive fault injection may have taken what arrived and held it back (UROCE_FAULTS delay,
     // reorder): the engine thread, which no longer sees the socket readable, must wake for it.
-    transport::Time held = port_.rx_fault_deadline();
+    transport::Time held = dp_.rx_fault_deadline();
     if (held != transport::kNever) {
       std::lock_guard<std::mutex> g(mu_);
       if (held < armed_) arm_timer(held);
@@ -159,13 +162,8 @@ bool Engine::poll_from_app() {
     return false;
   }
   std::lock_guard<std::mutex> g(mu_);
-  transport::Time now = monotonic_now();
-  client_.on_packets(rx, now);
   bool again = false;
-  transport::Time next = client_.on_progress(now, &again);
-  port_.tx_flush();
-  next = std::min(next, port_.fault_deadline());
-  if (next <= now) next = now + kMinTimerNs;
+  transport::Time next = pass(rx, monotonic_now(), &again);
   if (next < armed_) arm_timer(next);
   if (again) kick();
   return true;

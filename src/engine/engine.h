@@ -1,11 +1,13 @@
-// The progress thread of one device: it sleeps in epoll_wait on the port's socket, a doorbell
-// eventfd and a timerfd set to the earliest transport deadline, and on each wake-up receives a
-// batch (outside the device lock: ICRC and parsing need no shared state), then under the device
-// lock hands the batch to its client, lets the client run timers and pump QPs, and flushes the
-// port's transmit ring. An idle device therefore costs no CPU: no spinning, no periodic tick.
+// The progress thread of one device: it sleeps in epoll_wait on the port's wait fds (its
+// sockets), the port's control fd (link notifications), a doorbell eventfd and a timerfd set to
+// the earliest deadline (transport, fault injection, the port's own timers), and on each wake-up
+// receives a batch through the receive pipeline (outside the device lock: ICRC and parsing need
+// no shared state), then under the device lock hands the batch to its client, lets the client
+// run timers and pump QPs, and flushes the transmit queue. An idle device therefore costs no
+// CPU: no spinning, no periodic tick.
 //
-// The client (the Device) knows QPs; the engine knows only threads, fds and time, so it can be
-// tested with a fake client and no transport.
+// The client (the Device) knows QPs; the engine knows only threads, fds, the pipeline and time,
+// so it can be tested with a fake client and no transport.
 #pragma once
 
 #include <atomic>
@@ -15,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "ports/udp/udp_port.h"
+#include "engine/datapath.h"
 #include "transport/env.h"
 
 namespace uroce {
@@ -35,19 +37,16 @@ class Engine {
     // QP still wants to pump after the transmit ring filled), so the engine loops without
     // sleeping.
     virtual transport::Time on_progress(transport::Time now, bool* again) = 0;
-    // The fd given to watch() is readable. Runs on the engine thread without any lock held.
-    virtual void on_watched_fd() {}
+    // The port's link state changed (Port::on_control returned true). Runs on the engine thread
+    // without any lock held.
+    virtual void on_link_change() {}
   };
 
   // `mu` is the device lock. Throws std::system_error if the fds cannot be created.
-  Engine(std::mutex& mu, UdpPort& port, Client& client, std::string thread_name);
+  Engine(std::mutex& mu, Datapath& dp, Client& client, std::string thread_name);
   ~Engine();  // stops the thread
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
-
-  // Adds an fd (e.g. a netlink socket) whose readiness the thread reports to
-  // Client::on_watched_fd. At most one; call before start().
-  void watch(int fd);
 
   void start();
   void stop();  // idempotent; joins the thread
@@ -70,16 +69,19 @@ class Engine {
  private:
   void run();
   void arm_timer(transport::Time deadline);  // device lock held
+  // Under the device lock, after a receive: hands `rx` to the client, runs its progress, flushes
+  // and returns the next deadline of everything the engine waits for (*again: work is ready now).
+  transport::Time pass(std::span<const RxPacket> rx, transport::Time now, bool* again);
 
   // Lock order: rx_mu_ before mu_. rx_mu_ serialises receiving (the port's receive buffers and
   // the processing of a received batch) between the engine thread and polling applications.
   std::mutex rx_mu_;
   std::mutex& mu_;
-  UdpPort& port_;
+  Datapath& dp_;
   Client& client_;
   std::string name_;
   int epfd_ = -1, doorbell_ = -1, timerfd_ = -1;
-  int watched_ = -1;
+  int control_fd_ = -1;                        // the port's (link notifications), or -1
   transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};

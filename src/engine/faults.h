@@ -25,15 +25,19 @@
 
 namespace uroce {
 
-// One datagram as the injector sees it: the bytes a UDP socket carries (IB packet + ICRC) and
-// opaque routing data the port needs to send or deliver it later.
+// One datagram as the injector sees it: the bytes a UDP datagram carries (IB packet + ICRC) and
+// opaque routing data the device's pipeline needs to send or deliver it later.
 struct FaultFrame {
   std::vector<uint8_t> bytes;
-  uint32_t addr = 0;  // rx: source address; tx: destination address (host byte order)
-  uint16_t port = 0;  // rx: source port; tx: source port it leaves from
-  uint8_t ecn = 0;
-  int fd = -1;             // tx: the socket it leaves from; rx: the socket it arrived on
-  bool truncated = false;  // rx: the kernel cut it short (MSG_TRUNC)
+  uint32_t addr = 0;         // rx: source address; tx: destination address (host byte order)
+  uint32_t local = 0;        // rx: the address it was sent to (the device's, or a multicast group)
+  uint16_t port = 0;         // rx: source port; tx: source port it leaves from
+  uint16_t local_port = 0;   // rx: the UDP port it was sent to
+  uint8_t tos = 0;           // IPv4 TOS byte (DSCP << 2 | ECN)
+  bool ip_id_known = false;  // rx: the port saw the IP header (ip_id, dont_fragment are real)
+  bool dont_fragment = true;
+  uint16_t ip_id = 0;
+  bool truncated = false;  // rx: the port cut it short (MSG_TRUNC)
 };
 
 // Counters one injector increments; any may be null. The owner keeps them alive.

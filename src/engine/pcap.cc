@@ -61,13 +61,13 @@ PcapWriter::~PcapWriter() {
   std::fclose(file_);
 }
 
-void PcapWriter::write(const wire::Ipv4UdpFraming& f, uint8_t ecn, std::span<const uint8_t> ib,
+void PcapWriter::write(const wire::Ipv4UdpFraming& f, uint8_t tos, std::span<const uint8_t> ib,
                        const uint8_t* icrc) {
   const size_t udp_len = kUdpHeaderBytes + ib.size() + wire::kIcrcBytes;
   const size_t ip_len = kIpv4HeaderBytes + udp_len;
   uint8_t h[kIpv4HeaderBytes + kUdpHeaderBytes];
-  h[0] = 0x45;     // IPv4, 5-word header
-  h[1] = ecn & 3;  // DSCP 0
+  h[0] = 0x45;  // IPv4, 5-word header
+  h[1] = tos;   // DSCP << 2 | ECN
   put16(h + 2, static_cast<uint16_t>(ip_len));
   put16(h + 4, f.ip_id);
   put16(h + 6, f.dont_fragment ? 0x4000 : 0);

@@ -28,9 +28,10 @@ class PcapWriter {
   PcapWriter(const PcapWriter&) = delete;
   PcapWriter& operator=(const PcapWriter&) = delete;
 
-  // Appends one RoCEv2 packet: `ib` is BTH..pad and `icrc` its four ICRC bytes as on the wire.
+  // Appends one RoCEv2 packet: `ib` is BTH..pad and `icrc` its four ICRC bytes as on the wire;
+  // `tos` is the IPv4 TOS byte it travelled with (DSCP << 2 | ECN).
   // Any thread; records are written whole and flushed, so a killed process leaves a valid file.
-  void write(const wire::Ipv4UdpFraming& f, uint8_t ecn, std::span<const uint8_t> ib,
+  void write(const wire::Ipv4UdpFraming& f, uint8_t tos, std::span<const uint8_t> ib,
              const uint8_t* icrc);
 
   uint64_t records() const;

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "engine/config.h"
-#include "engine/link_watch.h"
+#include "ports/link_watch.h"
 #include "engine/stats_shm.h"
 
 namespace uroce {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/counters.h"
-#include "engine/log.h"
+#include "util/log.h"
 #include "objects.h"
 #include "provider.h"
 

@@ -126,7 +126,7 @@ int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_
   if (!attr) return EINVAL;
   VContext* c = to_v(ctx);
   ibv_port_attr p{};
-  // The netdev's link state (engine/link_watch.h); IBV_EVENT_PORT_* announce its changes.
+  // The netdev's link state (ports/link_watch.h); IBV_EVENT_PORT_* announce its changes.
   const bool up = c->dev->port_active();
   p.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   p.max_mtu = IBV_MTU_4096;

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "engine/log.h"
+#include "util/log.h"
 #include "objects.h"
 #include "provider.h"
 

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "ports/udp/udp_port.h"
+
 #include <dirent.h>
 #include <sys/resource.h>
 
@@ -49,13 +51,14 @@ struct Rig {
     UdpPortOptions o;
     o.ipv4 = ip;
     std::string err;
-    port = UdpPort::open(o, counters, &err);
+    auto port = UdpPort::open(o, counters.port, &err);
     EXPECT_NE(port, nullptr) << err;
-    if (port) engine = std::make_unique<Engine>(mu, *port, client, "uroce-test");
+    if (port) dp = Datapath::open(std::move(port), {}, counters, &err);
+    if (dp) engine = std::make_unique<Engine>(mu, *dp, client, "uroce-test");
   }
   std::mutex mu;
   DeviceCounters counters;
-  std::unique_ptr<UdpPort> port;
+  std::unique_ptr<Datapath> dp;
   FakeClient client;
   std::unique_ptr<Engine> engine;
 };

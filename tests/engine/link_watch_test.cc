@@ -1,7 +1,7 @@
 // LinkWatch's parsing of rtnetlink messages, on hand-built buffers (no netlink socket needed):
 // which message decides the state, and that malformed input ends the walk without reading past
 // the buffer. tests/verbs/port_test.cc drives the whole path on a real veth pair.
-#include "engine/link_watch.h"
+#include "ports/link_watch.h"
 
 #include <gtest/gtest.h>
 #include <linux/netlink.h>

@@ -1,5 +1,8 @@
 #include "ports/udp/udp_port.h"
 
+#include "engine/datapath.h"
+#include "engine/engine.h"
+
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -21,6 +24,26 @@ namespace {
 using test::loopback;
 using test::RawSender;
 
+// The UDP datapath as a device has it: the receive pipeline (Datapath) over a UdpPort, on the
+// engine's clock. These tests cover both: the port's socket I/O (source ports, GSO/GRO,
+// multicast) and the pipeline's checks over it (ICRC, parsing, counters, fault injection).
+class UdpPath {
+ public:
+  explicit UdpPath(std::unique_ptr<Datapath> dp) : dp_(std::move(dp)) {}
+  std::span<const RxPacket> rx_burst() { return dp_->rx_burst(monotonic_now()); }
+  size_t tx_flush() { return dp_->tx_flush(monotonic_now()); }
+  transport::TxBuf* tx_alloc() { return dp_->tx_alloc(); }
+  void tx_commit(transport::TxBuf* b) { dp_->tx_commit(b); }
+  void tx_abort(transport::TxBuf* b) { dp_->tx_abort(b); }
+  size_t tx_queued() const { return dp_->tx_queued(); }
+  UdpPort& udp() { return static_cast<UdpPort&>(dp_->port()); }
+  int rx_fd() { return udp().rx_fd(); }
+  uint16_t src_port_for(uint16_t requested) { return udp().src_port_for(requested); }
+
+ private:
+  std::unique_ptr<Datapath> dp_;
+};
+
 // What a test keeps of a received packet (payload spans die with the next rx_burst).
 struct Got {
   uint32_t dest_qp, psn;
@@ -31,7 +54,7 @@ struct Got {
 };
 
 // Receives until `want` packets arrived or nothing came for `idle_ms`.
-std::vector<Got> receive(UdpPort& port, size_t want, int idle_ms = 300) {
+std::vector<Got> receive(UdpPath& port, size_t want, int idle_ms = 300) {
   std::vector<Got> out;
   while (out.size() < want) {
     auto batch = port.rx_burst();
@@ -50,21 +73,26 @@ std::vector<Got> receive(UdpPort& port, size_t want, int idle_ms = 300) {
   return out;
 }
 
-std::unique_ptr<UdpPort> open_port(uint32_t ip, DeviceCounters& c, FaultConfig faults = {},
+std::unique_ptr<UdpPath> open_port(uint32_t ip, DeviceCounters& c, FaultConfig faults = {},
                                    size_t max_src_sockets = 64, bool gso = true) {
   UdpPortOptions o;
   o.ipv4 = ip;
-  o.faults = faults;
   o.max_src_port_sockets = max_src_sockets;
   o.gso = gso;
   std::string err;
-  auto p = UdpPort::open(o, c, &err);
+  auto p = UdpPort::open(o, c.port, &err);
   EXPECT_NE(p, nullptr) << err;
-  return p;
+  if (!p) return nullptr;
+  DatapathOptions d;
+  d.faults = faults;
+  auto dp = Datapath::open(std::move(p), d, c, &err);
+  EXPECT_NE(dp, nullptr) << err;
+  if (!dp) return nullptr;
+  return std::make_unique<UdpPath>(std::move(dp));
 }
 
 // Queues one SEND ONLY packet from `port` to `dst`.
-void queue_send(UdpPort& port, uint32_t dst, uint32_t qpn, uint32_t psn, uint16_t src_port,
+void queue_send(UdpPath& port, uint32_t dst, uint32_t qpn, uint32_t psn, uint16_t src_port,
                 uint8_t ecn = transport::kEcnNotEct, size_t payload_len = 13) {
   transport::TxBuf* b = port.tx_alloc();
   ASSERT_NE(b, nullptr);
@@ -89,7 +117,7 @@ TEST(UdpPortTest, SendsBetweenTwoAddressesWithIcrcAndEcn) {
   EXPECT_EQ(pa->tx_queued(), 2u);
   EXPECT_EQ(pa->tx_flush(), 2u);
   EXPECT_EQ(pa->tx_queued(), 0u);
-  EXPECT_EQ(ca.sent_pkts.get(), 2u);
+  EXPECT_EQ(ca.port.sent_pkts.get(), 2u);
 
   auto got = receive(*pb, 2);
   ASSERT_EQ(got.size(), 2u);
@@ -107,7 +135,7 @@ TEST(UdpPortTest, SendsBetweenTwoAddressesWithIcrcAndEcn) {
   EXPECT_EQ(cb.rcvd_pkts.get(), 2u);
   EXPECT_EQ(cb.rcvd_ecn_ce.get(), 1u);
   EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);
-  EXPECT_EQ(ca.tx_src_port_sockets.get(), 1u);
+  EXPECT_EQ(ca.port.tx_src_port_sockets.get(), 1u);
 }
 
 TEST(UdpPortTest, CorruptedPacketIsACountedDrop) {
@@ -199,7 +227,7 @@ TEST(UdpPortTest, BatchesKeepCommitOrderAcrossSourcePorts) {
     EXPECT_EQ(got[i].psn, i);
     EXPECT_EQ(got[i].info.src_port, ports[i % 5]);
   }
-  EXPECT_EQ(ca.tx_src_port_sockets.get(), 3u);
+  EXPECT_EQ(ca.port.tx_src_port_sockets.get(), 3u);
   EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);
 }
 
@@ -215,7 +243,7 @@ TEST(UdpPortTest, FallsBackToTheRoceSocketWhenASourcePortIsTaken) {
   auto got = receive(*pb, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].info.src_port, wire::kRoceV2UdpPort);
-  EXPECT_EQ(ca.tx_src_port_fallback.get(), 1u);
+  EXPECT_EQ(ca.port.tx_src_port_fallback.get(), 1u);
   EXPECT_EQ(pa->src_port_for(0xd00d), wire::kRoceV2UdpPort);
   EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);  // the ICRC covers the port really used
 }
@@ -233,7 +261,7 @@ TEST(UdpPortTest, SourcePortPoolIsBounded) {
   EXPECT_EQ(got[1].info.src_port, 0xc101);
   EXPECT_EQ(got[2].info.src_port, wire::kRoceV2UdpPort);
   EXPECT_EQ(got[3].info.src_port, wire::kRoceV2UdpPort);
-  EXPECT_EQ(ca.tx_src_port_sockets.get(), 2u);
+  EXPECT_EQ(ca.port.tx_src_port_sockets.get(), 2u);
 }
 
 TEST(UdpPortTest, TxRingIsBounded) {
@@ -262,7 +290,7 @@ TEST(UdpPortTest, BadLengthsAreRefusedAtCommit) {
   b->len = 3;  // shorter than a BTH
   p->tx_commit(b);
   EXPECT_EQ(p->tx_queued(), 0u);
-  EXPECT_EQ(c.tx_errors.get(), 2u);
+  EXPECT_EQ(c.port.tx_errors.get(), 2u);
   // Both buffers went back to the ring.
   for (size_t i = 0; i < UdpPort::kTxRing; ++i) ASSERT_NE(p->tx_alloc(), nullptr);
 }
@@ -275,8 +303,8 @@ TEST(UdpPortTest, RefusedSendIsCountedNotFatal) {
   queue_send(*pa, 0xffffffff, 0x99, 2, 0xc300);  // broadcast without SO_BROADCAST: EACCES
   queue_send(*pa, b, 0x99, 3, 0xc300);
   pa->tx_flush();
-  EXPECT_EQ(ca.tx_errors.get(), 1u);
-  EXPECT_EQ(ca.sent_pkts.get(), 1u);
+  EXPECT_EQ(ca.port.tx_errors.get(), 1u);
+  EXPECT_EQ(ca.port.sent_pkts.get(), 1u);
   auto got = receive(*pb, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].psn, 3u);
@@ -290,13 +318,13 @@ TEST(UdpPortTest, OpenFailsClearly) {
   UdpPortOptions o;
   o.ipv4 = a;
   std::string err;
-  EXPECT_EQ(UdpPort::open(o, c2, &err), nullptr);
+  EXPECT_EQ(UdpPort::open(o, c2.port, &err), nullptr);
   EXPECT_NE(err.find("127.41.11.1:4791"), std::string::npos) << err;
   EXPECT_NE(err.find("in use"), std::string::npos) << err;
 
   o.ipv4 = 0xc6336401;  // 198.51.100.1 (TEST-NET-2), not configured here
   err.clear();
-  EXPECT_EQ(UdpPort::open(o, c2, &err), nullptr);
+  EXPECT_EQ(UdpPort::open(o, c2.port, &err), nullptr);
   EXPECT_NE(err.find("198.51.100.1:4791"), std::string::npos) << err;
   EXPECT_NE(err.find("not configured"), std::string::npos) << err;
 }
@@ -474,10 +502,10 @@ TEST_P(UdpPortGsoTest, BurstOfEqualPacketsAndAShorterLastArrivesIntactInOrder) {
     bytes += wire::kBthBytes + len + wire::kIcrcBytes;
   }
   EXPECT_EQ(pa->tx_flush(), kPackets);
-  EXPECT_EQ(ca.sent_pkts.get(), kPackets);
-  EXPECT_EQ(ca.sent_bytes.get(), bytes);
-  EXPECT_EQ(ca.tx_errors.get(), 0u);
-  EXPECT_EQ(ca.tx_gso_fallback.get(), 0u);
+  EXPECT_EQ(ca.port.sent_pkts.get(), kPackets);
+  EXPECT_EQ(ca.port.sent_bytes.get(), bytes);
+  EXPECT_EQ(ca.port.tx_errors.get(), 0u);
+  EXPECT_EQ(ca.port.tx_gso_fallback.get(), 0u);
 
   auto got = receive(*pb, kPackets);
   ASSERT_EQ(got.size(), kPackets);
@@ -530,7 +558,7 @@ TEST_P(UdpPortGsoTest, DifferentDestinationsEcnAndSizesAreNotMerged) {
   for (uint32_t i = 0; i < kN; ++i)
     queue_send(*pa, plan[i].dst, 0x42, i, plan[i].src_port, plan[i].ecn, plan[i].len);
   EXPECT_EQ(pa->tx_flush(), kN);
-  EXPECT_EQ(ca.sent_pkts.get(), kN);
+  EXPECT_EQ(ca.port.sent_pkts.get(), kN);
   auto gb = receive(*pb, 9), gc = receive(*pc, 3);
   ASSERT_EQ(gb.size() + gc.size(), kN);
   size_t ib = 0, ic = 0;
@@ -738,9 +766,9 @@ constexpr const char* kNoCsumVeth =
   }
   // Linux before 6.11 refuses GSO here (EIO), later ones checksum in software: either way
   // nothing is lost, and a fallback is counted once per socket.
-  CHILD_CHECK(ca.tx_gso_fallback.get() <= 1, 4);
-  CHILD_CHECK(ca.sent_pkts.get() == 40, 5);
-  CHILD_CHECK(ca.tx_errors.get() == 0, 6);
+  CHILD_CHECK(ca.port.tx_gso_fallback.get() <= 1, 4);
+  CHILD_CHECK(ca.port.sent_pkts.get() == 40, 5);
+  CHILD_CHECK(ca.port.tx_errors.get() == 0, 6);
   // On the wire: 40 datagrams in order, each with an ICRC valid for its real IP header.
   uint8_t frame[70000];
   uint32_t next_psn = 0;
@@ -751,7 +779,7 @@ constexpr const char* kNoCsumVeth =
     if (ip->version != 4 || ip->protocol != IPPROTO_UDP || ntohl(ip->daddr) != b) continue;
     size_t len = ntohs(ip->tot_len);
     CHILD_CHECK(len <= static_cast<size_t>(n), 7);
-    CHILD_CHECK(ca.tx_gso_fallback.get() == 0 || ip->id == 0, 8);  // sent alone: ID 0
+    CHILD_CHECK(ca.port.tx_gso_fallback.get() == 0 || ip->id == 0, 8);  // sent alone: ID 0
     CHILD_CHECK(wire::icrc_ipv4({frame, len - 4}) == wire::load_le32(frame + len - 4), 9);
     wire::Packet p;
     size_t ib_off = sizeof(iphdr) + sizeof(udphdr);
@@ -779,9 +807,9 @@ TEST(UdpPortTest, RefusedGsoFallsBackToOneDatagramPerPacket) {
       queue_send(*pa, b, 0x30, round * 20 + i, wire::kRoceV2UdpPort, transport::kEcnCe, 700);
     EXPECT_EQ(pa->tx_flush(), 20u);
   }
-  EXPECT_EQ(ca.tx_gso_fallback.get(), 1u);
-  EXPECT_EQ(ca.sent_pkts.get(), 40u);
-  EXPECT_EQ(ca.tx_errors.get(), 0u);
+  EXPECT_EQ(ca.port.tx_gso_fallback.get(), 1u);
+  EXPECT_EQ(ca.port.sent_pkts.get(), 40u);
+  EXPECT_EQ(ca.port.tx_errors.get(), 0u);
   auto got = receive(*pb, 40);
   ASSERT_EQ(got.size(), 40u);
   for (uint32_t i = 0; i < 40; ++i) {
@@ -811,7 +839,7 @@ TEST(UdpPortTest, GsoThroughADeviceWithoutChecksumOffloadLosesNothing) {
   CHILD_CHECK(pa && pb, 3);
   for (uint32_t i = 0; i < 20; ++i) queue_send(*pa, b, 0x32, i, 0xc701, transport::kEcnEct0, 1000);
   CHILD_CHECK(pa->tx_flush() == 20, 4);
-  CHILD_CHECK(ca.tx_gso_fallback.get() == 0, 5);
+  CHILD_CHECK(ca.port.tx_gso_fallback.get() == 0, 5);
   uint8_t frame[70000];
   size_t checked = 0, max_id = 0;
   while (test::wait_readable(cap, 300)) {

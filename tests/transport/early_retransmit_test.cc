@@ -36,7 +36,7 @@ struct Pair {
   Pair(bool early, test::PathParams pp) : a(kQpnA, kIpA), b(kQpnB, kIpB) {
     for (Node* n : {&a, &b}) {
       n->init.early_retransmit = early;
-      n->qp = std::make_unique<Qp>(n->init, n->sink, n->mem);
+      n->rebuild();
     }
     a.connect(kIpB, kQpnB, 0xffff00, 0xfffe00, pp);
     b.connect(kIpA, kQpnA, 0xfffe00, 0xffff00, pp);

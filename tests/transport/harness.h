@@ -1,6 +1,9 @@
 // Test harness for the transport core: fake memory over real buffers, a packet sink that
 // captures, completion/event recorders, QP set-up helpers, and a virtual-time link between two
-// QPs with seeded loss, duplication and reordering. Nothing here reads a clock.
+// QPs with seeded loss, duplication and reordering. Each node's QP lives in a Dispatch
+// (src/engine/dispatch.h), the engine's own QP table and timer/pump scheduling, so the link runs
+// the code the engine runs; only the wire between the nodes is the harness's. Nothing here reads
+// a clock.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/dispatch.h"
 #include "transport/qp.h"
 
 namespace uroce::transport::test {
@@ -45,16 +49,19 @@ class FakeMemory : public MemoryAccess {
 };
 
 // Captures every committed packet. `budget` limits how many buffers tx_alloc() hands out before
-// it returns nullptr (backpressure); -1 = unlimited.
-class CaptureSink : public PacketSink {
+// it returns nullptr (backpressure); -1 = unlimited. tx_flush() sends nothing (the packets stay
+// in `sent`) and reports how many were committed since the last flush.
+class CaptureSink : public Transmitter {
  public:
   TxBuf* tx_alloc() override;
   void tx_commit(TxBuf* buf) override;
+  size_t tx_flush(Time) override;
   std::deque<TxBuf> sent;
   int64_t budget = -1;
 
  private:
   TxBuf scratch_;
+  size_t unflushed_ = 0;
 };
 
 class CqRecorder : public CompletionSink {
@@ -89,9 +96,11 @@ struct PathParams {
   uint8_t rd_atomic = 1;  // max_rd_atomic and max_dest_rd_atomic
 };
 
-// One QP with its memory, sink and CQs.
+// One QP with its memory, sink and CQs, in a dispatch of its own.
 struct Node {
   Node(uint32_t qpn, uint32_t ip, bool sq_sig_all = true);
+  // Rebuilds the QP from `init` (after a test changed it), over *memory, still in RESET.
+  void rebuild();
   // RESET → INIT → RTR → RTS towards (remote_ip, remote_qpn).
   void connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
                const PathParams& p = {});
@@ -101,11 +110,43 @@ struct Node {
   uint32_t ip;
   uint32_t pd = 7;
   FakeMemory mem;
+  // The memory the QP reaches (mem unless a test points it elsewhere, then rebuild()s).
+  MemoryAccess* memory = &mem;
   CaptureSink sink;
   CqRecorder scq, rcq;
   EventRecorder events;
   QpInit init;
-  std::unique_ptr<Qp> qp;
+  DeviceCounters counters;
+  Dispatch dispatch;
+  Qp* qp = nullptr;  // owned by dispatch
+
+ private:
+  // Forwards to *memory, so that the dispatch's memory can be swapped under it.
+  struct MemoryRef : MemoryAccess {
+    explicit MemoryRef(Node& n) : n(n) {}
+    MemRef resolve_local(uint32_t k, uint32_t pd, uint64_t a, uint64_t l, int x) override {
+      return n.memory->resolve_local(k, pd, a, l, x);
+    }
+    MemRef resolve_remote(uint32_t k, uint32_t pd, uint64_t a, uint64_t l, int x) override {
+      return n.memory->resolve_remote(k, pd, a, l, x);
+    }
+    uint64_t atomic_fetch_add(uint8_t* p, uint64_t add) override {
+      return n.memory->atomic_fetch_add(p, add);
+    }
+    uint64_t atomic_cmp_swap(uint8_t* p, uint64_t c, uint64_t s) override {
+      return n.memory->atomic_cmp_swap(p, c, s);
+    }
+    MemStatus bind_mw(const MwBind& b, uint32_t pd) override { return n.memory->bind_mw(b, pd); }
+    MemStatus invalidate(uint32_t rkey, uint32_t pd) override {
+      return n.memory->invalidate(rkey, pd);
+    }
+    Node& n;
+  };
+  MemoryRef memory_ref_{*this};
+
+ public:
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
 };
 
 ibv_ah_attr ah_for(uint32_t ip);

@@ -49,7 +49,8 @@ struct MwPair {
   // Gives `n` a PD of `kt` and rebuilds its QP over `kt` (still in RESET).
   static void attach(Node& n, KeyTable& kt) {
     n.pd = n.init.pd = kt.alloc_pd();
-    n.qp = std::make_unique<Qp>(n.init, n.sink, kt);
+    n.memory = &kt;
+    n.rebuild();
   }
   static uint64_t at(const std::vector<uint8_t>& v, size_t off) {
     return reinterpret_cast<uint64_t>(v.data() + off);

@@ -266,7 +266,7 @@ TEST(QpStateOnQp, PostingIsRefusedBeforeRtsAndFlushedInErr) {
 TEST(QpStateOnQp, SendQueueFullIsEnomem) {
   test::Node n(0x11, 0x0a000001);
   n.init.max_send_wr = 2;
-  n.qp = std::make_unique<Qp>(n.init, n.sink, n.mem);
+  n.rebuild();
   n.connect(0x0a000002, 0x22, 0, 0);
   n.sink.budget = 0;  // nothing leaves, nothing completes
   std::vector<uint8_t> buf;

@@ -125,7 +125,8 @@ class SharedSrqTest : public ::testing::Test {
     p.min_rnr_timer = 12;
     for (Node* n : {&q1, &q2}) {
       n->init.srq = &srq;
-      n->qp = std::make_unique<Qp>(n->init, n->sink, mem);
+      n->memory = &mem;
+      n->rebuild();
     }
     q1.connect(kRemoteIp, kRemoteQpn1, 0, kRqPsn, p);
     q2.connect(kRemoteIp, kRemoteQpn2, 0, kRqPsn, p);

@@ -23,7 +23,7 @@ constexpr Time kSecond = 1'000'000'000;
 void connect_uc(Node& n, uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn,
                 uint32_t rq_psn) {
   n.init.type = IBV_QPT_UC;
-  n.qp = std::make_unique<Qp>(n.init, n.sink, n.mem);
+  n.rebuild();
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;

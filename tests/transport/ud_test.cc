@@ -23,7 +23,7 @@ constexpr uint32_t kMtu = 1024;
 void make_ud(Node& n) {
   n.init.type = IBV_QPT_UD;
   n.init.port_mtu = kMtu;
-  n.qp = std::make_unique<Qp>(n.init, n.sink, n.mem);
+  n.rebuild();
 }
 
 int to_init(Qp& qp, uint32_t qkey) {

@@ -10,15 +10,38 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
+#include <net/if.h>
+#include <sys/ioctl.h>
 
+#include "ports/link_watch.h"
+#include "util/log.h"
 #include "wire/icrc.h"
+#include "wire/wire.h"
 
 namespace uroce {
 namespace {
 
+std::string format_ip(uint32_t ip) {
+  in_addr a{htonl(ip)};
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
 std::string endpoint(uint32_t ip, uint16_t port) {
-  return format_ipv4(ip) + ":" + std::to_string(port);
+  return format_ip(ip) + ":" + std::to_string(port);
+}
+
+// The interface's MTU (SIOCGIFMTU), or 1500 when the interface is unknown.
+uint32_t netdev_mtu(const std::string& netdev) {
+  if (netdev.empty() || netdev.size() >= IFNAMSIZ) return 1500;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 1500;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, netdev.c_str(), netdev.size());
+  uint32_t mtu = 1500;
+  if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0) mtu = static_cast<uint32_t>(ifr.ifr_mtu);
+  close(fd);
+  return mtu;
 }
 
 sockaddr_in make_addr(uint32_t ip, uint16_t port) {
@@ -50,83 +73,27 @@ int bound_socket(uint32_t ip, uint16_t port) {
   return fd;
 }
 
-// CLOCK_MONOTONIC in ns, the engine's clock (engine/engine.h monotonic_now), read only when fault
-// injection is on.
-transport::Time fault_clock() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<transport::Time>(ts.tv_sec) * 1000000000ull +
-         static_cast<transport::Time>(ts.tv_nsec);
-}
-
-// The transmit injector draws from its own stream, so adding transmit faults does not change
-// which received datagrams the receive side drops for a seed.
-constexpr uint64_t kTxSeedSalt = 0x7478'6661'756c'7473ull;  // "txfaults"
-
-void count_parse_error(DeviceCounters& c, wire::ParseError e) {
-  switch (e) {
-    case wire::ParseError::kTooShort:
-      c.rx_parse_too_short.add();
-      break;
-    case wire::ParseError::kBadOpcode:
-      c.rx_parse_bad_opcode.add();
-      break;
-    case wire::ParseError::kBadVersion:
-      c.rx_parse_bad_version.add();
-      break;
-    case wire::ParseError::kBadPad:
-      c.rx_parse_bad_pad.add();
-      break;
-    case wire::ParseError::kBadLength:
-      c.rx_parse_bad_length.add();
-      break;
-    case wire::ParseError::kOk:
-      break;
-    default:
-      c.rx_parse_other.add();
-      break;  // a cause added to wire.h after this list
-  }
-}
-
 }  // namespace
 
-UdpPort::UdpPort(const UdpPortOptions& opt, DeviceCounters& counters)
+UdpPort::UdpPort(const UdpPortOptions& opt, PortCounters& counters)
     : opt_(opt),
       counters_(counters),
       rx_slots_(opt.gso ? kGroRxBatch : kRxBatch),
       rx_slot_bytes_(opt.gso ? kGroBufBytes : kRxBufBytes),
       rx_bufs_(new uint8_t[rx_slots_ * rx_slot_bytes_]),
       tx_bufs_(new transport::TxBuf[kTxRing]),
-      tx_icrc_(new uint8_t[kTxRing][wire::kIcrcBytes]),
-      tx_route_(new Route[kTxRing]) {
-  rx_out_.reserve(kRxBatch);
+      tx_route_(new int[kTxRing]) {
+  rx_out_.reserve(opt.gso ? kGroRxBatch * kGsoMaxSegments : kRxBatch);
   free_.reserve(kTxRing);
-  queue_.reserve(kTxRing);
   for (size_t i = kTxRing; i-- > 0;) free_.push_back(static_cast<uint16_t>(i));
-  FaultSpec rx = opt.faults.rx_spec();
-  if (rx.enabled())
-    rx_faults_ = std::make_unique<FaultInjector>(
-        rx, opt.faults.seed,
-        FaultCounterRefs{&counters.fault_drops, &counters.fault_rx_burst_drops,
-                         &counters.fault_rx_corrupted, &counters.fault_rx_duplicated,
-                         &counters.fault_rx_reordered, &counters.fault_rx_delayed});
-  if (opt.faults.tx.enabled())
-    tx_faults_ = std::make_unique<FaultInjector>(
-        opt.faults.tx, opt.faults.seed ^ kTxSeedSalt,
-        FaultCounterRefs{&counters.fault_tx_drops, &counters.fault_tx_burst_drops,
-                         &counters.fault_tx_corrupted, &counters.fault_tx_duplicated,
-                         &counters.fault_tx_reordered, &counters.fault_tx_delayed});
+  caps_.ip_mtu = netdev_mtu(opt.netdev);
+  caps_.exact_icrc = false;        // a socket never shows the IP header
+  caps_.ipv4_csum_offload = true;  // the kernel writes IP headers
+  caps_.multicast = true;
+  caps_.tx_batching = opt.gso;
 }
 
 UdpPort::~UdpPort() {
-  // What transmit fault injection still holds (delay, reordering) was sent as far as the
-  // transport knows: an ACK held back when a program exits must still reach the peer, as it
-  // would from a NIC, or the peer's last SEND ends in a retry error.
-  if (tx_faults_) {
-    tx_frames_.clear();
-    tx_faults_->release_due(transport::kNever, tx_frames_);
-    send_frames(tx_frames_);
-  }
   for (auto& [port, fd] : src_socks_)
     if (fd >= 0) close(fd);
   for (auto& [group, fd] : groups_) close(fd);
@@ -134,7 +101,7 @@ UdpPort::~UdpPort() {
   if (fd_ >= 0) close(fd_);
 }
 
-std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters& counters,
+std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& counters,
                                        std::string* err) {
   std::unique_ptr<UdpPort> p(new UdpPort(opt, counters));
   p->fd_ = bound_socket(opt.ipv4, opt.port);
@@ -154,6 +121,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters
     if (err) *err = std::string("epoll_create1: ") + std::strerror(errno);
     return nullptr;
   }
+  p->wait_fds_ = {p->fd_, p->mcast_epfd_};
   int on = 1;
   if (setsockopt(p->fd_, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0) {
     if (err) *err = std::string("setsockopt(IP_RECVTOS): ") + std::strerror(errno);
@@ -165,11 +133,32 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, DeviceCounters
   setsockopt(p->fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
   setsockopt(p->fd_, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
   p->enable_gro(p->fd_);
-  if (!opt.pcap_path.empty()) {
-    p->pcap_ = PcapWriter::open(opt.pcap_path, err);
-    if (!p->pcap_) return nullptr;
+  if (!opt.netdev.empty()) {
+    std::string why;
+    p->link_ = LinkWatch::open(opt.netdev, &why);
+    if (!p->link_)
+      log().warn("{}: cannot watch the link state of {} ({}); the port reports ACTIVE",
+                 endpoint(opt.ipv4, opt.port), opt.netdev, why);
   }
   return p;
+}
+
+std::string UdpPort::describe() const {
+  std::string d = "udp " + endpoint(opt_.ipv4, opt_.port);
+  if (!opt_.netdev.empty()) d += " on " + opt_.netdev;
+  return d;
+}
+
+int UdpPort::control_fd() const {
+  return link_ ? link_->fd() : -1;
+}
+
+bool UdpPort::on_control() {
+  return link_ && link_->drain();
+}
+
+bool UdpPort::link_up() const {
+  return !link_ || link_->up();
 }
 
 void UdpPort::enable_gro(int fd) {
@@ -178,55 +167,20 @@ void UdpPort::enable_gro(int fd) {
   setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
 }
 
-transport::Time UdpPort::tx_fault_deadline() const {
-  return tx_faults_ ? tx_faults_->next_deadline() : transport::kNever;
-}
-
-transport::Time UdpPort::rx_fault_deadline() const {
-  return rx_faults_ ? rx_faults_->next_deadline() : transport::kNever;
-}
-
-transport::Time UdpPort::fault_deadline() const {
-  return std::min(rx_fault_deadline(), tx_fault_deadline());
-}
-
-std::span<const RxPacket> UdpPort::rx_burst() {
+std::span<const RxFrame> UdpPort::rx_burst() {
   rx_out_.clear();
-  rx_frames_.clear();  // the last batch's packets pointed into these
-  transport::Time now = rx_faults_ ? fault_clock() : 0;
-  size_t used = receive(fd_, opt_.ipv4, 0, now);
+  size_t used = receive(fd_, opt_.ipv4, 0);
   if (has_groups_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mcast_mu_);
     for (auto& [group, fd] : groups_) {
       if (used == rx_slots_) break;  // the rest waits for the next pass (epoll stays readable)
-      used += receive(fd, group, used, now);
-    }
-  }
-  if (rx_faults_) {
-    rx_faults_->release_due(now, rx_frames_);
-    // The socket a held datagram came from names its destination: the device address, or the
-    // group of a group socket (a group left meanwhile: the ICRC check then drops it, counted).
-    std::unique_lock<std::mutex> g(mcast_mu_, std::defer_lock);
-    // rx_frames_ is complete now: rx_out_ may point into it.
-    for (const FaultFrame& fr : rx_frames_) {
-      transport::RxInfo info;
-      info.src_ip = fr.addr;
-      info.src_port = fr.port;
-      info.dst_ip = opt_.ipv4;
-      if (fr.fd >= 0 && fr.fd != fd_) {
-        if (!g.owns_lock()) g.lock();
-        info.dst_ip = 0;
-        for (auto& [group, fd] : groups_)
-          if (fd == fr.fd) info.dst_ip = group;
-      }
-      info.ecn = fr.ecn;
-      accept(fr.bytes.data(), fr.bytes.size(), fr.truncated, info);
+      used += receive(fd, group, used);
     }
   }
   return rx_out_;
 }
 
-size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot, transport::Time now) {
+size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
   const size_t max = rx_slots_ - slot;
   mmsghdr msgs[kRxBatch];
   iovec iov[kRxBatch];
@@ -255,23 +209,22 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot, transport::Time no
     const uint8_t* buf = static_cast<const uint8_t*>(iov[i].iov_base);
     size_t len = msgs[i].msg_len;
     if (h.msg_namelen < sizeof(sockaddr_in)) {
-      counters_.rcvd_pkts.add();
-      counters_.rcvd_bytes.add(len);
-      counters_.rx_too_short.add();
+      counters_.rx_port_errors.add();
       continue;
     }
-    transport::RxInfo info;
-    info.src_ip = ntohl(from[i].sin_addr.s_addr);
-    info.src_port = ntohs(from[i].sin_port);
+    RxFrame f;
+    f.src_ip = ntohl(from[i].sin_addr.s_addr);
+    f.src_port = ntohs(from[i].sin_port);
     // Each socket is bound to one address (the device's, or a group), so only datagrams for it
     // arrive there.
-    info.dst_ip = dst_ip;
+    f.dst_ip = dst_ip;
+    f.dst_port = opt_.port;
     size_t seg = 0;  // GRO segment size; 0: one datagram
     for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c;
          c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
       // IP_TOS arrives as one byte; accept an int too, as some kernels' IP_TOS cmsgs are.
       if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
-        info.ecn = static_cast<uint8_t>(*CMSG_DATA(c) & 3);
+        f.tos = *CMSG_DATA(c);
       if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
           c->cmsg_len >= CMSG_LEN(sizeof(int))) {
         int v;
@@ -279,38 +232,23 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot, transport::Time no
         if (v > 0) seg = static_cast<size_t>(v);
       }
     }
-    bool truncated = (h.msg_flags & MSG_TRUNC) != 0;
+    f.truncated = (h.msg_flags & MSG_TRUNC) != 0;
     // A GRO buffer holds datagrams of `seg` bytes, the last possibly shorter, all from one
     // sender with one TOS (udp_gro_receive merges only such). A truncated one is one drop:
     // where its datagrams end is unknown past the buffer (cannot happen with a full-size slot).
-    if (seg == 0 || seg >= len || truncated) {
-      deliver(buf, len, truncated, info, fd, now);
+    if (seg == 0 || seg >= len || f.truncated) {
+      f.data = buf;
+      f.len = static_cast<uint32_t>(len);
+      rx_out_.push_back(f);
       continue;
     }
-    for (size_t off = 0; off < len; off += seg)
-      deliver(buf + off, std::min(seg, len - off), false, info, fd, now);
+    for (size_t off = 0; off < len; off += seg) {
+      f.data = buf + off;
+      f.len = static_cast<uint32_t>(std::min(seg, len - off));
+      rx_out_.push_back(f);
+    }
   }
   return static_cast<size_t>(n);
-}
-
-void UdpPort::deliver(const uint8_t* buf, size_t len, bool truncated, const transport::RxInfo& info,
-                      int fd, transport::Time now) {
-  counters_.rcvd_pkts.add();
-  counters_.rcvd_bytes.add(len);
-  if (!rx_faults_) {
-    accept(buf, len, truncated, info);
-    return;
-  }
-  // Fault injection before any check, so that a seed drops the same arrivals whatever they
-  // contain, and corruption is caught by the ICRC check like corruption on the wire.
-  FaultFrame fr;
-  fr.bytes.assign(buf, buf + len);
-  fr.addr = info.src_ip;
-  fr.port = info.src_port;
-  fr.ecn = info.ecn;
-  fr.fd = fd;  // rx: the socket it arrived on, which names its destination (rx_burst)
-  fr.truncated = truncated;
-  rx_faults_->offer(std::move(fr), now, rx_frames_);
 }
 
 int UdpPort::join_group(uint32_t group) {
@@ -354,51 +292,6 @@ void UdpPort::leave_group(uint32_t group) {
   has_groups_.store(!groups_.empty(), std::memory_order_release);
 }
 
-void UdpPort::accept(const uint8_t* buf, size_t len, bool truncated,
-                     const transport::RxInfo& info) {
-  // Longer than any packet: no packet of ours (with GRO the buffers are larger than this, so
-  // the kernel does not flag it).
-  if (truncated || len > kRxBufBytes) {
-    counters_.rx_truncated.add();
-    return;
-  }
-  if (len < wire::kBthBytes + wire::kIcrcBytes) {
-    counters_.rx_too_short.add();
-    return;
-  }
-  size_t ib_len = len - wire::kIcrcBytes;
-  wire::Ipv4UdpFraming f;
-  f.src_ip = info.src_ip;
-  f.dst_ip = info.dst_ip;
-  f.dont_fragment = true;
-  f.src_port = info.src_port;
-  f.dst_port = opt_.port;
-  uint16_t ip_id = 0;
-  const bool icrc_ok =
-      wire::icrc_matches_some_ip_id(f, {buf, ib_len}, wire::load_le32(buf + ib_len), &ip_id);
-  if (pcap_) {
-    // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
-    // a packet no ID validates is written with ID 0, and its ICRC shows as bad.
-    f.ip_id = ip_id;
-    pcap_->write(f, info.ecn, {buf, ib_len}, buf + ib_len);
-  }
-  if (!icrc_ok) {
-    counters_.rcvd_icrc_err.add();
-    return;
-  }
-  RxPacket& out = rx_out_.emplace_back();
-  wire::ParseError pe = wire::parse({buf, ib_len}, out.pkt);
-  if (pe != wire::ParseError::kOk) {
-    count_parse_error(counters_, pe);
-    rx_out_.pop_back();
-    return;
-  }
-  out.info = info;
-  out.ip_id = ip_id;
-  if (ip_id != 0) counters_.rx_foreign_ip_id.add();
-  if (info.ecn == transport::kEcnCe) counters_.rcvd_ecn_ce.add();
-}
-
 transport::TxBuf* UdpPort::tx_alloc() {
   if (free_.empty()) return nullptr;
   uint16_t i = free_.back();
@@ -407,29 +300,14 @@ transport::TxBuf* UdpPort::tx_alloc() {
   b->dst_ip = 0;
   b->src_port = 0;
   b->ecn = transport::kEcnNotEct;
+  b->dscp = transport::kDscpPortDefault;
   b->len = 0;
+  b->ip_id = 0;
   return b;
 }
 
-void UdpPort::tx_commit(transport::TxBuf* buf) {
-  // A buffer not from this ring, or a length no packet has, is a transport bug: refuse it rather
-  // than send garbage or write outside the ring.
-  if (buf < tx_bufs_.get() || buf >= tx_bufs_.get() + kTxRing) {
-    counters_.tx_errors.add();
-    return;
-  }
-  auto i = static_cast<uint16_t>(buf - tx_bufs_.get());
-  if (buf->len < wire::kBthBytes || buf->len > transport::kMaxIbPacket) {
-    counters_.tx_errors.add();
-    free_.push_back(i);
-    return;
-  }
-  tx_route_[i].fd = send_fd_for(buf->src_port, &tx_route_[i].port);
-  queue_.push_back(i);
-}
-
-void UdpPort::tx_abort(transport::TxBuf* buf) {
-  free_.push_back(static_cast<uint16_t>(buf - tx_bufs_.get()));
+void UdpPort::tx_free(transport::TxBuf* buf) {
+  free_.push_back(static_cast<uint16_t>(index_of(buf)));
 }
 
 int UdpPort::send_fd_for(uint16_t requested, uint16_t* actual) {
@@ -471,36 +349,63 @@ uint16_t UdpPort::src_port_for(uint16_t requested) {
   return actual;
 }
 
-wire::Ipv4UdpFraming UdpPort::tx_framing(uint16_t idx, uint16_t ip_id) const {
-  wire::Ipv4UdpFraming f;
-  f.src_ip = opt_.ipv4;
-  f.dst_ip = tx_bufs_[idx].dst_ip;
-  f.ip_id = ip_id;
-  f.dont_fragment = true;
-  f.src_port = tx_route_[idx].port;
-  f.dst_port = opt_.dst_port;
-  return f;
+void UdpPort::tx_prepare(std::span<transport::TxBuf* const> bufs, bool batch) {
+  for (transport::TxBuf* b : bufs) {
+    tx_route_[index_of(b)] = send_fd_for(b->src_port, &b->src_port);
+    b->ip_id = 0;
+  }
+  if (!batch || !opt_.gso) return;
+  // Runs for UDP GSO: consecutive packets from one socket to one destination with one TOS and
+  // equal sizes, only the last shorter, within the GSO limits. The kernel cuts such a send back
+  // into exactly these datagrams, numbering their IP IDs from 0; each segment is no larger than
+  // a packet the kernel takes alone, so the path MTU holds.
+  size_t i = 0;
+  while (i < bufs.size()) {
+    const transport::TxBuf& first = *bufs[i];
+    const int fd = tx_route_[index_of(&first)];
+    const size_t seg = first.len + wire::kIcrcBytes;
+    size_t count = 1, bytes = seg;
+    if (std::find(no_gso_fds_.begin(), no_gso_fds_.end(), fd) == no_gso_fds_.end()) {
+      while (i + count < bufs.size() && count < kGsoMaxSegments) {
+        transport::TxBuf& b = *bufs[i + count];
+        size_t len = b.len + wire::kIcrcBytes;
+        if (tx_route_[index_of(&b)] != fd || b.dst_ip != first.dst_ip || b.ecn != first.ecn ||
+            b.dscp != first.dscp || len > seg || bytes + len > kGsoMaxBytes)
+          break;
+        b.ip_id = static_cast<uint16_t>(count);
+        ++count;
+        bytes += len;
+        if (len < seg) break;  // a shorter one ends the run
+      }
+    }
+    i += count;
+  }
 }
 
 namespace {
 
-// Per-packet TOS: DSCP 0 and the packet's ECN codepoint (RFC 3168), and for a GSO send the
-// segment size. Writes the control messages into `ctrl` (zeroed whole: the kernel reads
-// CMSG_SPACE bytes, padding included) and sets h's control fields; none when not needed.
-void set_tx_cmsgs(msghdr& h, uint8_t* ctrl, size_t ctrl_bytes, uint8_t ecn, uint16_t gso_size) {
+// The TOS byte of a packet: its DSCP (RFC 2474) and ECN codepoint (RFC 3168).
+int tos_of(const transport::TxBuf& b) {
+  const uint8_t dscp = b.dscp == transport::kDscpPortDefault ? 0 : b.dscp;
+  return (dscp & 0x3f) << 2 | (b.ecn & 3);
+}
+
+// Per-packet TOS and, for a GSO send, the segment size. Writes the control messages into `ctrl`
+// (zeroed whole: the kernel reads CMSG_SPACE bytes, padding included) and sets h's control
+// fields; none when not needed.
+void set_tx_cmsgs(msghdr& h, uint8_t* ctrl, size_t ctrl_bytes, int tos, uint16_t gso_size) {
   h.msg_control = nullptr;
   h.msg_controllen = 0;
-  if (ecn == transport::kEcnNotEct && gso_size == 0) return;
+  if (tos == 0 && gso_size == 0) return;
   std::memset(ctrl, 0, ctrl_bytes);
   h.msg_control = ctrl;
   h.msg_controllen = ctrl_bytes;
   size_t used = 0;
   cmsghdr* c = CMSG_FIRSTHDR(&h);
-  if (ecn != transport::kEcnNotEct) {
+  if (tos != 0) {
     c->cmsg_level = IPPROTO_IP;
     c->cmsg_type = IP_TOS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
-    int tos = ecn & 3;
     std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
     used += CMSG_SPACE(sizeof(int));
     c = CMSG_NXTHDR(&h, c);
@@ -519,77 +424,48 @@ constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint
 
 }  // namespace
 
-size_t UdpPort::tx_flush() {
-  if (tx_faults_) return tx_flush_faulty();
+size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
   size_t sent = 0;
   size_t i = 0;
-  // One message per datagram, or per GSO run: queue_[first, first + count).
+  // One message per datagram, or per GSO run (tx_prepare numbered a run's IP IDs 0, 1, 2 …):
+  // bufs[first, first + count).
   struct Msg {
     size_t first, count;
   };
   mmsghdr msgs[kTxBatch];
   Msg meta[kTxBatch];
-  iovec iov[kTxRing][2];  // per queue position
+  iovec iov[kTxRing];  // per packet of the messages being sent
   sockaddr_in to[kTxBatch];
   alignas(cmsghdr) uint8_t ctrl[kTxBatch][kTxCtrlBytes];
-  while (i < queue_.size()) {
-    const int fd = tx_route_[queue_[i]].fd;
-    const bool gso =
-        opt_.gso && std::find(no_gso_fds_.begin(), no_gso_fds_.end(), fd) == no_gso_fds_.end();
-    // Messages from a run of consecutive packets that leave from the same socket; commit order
-    // is kept.
+  while (i < bufs.size()) {
+    const int fd = tx_route_[index_of(bufs[i])];
+    // Messages from a run of consecutive packets that leave from the same socket, in order.
     size_t n = 0;
-    size_t end = i;  // queue position after the last packet taken
-    while (end < queue_.size() && n < kTxBatch && tx_route_[queue_[end]].fd == fd) {
-      const transport::TxBuf& first = tx_bufs_[queue_[end]];
-      const size_t seg = first.len + wire::kIcrcBytes;
-      size_t count = 1, bytes = seg;
-      // Lengthen the run while the kernel would cut it back into exactly these datagrams: one
-      // destination and TOS, equal sizes with only the last shorter, within the GSO limits.
-      // Each segment is no larger than a packet the kernel takes alone, so the path MTU holds.
-      while (gso && end + count < queue_.size() && count < kGsoMaxSegments) {
-        uint16_t nx = queue_[end + count];
-        const transport::TxBuf& b = tx_bufs_[nx];
-        size_t len = b.len + wire::kIcrcBytes;
-        if (tx_route_[nx].fd != fd || b.dst_ip != first.dst_ip || b.ecn != first.ecn || len > seg ||
-            bytes + len > kGsoMaxBytes)
-          break;
+    size_t end = i;  // position after the last packet taken
+    while (end < bufs.size() && n < kTxBatch && tx_route_[index_of(bufs[end])] == fd) {
+      const transport::TxBuf& first = *bufs[end];
+      size_t count = 1;
+      while (end + count < bufs.size() && bufs[end + count]->ip_id == count &&
+             tx_route_[index_of(bufs[end + count])] == fd)
         ++count;
-        bytes += len;
-        if (len < seg) break;  // a shorter one ends the run
-      }
-      for (size_t k = 0; k < count; ++k) {
-        uint16_t idx = queue_[end + k];
-        transport::TxBuf& b = tx_bufs_[idx];
-        // Segment k of a GSO send leaves with IP ID k (see udp_port.h).
-        auto f = tx_framing(idx, static_cast<uint16_t>(count > 1 ? k : 0));
-        wire::store_le32(tx_icrc_[idx], wire::icrc(f, {b.data, b.len}));
-        iov[end + k][0] = {b.data, b.len};
-        iov[end + k][1] = {tx_icrc_[idx], wire::kIcrcBytes};
-      }
       to[n] = make_addr(first.dst_ip, opt_.dst_port);
       msghdr& h = msgs[n].msg_hdr;
       h = {};
       h.msg_name = &to[n];
       h.msg_namelen = sizeof to[n];
-      h.msg_iov = iov[end];  // iov[end..end+count) are contiguous: 2 * count entries
-      h.msg_iovlen = 2 * count;
-      set_tx_cmsgs(h, ctrl[n], sizeof ctrl[n], first.ecn,
-                   count > 1 ? static_cast<uint16_t>(seg) : 0);
       meta[n] = {end, count};
+      set_tx_cmsgs(h, ctrl[n], sizeof ctrl[n], tos_of(first),
+                   count > 1 ? static_cast<uint16_t>(first.len + wire::kIcrcBytes) : 0);
       ++n;
       end += count;
     }
-    // Captured as sent: each packet with the IP ID its ICRC was computed for.
-    auto capture = [this](const Msg& m) {
-      if (!pcap_) return;
-      for (size_t k = 0; k < m.count; ++k) {
-        uint16_t idx = queue_[m.first + k];
-        const transport::TxBuf& b = tx_bufs_[idx];
-        pcap_->write(tx_framing(idx, static_cast<uint16_t>(m.count > 1 ? k : 0)), b.ecn,
-                     {b.data, b.len}, tx_icrc_[idx]);
-      }
-    };
+    // One iovec per packet (its IB bytes and ICRC are contiguous); a GSO message takes the
+    // consecutive entries of its run, which the kernel concatenates before segmenting.
+    for (size_t k = i; k < end; ++k) iov[k - i] = {bufs[k]->data, bufs[k]->len + wire::kIcrcBytes};
+    for (size_t m = 0; m < n; ++m) {
+      msgs[m].msg_hdr.msg_iov = &iov[meta[m].first - i];
+      msgs[m].msg_hdr.msg_iovlen = meta[m].count;
+    }
     // sendmmsg stops at the first refused message: count and skip it, send the rest.
     size_t done = 0;
     while (done < n) {
@@ -604,7 +480,7 @@ size_t UdpPort::tx_flush() {
           // EINVAL for what the kernel cannot segment). Resend one by one; when that works the
           // socket cannot do GSO, so it stops trying. When it does not, the packets themselves
           // were refused (e.g. larger than the path MTU) and GSO stays on.
-          size_t ok = send_singly(fd, m.first, m.count);
+          size_t ok = send_singly(fd, bufs.subspan(m.first, m.count));
           sent += ok;
           if (ok > 0 &&
               std::find(no_gso_fds_.begin(), no_gso_fds_.end(), fd) == no_gso_fds_.end()) {
@@ -613,44 +489,46 @@ size_t UdpPort::tx_flush() {
           }
           continue;
         }
-        capture(m);
         counters_.tx_errors.add(m.count);
         continue;
       }
       for (int k = 0; k < r; ++k) {
         const Msg& m = meta[done + k];
-        capture(m);
         counters_.sent_pkts.add(m.count);
         counters_.sent_bytes.add(msgs[done + k].msg_len);
         sent += m.count;
       }
       done += static_cast<size_t>(r);
     }
-    for (size_t k = i; k < end; ++k) free_.push_back(queue_[k]);
     i = end;
   }
-  queue_.clear();
+  for (transport::TxBuf* b : bufs) tx_free(b);
   return sent;
 }
 
-size_t UdpPort::send_singly(int fd, size_t first, size_t count) {
+size_t UdpPort::send_singly(int fd, std::span<transport::TxBuf* const> bufs) {
   size_t ok = 0;
-  for (size_t k = 0; k < count; ++k) {
-    uint16_t idx = queue_[first + k];
-    transport::TxBuf& b = tx_bufs_[idx];
+  for (transport::TxBuf* bp : bufs) {
+    transport::TxBuf& b = *bp;
     // Alone, the packet leaves with IP ID 0: its ICRC changes with that.
-    auto f = tx_framing(idx, 0);
-    wire::store_le32(tx_icrc_[idx], wire::icrc(f, {b.data, b.len}));
-    if (pcap_) pcap_->write(f, b.ecn, {b.data, b.len}, tx_icrc_[idx]);
+    wire::Ipv4UdpFraming f;
+    f.src_ip = opt_.ipv4;
+    f.dst_ip = b.dst_ip;
+    f.ip_id = 0;
+    f.dont_fragment = true;
+    f.src_port = b.src_port;
+    f.dst_port = opt_.dst_port;
+    b.ip_id = 0;
+    wire::store_le32(b.data + b.len, wire::icrc(f, {b.data, b.len}));
     sockaddr_in to = make_addr(b.dst_ip, opt_.dst_port);
-    iovec iov[2] = {{b.data, b.len}, {tx_icrc_[idx], wire::kIcrcBytes}};
+    iovec iov{b.data, b.len + wire::kIcrcBytes};
     msghdr h{};
     h.msg_name = &to;
     h.msg_namelen = sizeof to;
-    h.msg_iov = iov;
-    h.msg_iovlen = 2;
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
     alignas(cmsghdr) uint8_t ctrl[kTxCtrlBytes];
-    set_tx_cmsgs(h, ctrl, sizeof ctrl, b.ecn, 0);
+    set_tx_cmsgs(h, ctrl, sizeof ctrl, tos_of(b), 0);
     ssize_t r;
     do {
       r = sendmsg(fd, &h, 0);
@@ -664,77 +542,6 @@ size_t UdpPort::send_singly(int fd, size_t first, size_t count) {
     ++ok;
   }
   return ok;
-}
-
-// The transmit side under fault injection: each queued packet gets its ICRC, then goes through
-// the injector as one datagram (so corruption is caught by the peer's ICRC check), and whatever
-// comes out is sent one datagram at a time. Returns the number of packets taken from the queue,
-// as if the lossy path were part of the wire: callers that loop while tx_flush() makes progress
-// must not stop because the injector dropped or held what they sent.
-size_t UdpPort::tx_flush_faulty() {
-  transport::Time now = fault_clock();
-  tx_frames_.clear();
-  tx_faults_->release_due(now, tx_frames_);
-  size_t taken = queue_.size();
-  for (uint16_t idx : queue_) {
-    transport::TxBuf& b = tx_bufs_[idx];
-    wire::Ipv4UdpFraming f;
-    f.src_ip = opt_.ipv4;
-    f.dst_ip = b.dst_ip;
-    f.ip_id = 0;  // as in tx_flush()
-    f.dont_fragment = true;
-    f.src_port = tx_route_[idx].port;
-    f.dst_port = opt_.dst_port;
-    FaultFrame fr;
-    fr.bytes.resize(b.len + wire::kIcrcBytes);
-    std::memcpy(fr.bytes.data(), b.data, b.len);
-    wire::store_le32(fr.bytes.data() + b.len, wire::icrc(f, {b.data, b.len}));
-    // Captured as uroce sent it, before the injected faults (which stand for the wire).
-    if (pcap_) pcap_->write(f, b.ecn, {b.data, b.len}, fr.bytes.data() + b.len);
-    fr.addr = b.dst_ip;
-    fr.port = tx_route_[idx].port;
-    fr.ecn = b.ecn;
-    fr.fd = tx_route_[idx].fd;
-    free_.push_back(idx);
-    tx_faults_->offer(std::move(fr), now, tx_frames_);
-  }
-  queue_.clear();
-  send_frames(tx_frames_);
-  return taken;
-}
-
-void UdpPort::send_frames(std::vector<FaultFrame>& frames) {
-  for (FaultFrame& fr : frames) {
-    sockaddr_in to = make_addr(fr.addr, opt_.dst_port);
-    iovec iov{fr.bytes.data(), fr.bytes.size()};
-    msghdr h{};
-    h.msg_name = &to;
-    h.msg_namelen = sizeof to;
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int))];
-    if (fr.ecn != transport::kEcnNotEct) {
-      std::memset(ctrl, 0, sizeof ctrl);
-      h.msg_control = ctrl;
-      h.msg_controllen = sizeof ctrl;
-      cmsghdr* c = CMSG_FIRSTHDR(&h);
-      c->cmsg_level = IPPROTO_IP;
-      c->cmsg_type = IP_TOS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      int tos = fr.ecn & 3;
-      std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
-    }
-    ssize_t r;
-    do {
-      r = sendmsg(fr.fd, &h, 0);
-    } while (r < 0 && errno == EINTR);
-    if (r < 0) {
-      counters_.tx_errors.add();
-      continue;
-    }
-    counters_.sent_pkts.add();
-    counters_.sent_bytes.add(static_cast<uint64_t>(r));
-  }
 }
 
 }  // namespace uroce

@@ -1,4 +1,4 @@
-#include "engine/link_watch.h"
+#include "ports/link_watch.h"
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>

@@ -1,4 +1,4 @@
-#include "engine/log.h"
+#include "util/log.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 

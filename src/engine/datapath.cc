@@ -1,0 +1,288 @@
+#include "engine/datapath.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "wire/icrc.h"
+
+namespace uroce {
+namespace {
+
+// The transmit injector draws from its own stream, so adding transmit faults does not change
+// which received datagrams the receive side drops for a seed.
+constexpr uint64_t kTxSeedSalt = 0x7478'6661'756c'7473ull;  // "txfaults"
+
+void count_parse_error(DeviceCounters& c, wire::ParseError e) {
+  switch (e) {
+    case wire::ParseError::kTooShort:
+      c.rx_parse_too_short.add();
+      break;
+    case wire::ParseError::kBadOpcode:
+      c.rx_parse_bad_opcode.add();
+      break;
+    case wire::ParseError::kBadVersion:
+      c.rx_parse_bad_version.add();
+      break;
+    case wire::ParseError::kBadPad:
+      c.rx_parse_bad_pad.add();
+      break;
+    case wire::ParseError::kBadLength:
+      c.rx_parse_bad_length.add();
+      break;
+    case wire::ParseError::kOk:
+      break;
+    default:
+      c.rx_parse_other.add();
+      break;  // a cause added to wire.h after this list
+  }
+}
+
+}  // namespace
+
+Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, DeviceCounters& counters)
+    : port_(std::move(port)), opt_(opt), counters_(counters) {
+  rx_out_.reserve(64);
+  FaultSpec rx = opt.faults.rx_spec();
+  if (rx.enabled())
+    rx_faults_ = std::make_unique<FaultInjector>(
+        rx, opt.faults.seed,
+        FaultCounterRefs{&counters.fault_drops, &counters.fault_rx_burst_drops,
+                         &counters.fault_rx_corrupted, &counters.fault_rx_duplicated,
+                         &counters.fault_rx_reordered, &counters.fault_rx_delayed});
+  if (opt.faults.tx.enabled())
+    tx_faults_ = std::make_unique<FaultInjector>(
+        opt.faults.tx, opt.faults.seed ^ kTxSeedSalt,
+        FaultCounterRefs{&counters.fault_tx_drops, &counters.fault_tx_burst_drops,
+                         &counters.fault_tx_corrupted, &counters.fault_tx_duplicated,
+                         &counters.fault_tx_reordered, &counters.fault_tx_delayed});
+}
+
+std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const DatapathOptions& opt,
+                                         DeviceCounters& counters, std::string* err) {
+  std::unique_ptr<Datapath> d(new Datapath(std::move(port), opt, counters));
+  if (!opt.pcap_path.empty()) {
+    d->pcap_ = PcapWriter::open(opt.pcap_path, err);
+    if (!d->pcap_) return nullptr;
+  }
+  return d;
+}
+
+Datapath::~Datapath() {
+  for (transport::TxBuf* b : queue_) port_->tx_free(b);
+  queue_.clear();
+  if (tx_faults_) {
+    tx_frames_.clear();
+    tx_faults_->release_due(transport::kNever, tx_frames_);
+    send_frames(tx_frames_);
+  }
+}
+
+transport::Time Datapath::tx_fault_deadline() const {
+  return tx_faults_ ? tx_faults_->next_deadline() : transport::kNever;
+}
+
+transport::Time Datapath::rx_fault_deadline() const {
+  return rx_faults_ ? rx_faults_->next_deadline() : transport::kNever;
+}
+
+transport::Time Datapath::fault_deadline() const {
+  return std::min(rx_fault_deadline(), tx_fault_deadline());
+}
+
+std::span<const RxPacket> Datapath::rx_burst(transport::Time now) {
+  rx_out_.clear();
+  rx_frames_.clear();  // the last batch's packets pointed into these
+  std::span<const RxFrame> frames = port_->rx_burst();
+  for (const RxFrame& f : frames) {
+    counters_.rcvd_pkts.add();
+    counters_.rcvd_bytes.add(f.len);
+    if (!rx_faults_) {
+      accept(f.data, f.len, f);
+      continue;
+    }
+    // Fault injection before any check, so that a seed drops the same arrivals whatever they
+    // contain, and corruption is caught by the ICRC check like corruption on the wire.
+    FaultFrame fr;
+    fr.bytes.assign(f.data, f.data + f.len);
+    fr.addr = f.src_ip;
+    fr.local = f.dst_ip;
+    fr.port = f.src_port;
+    fr.local_port = f.dst_port;
+    fr.tos = f.tos;
+    fr.ip_id_known = f.ip_id_known;
+    fr.dont_fragment = f.dont_fragment;
+    fr.ip_id = f.ip_id;
+    fr.truncated = f.truncated;
+    rx_faults_->offer(std::move(fr), now, rx_frames_);
+  }
+  if (rx_faults_) {
+    rx_faults_->release_due(now, rx_frames_);
+    // rx_frames_ is complete now: rx_out_ may point into it.
+    for (const FaultFrame& fr : rx_frames_) {
+      RxFrame meta;
+      meta.truncated = fr.truncated;
+      meta.src_ip = fr.addr;
+      meta.dst_ip = fr.local;
+      meta.src_port = fr.port;
+      meta.dst_port = fr.local_port;
+      meta.tos = fr.tos;
+      meta.ip_id_known = fr.ip_id_known;
+      meta.dont_fragment = fr.dont_fragment;
+      meta.ip_id = fr.ip_id;
+      accept(fr.bytes.data(), fr.bytes.size(), meta);
+    }
+  }
+  return rx_out_;
+}
+
+void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
+  // Longer than any packet: no packet of ours (a port's buffers may be larger than this, e.g.
+  // for GRO, so the port does not always flag it).
+  if (meta.truncated || len > kMaxDatagram) {
+    counters_.rx_truncated.add();
+    return;
+  }
+  if (len < wire::kBthBytes + wire::kIcrcBytes) {
+    counters_.rx_too_short.add();
+    return;
+  }
+  const size_t ib_len = len - wire::kIcrcBytes;
+  const uint32_t received = wire::load_le32(buf + ib_len);
+  wire::Ipv4UdpFraming f;
+  f.src_ip = meta.src_ip;
+  f.dst_ip = meta.dst_ip;
+  f.src_port = meta.src_port;
+  f.dst_port = meta.dst_port;
+  bool icrc_ok;
+  if (meta.ip_id_known) {
+    f.ip_id = meta.ip_id;
+    f.dont_fragment = meta.dont_fragment;
+    icrc_ok = wire::icrc(f, {buf, ib_len}) == received;
+  } else {
+    // DF assumed set, as every RoCEv2 sender sets it.
+    f.dont_fragment = true;
+    icrc_ok = wire::icrc_matches_some_ip_id(f, {buf, ib_len}, received, &f.ip_id);
+  }
+  if (pcap_) {
+    // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
+    // a packet no ID validates is written with ID 0, and its ICRC shows as bad.
+    pcap_->write(f, meta.tos, {buf, ib_len}, buf + ib_len);
+  }
+  if (!icrc_ok) {
+    counters_.rcvd_icrc_err.add();
+    return;
+  }
+  RxPacket& out = rx_out_.emplace_back();
+  wire::ParseError pe = wire::parse({buf, ib_len}, out.pkt);
+  if (pe != wire::ParseError::kOk) {
+    count_parse_error(counters_, pe);
+    rx_out_.pop_back();
+    return;
+  }
+  out.info.src_ip = meta.src_ip;
+  out.info.dst_ip = meta.dst_ip;
+  out.info.src_port = meta.src_port;
+  out.info.ecn = meta.tos & 3;
+  out.ip_id = f.ip_id;
+  if (f.ip_id != 0) counters_.rx_foreign_ip_id.add();
+  if (out.info.ecn == transport::kEcnCe) counters_.rcvd_ecn_ce.add();
+}
+
+transport::TxBuf* Datapath::tx_alloc() {
+  return port_->tx_alloc();
+}
+
+void Datapath::tx_commit(transport::TxBuf* buf) {
+  // A length no packet has is a transport bug: refuse it rather than send garbage or read
+  // outside the buffer.
+  if (buf->len < wire::kBthBytes || buf->len > transport::kMaxIbPacket) {
+    counters_.port.tx_errors.add();
+    port_->tx_free(buf);
+    return;
+  }
+  if (buf->dscp == transport::kDscpPortDefault) buf->dscp = opt_.data_dscp;
+  queue_.push_back(buf);
+}
+
+wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
+  wire::Ipv4UdpFraming f;
+  f.src_ip = port_->ipv4();
+  f.dst_ip = b.dst_ip;
+  f.ip_id = b.ip_id;
+  f.dont_fragment = true;
+  f.src_port = b.src_port;
+  f.dst_port = port_->udp_dst_port();
+  return f;
+}
+
+size_t Datapath::tx_flush(transport::Time now) {
+  if (tx_faults_) return tx_flush_faulty(now);
+  if (queue_.empty()) return 0;
+  port_->tx_prepare(queue_, /*batch=*/true);
+  for (transport::TxBuf* b : queue_) {
+    const wire::Ipv4UdpFraming f = tx_framing(*b);
+    wire::store_le32(b->data + b->len, wire::icrc(f, {b->data, b->len}));
+    // Captured as sent: each packet with the IP ID its ICRC was computed for.
+    if (pcap_) pcap_->write(f, tos_of(*b), {b->data, b->len}, b->data + b->len);
+  }
+  size_t sent = port_->tx_burst(queue_);
+  queue_.clear();
+  return sent;
+}
+
+// Each queued packet gets its ICRC, then goes through the injector as one datagram (so
+// corruption is caught by the peer's ICRC check), and whatever comes out is sent one datagram at
+// a time, each alone (IP ID 0, as the ICRC was computed for).
+size_t Datapath::tx_flush_faulty(transport::Time now) {
+  tx_frames_.clear();
+  tx_faults_->release_due(now, tx_frames_);
+  const size_t taken = queue_.size();
+  if (!queue_.empty()) port_->tx_prepare(queue_, /*batch=*/false);
+  for (transport::TxBuf* b : queue_) {
+    const wire::Ipv4UdpFraming f = tx_framing(*b);
+    FaultFrame fr;
+    fr.bytes.resize(b->len + wire::kIcrcBytes);
+    std::memcpy(fr.bytes.data(), b->data, b->len);
+    wire::store_le32(fr.bytes.data() + b->len, wire::icrc(f, {b->data, b->len}));
+    // Captured as uroce sent it, before the injected faults (which stand for the wire).
+    if (pcap_) pcap_->write(f, tos_of(*b), {b->data, b->len}, fr.bytes.data() + b->len);
+    fr.addr = b->dst_ip;
+    fr.port = b->src_port;
+    fr.tos = tos_of(*b);
+    port_->tx_free(b);
+    tx_faults_->offer(std::move(fr), now, tx_frames_);
+  }
+  queue_.clear();
+  send_frames(tx_frames_);
+  return taken;
+}
+
+void Datapath::send_frames(std::vector<FaultFrame>& frames) {
+  std::vector<transport::TxBuf*> burst;
+  size_t i = 0;
+  while (i < frames.size()) {
+    burst.clear();
+    for (; i < frames.size(); ++i) {
+      const FaultFrame& fr = frames[i];
+      if (fr.bytes.size() < wire::kIcrcBytes ||
+          fr.bytes.size() > transport::kMaxIbPacket + wire::kIcrcBytes)
+        continue;  // cannot happen: the injector keeps lengths
+      transport::TxBuf* b = port_->tx_alloc();
+      if (!b) break;
+      std::memcpy(b->data, fr.bytes.data(), fr.bytes.size());
+      b->len = static_cast<uint32_t>(fr.bytes.size() - wire::kIcrcBytes);
+      b->dst_ip = fr.addr;
+      b->src_port = fr.port;
+      b->ecn = fr.tos & 3;
+      b->dscp = fr.tos >> 2;
+      burst.push_back(b);
+    }
+    if (burst.empty()) break;  // the port has no buffer at all: nothing can be sent
+    // Prepared alone: the same socket and IP ID 0 the ICRC in the bytes was computed for (the
+    // bytes are not touched, so injected corruption stays).
+    port_->tx_prepare(burst, /*batch=*/false);
+    port_->tx_burst(burst);
+  }
+}
+
+}  // namespace uroce

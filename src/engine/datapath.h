@@ -1,0 +1,122 @@
+// The device's packet pipeline over one Port (ports/port.h): everything every datapath needs,
+// written once, so that a port does only its I/O.
+//
+// Receive, for each frame a port hands up, cheapest checks first, each drop a named counter:
+//   counted (rcvd_pkts/bytes) → fault injection (UROCE_FAULTS rx) → length → ICRC → capture →
+//   parse → a transport::RxInfo for the dispatch
+// The ICRC is checked exactly when the port saw the IP header (PortCaps::exact_icrc: DPDK, a
+// simulated port); a kernel socket does not show it, and peers put arbitrary IP IDs there (rxe
+// counts up), so such a packet is accepted when *some* ID makes its ICRC valid
+// (wire::icrc_matches_some_ip_id): every corruption of the bytes we can see is caught except
+// with probability 2^-16 (docs/wire-format.md).
+//
+// Transmit: the transport writes packets into the port's buffers (transport::PacketSink) and
+// commits them; tx_flush() lets the port fix what the ICRC covers (tx_prepare: IP ID, the real
+// source port), appends each ICRC in place, captures, and hands the burst to the port — or, with
+// transmit faults on, through the injector (which stands for the wire: corruption after the
+// ICRC, so the peer's check catches it) one datagram at a time.
+//
+// Threading: the receive side (rx_burst, rx_fault_deadline) under the engine's receive lock; the
+// transmit side (PacketSink, tx_flush, tx_fault_deadline) and multicast under the device lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/counters.h"
+#include "engine/dispatch.h"
+#include "engine/faults.h"
+#include "engine/pcap.h"
+#include "engine/rx_packet.h"
+#include "ports/port.h"
+#include "transport/env.h"
+#include "wire/wire.h"
+
+namespace uroce {
+
+struct DatapathOptions {
+  FaultConfig faults;     // UROCE_FAULTS
+  std::string pcap_path;  // UROCE_PCAP: capture every packet sent and received ("" = none)
+  // DSCP (RFC 2474) of packets whose TxBuf::dscp is kDscpPortDefault.
+  uint8_t data_dscp = 0;
+};
+
+class Datapath : public Transmitter {
+ public:
+  // Largest datagram accepted: the largest IB packet plus its ICRC. Anything longer is no packet
+  // of ours (rx_truncated).
+  static constexpr size_t kMaxDatagram = transport::kMaxIbPacket + wire::kIcrcBytes;
+
+  // Takes the port. nullptr and *err when the capture file cannot be opened.
+  static std::unique_ptr<Datapath> open(std::unique_ptr<Port> port, const DatapathOptions& opt,
+                                        DeviceCounters& counters, std::string* err);
+  // Sends what transmit fault injection still holds (delay, reordering): it was sent as far as
+  // the transport knows, and an ACK held back when a program exits must still reach the peer, as
+  // it would from a NIC, or the peer's last SEND ends in a retry error.
+  ~Datapath() override;
+  Datapath(const Datapath&) = delete;
+  Datapath& operator=(const Datapath&) = delete;
+
+  Port& port() { return *port_; }
+  const Port& port() const { return *port_; }
+
+  // Receives one batch from the port without blocking and returns what passed; `now` is the
+  // engine's clock (fault injection's delay line runs on it). Empty when nothing waits.
+  std::span<const RxPacket> rx_burst(transport::Time now);
+
+  // transport::PacketSink. tx_alloc returns nullptr when the port's ring is empty.
+  transport::TxBuf* tx_alloc() override;
+  // Queues `buf`. A length no packet has (< BTH or > kMaxIbPacket) is a transport bug: refused
+  // and counted in tx_errors.
+  void tx_commit(transport::TxBuf* buf) override;
+  // Sends the queued packets in commit order. Returns how many left the queue for the wire: the
+  // port's count of what it sent, or with transmit faults every packet taken (the lossy path is
+  // part of the wire: callers that loop while tx_flush() makes progress must not stop because the
+  // injector dropped or held what they sent).
+  size_t tx_flush(transport::Time now) override;
+  size_t tx_queued() const { return queue_.size(); }
+  // Returns an allocated-but-uncommitted buffer to the port.
+  void tx_abort(transport::TxBuf* buf) { port_->tx_free(buf); }
+
+  // Multicast, passed to the port (EOPNOTSUPP where it has none).
+  int join_group(uint32_t group) override { return port_->join_group(group); }
+  void leave_group(uint32_t group) override { port_->leave_group(group); }
+
+  // When fault injection holds datagrams back (delay, reordering), rx_burst() / tx_flush() must
+  // run again by this time even if nothing else happens; kNever when nothing is held.
+  // rx_fault_deadline() needs the receive lock, tx_fault_deadline() the device lock,
+  // fault_deadline() (both directions) both.
+  transport::Time rx_fault_deadline() const;
+  transport::Time tx_fault_deadline() const;
+  transport::Time fault_deadline() const;
+
+ private:
+  Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, DeviceCounters& counters);
+  // The checks of one datagram, appending what passes to rx_out_.
+  void accept(const uint8_t* data, size_t len, const RxFrame& meta);
+  // The framing the ICRC of `b` covers (after the port's tx_prepare).
+  wire::Ipv4UdpFraming tx_framing(const transport::TxBuf& b) const;
+  static uint8_t tos_of(const transport::TxBuf& b) { return uint8_t(b.dscp << 2 | (b.ecn & 3)); }
+  // tx_flush() with transmit faults on.
+  size_t tx_flush_faulty(transport::Time now);
+  // Sends injector output, copying it into port buffers as they free up.
+  void send_frames(std::vector<FaultFrame>& frames);
+
+  std::unique_ptr<Port> port_;
+  DatapathOptions opt_;
+  DeviceCounters& counters_;
+  // Fault injection, null when the direction has no faults configured (the datapath is then
+  // exactly the fault-free one). rx_frames_ holds the datagrams of the last rx_burst() when the
+  // receive injector is on: rx_out_ points into them until the next rx_burst().
+  std::unique_ptr<FaultInjector> rx_faults_, tx_faults_;
+  std::vector<FaultFrame> rx_frames_, tx_frames_;
+  std::unique_ptr<PcapWriter> pcap_;  // null when not capturing
+  std::vector<RxPacket> rx_out_;
+  std::vector<transport::TxBuf*> queue_;  // committed, in commit order
+};
+
+}  // namespace uroce

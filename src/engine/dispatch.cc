@@ -1,0 +1,276 @@
+#include "engine/dispatch.h"
+
+#include <algorithm>
+#include <functional>
+#include <new>
+#include <stdexcept>
+
+namespace uroce {
+
+void add_qp_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
+  sum.sent_pkts += c.sent_pkts;
+  sum.rcvd_pkts += c.rcvd_pkts;
+  sum.retry_exceeded_err += c.retry_exceeded_err;
+  sum.rnr_retry_exceeded_err += c.rnr_retry_exceeded_err;
+  sum.send_rnr_err += c.send_rnr_err;
+  sum.rcvd_rnr_err += c.rcvd_rnr_err;
+  sum.rcvd_seq_err += c.rcvd_seq_err;
+  sum.out_of_seq_request += c.out_of_seq_request;
+  sum.duplicate_request += c.duplicate_request;
+  sum.send_err += c.send_err;
+  sum.completer_retry_err += c.completer_retry_err;
+  sum.local_ack_timeout_err += c.local_ack_timeout_err;
+  sum.retransmitted_pkts += c.retransmitted_pkts;
+  sum.send_window_cuts += c.send_window_cuts;
+  sum.early_retransmits += c.early_retransmits;
+  sum.dropped_pkts += c.dropped_pkts;
+  sum.qkey_violation += c.qkey_violation;
+  sum.out_of_buffer += c.out_of_buffer;
+  sum.uc_dropped_msgs += c.uc_dropped_msgs;
+}
+
+Dispatch::Dispatch(Transmitter& tx, transport::MemoryAccess& mem, DeviceCounters& counters,
+                   Limits limits)
+    : tx_(tx), mem_(mem), counters_(counters), limits_(limits) {}
+
+Dispatch::~Dispatch() = default;
+
+uint32_t Dispatch::alloc_qpn() {
+  // QPNs are 24 bits; skip 0 and 1 (special QPs) and any still in use after a wrap.
+  for (;;) {
+    uint32_t q = next_qpn_;
+    next_qpn_ = (next_qpn_ + 1) & wire::kQpnMask;
+    if (next_qpn_ < 2) next_qpn_ = 2;
+    if (q >= 2 && qps_.count(q) == 0) return q;
+  }
+}
+
+transport::Qp* Dispatch::create_qp(transport::QpInit init, int* err) {
+  int dummy;
+  if (!err) err = &dummy;
+  if (qps_.size() >= limits_.max_qp) {
+    *err = ENOMEM;
+    return nullptr;
+  }
+  if (init.qpn == 0) {
+    init.qpn = alloc_qpn();
+  } else if (init.qpn > wire::kQpnMask || init.qpn == kMulticastQpn) {
+    *err = EINVAL;
+    return nullptr;
+  } else if (qps_.count(init.qpn)) {
+    *err = EBUSY;
+    return nullptr;
+  }
+  try {
+    QpEntry e;
+    e.qp = std::make_unique<transport::Qp>(init, tx_, mem_);
+    e.pd = init.pd;
+    transport::Qp* qp = e.qp.get();
+    qps_.emplace(init.qpn, std::move(e));
+    *err = 0;
+    return qp;
+  } catch (const std::bad_alloc&) {
+    *err = ENOMEM;
+  } catch (const std::exception&) {
+    *err = EINVAL;  // the transport refused the capabilities
+  }
+  return nullptr;
+}
+
+int Dispatch::destroy_qp(transport::Qp* qp, uint32_t* pd) {
+  auto it = qps_.find(qp->qpn());
+  if (it == qps_.end() || it->second.qp.get() != qp) return EINVAL;
+  if (pd) *pd = it->second.pd;
+  add_qp_counters(retired_, qp->counters());
+  detach_all_mcast(it->first);
+  qps_.erase(it);
+  return 0;
+}
+
+transport::Qp* Dispatch::find(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second.qp.get();
+}
+
+void Dispatch::set_cookie(transport::Qp* qp, void* cookie) {
+  auto it = qps_.find(qp->qpn());
+  if (it != qps_.end() && it->second.qp.get() == qp) it->second.cookie = cookie;
+}
+
+void* Dispatch::cookie(uint32_t qpn) const {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second.cookie;
+}
+
+int Dispatch::attach_mcast(transport::Qp* qp, uint32_t group) {
+  auto it = qps_.find(qp->qpn());
+  // Only UD QPs take part in multicast (IBTA 10.5.2.2); 224.0.0.0/4 is IPv4's multicast range.
+  if (it == qps_.end() || it->second.qp.get() != qp || qp->type() != IBV_QPT_UD ||
+      (group >> 28) != 0xe)
+    return EINVAL;
+  auto g = mcast_.find(group);
+  if (g == mcast_.end()) {
+    if (mcast_.size() >= limits_.max_mcast_grp) return ENOMEM;
+    g = mcast_.emplace(group, std::vector<uint32_t>{}).first;
+  }
+  std::vector<uint32_t>& members = g->second;
+  if (std::find(members.begin(), members.end(), qp->qpn()) != members.end()) return 0;
+  if (members.size() >= limits_.max_mcast_qp_attach) return ENOMEM;
+  if (members.empty()) {
+    if (int e = tx_.join_group(group); e != 0) {
+      mcast_.erase(g);
+      return e;
+    }
+  }
+  members.push_back(qp->qpn());
+  return 0;
+}
+
+int Dispatch::detach_mcast(transport::Qp* qp, uint32_t group) {
+  auto it = mcast_.find(group);
+  if (it == mcast_.end()) return EINVAL;
+  auto m = std::find(it->second.begin(), it->second.end(), qp->qpn());
+  if (m == it->second.end()) return EINVAL;
+  it->second.erase(m);
+  if (it->second.empty()) {
+    tx_.leave_group(group);
+    mcast_.erase(it);
+  }
+  return 0;
+}
+
+void Dispatch::detach_all_mcast(uint32_t qpn) {
+  for (auto it = mcast_.begin(); it != mcast_.end();) {
+    std::erase(it->second, qpn);
+    if (it->second.empty()) {
+      tx_.leave_group(it->first);
+      it = mcast_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Dispatch::track(uint32_t qpn, QpEntry& e) {
+  if (!e.in_pump_list && e.qp->wants_pump()) {
+    e.in_pump_list = true;
+    pump_list_.push_back(qpn);
+  }
+  transport::Time d = e.qp->next_deadline();
+  if (d == e.armed) return;
+  e.armed = d;
+  if (d == transport::kNever) return;  // the old heap entry goes stale
+  timers_.emplace_back(d, qpn);
+  std::push_heap(timers_.begin(), timers_.end(), std::greater<>());
+  // Deadlines that move before they fire (ACK coalescing, retransmission restarts) leave stale
+  // entries behind; rebuild from the live deadlines when they dominate the heap.
+  if (timers_.size() > 4 * qps_.size() + 64) {
+    timers_.clear();
+    for (auto& [q, x] : qps_)
+      if (x.armed != transport::kNever) timers_.emplace_back(x.armed, q);
+    std::make_heap(timers_.begin(), timers_.end(), std::greater<>());
+  }
+}
+
+void Dispatch::touch(transport::Qp* qp) {
+  auto it = qps_.find(qp->qpn());
+  if (it != qps_.end() && it->second.qp.get() == qp) track(it->first, it->second);
+}
+
+transport::Time Dispatch::next_deadline() {
+  while (!timers_.empty()) {
+    auto [d, qpn] = timers_.front();
+    auto it = qps_.find(qpn);
+    if (it != qps_.end() && it->second.armed == d) return d;
+    std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
+    timers_.pop_back();
+  }
+  return transport::kNever;
+}
+
+transport::Time Dispatch::after_call(transport::Qp* qp, transport::Time now, bool* more) {
+  if (qp->wants_pump()) qp->pump(now);
+  tx_.tx_flush(now);
+  *more = false;
+  auto it = qps_.find(qp->qpn());
+  if (it == qps_.end()) return transport::kNever;
+  track(it->first, it->second);
+  *more = it->second.in_pump_list;
+  return it->second.armed;
+}
+
+void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
+  for (const RxPacket& p : pkts) {
+    // A datagram sent to a group goes to every QP attached to it, and must name the multicast
+    // QPN; that QPN sent to a unicast address names no QP.
+    const bool to_group = (p.info.dst_ip >> 28) == 0xe;
+    if (to_group || p.pkt.bth.dest_qp == kMulticastQpn) {
+      auto g = to_group && p.pkt.bth.dest_qp == kMulticastQpn ? mcast_.find(p.info.dst_ip)
+                                                              : mcast_.end();
+      if (g == mcast_.end()) {
+        counters_.rx_unknown_qp.add();
+        continue;
+      }
+      // Each attached QP checks the Q_Key (and its state) itself, counting what it drops.
+      for (uint32_t qpn : g->second) {
+        QpEntry& e = qps_.find(qpn)->second;  // destroy_qp detaches first
+        e.qp->receive(p.pkt, p.info, now);
+        track(qpn, e);
+      }
+      continue;
+    }
+    auto it = qps_.find(p.pkt.bth.dest_qp);
+    if (it == qps_.end()) {
+      counters_.rx_unknown_qp.add();
+      continue;
+    }
+    it->second.qp->receive(p.pkt, p.info, now);
+    track(it->first, it->second);
+  }
+}
+
+transport::Time Dispatch::progress(transport::Time now, bool* again) {
+  // Due timers, earliest first; each QP at most once per pass, so a QP whose deadline stays in
+  // the past cannot hold the caller for ever (the engine then bounds its wake-up rate).
+  std::vector<uint32_t>& due = due_scratch_;
+  due.clear();
+  for (transport::Time d = next_deadline(); d <= now; d = next_deadline()) {
+    uint32_t qpn = timers_.front().second;
+    std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
+    timers_.pop_back();
+    qps_.find(qpn)->second.armed = transport::kNever;  // next_deadline() checked it exists
+    due.push_back(qpn);
+  }
+  for (uint32_t qpn : due) {
+    QpEntry& e = qps_.find(qpn)->second;
+    e.qp->on_timer(now);
+    track(qpn, e);
+  }
+  // Pump in rounds: a round stops when the transmit ring fills, the flush frees it, the next round
+  // continues. Stop when nothing wants to send or a round sent nothing (a rate-limited QP waits
+  // for its deadline, not for a spinning engine); after kPumpRounds yield to other threads.
+  std::vector<uint32_t>& list = pump_scratch_;
+  for (int round = 0; round < kPumpRounds && !pump_list_.empty(); ++round) {
+    list.swap(pump_list_);
+    pump_list_.clear();
+    for (uint32_t qpn : list) {
+      auto it = qps_.find(qpn);
+      if (it == qps_.end()) continue;  // destroyed since it was listed
+      it->second.in_pump_list = false;
+      if (it->second.qp->wants_pump()) it->second.qp->pump(now);
+      track(qpn, it->second);
+    }
+    list.clear();
+    if (tx_.tx_flush(now) == 0) break;
+    if (round == kPumpRounds - 1 && !pump_list_.empty()) *again = true;
+  }
+  return next_deadline();
+}
+
+transport::QpCounters Dispatch::counter_totals() const {
+  transport::QpCounters sum = retired_;
+  for (const auto& [qpn, e] : qps_) add_qp_counters(sum, e.qp->counters());
+  return sum;
+}
+
+}  // namespace uroce

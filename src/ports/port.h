@@ -1,0 +1,130 @@
+// The port interface: the one seam between a device's engine and a datapath (kernel UDP
+// sockets, DPDK, a simulated fabric). In the manner of eRPC's Transport and Seastar's
+// net::device, it is narrow: bursts of frames in and out, what the port can do, how to wait for
+// it, its timers, its link state and multicast membership. A port does only its I/O. Everything
+// every datapath needs — length checks, the ICRC, parsing, drop counters, capture, fault
+// injection — is written once above it, in the device's receive pipeline (engine/datapath.h).
+//
+//   verbs → engine (Device, Dispatch, Datapath, Engine) → Port ← UdpPort, DpdkPort, SimPort
+//
+// Buffers. Transmit buffers (transport::TxBuf) belong to the port: tx_alloc() hands one out, the
+// transport writes an IB packet into it, the pipeline appends the ICRC in place, and tx_burst()
+// takes it back (sent or dropped). Each TxBuf has kTxHeadroom bytes in front of its data, so a
+// port that frames Ethernet/IP/UDP itself writes its headers there and adds no copy. Received
+// frames point into the port's memory and stay valid until the next rx_burst().
+//
+// Threading. rx_burst() and the receive-side members are called by one thread at a time (the
+// engine's receive lock); the transmit side (tx_alloc, tx_prepare, tx_burst, tx_free) and
+// join_group/leave_group with the device lock held; poll() on the engine thread with the device
+// lock held; caps(), link_up() from anywhere.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "ports/port_counters.h"
+#include "transport/env.h"
+
+namespace uroce {
+
+// What a port can do. Fixed when the port opens.
+struct PortCaps {
+  // Largest IPv4 datagram the port carries unfragmented (the interface MTU). Bounds the IB path
+  // MTU the device offers (IB MTU + RoCEv2 headers must fit).
+  uint32_t ip_mtu = 1500;
+  // Received frames carry their real IPv4 Identification and flags (RxFrame::ip_id_known), so
+  // the ICRC is checked exactly. A kernel UDP socket never shows the IP header: the pipeline
+  // then accepts a packet when some IP ID makes its ICRC valid (wire/icrc.h).
+  bool exact_icrc = false;
+  // The port (its NIC) computes IPv4 header checksums on transmit.
+  bool ipv4_csum_offload = false;
+  // join_group() works (IPv4 multicast for UD QPs).
+  bool multicast = false;
+  // tx_prepare(…, batch = true) may group packets (UDP GSO): their IP IDs then differ.
+  bool tx_batching = false;
+};
+
+// One received RoCE datagram: the UDP payload (IB packet, then the ICRC) and what the port knows
+// of the headers it came in.
+struct RxFrame {
+  const uint8_t* data = nullptr;  // BTH .. ICRC; valid until the next rx_burst()
+  uint32_t len = 0;
+  bool truncated = false;  // the datagram was longer than the port's buffer (MSG_TRUNC)
+  uint32_t src_ip = 0;     // host byte order
+  uint32_t dst_ip = 0;     // the device address, or the multicast group it was sent to
+  uint16_t src_port = 0;   // UDP
+  uint16_t dst_port = 0;   // UDP (4791, or the port's configured receive port)
+  uint8_t tos = 0;         // the IPv4 TOS byte: DSCP << 2 | ECN (RFC 3168)
+  // The port saw the IPv4 header (PortCaps::exact_icrc): its Identification and DF flag.
+  bool ip_id_known = false;
+  bool dont_fragment = true;
+  uint16_t ip_id = 0;
+};
+
+class Port {
+ public:
+  virtual ~Port() = default;
+
+  virtual const PortCaps& caps() const = 0;
+  virtual uint32_t ipv4() const = 0;  // the device address (host byte order)
+  // The UDP port packets are sent to and received on (RoCEv2: 4791, IANA / Annex A17).
+  virtual uint16_t udp_port() const { return 4791; }
+  // The UDP destination port of every packet sent (4791 too; a test may point it elsewhere).
+  virtual uint16_t udp_dst_port() const { return 4791; }
+  virtual std::string describe() const = 0;  // for logs: "udp 127.0.0.1:4791 on lo"
+
+  // --- receive ---
+  // Receives what is waiting, a bounded batch, without blocking; empty when nothing waits. The
+  // frames (and the bytes they point to) stay valid until the next call.
+  virtual std::span<const RxFrame> rx_burst() = 0;
+
+  // --- transmit ---
+  // A free buffer, or nullptr when the port's transmit ring is full (backpressure: the caller
+  // keeps its state and tries again on a later pass).
+  virtual transport::TxBuf* tx_alloc() = 0;
+  // Returns a buffer from tx_alloc() unsent.
+  virtual void tx_free(transport::TxBuf* buf) = 0;
+  // Fixes what the ICRC of each buffer covers before the pipeline computes it: the IP ID
+  // (TxBuf::ip_id) and the UDP source port it really leaves from (TxBuf::src_port; a port that
+  // cannot send from the requested one says so here). With `batch` (and PortCaps::tx_batching),
+  // the port may group packets into one send (UDP GSO) and number their IP IDs as the kernel
+  // will; without, each packet leaves alone. tx_burst must get the same buffers in the same order.
+  virtual void tx_prepare(std::span<transport::TxBuf* const> bufs, bool batch) {
+    (void)batch;
+    for (transport::TxBuf* b : bufs) b->ip_id = 0;
+  }
+  // Sends the prepared buffers (ICRC in place at data[len]) in order, taking every one of them
+  // back, and counts what it sent (PortCounters::sent_*) and refused (tx_errors). Returns the
+  // number sent.
+  virtual size_t tx_burst(std::span<transport::TxBuf* const> bufs) = 0;
+
+  // --- waiting and timers ---
+  // File descriptors that become readable when rx_burst() has frames (epoll, level-triggered).
+  // Empty for a poll-mode port (DPDK): the engine then polls it.
+  virtual std::span<const int> wait_fds() const { return {}; }
+  // A descriptor readable when the port has control work (link notifications), or -1; the
+  // engine then calls on_control() on its thread, without any lock.
+  virtual int control_fd() const { return -1; }
+  // Handles control work. Returns true when link_up() changed.
+  virtual bool on_control() { return false; }
+  // The port's own timers (ARP retries, PAUSE expiry…): poll() must run by then. kNever when none.
+  virtual transport::Time next_deadline() const { return transport::kNever; }
+  // Housekeeping due by `now` (engine thread, device lock held).
+  virtual void poll(transport::Time now) { (void)now; }
+
+  // --- link and multicast ---
+  // The link is up (what ibv_query_port reports as ACTIVE). A port that cannot know says up.
+  virtual bool link_up() const { return true; }
+  // Receive datagrams sent to the IPv4 group `group` (host order, 224.0.0.0/4) from now on.
+  // 0, EINVAL (not a multicast address), EOPNOTSUPP (the port has no multicast), or the
+  // port's error. Joining a joined group is a no-op (the caller counts members).
+  virtual int join_group(uint32_t group) {
+    (void)group;
+    return EOPNOTSUPP;
+  }
+  virtual void leave_group(uint32_t group) { (void)group; }
+};
+
+}  // namespace uroce
