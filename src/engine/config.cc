@@ -37,16 +37,58 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Splits on ',' keeping empty pieces, so "a,,b" and "a," can be reported.
-std::vector<std::string_view> split_commas(std::string_view s) {
+// Splits on `sep` outside parentheses, keeping empty pieces, so "a,,b" and "a," can be
+// reported and a dpdk(…) body keeps its commas.
+std::vector<std::string_view> split_top(std::string_view s, char sep) {
   std::vector<std::string_view> out;
-  for (;;) {
-    size_t c = s.find(',');
-    out.push_back(trim(s.substr(0, c)));
-    if (c == std::string_view::npos) break;
-    s.remove_prefix(c + 1);
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i < s.size() && s[i] == '(') ++depth;
+    if (i < s.size() && s[i] == ')' && depth > 0) --depth;
+    if (i == s.size() || (s[i] == sep && depth == 0)) {
+      out.push_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
   }
   return out;
+}
+
+std::vector<std::string_view> split_commas(std::string_view s) {
+  return split_top(s, ',');
+}
+
+// "aa:bb:cc:dd:ee:ff" (hex, case-insensitive).
+bool parse_mac(std::string_view s, uint8_t out[6]) {
+  if (s.size() != 17) return false;
+  for (int i = 0; i < 6; ++i) {
+    uint8_t v = 0;
+    for (int k = 0; k < 2; ++k) {
+      char c = s[i * 3 + k];
+      v = static_cast<uint8_t>(v << 4);
+      if (c >= '0' && c <= '9')
+        v |= static_cast<uint8_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<uint8_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<uint8_t>(c - 'A' + 10);
+      else
+        return false;
+    }
+    if (i < 5 && s[i * 3 + 2] != ':') return false;
+    out[i] = v;
+  }
+  return true;
+}
+
+// A decimal integer in [lo, hi].
+bool parse_uint(std::string_view s, uint64_t lo, uint64_t hi, uint64_t* out) {
+  if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  uint64_t v = std::stoull(std::string(s));
+  if (v < lo || v > hi) return false;
+  *out = v;
+  return true;
 }
 
 bool valid_name(std::string_view n) {
@@ -102,6 +144,98 @@ std::string netdev_of(uint32_t ip) {
 }
 
 }  // namespace
+
+bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err) {
+  d->port = PortKind::kDpdk;
+  d->dscp = 26;
+  d->netdev.clear();
+  DpdkDeviceConfig& c = d->dpdk;
+  bool have_ip = false;
+  for (std::string_view field : split_top(body, ';')) {
+    if (field.empty()) continue;
+    size_t eq = field.find('=');
+    std::string_view key = trim(field.substr(0, eq));
+    std::string_view val = eq == std::string_view::npos ? "" : trim(field.substr(eq + 1));
+    auto bad = [&](const std::string& why) {
+      if (err) *err = "dpdk " + std::string(key) + "='" + std::string(val) + "': " + why;
+      return false;
+    };
+    uint64_t n = 0;
+    if (eq == std::string_view::npos) {
+      if (err) *err = "dpdk field '" + std::string(field) + "' is not key=value";
+      return false;
+    } else if (key == "dev") {
+      if (val.empty()) return bad("empty");
+      c.dev = std::string(val);
+    } else if (key == "ip") {
+      std::string_view addr = val;
+      size_t slash = val.find('/');
+      if (slash != std::string_view::npos) {
+        if (!parse_uint(val.substr(slash + 1), 1, 32, &n)) return bad("prefix is not 1..32");
+        c.prefix_len = static_cast<uint32_t>(n);
+        addr = val.substr(0, slash);
+      }
+      auto ip = parse_ipv4(addr);
+      if (!ip) return bad("not an IPv4 address");
+      d->ipv4 = *ip;
+      have_ip = true;
+    } else if (key == "gw") {
+      auto ip = parse_ipv4(val);
+      if (!ip) return bad("not an IPv4 address");
+      c.gateway = *ip;
+    } else if (key == "mac") {
+      if (!parse_mac(val, c.mac)) return bad("not a MAC address aa:bb:cc:dd:ee:ff");
+      if (c.mac[0] & 1) return bad("a multicast MAC address");
+      c.has_mac = true;
+    } else if (key == "eal") {
+      std::string_view rest = val;
+      while (!rest.empty()) {
+        size_t sp = rest.find(' ');
+        std::string_view arg = rest.substr(0, sp);
+        if (!arg.empty()) c.eal_args.emplace_back(arg);
+        if (sp == std::string_view::npos) break;
+        rest.remove_prefix(sp + 1);
+      }
+    } else if (key == "vlan") {
+      if (!parse_uint(val, 1, 4094, &n)) return bad("not a VLAN id 1..4094");
+      c.vlan = static_cast<uint16_t>(n);
+    } else if (key == "prio") {
+      if (!parse_uint(val, 0, 7, &n)) return bad("not an 802.1p priority 0..7");
+      c.priority = static_cast<uint8_t>(n);
+    } else if (key == "dscp") {
+      if (!parse_uint(val, 0, 63, &n)) return bad("not a DSCP 0..63");
+      d->dscp = static_cast<uint8_t>(n);
+    } else if (key == "mtu") {
+      if (!parse_uint(val, 576, 9702, &n)) return bad("not an MTU 576..9702");
+      c.mtu = static_cast<uint32_t>(n);
+    } else if (key == "neigh") {
+      size_t at = val.find('@');
+      DpdkDeviceConfig::Neighbour nb;
+      auto ip = parse_ipv4(val.substr(0, at));
+      if (at == std::string_view::npos || !ip || !parse_mac(val.substr(at + 1), nb.mac))
+        return bad("not ip@aa:bb:cc:dd:ee:ff");
+      nb.ip = *ip;
+      c.neighbours.push_back(nb);
+    } else if (key == "roce_v1") {
+      if (val != "0" && val != "1") return bad("not 0 or 1");
+      c.roce_v1 = val == "1";
+    } else {
+      if (err)
+        *err = "unknown dpdk key '" + std::string(key) +
+               "' (dev, ip, gw, mac, eal, vlan, prio, dscp, mtu, neigh, roce_v1)";
+      return false;
+    }
+  }
+  if (c.dev.empty()) {
+    if (err) *err = "dpdk device without dev= (a vdev string or a PCI address)";
+    return false;
+  }
+  if (!have_ip) {
+    if (err) *err = "dpdk device without ip= (its IPv4 address)";
+    return false;
+  }
+  return true;
+}
 
 std::string format_ipv4(uint32_t ip) {
   return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 0xff) + "." +
@@ -169,7 +303,17 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, 
     }
     DeviceConfig d;
     d.name = std::string(name);
-    if (auto ip = parse_ipv4(value)) {
+    if (value.substr(0, 5) == "dpdk(") {
+      if (value.back() != ')') {
+        set_err(err, kDevicesVar, "device '" + d.name + "': dpdk( without its closing ')'");
+        return std::nullopt;
+      }
+      std::string why;
+      if (!parse_dpdk_device(value.substr(5, value.size() - 6), &d, &why)) {
+        set_err(err, kDevicesVar, "device '" + d.name + "': " + why);
+        return std::nullopt;
+      }
+    } else if (auto ip = parse_ipv4(value)) {
       d.ipv4 = *ip;
       d.netdev = netdev_of(*ip);
     } else if (value.find_first_not_of("0123456789.") == std::string_view::npos) {

@@ -1,10 +1,12 @@
 // Device and fault-injection configuration, from the environment:
-//   UROCE_DEVICES=name=addr|netdev[,name=…]   e.g. uroce0=127.0.0.2  or  uroce0=eth0
+//   UROCE_DEVICES=name=addr|netdev|dpdk(…)[,name=…]   e.g. uroce0=127.0.0.2  or  uroce0=eth0
+//     or uroce0=dpdk(dev=net_memif0,role=server,socket=/tmp/m.sock;ip=10.0.0.1/24)
 //   UROCE_FAULTS=loss=0.05,tx.dup=0.01,seed=7   see docs/configuration.md
 // An empty variable counts as unset. Every device gets the same FaultConfig.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +49,36 @@ struct FaultConfig {
   bool enabled() const { return rx_spec().enabled() || tx.enabled(); }
 };
 
+// A device on a DPDK port (dpdk_port/): UROCE_DEVICES=name=dpdk(key=value;…), see
+// docs/configuration.md for every key.
+struct DpdkDeviceConfig {
+  // The DPDK device: a vdev string ("net_memif0,role=server,socket=/tmp/m.sock",
+  // "net_af_packet0,iface=veth0", "net_tap0,iface=dtap0", "net_ring0") or a PCI address
+  // ("0000:03:00.0"; then `eal` must not hold --no-pci).
+  std::string dev;
+  uint32_t prefix_len = 0;  // the subnet of `ipv4` (ip=a.b.c.d/N); 0: every address is on-link
+  uint32_t gateway = 0;  // next hop for addresses off the subnet; 0 = none (they fail to resolve)
+  bool has_mac = false;  // mac= given (else the port's own MAC)
+  uint8_t mac[6] = {};
+  // Extra EAL arguments (eal=…, split on blanks), after uroce's own: --no-huge -m 256 --no-pci
+  // --no-telemetry -l 0 --file-prefix=uroce<pid>. Only the first DPDK device of a process
+  // initialises the EAL.
+  std::vector<std::string> eal_args;
+  uint16_t vlan = 0;     // 802.1Q VLAN id, 1..4094; 0 = untagged
+  uint8_t priority = 3;  // 802.1p PCP of RoCE data on a VLAN (RoCE deployments: 3)
+  uint32_t mtu = 0;      // port MTU (IP datagram bytes) to set; 0 = the port's default
+  // Static neighbours (neigh=ip@mac, repeatable): never ARPed for.
+  struct Neighbour {
+    uint32_t ip = 0;
+    uint8_t mac[6] = {};
+  };
+  std::vector<Neighbour> neighbours;
+  // RoCE v1 (EtherType 0x8915) at GID index 1 besides RoCEv2 at index 0 (roce_v1=1).
+  bool roce_v1 = false;
+};
+
+enum class PortKind { kUdp, kDpdk };
+
 struct DeviceConfig {
   std::string name;    // "uroce0"
   uint32_t ipv4 = 0;   // host byte order
@@ -63,7 +95,16 @@ struct DeviceConfig {
   // GRO (UdpPortOptions::gso). Off by default: captures on the host (dumpcap on lo or a veth)
   // then show the unsegmented super-datagrams, not RoCE packets (docs/configuration.md).
   bool gso = false;
+  // DSCP (RFC 2474) of data packets: 0 on the UDP port unless dscp= is given, 26 on DPDK (RoCE
+  // deployments' class; the QP's GRH traffic_class overrides it).
+  uint8_t dscp = 0;
+  PortKind port = PortKind::kUdp;
+  DpdkDeviceConfig dpdk;  // port == kDpdk
 };
+
+// Parses one dpdk(…) device body ("dev=…;ip=…;…") into *d (ipv4, dscp, dpdk). Errors name the
+// key and the bad value.
+bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err);
 
 // Parses UROCE_DEVICES (or the default when unset: uroce0 on the IPv4 address of the first up,
 // non-loopback interface, else 127.0.0.1) and UROCE_FAULTS. On a malformed value returns nullopt

@@ -90,6 +90,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   DatapathOptions dopt;
   dopt.faults = cfg.faults;
   dopt.pcap_path = cfg.pcap_path;
+  dopt.data_dscp = cfg.dscp;
   d->dp_ = Datapath::open(std::move(port), dopt, d->counters_, &why);
   if (!d->dp_) {
     if (err) *err = cfg.name + ": " + why;

@@ -24,6 +24,15 @@ transport::Time monotonic_now() {
 namespace {
 
 constexpr transport::Time kMinTimerNs = 10'000;
+// Poll mode (PortCaps::poll_mode): keep polling this long after the last receive or pending
+// work; then sleep, on receive interrupts or on a timer that doubles from kMinBackoffNs to
+// kMaxBackoffNs (an idle device then wakes at most 1000 times a second: about 0% CPU). An
+// application thread that polled within kHandoffNs drives progress itself (poll_from_app), so
+// the engine does not spin against it.
+constexpr transport::Time kSpinNs = 50'000;
+constexpr transport::Time kMinBackoffNs = 20'000;
+constexpr transport::Time kMaxBackoffNs = 1'000'000;
+constexpr transport::Time kHandoffNs = 1'000'000;
 
 void drain(int fd) {
   uint64_t v;
@@ -103,10 +112,11 @@ void Engine::arm_timer(transport::Time deadline) {
   timerfd_settime(timerfd_, TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
-transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, bool* again) {
+transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, bool* again,
+                             bool* link_changed) {
   if (!rx.empty()) client_.on_packets(rx, now);
   *again = false;
-  dp_.port().poll(now);
+  if (dp_.port().poll(now)) *link_changed = true;
   transport::Time next = client_.on_progress(now, again);
   dp_.tx_flush(now);
   // Datagrams that fault injection holds back (UROCE_FAULTS delay, reorder) and the port's own
@@ -121,33 +131,69 @@ transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, 
 void Engine::run() {
   constexpr int kMaxEvents = 8;
   epoll_event evs[kMaxEvents];
+  Port& port = dp_.port();
+  const bool poll_mode = port.caps().poll_mode;
   bool again = false;
+  bool armed = false;  // poll mode: the port's receive interrupts are enabled
+  transport::Time last_active = monotonic_now();
+  transport::Time backoff = kMinBackoffNs;
   while (!stop_.load(std::memory_order_relaxed)) {
-    // Sleep unless the last pass left work ready; level-triggered, so pending datagrams or a
-    // rung doorbell return at once.
-    int n = epoll_wait(epfd_, evs, kMaxEvents, again ? 0 : -1);
+    int timeout = again ? 0 : -1;
+    if (poll_mode && !again) {
+      // A poll-mode port shows frames only to rx_burst(): poll while traffic flows; when idle,
+      // sleep on its receive interrupts, else on a timer that backs off to kMaxBackoffNs. While
+      // an application thread polls (poll_from_app), it drives progress and the engine does not
+      // spin against it for the two cores.
+      const transport::Time t = monotonic_now();
+      const bool app_polls = t - last_app_poll_.load(std::memory_order_relaxed) < kHandoffNs;
+      if (!app_polls && t - last_active < kSpinNs) {
+        timeout = 0;
+      } else if (!armed && port.arm_wait()) {
+        armed = true;
+        timeout = 0;  // one more pass: what arrived before arming raised no interrupt
+      } else if (!armed) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (t + backoff < armed_) arm_timer(t + backoff);
+        backoff = std::min(backoff * 2, kMaxBackoffNs);
+      }
+    }
+    int n = epoll_wait(epfd_, evs, kMaxEvents, timeout);
     if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
-    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0 || timeout != 0) wakeups_.fetch_add(1, std::memory_order_relaxed);
+    bool link_changed = false;
     for (int i = 0; i < n; ++i) {
       int fd = evs[i].data.fd;
       if (fd == control_fd_) {
-        if (dp_.port().on_control()) client_.on_link_change();
+        if (port.on_control()) link_changed = true;
       } else if (fd == doorbell_ || fd == timerfd_) {
         drain(fd);
       }
     }
+    if (armed && timeout != 0) {
+      port.disarm_wait();  // woken: busy again until a pass finds nothing
+      armed = false;
+    }
     if (stop_.load(std::memory_order_relaxed)) break;
 
-    std::lock_guard<std::mutex> rx_guard(rx_mu_);
-    std::span<const RxPacket> rx = dp_.rx_burst(monotonic_now());
-    std::lock_guard<std::mutex> g(mu_);
-    transport::Time now = monotonic_now();
-    transport::Time next = pass(rx, now, &again);
-    if (next != armed_) arm_timer(next);
+    {
+      std::lock_guard<std::mutex> rx_guard(rx_mu_);
+      std::span<const RxPacket> rx = dp_.rx_burst(monotonic_now());
+      std::lock_guard<std::mutex> g(mu_);
+      transport::Time now = monotonic_now();
+      transport::Time next = pass(rx, now, &again, &link_changed);
+      if (next != armed_) arm_timer(next);
+      if (!rx.empty() || again) {
+        last_active = now;
+        backoff = kMinBackoffNs;
+      }
+    }
+    if (link_changed) client_.on_link_change();
   }
+  if (armed) port.disarm_wait();
 }
 
 bool Engine::poll_from_app() {
+  last_app_poll_.store(monotonic_now(), std::memory_order_relaxed);
   std::unique_lock<std::mutex> rx_guard(rx_mu_, std::try_to_lock);
   if (!rx_guard.owns_lock()) return false;
   std::span<const RxPacket> rx = dp_.rx_burst(monotonic_now());
@@ -162,10 +208,11 @@ bool Engine::poll_from_app() {
     return false;
   }
   std::lock_guard<std::mutex> g(mu_);
-  bool again = false;
-  transport::Time next = pass(rx, monotonic_now(), &again);
+  bool again = false, link_changed = false;
+  transport::Time next = pass(rx, monotonic_now(), &again, &link_changed);
   if (next < armed_) arm_timer(next);
-  if (again) kick();
+  // The engine thread reports link changes (it runs on_link_change without locks).
+  if (again || link_changed) kick();
   return true;
 }
 

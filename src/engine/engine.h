@@ -71,7 +71,9 @@ class Engine {
   void arm_timer(transport::Time deadline);  // device lock held
   // Under the device lock, after a receive: hands `rx` to the client, runs its progress, flushes
   // and returns the next deadline of everything the engine waits for (*again: work is ready now).
-  transport::Time pass(std::span<const RxPacket> rx, transport::Time now, bool* again);
+  // *link_changed is set when the port's poll() saw its link change.
+  transport::Time pass(std::span<const RxPacket> rx, transport::Time now, bool* again,
+                       bool* link_changed);
 
   // Lock order: rx_mu_ before mu_. rx_mu_ serialises receiving (the port's receive buffers and
   // the processing of a received batch) between the engine thread and polling applications.
@@ -85,6 +87,8 @@ class Engine {
   transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};
+  // When an application thread last called poll_from_app (CLOCK_MONOTONIC ns).
+  std::atomic<transport::Time> last_app_poll_{0};
   std::thread thread_;
 };
 

@@ -44,6 +44,11 @@ struct PortCaps {
   bool multicast = false;
   // tx_prepare(…, batch = true) may group packets (UDP GSO): their IP IDs then differ.
   bool tx_batching = false;
+  // A poll-mode port (DPDK): frames are seen only by calling rx_burst(), so the engine polls it
+  // while traffic flows and backs off when idle (sleeping on receive interrupts where the port
+  // arms them, else on a timer). wait_fds() are then receive-interrupt fds, readable only while
+  // armed.
+  bool poll_mode = false;
 };
 
 // One received RoCE datagram: the UDP payload (IB packet, then the ICRC) and what the port knows
@@ -102,8 +107,13 @@ class Port {
 
   // --- waiting and timers ---
   // File descriptors that become readable when rx_burst() has frames (epoll, level-triggered).
-  // Empty for a poll-mode port (DPDK): the engine then polls it.
+  // A poll-mode port lists its receive-interrupt fds here (or none).
   virtual std::span<const int> wait_fds() const { return {}; }
+  // Poll mode: enables receive interrupts before the engine sleeps; true when armed (wait_fds()
+  // then become readable on arrival). The engine runs one more receive pass after arming, so
+  // nothing that arrived just before is missed, and calls disarm_wait() once it is busy again.
+  virtual bool arm_wait() { return false; }
+  virtual void disarm_wait() {}
   // A descriptor readable when the port has control work (link notifications), or -1; the
   // engine then calls on_control() on its thread, without any lock.
   virtual int control_fd() const { return -1; }
@@ -111,8 +121,12 @@ class Port {
   virtual bool on_control() { return false; }
   // The port's own timers (ARP retries, PAUSE expiry…): poll() must run by then. kNever when none.
   virtual transport::Time next_deadline() const { return transport::kNever; }
-  // Housekeeping due by `now` (engine thread, device lock held).
-  virtual void poll(transport::Time now) { (void)now; }
+  // Housekeeping due by `now` (engine thread, device lock held). Returns true when link_up()
+  // changed (for a port without a control fd that learns its link state by polling).
+  virtual bool poll(transport::Time now) {
+    (void)now;
+    return false;
+  }
 
   // --- link and multicast ---
   // The link is up (what ibv_query_port reports as ACTIVE). A port that cannot know says up.

@@ -29,6 +29,29 @@ struct PortCounters {
   // device has no checksum offload): they send one datagram per packet from then on.
   Counter tx_gso_fallback;
 
+  // Ports that frame Ethernet themselves (dpdk_port/). Receive, frames not handed up: not for
+  // this device (another MAC or IPv4 address), not RoCE (another EtherType, IP protocol or UDP
+  // port, after ARP, ICMP and PAUSE were taken out), a bad IPv4 header (version, length,
+  // checksum, a fragment).
+  Counter rx_not_for_us, rx_non_roce, rx_bad_ipv4;
+  // Frames that arrived in more than one buffer and were copied whole before the checks.
+  Counter rx_linearized;
+  // RoCE v1 frames (EtherType 0x8915) handed up.
+  Counter rx_roce_v1;
+  // ARP (RFC 826): requests and replies received, requests sent (resolution and its retries),
+  // replies sent (for the device address), neighbours that never answered, and packets dropped
+  // because their next hop did not resolve (the transport then retries as after a loss).
+  Counter arp_rx, arp_tx_requests, arp_tx_replies, arp_failures, tx_no_neighbour;
+  // ICMP echo requests to the device address answered (ping).
+  Counter icmp_echo_replies;
+  // PAUSE (IEEE 802.3 annex 31B) and priority PAUSE (802.1Qbb PFC) frames received; per
+  // priority: the frames that paused it and the pause time they asked for, in µs (the mlx5
+  // names, rx_prioN_pause / rx_prioN_pause_duration). Packets held while their priority was
+  // paused, and dropped because too many were held.
+  Counter rx_pause_frames;
+  Counter rx_prio_pause[8], rx_prio_pause_duration[8];
+  Counter tx_pause_held, tx_pause_drops;
+
   // Visits every counter with its name; Self is PortCounters or const PortCounters.
   template <typename Self, typename F>
   static void visit(Self& s, F&& f) {
@@ -39,6 +62,29 @@ struct PortCounters {
     f("tx_src_port_sockets", s.tx_src_port_sockets);
     f("tx_src_port_fallback", s.tx_src_port_fallback);
     f("tx_gso_fallback", s.tx_gso_fallback);
+    f("rx_not_for_us", s.rx_not_for_us);
+    f("rx_non_roce", s.rx_non_roce);
+    f("rx_bad_ipv4", s.rx_bad_ipv4);
+    f("rx_linearized", s.rx_linearized);
+    f("rx_roce_v1", s.rx_roce_v1);
+    f("arp_rx", s.arp_rx);
+    f("arp_tx_requests", s.arp_tx_requests);
+    f("arp_tx_replies", s.arp_tx_replies);
+    f("arp_failures", s.arp_failures);
+    f("tx_no_neighbour", s.tx_no_neighbour);
+    f("icmp_echo_replies", s.icmp_echo_replies);
+    f("rx_pause_frames", s.rx_pause_frames);
+    static constexpr const char* kPause[8] = {"rx_prio0_pause", "rx_prio1_pause", "rx_prio2_pause",
+                                              "rx_prio3_pause", "rx_prio4_pause", "rx_prio5_pause",
+                                              "rx_prio6_pause", "rx_prio7_pause"};
+    static constexpr const char* kDur[8] = {"rx_prio0_pause_duration", "rx_prio1_pause_duration",
+                                            "rx_prio2_pause_duration", "rx_prio3_pause_duration",
+                                            "rx_prio4_pause_duration", "rx_prio5_pause_duration",
+                                            "rx_prio6_pause_duration", "rx_prio7_pause_duration"};
+    for (int p = 0; p < 8; ++p) f(kPause[p], s.rx_prio_pause[p]);
+    for (int p = 0; p < 8; ++p) f(kDur[p], s.rx_prio_pause_duration[p]);
+    f("tx_pause_held", s.tx_pause_held);
+    f("tx_pause_drops", s.tx_pause_drops);
   }
 };
 

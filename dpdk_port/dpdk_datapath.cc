@@ -1,0 +1,425 @@
+// The datapath of the DPDK port: bursts in and out, framing, ARP, ICMP echo, PAUSE. Setup is
+// dpdk_port.cc.
+#include <rte_arp.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <cstddef>
+#include <new>
+
+#include <unistd.h>
+
+#include "dpdk_port/dpdk_port.h"
+
+namespace uroce::dpdk {
+namespace {
+
+// The port's clock for ARP retries and PAUSE (CLOCK_MONOTONIC, as the engine's).
+transport::Time clock_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<transport::Time>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<transport::Time>(ts.tv_nsec);
+}
+
+}  // namespace
+
+rte_mbuf* DpdkPort::mbuf_of(transport::TxBuf* b) {
+  // rte_pktmbuf_pool_create with no private area puts the data room right after the mbuf.
+  return reinterpret_cast<rte_mbuf*>(reinterpret_cast<uint8_t*>(b) - sizeof(rte_mbuf));
+}
+
+std::span<const int> DpdkPort::wait_fds() const {
+  if (rx_intr_fd_ < 0) return {};
+  return {&rx_intr_fd_, 1};
+}
+
+bool DpdkPort::arm_wait() {
+  if (rx_intr_fd_ < 0) return false;
+  if (!intr_armed_) intr_armed_ = rte_eth_dev_rx_intr_enable(port_id_, 0) == 0;
+  return intr_armed_;
+}
+
+void DpdkPort::disarm_wait() {
+  if (!intr_armed_) return;
+  rte_eth_dev_rx_intr_disable(port_id_, 0);
+  intr_armed_ = false;
+  // Drain the eventfd so the next sleep does not return at once for an old arrival.
+  uint64_t v;
+  while (read(rx_intr_fd_, &v, sizeof v) > 0) {
+  }
+}
+
+// --- receive ---
+
+std::span<const RxFrame> DpdkPort::rx_burst() {
+  for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);
+  rx_count_ = 0;
+  rx_out_.clear();
+  rx_linear_.clear();
+  rte_mbuf* ms[kRxBurst];
+  const uint16_t n = rte_eth_rx_burst(port_id_, 0, ms, kRxBurst);
+  if (n == 0) return rx_out_;
+  const transport::Time now = clock_ns();
+  std::vector<uint32_t> groups;
+  {
+    std::lock_guard<std::mutex> g(ctl_mu_);
+    groups = groups_;
+  }
+  Identity me{mac_, opt_.ipv4, groups};
+  rx_linear_.reserve(n);
+  for (uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = ms[i];
+    const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+    size_t len = rte_pktmbuf_data_len(m);
+    if (m->nb_segs > 1) {
+      // A frame in several segments (a jumbo frame in 2 KiB buffers): copied whole, so the
+      // checks and the transport see one contiguous packet.
+      std::vector<uint8_t>& lin = rx_linear_.emplace_back(rte_pktmbuf_pkt_len(m));
+      rte_pktmbuf_read(m, 0, lin.size(), lin.data());
+      f = lin.data();
+      len = lin.size();
+      counters_.rx_linearized.add();
+    }
+    const Classified c = classify(f, len, me);
+    switch (c.kind) {
+      case Kind::kRoceV2: {
+        RxFrame fr;
+        fr.data = c.payload;
+        fr.len = static_cast<uint32_t>(c.payload_len);
+        fr.src_ip = c.src_ip;
+        fr.dst_ip = c.dst_ip;
+        fr.src_port = c.src_port;
+        fr.dst_port = c.dst_port;
+        fr.tos = c.tos;
+        fr.ip_id_known = true;
+        fr.dont_fragment = c.dont_fragment;
+        fr.ip_id = c.ip_id;
+        rx_out_.push_back(fr);
+        rx_mbufs_[rx_count_++] = m;  // the frame points into it until the next burst
+        continue;
+      }
+      case Kind::kRoceV1:
+        counters_.rx_roce_v1.add();
+        counters_.rx_non_roce.add();  // RoCE v1 reception is not wired to the pipeline yet
+        break;
+      case Kind::kArp:
+      case Kind::kIcmpEcho:
+      case Kind::kPause:
+        if (handle_control(m, f, len, c, now)) continue;  // it kept the mbuf
+        break;
+      case Kind::kNotForUs:
+        counters_.rx_not_for_us.add();
+        break;
+      case Kind::kNonRoce:
+        counters_.rx_non_roce.add();
+        break;
+      case Kind::kBadIpv4:
+      case Kind::kTooShort:
+        counters_.rx_bad_ipv4.add();
+        break;
+    }
+    rte_pktmbuf_free(m);
+  }
+  return rx_out_;
+}
+
+bool DpdkPort::handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const Classified& c,
+                              transport::Time now) {
+  std::lock_guard<std::mutex> g(ctl_mu_);
+  if (c.kind == Kind::kPause) {
+    counters_.rx_pause_frames.add();
+    pause_.on_pause(c.pause_mask, c.quanta, quantum_ns_, now);
+    for (int p = 0; p < 8; ++p) {
+      if (!(c.pause_mask & (1u << p)) || c.quanta[p] == 0) continue;
+      counters_.rx_prio_pause[p].add();
+      counters_.rx_prio_pause_duration[p].add(
+          static_cast<uint64_t>(c.quanta[p] * quantum_ns_ / 1000.0));
+    }
+    return false;
+  }
+  if (c.kind == Kind::kIcmpEcho) {
+    if (m->nb_segs > 1) return false;  // a ping that large is not worth a copy
+    make_echo_reply(rte_pktmbuf_mtod(m, uint8_t*), len, c, mac_);
+    ctl_queue_.push_back(m);
+    counters_.icmp_echo_replies.add();
+    return true;
+  }
+  Arp arp;
+  if (!parse_arp(f, len, c, &arp)) {
+    counters_.rx_non_roce.add();
+    return false;
+  }
+  counters_.arp_rx.add();
+  // RFC 826's merge: update a known sender; add it when the packet is for us.
+  const bool for_us = arp.tpa == opt_.ipv4;
+  scratch_released_.clear();
+  neigh_.learn(arp.spa, arp.sha, now, for_us, &scratch_released_);
+  for (void* p : scratch_released_) {
+    rte_mbuf* pm = static_cast<rte_mbuf*>(p);
+    // Held packets were framed but for their destination MAC (the first 6 bytes).
+    std::memcpy(rte_pktmbuf_mtod(pm, uint8_t*), arp.sha.data(), 6);
+    ctl_queue_.push_back(pm);
+  }
+  if (arp.op == RTE_ARP_OP_REQUEST && for_us && m->nb_segs == 1) {
+    // The reply goes back in the request's own buffer.
+    Arp reply;
+    reply.op = RTE_ARP_OP_REPLY;
+    reply.sha = mac_;
+    reply.spa = opt_.ipv4;
+    reply.tha = arp.sha;
+    reply.tpa = arp.spa;
+    L2 l2;
+    l2.dst = arp.sha;
+    l2.src = mac_;
+    l2.vlan = static_cast<uint16_t>(c.vlan_tci & 0xfff);
+    l2.pcp = static_cast<uint8_t>(c.vlan_tci >> 13);
+    rte_pktmbuf_reset(m);
+    uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
+    if (!p) return false;
+    const size_t flen = write_arp(p, l2, reply);
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(64 - flen));
+    ctl_queue_.push_back(m);
+    counters_.arp_tx_replies.add();
+    return true;
+  }
+  return false;
+}
+
+// --- transmit ---
+
+transport::TxBuf* DpdkPort::tx_alloc() {
+  rte_mbuf* m = rte_pktmbuf_alloc(tx_pool_);
+  if (!m) return nullptr;
+  return new (m->buf_addr) transport::TxBuf;
+}
+
+void DpdkPort::tx_free(transport::TxBuf* buf) {
+  rte_pktmbuf_free(mbuf_of(buf));
+}
+
+uint32_t DpdkPort::next_hop(uint32_t ip) const {
+  if (opt_.prefix_len == 0 || (ip >> 28) == 0xe) return ip;
+  const uint32_t mask = opt_.prefix_len >= 32 ? ~0u : ~(~0u >> opt_.prefix_len);
+  if ((ip & mask) == (opt_.ipv4 & mask)) return ip;
+  return opt_.gateway;  // 0 when none: it never resolves, and the packets are dropped
+}
+
+int DpdkPort::priority_of(const transport::TxBuf& b) const {
+  if (opt_.vlan != 0 && b.dscp == opt_.data_dscp) return opt_.priority;
+  return (b.dscp >> 3) & 7;
+}
+
+rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
+  rte_mbuf* m = mbuf_of(b);
+  const bool vlan = opt_.vlan != 0;
+  const size_t hdr = roce_v2_header_bytes(vlan);
+  const size_t payload = b->len + transport::kTxTailroom;  // the ICRC is in place after data
+  // The headers end where the packet begins, inside the TxBuf's headroom.
+  uint8_t* start = reinterpret_cast<uint8_t*>(b) + offsetof(transport::TxBuf, data) - hdr;
+  RoceV2Headers h;
+  h.l2.dst = dst;
+  h.l2.src = mac_;
+  h.l2.vlan = opt_.vlan;
+  h.l2.pcp = static_cast<uint8_t>(priority_of(*b));
+  h.src_ip = opt_.ipv4;
+  h.dst_ip = b->dst_ip;
+  h.tos = static_cast<uint8_t>((b->dscp & 0x3f) << 2 | (b->ecn & 3));
+  h.ip_id = b->ip_id;
+  h.src_port = b->src_port;
+  h.ip_checksum = !tx_ip_csum_offload_;
+  write_roce_v2(start, h, payload);
+  m->data_off = static_cast<uint16_t>(start - static_cast<uint8_t*>(m->buf_addr));
+  m->data_len = static_cast<uint16_t>(hdr + payload);
+  m->pkt_len = m->data_len;
+  m->nb_segs = 1;
+  m->next = nullptr;
+  if (tx_ip_csum_offload_) {
+    m->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+    m->l2_len = static_cast<uint64_t>(kEthBytes + (vlan ? kVlanBytes : 0));
+    m->l3_len = kIpv4Bytes;
+  } else {
+    m->ol_flags = 0;
+  }
+  return m;
+}
+
+size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
+  const transport::Time now = clock_ns();
+  rte_mbuf* out[256];
+  uint16_t n = 0;
+  size_t sent = 0;
+  {
+    std::lock_guard<std::mutex> g(ctl_mu_);
+    for (transport::TxBuf* b : bufs) {
+      const uint32_t hop = next_hop(b->dst_ip);
+      Mac dst;
+      bool resolved = false;
+      if ((b->dst_ip >> 28) == 0xe) {
+        dst = multicast_mac(b->dst_ip);
+        resolved = true;
+      } else {
+        bool request = false;
+        switch (neigh_.resolve(hop, now, &dst, &request)) {
+          case NeighbourTable::Lookup::kResolved:
+            resolved = true;
+            break;
+          case NeighbourTable::Lookup::kPending: {
+            if (request) send_arp_request(hop);
+            rte_mbuf* m = frame(b, Mac{});
+            if (!neigh_.hold(hop, m)) {
+              counters_.tx_no_neighbour.add();
+              rte_pktmbuf_free(m);
+            }
+            continue;
+          }
+          case NeighbourTable::Lookup::kFailed:
+            counters_.tx_no_neighbour.add();
+            tx_free(b);
+            continue;
+        }
+      }
+      (void)resolved;
+      const int prio = priority_of(*b);
+      const uint64_t bytes = b->len + transport::kTxTailroom;
+      rte_mbuf* m = frame(b, dst);
+      // Behind packets already held for its priority, or held itself while it is paused.
+      if (!held_[prio].empty() || pause_.paused(prio, now)) {
+        if (held_count_ >= kMaxHeld) {
+          counters_.tx_pause_drops.add();
+          rte_pktmbuf_free(m);
+          continue;
+        }
+        held_[prio].push_back(m);
+        ++held_count_;
+        counters_.tx_pause_held.add();
+      } else {
+        out[n++] = m;
+      }
+      // Counted when it leaves the transport: a held packet goes out when its pause ends.
+      counters_.sent_bytes.add(bytes);
+      ++sent;
+      if (n == 256) {
+        transmit(out, n);
+        n = 0;
+      }
+    }
+  }
+  if (n) transmit(out, n);
+  counters_.sent_pkts.add(sent);
+  return sent;
+}
+
+void DpdkPort::transmit(rte_mbuf** ms, uint16_t n) {
+  flush_backlog();
+  uint16_t done = backlog_.empty() ? rte_eth_tx_burst(port_id_, 0, ms, n) : 0;
+  // The PMD's ring is full: keep the rest, in order, for the next pass (they hold pool mbufs,
+  // so a stuck peer ends in tx_alloc() backpressure, not in unbounded memory).
+  for (uint16_t i = done; i < n; ++i) backlog_.push_back(ms[i]);
+}
+
+void DpdkPort::flush_backlog() {
+  while (!backlog_.empty()) {
+    rte_mbuf* chunk[64];
+    uint16_t k = 0;
+    for (auto it = backlog_.begin(); it != backlog_.end() && k < 64; ++it) chunk[k++] = *it;
+    const uint16_t done = rte_eth_tx_burst(port_id_, 0, chunk, k);
+    backlog_.erase(backlog_.begin(), backlog_.begin() + done);
+    if (done < k) return;
+  }
+}
+
+void DpdkPort::send_arp_request(uint32_t ip) {
+  rte_mbuf* m = rte_pktmbuf_alloc(tx_pool_);
+  if (!m) return;
+  uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
+  Arp req;
+  req.op = RTE_ARP_OP_REQUEST;
+  req.sha = mac_;
+  req.spa = opt_.ipv4;
+  req.tpa = ip;
+  L2 l2;
+  l2.dst = kBroadcastMac;
+  l2.src = mac_;
+  l2.vlan = opt_.vlan;
+  l2.pcp = opt_.priority;
+  rte_pktmbuf_trim(m, static_cast<uint16_t>(64 - write_arp(p, l2, req)));
+  ctl_queue_.push_back(m);
+  counters_.arp_tx_requests.add();
+}
+
+void DpdkPort::send_control(transport::Time now) {
+  std::vector<rte_mbuf*> q;
+  {
+    std::lock_guard<std::mutex> g(ctl_mu_);
+    scratch_requests_.clear();
+    scratch_dropped_.clear();
+    neigh_.poll(now, &scratch_requests_, &scratch_dropped_);
+    for (uint32_t ip : scratch_requests_) send_arp_request(ip);
+    for (void* p : scratch_dropped_) {
+      counters_.tx_no_neighbour.add();
+      rte_pktmbuf_free(static_cast<rte_mbuf*>(p));
+    }
+    counters_.arp_failures.add(neigh_.failures() - counters_.arp_failures.get());
+    q.swap(ctl_queue_);
+  }
+  if (!q.empty()) transmit(q.data(), static_cast<uint16_t>(q.size()));
+}
+
+void DpdkPort::release_held(transport::Time now) {
+  if (held_count_ == 0) return;
+  for (int p = 0; p < 8; ++p) {
+    if (held_[p].empty()) continue;
+    {
+      std::lock_guard<std::mutex> g(ctl_mu_);
+      if (pause_.paused(p, now)) continue;
+    }
+    std::vector<rte_mbuf*> v(held_[p].begin(), held_[p].end());
+    held_count_ -= v.size();
+    held_[p].clear();
+    for (size_t i = 0; i < v.size(); i += 256)
+      transmit(v.data() + i, static_cast<uint16_t>(std::min<size_t>(256, v.size() - i)));
+  }
+}
+
+bool DpdkPort::poll(transport::Time now) {
+  send_control(now);
+  release_held(now);
+  flush_backlog();
+  if (now < next_link_check_) return false;
+  const bool was = link_up();
+  check_link(now);
+  return link_up() != was;
+}
+
+transport::Time DpdkPort::next_deadline() const {
+  transport::Time t = next_link_check_;
+  std::lock_guard<std::mutex> g(ctl_mu_);
+  t = std::min(t, neigh_.next_deadline());
+  if (!ctl_queue_.empty()) t = 0;
+  if (held_count_ > 0) t = std::min(t, pause_.next_expiry(clock_ns()));
+  if (!backlog_.empty()) t = std::min(t, clock_ns() + 10'000);  // the PMD's ring frees up
+  return t;
+}
+
+int DpdkPort::join_group(uint32_t group) {
+  if ((group >> 28) != 0xe) return EINVAL;
+  std::lock_guard<std::mutex> g(ctl_mu_);
+  if (std::find(groups_.begin(), groups_.end(), group) != groups_.end()) return 0;
+  // Frames to the group's MAC must reach us; without an IGMP-snooping switch allmulticast is the
+  // plain way (no IGMP report is sent: documented in docs/configuration.md).
+  if (groups_.empty()) rte_eth_allmulticast_enable(port_id_);
+  groups_.push_back(group);
+  return 0;
+}
+
+void DpdkPort::leave_group(uint32_t group) {
+  std::lock_guard<std::mutex> g(ctl_mu_);
+  std::erase(groups_, group);
+  if (groups_.empty()) rte_eth_allmulticast_disable(port_id_);
+}
+
+}  // namespace uroce::dpdk

@@ -1,0 +1,223 @@
+// Setup of the DPDK port: probing the device, queues, pools, MAC, link. The datapath is
+// dpdk_datapath.cc.
+#include "dpdk_port/dpdk_port.h"
+
+#include <arpa/inet.h>
+
+#include <rte_bus.h>
+#include <rte_dev.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <cstring>
+
+#include <unistd.h>
+
+#include "dpdk_port/eal.h"
+#include "util/log.h"
+
+namespace uroce::dpdk {
+namespace {
+
+std::string format_ip(uint32_t ip) {
+  in_addr a{htonl(ip)};
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
+std::string format_mac(const Mac& m) {
+  char buf[18];
+  std::snprintf(buf, sizeof buf, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4],
+                m[5]);
+  return buf;
+}
+
+// "0000:03:00.0" (domain:bus:device.function) or the short "03:00.0".
+bool is_pci_address(const std::string& dev) {
+  std::string d = dev.substr(0, dev.find(','));
+  size_t colons = 0, dots = 0;
+  for (char c : d) {
+    if (c == ':')
+      ++colons;
+    else if (c == '.')
+      ++dots;
+    else if (!std::isxdigit(static_cast<unsigned char>(c)))
+      return false;
+  }
+  return (colons == 1 || colons == 2) && dots == 1;
+}
+
+}  // namespace
+
+DpdkPort::DpdkPort(const DpdkPortOptions& opt, PortCounters& counters)
+    : opt_(opt), counters_(counters) {
+  caps_.exact_icrc = true;
+  caps_.multicast = true;
+  caps_.poll_mode = true;
+  rx_out_.reserve(kRxBurst);
+}
+
+std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortOptions& opt, PortCounters& counters,
+                                         std::string* err, int port_id) {
+  std::unique_ptr<DpdkPort> p(new DpdkPort(opt, counters));
+  if (!p->setup(err, port_id)) return nullptr;
+  return p;
+}
+
+std::unique_ptr<Port> open_port(const DpdkPortOptions& opt, PortCounters& counters,
+                                std::string* err) {
+  return DpdkPort::open(opt, counters, err);
+}
+
+bool DpdkPort::setup(std::string* err, int port_id) {
+  auto fail = [&](const std::string& why) {
+    if (err) *err = "dpdk " + (name_.empty() ? opt_.dev : name_) + ": " + why;
+    return false;
+  };
+  if (port_id < 0) {
+    if (!eal_ensure(opt_.eal_args, is_pci_address(opt_.dev), err)) return false;
+    // The device's name is the devargs up to the first ',' (a vdev's name, or the PCI address).
+    name_ = opt_.dev.substr(0, opt_.dev.find(','));
+    uint16_t id;
+    if (rte_eth_dev_get_port_by_name(name_.c_str(), &id) != 0) {
+      if (rte_dev_probe(opt_.dev.c_str()) != 0)
+        return fail("cannot probe '" + opt_.dev + "': " + rte_strerror(rte_errno) +
+                    " (a vdev string such as net_memif0,role=server,socket=/tmp/m.sock, or a PCI "
+                    "address)");
+      if (rte_eth_dev_get_port_by_name(name_.c_str(), &id) != 0)
+        return fail("probed '" + opt_.dev + "' but found no ethdev named '" + name_ + "'");
+      owns_port_ = true;
+    }
+    port_id_ = id;
+  } else {
+    port_id_ = static_cast<uint16_t>(port_id);
+    char n[RTE_ETH_NAME_MAX_LEN];
+    name_ = rte_eth_dev_get_name_by_port(port_id_, n) == 0 ? n : "port" + std::to_string(port_id);
+  }
+
+  rte_eth_dev_info info;
+  if (int r = rte_eth_dev_info_get(port_id_, &info); r != 0)
+    return fail(std::string("rte_eth_dev_info_get: ") + rte_strerror(-r));
+  rte_eth_conf conf{};
+  tx_ip_csum_offload_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) != 0;
+  if (tx_ip_csum_offload_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
+  caps_.ipv4_csum_offload = tx_ip_csum_offload_;
+  // The port MTU: what was asked for, else what the port has (1500 for most).
+  uint16_t mtu = 1500;
+  rte_eth_dev_get_mtu(port_id_, &mtu);
+  if (opt_.mtu != 0) {
+    if (opt_.mtu > info.max_mtu)
+      return fail("mtu=" + std::to_string(opt_.mtu) + " exceeds the port's maximum " +
+                  std::to_string(info.max_mtu));
+    mtu = static_cast<uint16_t>(opt_.mtu);
+  }
+  conf.rxmode.mtu = mtu;
+  // Receive interrupts let an idle engine sleep until a frame arrives (memif, tap offer them);
+  // a PMD without them refuses the configuration, and the engine then sleeps on a timer.
+  conf.intr_conf.rxq = 1;
+  int r = rte_eth_dev_configure(port_id_, 1, 1, &conf);
+  if (r != 0) {
+    conf.intr_conf.rxq = 0;
+    r = rte_eth_dev_configure(port_id_, 1, 1, &conf);
+  }
+  if (r != 0) return fail(std::string("rte_eth_dev_configure: ") + rte_strerror(-r));
+  uint16_t nrx = kRingSize, ntx = kRingSize;
+  rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &nrx, &ntx);
+
+  // Pools. A transmit mbuf's data room holds one TxBuf: its headroom takes the headers, its data
+  // the IB packet and ICRC. A receive mbuf holds the largest frame (the MTU and Ethernet/VLAN).
+  const std::string tag = std::to_string(port_id_);
+  tx_pool_ = rte_pktmbuf_pool_create(("uroce_tx" + tag).c_str(), kTxPoolSize, 256, 0,
+                                     static_cast<uint16_t>(sizeof(transport::TxBuf)),
+                                     static_cast<int>(rte_eth_dev_socket_id(port_id_)));
+  const uint32_t frame = mtu + kEthBytes + kVlanBytes + 4;
+  const uint16_t rx_room = static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max(frame, 2048u));
+  rx_pool_ = rte_pktmbuf_pool_create(("uroce_rx" + tag).c_str(), kRxPoolSize, 256, 0, rx_room,
+                                     static_cast<int>(rte_eth_dev_socket_id(port_id_)));
+  if (!tx_pool_ || !rx_pool_)
+    return fail(std::string("cannot create mbuf pools: ") + rte_strerror(rte_errno) +
+                " (the EAL has -m 256 MB without hugepages; raise it with eal=-m 512)");
+  if ((r = rte_eth_rx_queue_setup(port_id_, 0, nrx, rte_eth_dev_socket_id(port_id_), nullptr,
+                                  rx_pool_)) != 0)
+    return fail(std::string("rx queue: ") + rte_strerror(-r));
+  if ((r = rte_eth_tx_queue_setup(port_id_, 0, ntx, rte_eth_dev_socket_id(port_id_), nullptr)) != 0)
+    return fail(std::string("tx queue: ") + rte_strerror(-r));
+
+  rte_ether_addr a;
+  if (opt_.has_mac) {
+    std::memcpy(a.addr_bytes, opt_.mac.data(), 6);
+    // Ports that cannot take a new MAC (af_packet takes the interface's) still receive frames
+    // for it in promiscuous mode; the port filters by MAC itself.
+    if (rte_eth_dev_default_mac_addr_set(port_id_, &a) != 0) rte_eth_promiscuous_enable(port_id_);
+    mac_ = opt_.mac;
+  } else {
+    rte_eth_macaddr_get(port_id_, &a);
+    std::memcpy(mac_.data(), a.addr_bytes, 6);
+  }
+  // A memif client cannot start before its server listens: give the peer process a few seconds
+  // to come up, as two programs started side by side need.
+  for (int attempt = 0; (r = rte_eth_dev_start(port_id_)) != 0 && attempt < kStartAttempts;
+       ++attempt) {
+    if (attempt == 0)
+      log().info("dpdk {}: cannot start yet ({}); retrying for {} s", name_, rte_strerror(-r),
+                 kStartAttempts / 10);
+    usleep(100'000);
+  }
+  if (r != 0)
+    return fail(std::string("rte_eth_dev_start: ") + rte_strerror(-r) +
+                (name_.rfind("net_memif", 0) == 0 ? " (is the memif server running?)" : ""));
+  started_ = true;
+  if (conf.intr_conf.rxq) {
+    int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(port_id_, 0);
+    if (fd >= 0 && rte_eth_dev_rx_intr_disable(port_id_, 0) == 0) rx_intr_fd_ = fd;
+  }
+  caps_.ip_mtu = mtu;
+  for (const auto& n : opt_.neighbours) neigh_.add_static(n.ip, n.mac);
+  check_link(0);
+  log().info("dpdk {}: port {} mac {} ip {}/{} mtu {}{}{}", name_, port_id_, format_mac(mac_),
+             format_ip(opt_.ipv4), opt_.prefix_len, mtu,
+             opt_.vlan ? " vlan " + std::to_string(opt_.vlan) : "",
+             rx_intr_fd_ >= 0 ? " (rx interrupts)" : "");
+  return true;
+}
+
+DpdkPort::~DpdkPort() {
+  if (started_) {
+    // What is still queued goes out before the port stops (an ACK held when a program exits).
+    flush_backlog();
+    rte_eth_dev_stop(port_id_);
+  }
+  for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);
+  for (rte_mbuf* m : backlog_) rte_pktmbuf_free(m);
+  for (auto& q : held_)
+    for (rte_mbuf* m : q) rte_pktmbuf_free(m);
+  for (rte_mbuf* m : ctl_queue_) rte_pktmbuf_free(m);
+  if (owns_port_) {
+    // Closed and removed, so the same devargs can be probed again in this process (a device
+    // reopened after ibv_close_device).
+    rte_eth_dev_info info;
+    rte_device* dev = rte_eth_dev_info_get(port_id_, &info) == 0 ? info.device : nullptr;
+    rte_eth_dev_close(port_id_);
+    if (dev) rte_dev_remove(dev);
+  }
+  if (rx_pool_) rte_mempool_free(rx_pool_);
+  if (tx_pool_) rte_mempool_free(tx_pool_);
+}
+
+std::string DpdkPort::describe() const {
+  return "dpdk " + name_ + " (port " + std::to_string(port_id_) + ", " + format_ip(opt_.ipv4) + ")";
+}
+
+void DpdkPort::check_link(transport::Time now) {
+  rte_eth_link l{};
+  if (rte_eth_link_get_nowait(port_id_, &l) != 0) return;
+  link_up_.store(l.link_status == RTE_ETH_LINK_UP, std::memory_order_release);
+  // A PAUSE quantum is 512 bit times (IEEE 802.3 31B.2); unknown speeds count as 10 Gb/s.
+  if (l.link_speed != 0 && l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN)
+    quantum_ns_ = 512.0 * 1000.0 / l.link_speed;
+  next_link_check_ = now + 1'000'000'000;  // once a second while the engine runs
+}
+
+}  // namespace uroce::dpdk

@@ -1,0 +1,143 @@
+// The DPDK port: a Port (ports/port.h) over one DPDK ethdev — a NIC by PCI address or a virtual
+// device (net_memif, net_af_packet, net_tap, net_ring). It frames Ethernet / 802.1Q / IPv4 / UDP
+// itself (frames.h), answers ARP and ICMP echo for the device address and resolves next hops
+// (neighbours.h), honours received PAUSE / PFC frames per priority, and — since it sees whole
+// frames — hands the pipeline the real IP ID, so the ICRC is checked exactly.
+//
+// Setup (dpdk_port.cc) is apart from the datapath (dpdk_datapath.cc), as in eRPC.
+//
+// Buffers: a TxBuf lives in the data room of a DPDK mbuf from the port's transmit pool, so the
+// headers are written into its headroom and the mbuf goes to the NIC as it is: no copy. Received
+// frames are the PMD's mbufs, freed at the next rx_burst().
+//
+// Threading (beyond ports/port.h): the receive side (rx_burst, under the engine's receive lock)
+// and the transmit side (under the device lock) meet in the neighbour table, the PAUSE state and
+// the queue of control frames (ARP, ICMP replies) the receive side produces; ctl_mu_ guards
+// those. Only the transmit side touches the PMD's transmit queue: control frames wait in
+// ctl_queue_ until the next tx_burst() or poll().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dpdk_port/dpdk.h"
+#include "dpdk_port/frames.h"
+#include "dpdk_port/neighbours.h"
+#include "ports/port.h"
+
+struct rte_mbuf;
+struct rte_mempool;
+
+namespace uroce::dpdk {
+
+class DpdkPort : public Port {
+ public:
+  static constexpr uint16_t kRxBurst = 32;
+  static constexpr uint16_t kRingSize = 1024;    // descriptors per queue
+  static constexpr uint32_t kTxPoolSize = 4096;  // TxBufs (mbufs) in flight, held or queued
+  static constexpr uint32_t kRxPoolSize = 4096;
+  static constexpr size_t kMaxHeld = 2048;    // packets held while their priority is paused
+  static constexpr int kStartAttempts = 100;  // rte_eth_dev_start tries, 100 ms apart
+
+  // Opens the port named by opt.dev, or (port_id >= 0) an ethdev someone else created, e.g. a
+  // test's net_ring pair. nullptr and *err on failure.
+  static std::unique_ptr<DpdkPort> open(const DpdkPortOptions& opt, PortCounters& counters,
+                                        std::string* err, int port_id = -1);
+  ~DpdkPort() override;
+  DpdkPort(const DpdkPort&) = delete;
+  DpdkPort& operator=(const DpdkPort&) = delete;
+
+  // Port.
+  const PortCaps& caps() const override { return caps_; }
+  uint32_t ipv4() const override { return opt_.ipv4; }
+  std::string describe() const override;
+  std::span<const RxFrame> rx_burst() override;
+  transport::TxBuf* tx_alloc() override;
+  void tx_free(transport::TxBuf* buf) override;
+  size_t tx_burst(std::span<transport::TxBuf* const> bufs) override;
+  std::span<const int> wait_fds() const override;
+  bool arm_wait() override;
+  void disarm_wait() override;
+  transport::Time next_deadline() const override;
+  bool poll(transport::Time now) override;
+  bool link_up() const override { return link_up_.load(std::memory_order_acquire); }
+  int join_group(uint32_t group) override;
+  void leave_group(uint32_t group) override;
+
+  uint16_t port_id() const { return port_id_; }
+  const Mac& mac() const { return mac_; }
+  // The time a PAUSE quantum lasts on this link: 512 bit times at the link speed.
+  double quantum_ns() const { return quantum_ns_; }
+
+ private:
+  DpdkPort(const DpdkPortOptions& opt, PortCounters& counters);
+  bool setup(std::string* err, int port_id);
+
+  // --- datapath (dpdk_datapath.cc) ---
+  static rte_mbuf* mbuf_of(transport::TxBuf* b);
+  // Frames a RoCE packet in place (its dst MAC known) and returns its mbuf.
+  rte_mbuf* frame(transport::TxBuf* b, const Mac& dst);
+  // The next hop of an address: itself on the subnet (or a group), else the gateway.
+  uint32_t next_hop(uint32_t ip) const;
+  // 802.1p priority a packet is paused by: the configured priority for data packets on a VLAN,
+  // else DSCP >> 3 (the usual DSCP-to-priority trust map: DSCP 26 → 3, CNPs' 48 → 6).
+  int priority_of(const transport::TxBuf& b) const;
+  // Hands frames to the PMD; what it does not take now waits in backlog_ (in order).
+  void transmit(rte_mbuf** ms, uint16_t n);
+  void flush_backlog();
+  // Sends what ctl_queue_ and the neighbour table released (device lock held).
+  void send_control(transport::Time now);
+  void send_arp_request(uint32_t ip);  // ctl_mu_ held; queues it
+  // Handles a non-RoCE frame on the receive side (ARP, echo, PAUSE); returns true when it took
+  // ownership of the mbuf (queued it for transmission).
+  bool handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const Classified& c,
+                      transport::Time now);
+  void release_held(transport::Time now);  // device lock held
+  void check_link(transport::Time now);
+
+  DpdkPortOptions opt_;
+  PortCounters& counters_;
+  PortCaps caps_;
+  uint16_t port_id_ = 0;
+  bool owns_port_ = false;  // probed by us: stopped and closed on destruction
+  bool started_ = false;
+  std::string name_;
+  Mac mac_{};
+  rte_mempool* tx_pool_ = nullptr;
+  rte_mempool* rx_pool_ = nullptr;
+  bool tx_ip_csum_offload_ = false;
+  double quantum_ns_ = 51.2;  // 10 Gb/s until the link says otherwise
+  int rx_intr_fd_ = -1;       // the PMD's receive interrupt (eventfd), or -1
+  bool intr_armed_ = false;
+  std::atomic<bool> link_up_{false};
+  transport::Time next_link_check_ = 0;
+
+  // Receive side: mbufs of the last burst (freed at the next), frames handed up, and copies of
+  // frames that came in several segments.
+  rte_mbuf* rx_mbufs_[kRxBurst] = {};
+  uint16_t rx_count_ = 0;
+  std::vector<RxFrame> rx_out_;
+  std::vector<std::vector<uint8_t>> rx_linear_;
+
+  // Transmit side (device lock): frames the PMD did not take yet, and packets held by PAUSE,
+  // per priority, in order.
+  std::deque<rte_mbuf*> backlog_;
+  std::deque<rte_mbuf*> held_[8];
+  size_t held_count_ = 0;
+
+  // Shared by both sides (ctl_mu_).
+  mutable std::mutex ctl_mu_;
+  NeighbourTable neigh_;
+  PauseState pause_;
+  std::vector<rte_mbuf*> ctl_queue_;  // control frames to send
+  std::vector<uint32_t> groups_;      // joined multicast groups (host order)
+  std::vector<void*> scratch_released_, scratch_dropped_;
+  std::vector<uint32_t> scratch_requests_;
+};
+
+}  // namespace uroce::dpdk
