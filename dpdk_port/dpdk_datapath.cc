@@ -79,7 +79,8 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
       // A frame in several segments (a jumbo frame in 2 KiB buffers): copied whole, so the
       // checks and the transport see one contiguous packet.
       std::vector<uint8_t>& lin = rx_linear_.emplace_back(rte_pktmbuf_pkt_len(m));
-      rte_pktmbuf_read(m, 0, lin.size(), lin.data());
+      const void* d = rte_pktmbuf_read(m, 0, lin.size(), lin.data());
+      if (d != lin.data()) std::memcpy(lin.data(), d, lin.size());
       f = lin.data();
       len = lin.size();
       counters_.rx_linearized.add();
@@ -163,6 +164,8 @@ bool DpdkPort::handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const C
     // Held packets were framed but for their destination MAC (the first 6 bytes).
     std::memcpy(rte_pktmbuf_mtod(pm, uint8_t*), arp.sha.data(), 6);
     ctl_queue_.push_back(pm);
+    counters_.sent_pkts.add();
+    counters_.sent_bytes.add(rte_pktmbuf_pkt_len(pm) - roce_v2_header_bytes(opt_.vlan != 0));
   }
   if (arp.op == RTE_ARP_OP_REQUEST && for_us && m->nb_segs == 1) {
     // The reply goes back in the request's own buffer.
