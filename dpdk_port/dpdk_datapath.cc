@@ -317,6 +317,7 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
 }
 
 void DpdkPort::transmit(rte_mbuf** ms, uint16_t n) {
+  last_tx_ = std::chrono::steady_clock::now();
   flush_backlog();
   uint16_t done = backlog_.empty() ? rte_eth_tx_burst(port_id_, 0, ms, n) : 0;
   // The PMD's ring is full: keep the rest, in order, for the next pass (they hold pool mbufs,

@@ -11,7 +11,9 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <unistd.h>
 
@@ -108,9 +110,15 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   uint16_t mtu = 1500;
   rte_eth_dev_get_mtu(port_id_, &mtu);
   if (opt_.mtu != 0) {
-    if (opt_.mtu > info.max_mtu)
-      return fail("mtu=" + std::to_string(opt_.mtu) + " exceeds the port's maximum " +
-                  std::to_string(info.max_mtu));
+    // The PMD's largest frame bounds the MTU (Ethernet header and CRC around it): DPDK 22.11's
+    // virtual devices (memif, af_packet, tap, ring) take 1518-1522 bytes, so no jumbo frames.
+    const uint32_t overhead = kEthBytes + 4;  // header and FCS, as ethdev counts them
+    const uint32_t max_mtu = std::min<uint32_t>(
+        info.max_mtu, info.max_rx_pktlen > overhead ? info.max_rx_pktlen - overhead : 0);
+    if (opt_.mtu > max_mtu)
+      return fail("mtu=" + std::to_string(opt_.mtu) + " exceeds what the port carries (MTU " +
+                  std::to_string(max_mtu) + ", frames of " + std::to_string(info.max_rx_pktlen) +
+                  " bytes)");
     mtu = static_cast<uint16_t>(opt_.mtu);
   }
   conf.rxmode.mtu = mtu;
@@ -178,6 +186,10 @@ bool DpdkPort::setup(std::string* err, int port_id) {
     if (fd >= 0 && rte_eth_dev_rx_intr_disable(port_id_, 0) == 0) rx_intr_fd_ = fd;
   }
   caps_.ip_mtu = mtu;
+  // A memif link is a peer process: down until it connects. uroce reports such a port ACTIVE
+  // from the start and follows the link once the peer has connected, so a program that checks
+  // the port state at open (perftest) runs whichever side starts first.
+  up_until_first_link_ = driver == "net_memif";
   for (const auto& n : opt_.neighbours) neigh_.add_static(n.ip, n.mac);
   check_link(0);
   log().info("dpdk {}: port {} mac {} ip {}/{} mtu {}{}{}", name_, port_id_, format_mac(mac_),
@@ -189,8 +201,16 @@ bool DpdkPort::setup(std::string* err, int port_id) {
 
 DpdkPort::~DpdkPort() {
   if (started_) {
-    // What is still queued goes out before the port stops (an ACK held when a program exits).
-    flush_backlog();
+    // What is still queued goes out before the port stops (an ACK held when a program exits),
+    // and the PMD's ring gets a moment to drain: a memif peer takes frames only when it polls,
+    // and stopping discards what its ring still holds — the peer's last message would then stay
+    // unacknowledged and end in a retry error although it arrived.
+    const auto until = std::chrono::steady_clock::now() + kCloseLinger;
+    do {
+      flush_backlog();
+      if (backlog_.empty() && std::chrono::steady_clock::now() - last_tx_ > kCloseLinger) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } while (std::chrono::steady_clock::now() < until);
     rte_eth_dev_stop(port_id_);
   }
   for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);
@@ -217,7 +237,9 @@ std::string DpdkPort::describe() const {
 void DpdkPort::check_link(transport::Time now) {
   rte_eth_link l{};
   if (rte_eth_link_get_nowait(port_id_, &l) != 0) return;
-  link_up_.store(l.link_status == RTE_ETH_LINK_UP, std::memory_order_release);
+  const bool up = l.link_status == RTE_ETH_LINK_UP;
+  if (up) seen_link_up_ = true;
+  link_up_.store(up || (up_until_first_link_ && !seen_link_up_), std::memory_order_release);
   // A PAUSE quantum is 512 bit times (IEEE 802.3 31B.2); unknown speeds count as 10 Gb/s.
   if (l.link_speed != 0 && l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN)
     quantum_ns_ = 512.0 * 1000.0 / l.link_speed;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -43,6 +44,8 @@ class DpdkPort : public Port {
   static constexpr uint32_t kRxPoolSize = 4096;
   static constexpr size_t kMaxHeld = 2048;    // packets held while their priority is paused
   static constexpr int kStartAttempts = 100;  // rte_eth_dev_start tries, 100 ms apart
+  // On close, frames sent this recently get this long to leave the PMD's ring (see ~DpdkPort).
+  static constexpr std::chrono::milliseconds kCloseLinger{100};
 
   // Opens the port named by opt.dev, or (port_id >= 0) an ethdev someone else created, e.g. a
   // test's net_ring pair. nullptr and *err on failure.
@@ -115,6 +118,8 @@ class DpdkPort : public Port {
   int rx_intr_fd_ = -1;       // the PMD's receive interrupt (eventfd), or -1
   bool intr_armed_ = false;
   std::atomic<bool> link_up_{false};
+  bool up_until_first_link_ = false;  // report up before the link first comes up (memif)
+  bool seen_link_up_ = false;
   transport::Time next_link_check_ = 0;
 
   // Receive side: mbufs of the last burst (freed at the next), frames handed up, and copies of
@@ -127,6 +132,7 @@ class DpdkPort : public Port {
   // Transmit side (device lock): frames the PMD did not take yet, and packets held by PAUSE,
   // per priority, in order.
   std::deque<rte_mbuf*> backlog_;
+  std::chrono::steady_clock::time_point last_tx_{};  // the last frame handed to the PMD
   std::deque<rte_mbuf*> held_[8];
   size_t held_count_ = 0;
 

@@ -114,7 +114,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
 }
 
 bool Device::port_active() const {
-  return dp_->port().link_up();
+  return dp_ && dp_->port().link_up();
 }
 
 uint64_t Device::add_port_listener(PortListener fn) {
@@ -140,6 +140,7 @@ void Device::on_link_change() {
 
 Device::~Device() {
   if (engine_) engine_->stop();
+  if (!dispatch_) return;  // open() failed before the device was whole
   if (publisher_) {
     // The final totals, for a reader that looks before the file goes (a destructor below).
     std::lock_guard<std::mutex> g(mu_);

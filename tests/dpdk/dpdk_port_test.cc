@@ -248,6 +248,25 @@ TEST_F(DpdkRingTest, PfcPausesOnlyItsPriorityForItsQuanta) {
   EXPECT_EQ(out[0][15] >> 2, 26);
 }
 
+TEST_F(DpdkRingTest, JumboFramesCarryAFullPathMtu4096Packet) {
+  // net_ring has no frame limit: at port MTU 9000 a 4096-byte payload travels in one frame.
+  make([](DpdkPortOptions& o) { o.neighbours.push_back({kIpB, kMacB}); });
+  // (B's default MTU is what the ring carries too: the ring PMD checks nothing.)
+  transport::TxBuf* b = a_.dp->tx_alloc();
+  ASSERT_NE(b, nullptr);
+  std::vector<uint8_t> payload(4096, 0x5a);
+  b->len = static_cast<uint32_t>(
+      test::build_packet(b->data, wire::Opcode::kRcSendOnly, 0x11, 9, payload));
+  b->dst_ip = kIpB;
+  b->src_port = 0xc001;
+  a_.dp->tx_commit(b);
+  a_.dp->tx_flush(monotonic_now());
+  auto got = b_.dp->rx_burst(monotonic_now());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].pkt.payload.size(), 4096u);
+  EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 0u);
+}
+
 TEST_F(DpdkRingTest, VlanTagCarriesThePriority) {
   make([](DpdkPortOptions& o) {
     o.vlan = 42;
@@ -282,6 +301,29 @@ TEST_F(DpdkRingTest, NeighbourThatNeverAnswersFailsAndItsPacketsAreDropped) {
   EXPECT_EQ(a_.c.port.tx_no_neighbour.get(), 1u);
   send(a_, nobody, 2);  // failed: dropped at once
   EXPECT_EQ(a_.c.port.tx_no_neighbour.get(), 2u);
+}
+
+}  // namespace
+}  // namespace uroce::dpdk
+
+namespace uroce::dpdk {
+namespace {
+
+TEST(DpdkPortTest, AnMtuThePmdCannotCarryIsRefusedNamingItsLimit) {
+  // net_memif in DPDK 22.11 takes frames of at most 1518 bytes.
+  std::string err;
+  DpdkPortOptions o;
+  o.dev = "net_memif7,role=server,socket=/tmp/uroce-dpdk-tests-mtu.sock,socket-abstract=no";
+  o.ipv4 = 0x0a4d0009;
+  o.mtu = 9000;
+  PortCounters c;
+  EXPECT_EQ(DpdkPort::open(o, c, &err), nullptr);
+  EXPECT_NE(err.find("mtu=9000 exceeds what the port carries (MTU 1500"), std::string::npos) << err;
+  // At its own MTU it opens and says what it carries (the vdev was released: it probes again).
+  o.mtu = 0;
+  auto p = DpdkPort::open(o, c, &err);
+  ASSERT_NE(p, nullptr) << err;
+  EXPECT_EQ(p->caps().ip_mtu, 1500u);
 }
 
 }  // namespace

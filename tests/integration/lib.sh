@@ -5,7 +5,9 @@
 # The caller sets the arrays server_cmd and client_cmd, then calls
 #   run_pair SERVER_IP CLIENT_IP TCP_PORT
 # which leaves srv_rc, cli_rc and the outputs in $log/server.out and $log/client.out, and prints
-# both. Environment: FAULTS (UROCE_FAULTS for both sides), TIMEOUT (seconds per side).
+# both. Environment: FAULTS (UROCE_FAULTS for both sides), TIMEOUT (seconds per side);
+# SERVER_DEVICES / CLIENT_DEVICES (UROCE_DEVICES of each side; default uroce0=SERVER_IP /
+# uroce0=CLIENT_IP), SERVER_NETNS / CLIENT_NETNS (run that side in a network namespace).
 # Finish with `verdict "$fail"`: PASS when empty, else FAIL and exit 1.
 
 log=$(mktemp -d /tmp/uroce-integration.XXXXXX)
@@ -19,17 +21,22 @@ trap _pair_cleanup EXIT
 
 run_pair() {
   local srv_ip=$1 cli_ip=$2 port=$3 timeout=${TIMEOUT:-120}
-  UROCE_DEVICES=uroce0=$srv_ip UROCE_FAULTS=${FAULTS:-} \
-    timeout "$timeout" "${server_cmd[@]}" >"$log/server.out" 2>&1 &
+  # `ip netns exec` execs its command, so srv_pid is the server's timeout and killing it works.
+  local srv_ns=() cli_ns=()
+  [[ -n ${SERVER_NETNS:-} ]] && srv_ns=(ip netns exec "$SERVER_NETNS")
+  [[ -n ${CLIENT_NETNS:-} ]] && cli_ns=(ip netns exec "$CLIENT_NETNS")
+  UROCE_DEVICES=${SERVER_DEVICES:-uroce0=$srv_ip} UROCE_FAULTS=${FAULTS:-} \
+    "${srv_ns[@]}" timeout "$timeout" "${server_cmd[@]}" >"$log/server.out" 2>&1 &
   srv_pid=$!
-  # A client gives up if the server's TCP port is not open yet: wait for it.
-  for _ in $(seq 100); do
-    ss -ltnH "sport = :$port" | grep -q . && break
+  # A client gives up if the server's TCP port is not open yet: wait for it (a DPDK device takes
+  # a moment longer to open).
+  for _ in $(seq 200); do
+    "${srv_ns[@]}" ss -ltnH "sport = :$port" | grep -q . && break
     kill -0 "$srv_pid" 2>/dev/null || break
     sleep 0.05
   done
-  UROCE_DEVICES=uroce0=$cli_ip UROCE_FAULTS=${FAULTS:-} \
-    timeout "$timeout" "${client_cmd[@]}" >"$log/client.out" 2>&1
+  UROCE_DEVICES=${CLIENT_DEVICES:-uroce0=$cli_ip} UROCE_FAULTS=${FAULTS:-} \
+    "${cli_ns[@]}" timeout "$timeout" "${client_cmd[@]}" >"$log/client.out" 2>&1
   cli_rc=$?
   wait "$srv_pid"
   srv_rc=$?
