@@ -160,9 +160,11 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   rte_ether_addr a;
   if (opt_.has_mac) {
     std::memcpy(a.addr_bytes, opt_.mac.data(), 6);
-    // Ports that cannot take a new MAC (af_packet takes the interface's) still receive frames
-    // for it in promiscuous mode; the port filters by MAC itself.
-    if (rte_eth_dev_default_mac_addr_set(port_id_, &a) != 0) rte_eth_promiscuous_enable(port_id_);
+    // net_af_packet shares its interface with the kernel: setting the MAC would change the
+    // kernel's too (and break its neighbours' caches), so it listens promiscuously instead. So
+    // does a port that cannot take a new MAC. The port filters by its MAC itself either way.
+    if (driver == "net_af_packet" || rte_eth_dev_default_mac_addr_set(port_id_, &a) != 0)
+      rte_eth_promiscuous_enable(port_id_);
     mac_ = opt_.mac;
   } else {
     rte_eth_macaddr_get(port_id_, &a);

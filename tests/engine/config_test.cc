@@ -274,5 +274,58 @@ TEST(ConfigTest, GsoSwitch) {
   }
 }
 
+TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {
+  std::string err;
+  auto r = parse_devices(
+      "u0=dpdk(dev=net_memif0,role=server,socket=/tmp/m.sock;ip=10.9.0.1/24;gw=10.9.0.254;"
+      "mac=02:00:00:00:00:aa;vlan=7;prio=5;dscp=24;mtu=9000;neigh=10.9.0.2@02:00:00:00:00:bb;"
+      "eal=--log-level=8 -m 512),u1=127.0.0.2",
+      &err);
+  ASSERT_TRUE(r.has_value()) << err;
+  ASSERT_EQ(r->size(), 2u);
+  const DeviceConfig& d = (*r)[0];
+  EXPECT_EQ(d.port, PortKind::kDpdk);
+  EXPECT_EQ(d.dpdk.dev, "net_memif0,role=server,socket=/tmp/m.sock");
+  EXPECT_EQ(d.ipv4, 0x0a090001u);
+  EXPECT_EQ(d.dpdk.prefix_len, 24u);
+  EXPECT_EQ(d.dpdk.gateway, 0x0a0900feu);
+  EXPECT_TRUE(d.dpdk.has_mac);
+  EXPECT_EQ(d.dpdk.mac[5], 0xaa);
+  EXPECT_EQ(d.dpdk.vlan, 7);
+  EXPECT_EQ(d.dpdk.priority, 5);
+  EXPECT_EQ(d.dscp, 24);
+  EXPECT_EQ(d.dpdk.mtu, 9000u);
+  ASSERT_EQ(d.dpdk.neighbours.size(), 1u);
+  EXPECT_EQ(d.dpdk.neighbours[0].ip, 0x0a090002u);
+  EXPECT_EQ(d.dpdk.eal_args, (std::vector<std::string>{"--log-level=8", "-m", "512"}));
+  EXPECT_EQ((*r)[1].port, PortKind::kUdp);
+  EXPECT_EQ((*r)[1].dscp, 0);
+  // Defaults: DSCP 26, priority 3, untagged, every address on-link.
+  r = parse_devices("u0=dpdk(dev=net_ring0;ip=10.1.1.1)", &err);
+  ASSERT_TRUE(r.has_value()) << err;
+  EXPECT_EQ((*r)[0].dscp, 26);
+  EXPECT_EQ((*r)[0].dpdk.priority, 3);
+  EXPECT_EQ((*r)[0].dpdk.vlan, 0);
+  EXPECT_EQ((*r)[0].dpdk.prefix_len, 0u);
+}
+
+TEST(ConfigTest, RejectsBadDpdkFieldsNamingThem) {
+  expect_devices_error("u0=dpdk(ip=10.1.1.1)", "without dev=");
+  expect_devices_error("u0=dpdk(dev=net_ring0)", "without ip=");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1", "closing");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.300)", "ip='10.1.1.300'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1/33)", "prefix");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;vlan=4095)", "vlan='4095'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;prio=8)", "prio='8'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;dscp=64)", "dscp='64'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mac=01:00:00:00:00:01)", "multicast");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mac=02:00:00:00:00)", "mac=");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;neigh=10.1.1.2)", "neigh=");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mtu=100)", "mtu='100'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;colour=blue)",
+                       "unknown dpdk key 'colour'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;roce_v1=1)", "not implemented");
+}
+
 }  // namespace
 }  // namespace uroce

@@ -11,7 +11,10 @@
 #   run.sh [-B BUILD_DIR] perftest DIR PROGRAM [ARGS…]   the same for a perftest program
 #   run.sh [-B BUILD_DIR] all                      start, the whole matrix, stop; prints a summary
 #
-# Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side. TIMEOUT (s, default 240) bounds each
+# Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side. UROCE_DPDK=1 puts the uroce side
+# on the DPDK port instead of the kernel-UDP one: net_af_packet on the tap, address DPDK_IP
+# (default 192.0.2.3) with a MAC of its own, beside the namespace's kernel address (which still
+# carries the programs' TCP set-up). TIMEOUT (s, default 240) bounds each
 # program. KEEP_PCAP=DIR keeps the captures. For "all": INTEROP_MTU (default 1024; 4096 needs the
 # VM started with RXEVM_MTU=9000), KEEP_VM=1 leaves the VM running, LOGDIR (default /tmp) gets one
 # log per run. RXEVM_TOOLS overrides the VM tooling directory (default: rxe-vm/ beside this script,
@@ -48,6 +51,15 @@ NS=$RXEVM_NS
 HOST_IP=$RXEVM_HOST_IP
 GUEST_IP=$RXEVM_GUEST_IP
 UROCE_RUN=$build/bin/uroce-run
+DPDK_IP=${DPDK_IP:-192.0.2.3}
+if [[ -n ${UROCE_DPDK:-} ]]; then
+  UROCE_IP=$DPDK_IP
+  # qdisc_bypass=0: af_packet then sends through the qdisc, where the capture on the tap sees it.
+  UROCE_DEV="uroce0=dpdk(dev=net_af_packet0,iface=$RXEVM_TAP,qdisc_bypass=0;ip=$DPDK_IP/$RXEVM_PREFIX;mac=02:00:c0:00:02:03)"
+else
+  UROCE_IP=$HOST_IP
+  UROCE_DEV="uroce0=$HOST_IP"
+fi
 TIMEOUT=${TIMEOUT:-240}
 owner_file=$RXEVM_DIR/interop.owner
 # The guest's GID for its IPv4 address; rxe puts the link-local GID first (README of rxe-vm).
@@ -154,7 +166,7 @@ cap_check() {
   total=$(ts -r "$pcap" | wc -l)
   roce=$(ts -r "$pcap" -Y infiniband | wc -l)
   malformed=$(ts -r "$pcap" -Y _ws.malformed | wc -l)
-  from_u=$(ts -r "$pcap" -Y "ip.src==$HOST_IP" | wc -l)
+  from_u=$(ts -r "$pcap" -Y "ip.src==$UROCE_IP" | wc -l)
   from_r=$(ts -r "$pcap" -Y "ip.src==$GUEST_IP" | wc -l)
   echo "capture: $total packets ($from_u from uroce, $from_r from rxe), $roce decoded as RoCEv2," \
     "$malformed malformed; opcodes: $(ts -r "$pcap" -T fields -e infiniband.bth.opcode \
@@ -179,7 +191,7 @@ cleanup() {
 trap cleanup EXIT
 
 uroce() { # uroce PROGRAM ARGS…: run in the namespace through uroce-run
-  ip netns exec "$NS" env UROCE_DEVICES="uroce0=$HOST_IP" UROCE_FAULTS="${FAULTS:-}" UROCE_STATS=1 \
+  ip netns exec "$NS" env UROCE_DEVICES="$UROCE_DEV" UROCE_FAULTS="${FAULTS:-}" UROCE_STATS=1 \
     timeout "$TIMEOUT" "$UROCE_RUN" "$@"
 }
 
