@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# uroce over DPDK net_memif against raw DPDK memif, side by side, between two processes on this
+# host. Prints a Markdown table:
+#   - latency: a 2-byte RC SEND round trip (unmodified ibv_rc_pingpong over uroce's DPDK port)
+#     against a raw memif ping-pong of 64-byte frames (memif_raw pingpong), in µs per round trip;
+#   - bandwidth: RDMA WRITE of 64 KiB (unmodified ib_write_bw) against a raw memif stream of
+#     1514-byte frames (memif_raw bulk), in MB/s of payload... of frames for the raw baseline.
+#   bench/dpdk.sh [BUILD_DIR] [REPEATS]
+# Each figure is the median of REPEATS runs (default 5), uroce and raw interleaved. Both sides
+# busy-poll; on a 2-core machine that is four threads for two cores in the uroce case (an
+# application thread and an engine thread per process) and two in the raw case.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+repeats=${2:-5}
+run=$build/bin/uroce-run
+raw=$build/bin/memif_raw
+[[ -x $raw ]] || { echo "no $raw: uroce was built without DPDK" >&2; exit 1; }
+sock=/tmp/uroce-bench-memif.sock
+dev() { echo "uroce0=dpdk(dev=net_memif0,role=$1,socket=$sock,socket-abstract=no;ip=10.99.0.$2/24)"; }
+export UROCE_LOG=error
+
+wait_tcp() { for _ in $(seq 200); do ss -ltnH "sport = :$1" | grep -q . && return; sleep 0.05; done; }
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
+uroce_lat() {
+  local out; out=$(mktemp)
+  rm -f "$sock"
+  UROCE_DEVICES=$(dev server 1) "$run" ibv_rc_pingpong -d uroce0 -g 0 -s 2 -n 20000 -p 19990 \
+    >/dev/null 2>&1 &
+  local pid=$!
+  wait_tcp 19990
+  UROCE_DEVICES=$(dev client 2) "$run" ibv_rc_pingpong -d uroce0 -g 0 -s 2 -n 20000 -p 19990 \
+    127.0.0.1 >"$out" 2>&1 || true
+  wait $pid || true
+  sed -n 's/.* = \([0-9.]*\) usec\/iter.*/\1/p' "$out" | tail -n 1
+  rm -f "$out"
+}
+
+raw_lat() {
+  local out; out=$(mktemp)
+  rm -f "$sock"
+  "$raw" pingpong --role server --socket "$sock" -s 64 -n 20000 >/dev/null 2>&1 &
+  local pid=$!
+  sleep 0.5
+  "$raw" pingpong --role client --socket "$sock" -s 64 -n 20000 >"$out" 2>/dev/null || true
+  wait $pid || true
+  sed -n 's/.* = \([0-9.]*\) usec\/iter.*/\1/p' "$out" | tail -n 1
+  rm -f "$out"
+}
+
+uroce_bw() {
+  local out; out=$(mktemp)
+  rm -f "$sock"
+  UROCE_DEVICES=$(dev server 1) "$run" ib_write_bw -d uroce0 -x 0 -s 65536 -n 5000 -p 19991 \
+    >/dev/null 2>&1 &
+  local pid=$!
+  wait_tcp 19991
+  UROCE_DEVICES=$(dev client 2) "$run" ib_write_bw -d uroce0 -x 0 -s 65536 -n 5000 -p 19991 \
+    127.0.0.1 >"$out" 2>&1 || true
+  wait $pid || true
+  # perftest's row: bytes iterations peak average msgrate
+  awk '/^ *65536 /{print $4}' "$out" | tail -n 1
+  rm -f "$out"
+}
+
+raw_bw() {
+  local out; out=$(mktemp)
+  rm -f "$sock"
+  "$raw" bulk --role server --socket "$sock" -s 1514 -n 200000 >"$out" 2>/dev/null &
+  local pid=$!
+  sleep 0.5
+  "$raw" bulk --role client --socket "$sock" -s 1514 -n 200000 >/dev/null 2>&1 || true
+  wait $pid || true
+  sed -n 's/.* = \([0-9.]*\) MB\/sec.*/\1/p' "$out" | tail -n 1
+  rm -f "$out"
+}
+
+ul=() rl=() ub=() rb=()
+for _ in $(seq "$repeats"); do
+  ul+=("$(uroce_lat)")
+  rl+=("$(raw_lat)")
+  ub+=("$(uroce_bw)")
+  rb+=("$(raw_bw)")
+done
+u=$(printf '%s\n' "${ul[@]}" | grep . | median)
+r=$(printf '%s\n' "${rl[@]}" | grep . | median)
+U=$(printf '%s\n' "${ub[@]}" | grep . | median)
+R=$(printf '%s\n' "${rb[@]}" | grep . | median)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+echo "| figure | uroce over memif | raw memif | ratio |"
+echo "| --- | ---: | ---: | ---: |"
+echo "| round trip, µs (uroce: 2-byte RC SEND; raw: 64-byte frame) | ${u:-failed} | ${r:-failed} | $(ratio "$u" "$r") |"
+echo "| bandwidth, MB/s (uroce: 64 KiB RDMA WRITE; raw: 1514-byte frames) | ${U:-failed} | ${R:-failed} | $(ratio "$U" "$R") |"
+echo "(medians of $repeats; samples: uroce lat ${ul[*]}; raw lat ${rl[*]}; uroce bw ${ub[*]}; raw bw ${rb[*]})"

@@ -1,0 +1,143 @@
+// The raw DPDK baseline for uroce over net_memif (bench/dpdk.sh): two processes joined by one
+// memif, one busy-polling thread each, no transport at all.
+//   memif_raw pingpong --role server|client --socket PATH [-s SIZE] [-n ITERS]
+//   memif_raw bulk     --role server|client --socket PATH [-s FRAME] [-n FRAMES]
+// pingpong: the client sends a frame, the server echoes it; prints "N iters in S seconds = U
+// usec/iter" (ibv_rc_pingpong's format) on the client. bulk: the client sends frames as fast as
+// the ring takes them, the server counts; the server prints "N bytes in S seconds = R MB/sec".
+// The EAL runs as uroce runs it (no hugepages, one lcore, no PCI scan).
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"raw DPDK memif baseline"};
+  std::string mode, role, socket;
+  unsigned size = 64, iters = 100000;
+  app.add_option("mode", mode, "pingpong or bulk")->required()->check(CLI::IsMember({"pingpong", "bulk"}));
+  app.add_option("--role", role, "server or client")->required()->check(CLI::IsMember({"server", "client"}));
+  app.add_option("--socket", socket, "memif socket path")->required();
+  app.add_option("-s", size, "frame bytes")->check(CLI::Range(60u, 1514u));
+  app.add_option("-n", iters, "round trips (pingpong) or frames (bulk)")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  std::string prefix = "--file-prefix=memifraw" + std::to_string(getpid());
+  std::vector<std::string> args = {"memif_raw", "--no-huge", "-m", "256", "--no-pci",
+                                   "--no-telemetry", "-l", "0", "--no-shconf", prefix,
+                                   "--log-level=lib.eal:error"};
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  if (rte_eal_init(static_cast<int>(av.size()), av.data()) < 0) {
+    std::fprintf(stderr, "EAL init failed\n");
+    return 1;
+  }
+  rmdir(rte_eal_get_runtime_dir());
+  const std::string dev = "net_memif0,role=" + role + ",socket=" + socket + ",socket-abstract=no";
+  uint16_t port;
+  if (rte_dev_probe(dev.c_str()) != 0 || rte_eth_dev_get_port_by_name("net_memif0", &port) != 0) {
+    std::fprintf(stderr, "cannot probe %s\n", dev.c_str());
+    return 1;
+  }
+  rte_mempool* mp = rte_pktmbuf_pool_create("raw", 8191, 256, 0, 2048 + RTE_PKTMBUF_HEADROOM,
+                                            SOCKET_ID_ANY);
+  rte_eth_conf conf{};
+  if (!mp || rte_eth_dev_configure(port, 1, 1, &conf) != 0 ||
+      rte_eth_rx_queue_setup(port, 0, 1024, SOCKET_ID_ANY, nullptr, mp) != 0 ||
+      rte_eth_tx_queue_setup(port, 0, 1024, SOCKET_ID_ANY, nullptr) != 0) {
+    std::fprintf(stderr, "cannot set up the port\n");
+    return 1;
+  }
+  while (rte_eth_dev_start(port) != 0) usleep(100000);  // a client waits for its server
+  for (;;) {
+    rte_eth_link l{};
+    rte_eth_link_get_nowait(port, &l);
+    if (l.link_status == RTE_ETH_LINK_UP) break;
+    usleep(1000);
+  }
+  usleep(100000);
+  const bool client = role == "client";
+  auto frame = [&] {
+    rte_mbuf* m = rte_pktmbuf_alloc(mp);
+    char* d = rte_pktmbuf_append(m, static_cast<uint16_t>(size));
+    std::memset(d, 0x5a, size);
+    return m;
+  };
+  rte_mbuf* burst[32];
+  if (mode == "pingpong") {
+    // One warm-up round trip, then the timed ones.
+    const auto t0 = std::chrono::steady_clock::now();
+    for (unsigned i = 0; i <= iters; ++i) {
+      if (client) {
+        rte_mbuf* m = frame();
+        while (rte_eth_tx_burst(port, 0, &m, 1) == 0) {
+        }
+      }
+      uint16_t n;
+      while ((n = rte_eth_rx_burst(port, 0, burst, 32)) == 0) {
+      }
+      if (!client) {
+        // Echo the first frame back; drop any others (there are none in a ping-pong).
+        while (rte_eth_tx_burst(port, 0, &burst[0], 1) == 0) {
+        }
+        for (uint16_t k = 1; k < n; ++k) rte_pktmbuf_free(burst[k]);
+      } else {
+        for (uint16_t k = 0; k < n; ++k) rte_pktmbuf_free(burst[k]);
+      }
+    }
+    const double s = seconds_since(t0);
+    if (client)
+      std::printf("%u iters in %.2f seconds = %.2f usec/iter\n", iters, s, s * 1e6 / iters);
+  } else if (client) {
+    for (unsigned sent = 0; sent < iters;) {
+      unsigned k = std::min(32u, iters - sent);
+      for (unsigned j = 0; j < k; ++j) burst[j] = frame();
+      unsigned done = 0;
+      while (done < k) done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(k - done));
+      sent += k;
+    }
+    sleep(1);  // the server drains
+  } else {
+    uint64_t frames = 0, bytes = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    auto last = t0;
+    for (;;) {
+      uint16_t n = rte_eth_rx_burst(port, 0, burst, 32);
+      if (n > 0) {
+        if (frames == 0) t0 = std::chrono::steady_clock::now();
+        for (uint16_t k = 0; k < n; ++k) {
+          bytes += rte_pktmbuf_pkt_len(burst[k]);
+          rte_pktmbuf_free(burst[k]);
+        }
+        frames += n;
+        last = std::chrono::steady_clock::now();
+        if (frames >= iters) break;
+      } else if (frames > 0 && seconds_since(last) > 0.5) {
+        break;  // the sender is done (a frame lost to a full ring is not waited for)
+      }
+    }
+    const double s = std::chrono::duration<double>(last - t0).count();
+    std::printf("%llu bytes in %.3f seconds = %.1f MB/sec (%llu of %u frames)\n",
+                static_cast<unsigned long long>(bytes), s, bytes / s / 1e6,
+                static_cast<unsigned long long>(frames), iters);
+  }
+  rte_eth_dev_stop(port);
+  return 0;
+}
