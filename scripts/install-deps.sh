@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config clang-format
   libibverbs-dev ibverbs-utils rdma-core perftest   # verbs ABI headers, the unmodified test programs
   libdpdk-dev                                        # the DPDK port (dpdk_port/)
-  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev
+  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev libisal-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   tshark iproute2 procps ethtool iputils-ping python3
   qemu-system-x86 kmod cpio                          # the Linux rxe guest for the interop tests
