@@ -56,8 +56,12 @@ struct DeviceCounters {
   Counter fault_tx_reordered;
   Counter fault_tx_delayed;
 
-  // Engine thread wake-ups (epoll returns); a measure of how often an idle device runs.
+  // Engine thread passes (an epoll return, or a poll-mode spin, that led to a receive and progress
+  // pass); a measure of how often an idle device runs.
   Counter engine_wakeups;
+  // Receive-and-progress passes that application threads ran while polling a CQ
+  // (Engine::poll_from_app) and that received something: progress the engine did not have to do.
+  Counter app_progress_passes;
 
   // Port state transitions seen on the netdev (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE).
   Counter port_down_events, port_up_events;
@@ -106,6 +110,7 @@ struct DeviceCounters {
     f("fault_tx_reordered", s.fault_tx_reordered);
     f("fault_tx_delayed", s.fault_tx_delayed);
     f("engine_wakeups", s.engine_wakeups);
+    f("app_progress_passes", s.app_progress_passes);
     f("port_down_events", s.port_down_events);
     f("port_up_events", s.port_up_events);
   }

@@ -105,6 +105,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   try {
     Engine::Client& client = *d;
     d->engine_ = std::make_unique<Engine>(d->mu_, *d->dp_, client, "uroce-" + cfg.name);
+    d->engine_->set_counters(&d->counters_.engine_wakeups, &d->counters_.app_progress_passes);
     d->engine_->start();
   } catch (const std::system_error& e) {
     if (err) *err = cfg.name + ": cannot start the engine: " + e.what();
@@ -362,6 +363,10 @@ bool Device::poll_progress() {
   return engine_->poll_from_app();
 }
 
+void Device::stop_polling() {
+  engine_->stop_polling();
+}
+
 size_t Device::qp_count() {
   std::lock_guard<std::mutex> g(mu_);
   return dispatch_->qp_count();
@@ -372,7 +377,6 @@ void Device::on_packets(std::span<const RxPacket> pkts, transport::Time now) {
 }
 
 transport::Time Device::on_progress(transport::Time now, bool* again) {
-  counters_.engine_wakeups.add();  // once per engine loop pass
   transport::Time next = dispatch_->progress(now, again);
   return std::min(next, publish(now));
 }

@@ -142,6 +142,8 @@ class Device : private Engine::Client, private transport::EventSink {
   // Receive and process what has arrived, from an application thread that polls a CQ and found
   // it empty (see Engine::poll_from_app). Returns true if anything was processed.
   bool poll_progress();
+  // The polling application thread is about to block (Engine::stop_polling).
+  void stop_polling();
   size_t qp_count();
 
  private:

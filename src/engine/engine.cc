@@ -54,7 +54,8 @@ Engine::Engine(std::mutex& mu, Datapath& dp, Client& client, std::string thread_
     throw std::system_error(e, std::generic_category(), "engine fds");
   }
   control_fd_ = dp_.port().control_fd();
-  std::vector<int> fds(dp_.port().wait_fds().begin(), dp_.port().wait_fds().end());
+  rx_fds_.assign(dp_.port().wait_fds().begin(), dp_.port().wait_fds().end());
+  std::vector<int> fds = rx_fds_;
   fds.push_back(doorbell_);
   fds.push_back(timerfd_);
   if (control_fd_ >= 0) fds.push_back(control_fd_);
@@ -128,6 +129,20 @@ transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, 
   return next;
 }
 
+void Engine::watch_rx(bool on) {
+  for (int fd : rx_fds_) {
+    epoll_event ev{};
+    ev.events = on ? uint32_t{EPOLLIN} : 0u;
+    ev.data.fd = fd;
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+  }
+  rx_watched_ = on;
+}
+
+void Engine::stop_polling() {
+  if (last_app_poll_.exchange(0, std::memory_order_relaxed) != 0) kick();
+}
+
 void Engine::run() {
   constexpr int kMaxEvents = 8;
   epoll_event evs[kMaxEvents];
@@ -139,6 +154,23 @@ void Engine::run() {
   transport::Time backoff = kMinBackoffNs;
   while (!stop_.load(std::memory_order_relaxed)) {
     int timeout = again ? 0 : -1;
+    if (!poll_mode && !rx_fds_.empty()) {
+      // Receive handoff. While an application thread busy-polls a CQ it receives itself
+      // (poll_from_app); an engine that also woke for every datagram would only race it for the
+      // receive lock and for two cores — measured: one engine wake-up per packet received. So
+      // the engine stops watching the port while the application polled within kHandoffNs and
+      // takes the receive side back when it stops (stop_polling: it armed a CQ or waits on a
+      // channel) or fell silent for kHandoffNs; datagrams that arrived meanwhile are still
+      // there (level-triggered).
+      const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
+      const transport::Time t = monotonic_now();
+      const bool app_polls = last != 0 && t - last < kHandoffNs;
+      if (app_polls != !rx_watched_) watch_rx(!app_polls);
+      if (app_polls) {
+        std::lock_guard<std::mutex> g(mu_);
+        if (last + kHandoffNs < armed_) arm_timer(last + kHandoffNs);
+      }
+    }
     if (poll_mode && !again) {
       // A poll-mode port shows frames only to rx_burst(): poll while traffic flows; when idle,
       // sleep on its receive interrupts, else on a timer that backs off to kMaxBackoffNs. While
@@ -180,6 +212,7 @@ void Engine::run() {
       std::span<const RxPacket> rx = dp_.rx_burst(monotonic_now());
       std::lock_guard<std::mutex> g(mu_);
       transport::Time now = monotonic_now();
+      if (engine_passes_) engine_passes_->add();
       transport::Time next = pass(rx, now, &again, &link_changed);
       if (next != armed_) arm_timer(next);
       if (!rx.empty() || again) {
@@ -208,6 +241,7 @@ bool Engine::poll_from_app() {
     return false;
   }
   std::lock_guard<std::mutex> g(mu_);
+  if (app_passes_) app_passes_->add();
   bool again = false, link_changed = false;
   transport::Time next = pass(rx, monotonic_now(), &again, &link_changed);
   if (next < armed_) arm_timer(next);

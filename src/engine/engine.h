@@ -16,8 +16,10 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/datapath.h"
+#include "util/counter.h"
 #include "transport/env.h"
 
 namespace uroce {
@@ -63,8 +65,19 @@ class Engine {
   // progress itself does not. Returns false at once if another thread is receiving (the engine,
   // or another poller) or nothing was received. Call without the device lock.
   bool poll_from_app();
+  // An application thread that polled (poll_from_app) is about to block instead (it armed a CQ,
+  // or waits on a completion channel): the engine takes the receive side back at once rather
+  // than after kHandoffNs. Any thread, no lock.
+  void stop_polling();
 
   uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
+  // Counters the engine keeps for the device (both optional; call before start()): passes of its
+  // own thread that found work to look at, and receive-and-progress passes run by application
+  // threads (poll_from_app) that received something.
+  void set_counters(Counter* engine_passes, Counter* app_passes) {
+    engine_passes_ = engine_passes;
+    app_passes_ = app_passes;
+  }
 
  private:
   void run();
@@ -83,10 +96,18 @@ class Engine {
   Client& client_;
   std::string name_;
   int epfd_ = -1, doorbell_ = -1, timerfd_ = -1;
-  int control_fd_ = -1;                        // the port's (link notifications), or -1
+  int control_fd_ = -1;  // the port's (link notifications), or -1
+  // The port's wait fds, and whether the engine's epoll set watches them now (engine thread):
+  // while an application thread busy-polls, the engine stops waking for every datagram it would
+  // only race the poller for (see run()).
+  std::vector<int> rx_fds_;
+  bool rx_watched_ = true;
+  void watch_rx(bool on);
   transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};
+  Counter* engine_passes_ = nullptr;  // under the device lock
+  Counter* app_passes_ = nullptr;
   // When an application thread last called poll_from_app (CLOCK_MONOTONIC ns).
   std::atomic<transport::Time> last_app_poll_{0};
   std::thread thread_;

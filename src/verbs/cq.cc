@@ -251,6 +251,7 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
 
 int get_cq_event(ibv_comp_channel* ibch, ibv_cq** out_cq, void** out_ctx) {
   VChannel* ch = to_v(ibch);
+  ch->ctx->dev->stop_polling();  // it will block: the engine receives meanwhile
   for (;;) {
     void* cookie = nullptr;
     int rc = ch->impl.get_event(&cookie);
@@ -288,6 +289,8 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  // Arming a CQ announces a wait for its event instead of polling: the engine receives meanwhile.
+  to_v(cq)->ctx->dev->stop_polling();
   return to_v(cq)->impl.req_notify(solicited_only != 0);
 }
 
