@@ -64,6 +64,14 @@ class LatencyLoop {
   }
 
  private:
+  // An initiator's round trip on l, answered at t. The first exchange of each QP is a warm-up
+  // and not counted: it also waits for the peer to enter its loop (perftest calibrates its
+  // clock there), so both sides end up with one sample fewer than iterations, like the
+  // responder, which times the intervals between arrivals.
+  void sample(const LatQp& l, uint64_t t) {
+    if (l.answered > 0) out_->latency.record(t - l.t0);
+  }
+
   // Whether the initiator starts another round on l.
   bool more(const LatQp& l) const {
     if (s_.iters) return l.sent < s_.iters;
@@ -116,6 +124,9 @@ class LatencyLoop {
     } else {
       force = s_.responder ? s_.exact_counts && l.sent + 1 == s_.iters : last_round(l);
     }
+    // The clock starts before the post: a provider may do much of the work inside the call
+    // (uroce can even receive the answer there), and perftest also stamps before posting.
+    const uint64_t t0 = now_ns();
     int rc = post_counted(r_, q, &w, 1, sig_, force);
     if (rc == ENOMEM) {
       l.pending = true;  // posted once a send completion makes room
@@ -123,7 +134,7 @@ class LatencyLoop {
     }
     if (rc) return fail("QP " + std::to_string(q.index) + ": posting failed: " + std::strerror(rc));
     l.pending = false;
-    l.t0 = now_ns();
+    l.t0 = t0;
     if (!out_->tx_first) out_->tx_first = l.t0;
     ++l.sent;
     return true;
@@ -197,10 +208,10 @@ class LatencyLoop {
         if (more(l) && !post(l)) return;
     auto on_recv = [&](LatQp& l, const ibv_wc& w, uint64_t t) {
       if (!take_recv(l, w)) return false;
+      if (s_.initiator) sample(l, t);
       ++l.answered;
       stall_.progress();
       if (s_.initiator) {
-        out_->latency.record(t - l.t0);
         out_->tx_last = t;
         if (more(l)) return post(l);
         return true;
@@ -249,7 +260,7 @@ class LatencyLoop {
         if (s_.initiator) {
           if (l.answered == l.sent || l.pending || seen != round_byte(l.sent)) continue;
           const uint64_t t = now_ns();
-          out_->latency.record(t - l.t0);
+          sample(l, t);
           out_->tx_last = t;
           ++l.answered;
           moved = true;
@@ -290,7 +301,7 @@ class LatencyLoop {
       return fail("QP " + std::to_string(l.q->index) + ": an unexpected receive completion");
     };
     auto on_send = [&](LatQp& l, uint64_t t) {
-      out_->latency.record(t - l.t0);
+      sample(l, t);
       out_->tx_last = t;
       stall_.progress();
       if (o_.verb == Verb::kAtomic && s_.check) {

@@ -226,12 +226,17 @@ std::string latency_histogram(const Options& o, const SizeResult& r, const std::
     double v;
     const char* color;
   };
+  // Each marker's label on its own line, on the side of the line with more room.
+  double label_y = kTop + 12;
   for (const Mark& m : {Mark{"p50", r.lat.p50 / k, "#2a9d3a"}, Mark{"p99", r.lat.p99 / k, "#e08a00"},
                         Mark{"p99.9", r.lat.p999 / k, "#c0392b"}}) {
     double px = x.map(std::clamp(m.v, lo, hi));
     svg.line(px, kTop, px, kH - kBottom, m.color, 1.5, "5,3");
-    svg.text(px + 3, kTop + 12, std::string(m.name) + " " + tick_label(std::round(m.v * 100) / 100, false),
-             "start", 11, ("fill=\"" + std::string(m.color) + "\"").c_str());
+    const bool right_half = px > (x.p0 + x.p1) / 2;
+    svg.text(right_half ? px - 4 : px + 4, label_y,
+             std::string(m.name) + " " + tick_label(std::round(m.v * 100) / 100, false),
+             right_half ? "end" : "start", 11, ("fill=\"" + std::string(m.color) + "\"").c_str());
+    label_y += 14;
   }
   return svg.done();
 }

@@ -148,16 +148,16 @@ void print_bw_row(const ReportContext& c, const BwReport& r) {
   std::fflush(stdout);
 }
 
-void print_lat_row(const ReportContext& c, uint64_t size, const LatSummary& s) {
+void print_lat_row(const ReportContext& c, uint64_t size, uint64_t iters, const LatSummary& s) {
   const double k = lat_divisor(*c.o) * 1000;  // ns of round trip -> reported usec
   if (is_lat_duration(*c.o)) {
-    std::printf(" %-7" PRIu64 "       %" PRIu64 "            %-7.2f        %-7.2f\n", size, s.count,
+    std::printf(" %-7" PRIu64 "       %" PRIu64 "            %-7.2f        %-7.2f\n", size, iters,
                 s.mean / k, s.rate());
   } else {
     std::printf(" %-7" PRIu64 " %" PRIu64
                 "          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f "
                 "\t\t%-7.2f\n",
-                size, s.count, s.min / k, s.max / k, s.p50 / k, s.mean / k, s.stdev / k,
+                size, iters, s.min / k, s.max / k, s.p50 / k, s.mean / k, s.stdev / k,
                 s.p99 / k, s.p999 / k);
   }
   std::fflush(stdout);

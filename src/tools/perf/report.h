@@ -39,7 +39,9 @@ void print_dest(const ReportContext& c, const Dest& d, bool local);
 void print_table_header(const ReportContext& c);
 // One bandwidth row from figures in bytes/s (this side, plus the peer's when `remote`).
 void print_bw_row(const ReportContext& c, const BwReport& r);
-void print_lat_row(const ReportContext& c, uint64_t size, const LatSummary& s);
+// One latency row; #iterations is the run's count (the figures come from its samples: one
+// fewer, the first exchange being a warm-up).
+void print_lat_row(const ReportContext& c, uint64_t size, uint64_t iters, const LatSummary& s);
 
 // This side's figures as perftest exchanges them (in the report's units).
 BwReport bw_report(const ReportContext& c, uint64_t size, const BwSummary& s);

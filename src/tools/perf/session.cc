@@ -302,9 +302,13 @@ class Session {
         s.responder = !client_ || o_.bidirectional;
         break;
       case Family::kSendLat:
-      case Family::kWriteLat:
         s.initiator = client_;
         s.responder = !client_;
+        break;
+      case Family::kWriteLat:
+        // perftest's write_lat starts on the server: it writes first, the client answers.
+        s.initiator = !client_;
+        s.responder = client_;
         break;
       case Family::kRdmaLat:
         s.initiator = client_;
@@ -335,11 +339,14 @@ class Session {
       for (int v; (v = ctl.initiators_running.load(std::memory_order_acquire)) != 0;)
         ctl.initiators_running.wait(v, std::memory_order_acquire);
     };
+    // What this side's initiators sent; a responder's counts are not final (nor safe to read)
+    // before its worker ends, and nobody needs them: it answers what the initiator sent.
     auto sent_fields = [&] {
       Fields f;
       for (int i = 0; i < q; ++i) {
         uint64_t n = 0;
-        for (const WorkerResult& w : wr) n += w.sent[static_cast<size_t>(i)];
+        if (s.initiator)
+          for (const WorkerResult& w : wr) n += w.sent[static_cast<size_t>(i)];
         f["sent." + std::to_string(i)] = std::to_string(n);
       }
       return f;
@@ -367,7 +374,7 @@ class Session {
       if (!w.error.empty()) fatal("%s", w.error.c_str());
 
     collect(r, wr, s);
-    if (o_.check) verify(r, wr, ctl.peer_sent);
+    if (o_.check) verify(r, wr, s, ctl.peer_sent);
     if (ext_) {
       // S, second half: the figures and verdicts.
       Fields f;
@@ -439,7 +446,7 @@ class Session {
 
   // --check after a run: what landed in this side's memory. Clears what it verified, so that
   // the next size must deliver it anew.
-  void verify(SizeResult& r, const std::vector<WorkerResult>& wr,
+  void verify(SizeResult& r, const std::vector<WorkerResult>& wr, const RunSpec& spec,
               const std::vector<uint64_t>& peer_sent) {
     const uint64_t size = r.size;
     const bool peer_data = !client_;  // what the peer sent was written with its own pattern key
@@ -462,7 +469,8 @@ class Session {
           break;  // every message was verified as it arrived
         case Family::kWriteLat: {
           if (size > 1) verify_region(r, q.target, size - 1, peer_data, i, qp + "written data");
-          const uint8_t want = static_cast<uint8_t>(theirs);
+          // Both directions end with the initiator's last round: every ping has its pong.
+          const uint8_t want = static_cast<uint8_t>(spec.initiator ? my_sent : theirs);
           if (q.target[size - 1] != want)
             check_failure(r, qp + "the last written byte is " + std::to_string(q.target[size - 1]) +
                                  ", expected round " + std::to_string(want));
@@ -622,7 +630,7 @@ class Session {
   }
 
   void print_lat(const SizeResult& r, const LatSummary& s) {
-    if (!o_.json && s.count) print_lat_row(ctx_, r.size, s);
+    if (!o_.json && s.count) print_lat_row(ctx_, r.size, r.iters, s);
   }
 
   void send_lat() {
