@@ -181,8 +181,9 @@ class Session {
                               : "perftest " + ch_->peer().version;
     if (o_.check)
       fatal("--check needs uroce-perf on both sides; the peer is %s", who.c_str());
-    const bool passive_peer = fam_ == Family::kRdmaBw && !o_.bidirectional;
-    if (o_.duration && !passive_peer && !(fam_ == Family::kRdmaBw && client_))
+    // A duration run needs the two sides to stop together; only a passive target need not.
+    const bool passive_server = fam_ == Family::kRdmaBw && !o_.bidirectional;
+    if (o_.duration && !passive_server)
       fatal("-D with %s works for write_bw, read_bw and atomic_bw (without -b) only", who.c_str());
     if (o_.latency() && o_.qps > 1)
       fatal("%s runs latency tests on one QP; drop -q", who.c_str());
@@ -371,7 +372,7 @@ class Session {
     }
     for (std::thread& t : threads) t.join();
     for (const WorkerResult& w : wr)
-      if (!w.error.empty()) fatal("%s", w.error.c_str());
+      if (!w.error.empty()) fatal("%s%s", w.error.c_str(), counters_hint().c_str());
 
     collect(r, wr, s);
     if (o_.check) verify(r, wr, s, ctl.peer_sent);
@@ -668,6 +669,22 @@ class Session {
   }
 
   // ---- totals ------------------------------------------------------------------------------
+
+  // For a failed run: what uroce counted that tells why (drops, errors, retransmissions), or "".
+  std::string counters_hint() {
+    if (!ctr0_.ok) return "";
+    CounterDelta d = counter_delta(ctr0_, read_own_counters(res_.info().name));
+    std::string moved;
+    for (const auto& [name, v] : d.values) {
+      const bool telling = name.find("drop") != std::string::npos ||
+                           name.find("err") != std::string::npos ||
+                           name.find("retrans") != std::string::npos ||
+                           name.find("out_of") != std::string::npos ||
+                           name.find("rnr") != std::string::npos;
+      if (v && telling) moved += (moved.empty() ? "" : ", ") + name + " " + std::to_string(v);
+    }
+    return moved.empty() ? "" : "\nuroce counters of this side so far: " + moved;
+  }
 
   void end_run() {
     CpuSample cpu1 = cpu_now();
