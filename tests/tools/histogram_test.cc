@@ -30,9 +30,9 @@ TEST(HistogramTest, BucketsTileTheWholeRangeWithoutGaps) {
     next = Histogram::lower_of(i) + Histogram::width_of(i);
   }
   EXPECT_EQ(next, 0u);  // wrapped past UINT64_MAX: the last bucket ends at 2^64
-  for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{255}, uint64_t{256}, uint64_t{257},
-                     uint64_t{511}, uint64_t{512}, uint64_t{1000000}, uint64_t{1} << 40,
-                     UINT64_MAX}) {
+  for (uint64_t v :
+       {uint64_t{0}, uint64_t{1}, uint64_t{255}, uint64_t{256}, uint64_t{257}, uint64_t{511},
+        uint64_t{512}, uint64_t{1000000}, uint64_t{1} << 40, UINT64_MAX}) {
     const size_t i = Histogram::index_of(v);
     ASSERT_LT(i, Histogram::kBuckets);
     EXPECT_GE(v, Histogram::lower_of(i)) << v;
@@ -42,8 +42,9 @@ TEST(HistogramTest, BucketsTileTheWholeRangeWithoutGaps) {
 
 TEST(HistogramTest, BucketWidthIsWithinOnePartInKSubOfItsValue) {
   for (size_t i = 2 * Histogram::kSub; i < Histogram::kBuckets; ++i)
-    ASSERT_LE(static_cast<double>(Histogram::width_of(i)) / static_cast<double>(Histogram::lower_of(i)),
-              1.0 / Histogram::kSub)
+    ASSERT_LE(
+        static_cast<double>(Histogram::width_of(i)) / static_cast<double>(Histogram::lower_of(i)),
+        1.0 / Histogram::kSub)
         << "bucket " << i;
 }
 
@@ -85,7 +86,8 @@ TEST(HistogramTest, PercentilesAreWithinTheBucketErrorOfTheExactOnes) {
   double sum = 0, sq = 0;
   for (uint64_t v : samples) sum += static_cast<double>(v);
   const double mean = sum / static_cast<double>(samples.size());
-  for (uint64_t v : samples) sq += (static_cast<double>(v) - mean) * (static_cast<double>(v) - mean);
+  for (uint64_t v : samples)
+    sq += (static_cast<double>(v) - mean) * (static_cast<double>(v) - mean);
   EXPECT_NEAR(h.mean(), mean, mean * 1e-12);
   EXPECT_NEAR(h.stdev(), std::sqrt(sq / static_cast<double>(samples.size())), 1e-6 * mean);
 }

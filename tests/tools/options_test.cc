@@ -66,7 +66,7 @@ TEST(OptionsTest, DependentDefaultsFollowPerftest) {
   EXPECT_EQ(ok({"write_bw", "-a"}).cq_mod, 100);       // -a keeps moderation
   Options a = ok({"write_bw", "-a"});
   EXPECT_TRUE(a.all_sizes);
-  EXPECT_EQ(a.size, kMaxAllSize);  // buffers sized for the largest
+  EXPECT_EQ(a.size, kMaxAllSize);                         // buffers sized for the largest
   EXPECT_EQ(ok({"read_bw", "-I", "64"}).inline_size, 0);  // nothing to inline for READ
   Options d = ok({"write_bw", "-D", "3"});
   EXPECT_EQ(d.duration, 3);
@@ -77,8 +77,13 @@ TEST(OptionsTest, PerftestSpellingsAllWork) {
   EXPECT_EQ(ok({"send_lat", "-s64"}).size, 64u);
   EXPECT_EQ(ok({"send_lat", "--size=4K"}).size, 4096u);
   EXPECT_EQ(ok({"send_lat", "--size", "1M"}).size, 1048576u);
-  Options o = ok({"write_bw", "-ab", "--report_gbits", "-c", "UC", "-d", "mlx5_0", "-x", "3",
-                  "-i", "2", "-q", "4", "-t", "64", "-m", "1024", "-F", "-p", "9999", "host"});
+  Options o = ok({"write_bw", "-ab",  "--report_gbits",
+                  "-c",       "UC",   "-d",
+                  "mlx5_0",   "-x",   "3",
+                  "-i",       "2",    "-q",
+                  "4",        "-t",   "64",
+                  "-m",       "1024", "-F",
+                  "-p",       "9999", "host"});
   EXPECT_TRUE(o.all_sizes);
   EXPECT_TRUE(o.bidirectional);
   EXPECT_TRUE(o.report_gbits);
@@ -97,8 +102,8 @@ TEST(OptionsTest, PerftestSpellingsAllWork) {
 }
 
 TEST(OptionsTest, UroceperfsOwnOptions) {
-  Options o = ok({"send_lat", "--json", "--json-file", "/tmp/x.json", "--plot", "p.svg",
-                  "--check", "--stall-timeout", "5", "-q", "4", "--threads", "2"});
+  Options o = ok({"send_lat", "--json", "--json-file", "/tmp/x.json", "--plot", "p.svg", "--check",
+                  "--stall-timeout", "5", "-q", "4", "--threads", "2"});
   EXPECT_TRUE(o.json);
   EXPECT_EQ(o.json_file, "/tmp/x.json");
   EXPECT_EQ(o.plot_file, "p.svg");
@@ -108,8 +113,8 @@ TEST(OptionsTest, UroceperfsOwnOptions) {
 }
 
 TEST(OptionsTest, HelpAndVersionExitZero) {
-  for (auto args : std::vector<std::vector<std::string>>{{"--help"}, {"write_bw", "--help"},
-                                                         {"--version"}, {"-h"}}) {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--help"}, {"write_bw", "--help"}, {"--version"}, {"-h"}}) {
     ParseResult r = parse(args);
     EXPECT_FALSE(r.run);
     EXPECT_EQ(r.code, 0);

@@ -56,8 +56,9 @@ TEST(SetupTest, KeyMessagesRoundTrip) {
 
 TEST(SetupTest, WhatPerftestSendsParses) {
   // As ib_write_bw 6.06 writes it (upper- or lower-case hex, the NUL-padded buffer).
-  std::string m = "0000:0001:000011:36060b:00000100:00007fd871a36000:00:00:00:00:00:00:00:00:00:00:"
-                  "FF:FF:7F:00:32:01:00000000:";
+  std::string m =
+      "0000:0001:000011:36060b:00000100:00007fd871a36000:00:00:00:00:00:00:00:00:00:00:"
+      "FF:FF:7F:00:32:01:00000000:";
   m.resize(108, '\0');
   auto d = parse_dest(m, true);
   ASSERT_TRUE(d.has_value());

@@ -37,15 +37,9 @@ struct BwQp {
   uint64_t received = 0;   // SEND receiver: messages this run
 };
 
-class BandwidthLoop {
+class BandwidthLoop : private WorkerLoop<BwQp> {
  public:
-  BandwidthLoop(const RunSpec& s, int thread, WorkerResult* out)
-      : s_(s), o_(*s.o), r_(*s.res), cq_(s.res->cq(thread)), out_(out), stall_(o_.stall_timeout) {
-    for (int i = 0; i < r_.num_qps(); ++i)
-      if (r_.qp(i).thread == thread) qps_.push_back(BwQp{&r_.qp(i)});
-    by_index_.assign(static_cast<size_t>(r_.num_qps()), -1);
-    for (size_t k = 0; k < qps_.size(); ++k)
-      by_index_[static_cast<size_t>(qps_[k].q->index)] = static_cast<int>(k);
+  BandwidthLoop(const RunSpec& s, int thread, WorkerResult* out) : WorkerLoop(s, thread, out) {
     receiving_ = s_.responder && o_.verb == Verb::kSend;
     sending_ = s_.initiator;
     wrs_.resize(static_cast<size_t>(o_.post_list));
@@ -58,7 +52,9 @@ class BandwidthLoop {
   }
 
  private:
-  uint32_t op_length() const { return o_.verb == Verb::kAtomic ? 8 : static_cast<uint32_t>(s_.size); }
+  uint32_t op_length() const {
+    return o_.verb == Verb::kAtomic ? 8 : static_cast<uint32_t>(s_.size);
+  }
 
   // The i-th WR of this run on b. Atomics move the target on by one each (--check: it ends at
   // the count): FETCH_AND_ADD adds 1, CMP_AND_SWAP compares with the value the ones before it
@@ -78,20 +74,13 @@ class BandwidthLoop {
     }
   }
 
-  bool fail(std::string why) {
-    if (out_->error.empty()) out_->error = std::move(why);
-    s_.ctl->abort.store(true);
-    return false;
-  }
-
-  void record_check_failure(std::string why) {
-    if (!out_->check_failures++) out_->check_error = std::move(why);
-  }
+  bool fail(std::string why) { return fail_run(s_, out_, std::move(why)); }
 
   static void mark(std::vector<std::pair<uint64_t, uint32_t>>& m, uint64_t t, uint32_t n) {
     if (m.size() >= kMaxMarks) {
       size_t w = 0;
-      for (size_t i = 0; i + 1 < m.size(); i += 2) m[w++] = {m[i + 1].first, m[i].second + m[i + 1].second};
+      for (size_t i = 0; i + 1 < m.size(); i += 2)
+        m[w++] = {m[i + 1].first, m[i].second + m[i + 1].second};
       if (m.size() % 2) m[w++] = m.back();
       m.resize(w);
     }
@@ -100,7 +89,7 @@ class BandwidthLoop {
 
   // Posts what the send queues allow. Returns false when the run failed.
   bool post_some(bool* posted_any) {
-    for (BwQp& b : qps_) {
+    for (BwQp& b : qps_.all()) {
       while (!b.stopped) {
         const uint64_t in_flight = b.posted - b.completed;
         if (in_flight >= static_cast<uint64_t>(o_.tx_depth)) break;
@@ -119,8 +108,8 @@ class BandwidthLoop {
         int rc = post_counted(r_, *b.q, wrs_.data(), n, o_.cq_mod, last);
         if (rc == ENOMEM) break;  // the queue holds WRs of an earlier run still; completions come
         if (rc)
-          return fail("QP " + std::to_string(b.q->index) + ": posting failed: " +
-                      std::strerror(rc));
+          return fail("QP " + std::to_string(b.q->index) +
+                      ": posting failed: " + std::strerror(rc));
         if (!out_->tx_first) out_->tx_first = now_ns();
         b.posted += static_cast<uint64_t>(n);
         b.stopped = last;
@@ -131,20 +120,20 @@ class BandwidthLoop {
   }
 
   bool sending_done() const {
-    for (const BwQp& b : qps_)
+    for (const BwQp& b : qps_.all())
       if (!b.stopped || b.completed < b.posted) return false;
     return true;
   }
 
   bool receiving_done(uint64_t now) const {
     if (s_.exact_counts) {
-      for (const BwQp& b : qps_)
+      for (const BwQp& b : qps_.all())
         if (b.received < s_.iters) return false;
       return true;
     }
     if (!s_.ctl->peer_done.load(std::memory_order_acquire)) return false;
     bool all = true;
-    for (const BwQp& b : qps_)
+    for (const BwQp& b : qps_.all())
       if (b.received < s_.ctl->peer_sent[static_cast<size_t>(b.q->index)]) all = false;
     if (all) return true;
     // Unreliable services: what has not arrived a while after the sender finished never will.
@@ -155,25 +144,7 @@ class BandwidthLoop {
   }
 
   bool on_recv(BwQp& b, const ibv_wc& wc, uint64_t t) {
-    QpCtx& q = *b.q;
-    const int slot = static_cast<int>(wr_value(wc.wr_id));
-    if (s_.check) {
-      const uint64_t grh = o_.conn == Conn::kUD ? kUdGrh : 0;
-      const uint8_t* data = q.recv + static_cast<size_t>(slot) * q.recv_slot_size + grh;
-      if (wc.byte_len != s_.size + grh) {
-        record_check_failure("QP " + std::to_string(q.index) + ": received " +
-                             std::to_string(wc.byte_len - grh) + " bytes, expected " +
-                             std::to_string(s_.size));
-      } else if (uint64_t bad = find_mismatch(data, s_.size, !s_.client, q.index); bad < s_.size) {
-        record_check_failure("QP " + std::to_string(q.index) + ": received data differs at byte " +
-                             std::to_string(bad));
-      } else {
-        out_->checked_bytes += s_.size;
-      }
-    }
-    if (int rc = r_.post_recv(q, slot))
-      return fail("QP " + std::to_string(q.index) + ": reposting a receive failed: " +
-                  std::strerror(rc));
+    if (!take_send(s_, *b.q, wc, out_)) return false;
     ++b.received;
     if (!out_->rx_first) out_->rx_first = t;
     out_->rx_last = t;
@@ -202,13 +173,12 @@ class BandwidthLoop {
           fail(describe_wc_error(qi, wc[i]));
           return;
         }
-        const int k =
-            qi >= 0 && static_cast<size_t>(qi) < by_index_.size() ? by_index_[size_t(qi)] : -1;
-        if (k < 0) {
+        BwQp* found = qps_.find(qi);
+        if (!found) {
           fail("a completion for an unknown QP " + std::to_string(qi));
           return;
         }
-        BwQp& b = qps_[static_cast<size_t>(k)];
+        BwQp& b = *found;
         if (wr_tag(wc[i].wr_id) == WrTag::kRecv) {
           if (!receiving_) {
             fail("QP " + std::to_string(qi) + ": an unexpected receive completion");
@@ -242,9 +212,10 @@ class BandwidthLoop {
         }
         if (o_.events ? stall_.stall_now() : stall_.stall()) {
           char buf[200];
-          std::snprintf(buf, sizeof buf, "no progress for %.1f s while waiting for %s%s",
-                        o_.stall_timeout, send_finished ? "messages" : "completions",
-                        o_.conn == Conn::kRC ? "" : " (UC and UD do not retransmit a lost message)");
+          std::snprintf(
+              buf, sizeof buf, "no progress for %.1f s while waiting for %s%s", o_.stall_timeout,
+              send_finished ? "messages" : "completions",
+              o_.conn == Conn::kRC ? "" : " (UC and UD do not retransmit a lost message)");
           fail(buf);
           return;
         }
@@ -254,25 +225,25 @@ class BandwidthLoop {
 
   // --perform_warm_up: a send queue's worth of WRs per QP, completed before measuring.
   bool warm_up() {
-    for (BwQp& b : qps_) {
+    for (BwQp& b : qps_.all()) {
       int n = std::min(o_.tx_depth, o_.post_list);
       for (int i = 0; i < n; ++i) fill(wrs_[static_cast<size_t>(i)], b, 0, true);
       if (int rc = post_counted(r_, *b.q, wrs_.data(), n, o_.cq_mod, true))
-        return fail("QP " + std::to_string(b.q->index) + ": warm-up posting failed: " +
-                    std::strerror(rc));
+        return fail("QP " + std::to_string(b.q->index) +
+                    ": warm-up posting failed: " + std::strerror(rc));
     }
     ibv_wc wc[16];
     for (;;) {
       bool idle = true;
-      for (const BwQp& b : qps_)
+      for (const BwQp& b : qps_.all())
         if (b.q->sq_done < b.q->sq_posted) idle = false;
       if (idle) return true;
       int n = poll_or_wait(cq_, 16, wc, o_.events, 100);
       if (n < 0) return fail("polling the CQ failed");
       for (int i = 0; i < n; ++i) {
-        if (wc[i].status != IBV_WC_SUCCESS) return fail(describe_wc_error(wr_qp(wc[i].wr_id), wc[i]));
-        const int k = by_index_[static_cast<size_t>(wr_qp(wc[i].wr_id))];
-        if (k >= 0) complete_sends(*qps_[static_cast<size_t>(k)].q, wc[i]);
+        if (wc[i].status != IBV_WC_SUCCESS)
+          return fail(describe_wc_error(wr_qp(wc[i].wr_id), wc[i]));
+        if (BwQp* b = qps_.find(wr_qp(wc[i].wr_id))) complete_sends(*b->q, wc[i]);
       }
       if (n > 0) stall_.progress();
       if (n == 0 && stall_.stall_now()) return fail("warm-up: no completion");
@@ -283,7 +254,7 @@ class BandwidthLoop {
     if (sending_ && !announced_) {
       announced_ = true;
       // The main thread reads the counts once it sees the decrement (acquire).
-      for (const BwQp& b : qps_) out_->sent[static_cast<size_t>(b.q->index)] = b.completed;
+      for (const BwQp& b : qps_.all()) out_->sent[static_cast<size_t>(b.q->index)] = b.completed;
       s_.ctl->initiators_running.fetch_sub(1, std::memory_order_acq_rel);
       s_.ctl->initiators_running.notify_all();
     }
@@ -291,17 +262,9 @@ class BandwidthLoop {
 
   void finish() {
     initiator_finished();  // also on failure: the main thread must not wait for this worker
-    for (const BwQp& b : qps_) out_->received[static_cast<size_t>(b.q->index)] = b.received;
+    for (const BwQp& b : qps_.all()) out_->received[static_cast<size_t>(b.q->index)] = b.received;
   }
 
-  const RunSpec& s_;
-  const Options& o_;
-  Resources& r_;
-  CqCtx& cq_;
-  WorkerResult* out_;
-  StallWatch stall_;
-  std::vector<BwQp> qps_;
-  std::vector<int> by_index_;
   std::vector<SendWr> wrs_;
   bool receiving_ = false, sending_ = false, announced_ = false;
   mutable uint64_t drain_from_ = 0;

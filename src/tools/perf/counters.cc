@@ -21,10 +21,10 @@ CounterSnapshot read_own_counters(const std::string& device, uint64_t since_ns, 
     std::string why;
     auto s = shm::read_file(path, &why);
     if (!s) {
-      out.why_not = access(path.c_str(), F_OK) == 0
-                        ? path + ": " + why
-                        : "no uroce statistics for " + device +
-                              " (not a uroce device, or UROCE_PUBLISH=0)";
+      out.why_not =
+          access(path.c_str(), F_OK) == 0
+              ? path + ": " + why
+              : "no uroce statistics for " + device + " (not a uroce device, or UROCE_PUBLISH=0)";
       out.ok = false;
       return out;
     }

@@ -27,7 +27,7 @@ uint64_t mix(uint64_t x) {
 
 uint64_t pattern_word(bool client_data, int qp, uint64_t word) {
   const uint64_t key = (client_data ? 0xc11e47ull : 0x5e77e5ull) << 40 ^ static_cast<uint64_t>(qp)
-                                                                            << 20;
+                                                                             << 20;
   return mix(key ^ mix(word));
 }
 
@@ -92,6 +92,38 @@ int post_counted(Resources& r, QpCtx& q, SendWr* wrs, int n, int sig, bool last)
   q.sq_posted += static_cast<uint64_t>(n);
   q.sq_unsignaled = unsignaled;
   return 0;
+}
+
+bool fail_run(const RunSpec& s, WorkerResult* out, std::string why) {
+  if (out->error.empty()) out->error = std::move(why);
+  s.ctl->abort.store(true);
+  return false;
+}
+
+void check_failure(WorkerResult* out, std::string why) {
+  if (!out->check_failures++) out->check_error = std::move(why);
+}
+
+bool take_send(const RunSpec& s, QpCtx& q, const ibv_wc& wc, WorkerResult* out) {
+  const int slot = static_cast<int>(wr_value(wc.wr_id));
+  if (s.check) {
+    const uint64_t grh = s.o->conn == Conn::kUD ? kUdGrh : 0;  // UD: the GRH area comes first
+    const uint8_t* data = q.recv + static_cast<size_t>(slot) * q.recv_slot_size + grh;
+    const std::string qp = "QP " + std::to_string(q.index) + ": ";
+    if (wc.byte_len != s.size + grh) {
+      check_failure(out, qp + "received " + std::to_string(wc.byte_len - grh) +
+                             " bytes, expected " + std::to_string(s.size));
+    } else if (uint64_t bad = find_mismatch(data, s.size, !s.client, q.index); bad < s.size) {
+      check_failure(out, qp + "received data differs at byte " + std::to_string(bad));
+    } else {
+      out->checked_bytes += s.size;
+    }
+  }
+  if (int rc = s.res->post_recv(q, slot))
+    return fail_run(
+        s, out,
+        "QP " + std::to_string(q.index) + ": reposting a receive failed: " + std::strerror(rc));
+  return true;
 }
 
 std::string describe_wc_error(int qp, const ibv_wc& wc) {

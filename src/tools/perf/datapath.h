@@ -65,6 +65,91 @@ struct WorkerResult {
   std::string error;        // a failed WR or a stall: the run is void
 };
 
+// Watches a loop for progress: stall() is true once `timeout_s` pass without progress().
+class StallWatch {
+ public:
+  explicit StallWatch(double timeout_s)
+      : limit_(static_cast<uint64_t>(timeout_s * 1e9)), last_(now_ns()) {}
+  // The clock is read lazily: the next look at it starts the idle period.
+  void progress() {
+    idle_ = 0;
+    last_ = 0;
+  }
+  // Cheap enough for a spin loop: reads the clock once every 1024 calls.
+  bool stall() {
+    if (++idle_ & 1023) return false;
+    return stall_now();
+  }
+  // For loops that sleep between looks (-e): reads the clock every time.
+  bool stall_now() {
+    uint64_t t = now_ns();
+    if (last_ == 0) last_ = t;
+    return t - last_ > limit_;
+  }
+
+ private:
+  uint64_t limit_;
+  uint64_t last_;
+  uint64_t idle_ = 0;
+};
+
+// The QPs one worker drives, each with the loop's own state T (whose first member is the
+// QpCtx*), and the way back from a completion's QP index to that state.
+template <typename T>
+class WorkerQps {
+ public:
+  WorkerQps(Resources& r, int thread) : by_index_(static_cast<size_t>(r.num_qps()), -1) {
+    for (int i = 0; i < r.num_qps(); ++i) {
+      if (r.qp(i).thread != thread) continue;
+      by_index_[static_cast<size_t>(i)] = static_cast<int>(list_.size());
+      list_.push_back(T{&r.qp(i)});
+    }
+  }
+  std::vector<T>& all() { return list_; }
+  const std::vector<T>& all() const { return list_; }
+  // The state of QP `qp`, or nullptr when it is not this worker's (a corrupt wr_id).
+  T* find(int qp) {
+    if (qp < 0 || static_cast<size_t>(qp) >= by_index_.size() || by_index_[size_t(qp)] < 0)
+      return nullptr;
+    return &list_[static_cast<size_t>(by_index_[size_t(qp)])];
+  }
+
+ private:
+  std::vector<T> list_;
+  std::vector<int> by_index_;  // QP index -> position in list_, -1 for other workers' QPs
+};
+
+// What every worker loop holds: its run, its CQ, its QPs (with the loop's state T), where its
+// figures go and its stall watch.
+template <typename T>
+class WorkerLoop {
+ protected:
+  WorkerLoop(const RunSpec& s, int thread, WorkerResult* out)
+      : s_(s),
+        o_(*s.o),
+        r_(*s.res),
+        cq_(s.res->cq(thread)),
+        out_(out),
+        stall_(s.o->stall_timeout),
+        qps_(*s.res, thread) {}
+
+  const RunSpec& s_;
+  const Options& o_;
+  Resources& r_;
+  CqCtx& cq_;
+  WorkerResult* out_;
+  StallWatch stall_;
+  WorkerQps<T> qps_;
+};
+
+// A worker's run failed: the first reason is kept and every worker stops. Returns false.
+bool fail_run(const RunSpec& s, WorkerResult* out, std::string why);
+// --check found bad data: counted, the first kept; the run goes on.
+void check_failure(WorkerResult* out, std::string why);
+// A received SEND: --check verifies its length and bytes (from slot `slot` of q), then the slot
+// is posted again. False when reposting failed (the run failed).
+bool take_send(const RunSpec& s, QpCtx& q, const ibv_wc& wc, WorkerResult* out);
+
 // Entry points of the two families; each runs one worker's share of a run.
 void run_latency_worker(const RunSpec& spec, int thread, WorkerResult* out);
 void run_bandwidth_worker(const RunSpec& spec, int thread, WorkerResult* out);
@@ -95,33 +180,5 @@ inline uint32_t complete_sends(QpCtx& q, const ibv_wc& wc) {
 
 // "QP 3: RDMA_WRITE failed: remote access error (vendor error 0x..)" for a failed completion.
 std::string describe_wc_error(int qp, const ibv_wc& wc);
-
-// Watches a loop for progress: stall() is true once `timeout_s` pass without progress().
-class StallWatch {
- public:
-  explicit StallWatch(double timeout_s)
-      : limit_(static_cast<uint64_t>(timeout_s * 1e9)), last_(now_ns()) {}
-  // The clock is read lazily: the next look at it starts the idle period.
-  void progress() {
-    idle_ = 0;
-    last_ = 0;
-  }
-  // Cheap enough for a spin loop: reads the clock once every 1024 calls.
-  bool stall() {
-    if (++idle_ & 1023) return false;
-    return stall_now();
-  }
-  // For loops that sleep between looks (-e): reads the clock every time.
-  bool stall_now() {
-    uint64_t t = now_ns();
-    if (last_ == 0) last_ = t;
-    return t - last_ > limit_;
-  }
-
- private:
-  uint64_t limit_;
-  uint64_t last_;
-  uint64_t idle_ = 0;
-};
 
 }  // namespace uroce::perf

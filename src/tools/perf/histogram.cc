@@ -76,7 +76,8 @@ double Histogram::percentile(double p) const {
   for (size_t i = 0; i < kBuckets; ++i) {
     seen += counts_[i];
     if (seen >= rank) {
-      const double mid = static_cast<double>(lower_of(i)) + static_cast<double>(width_of(i) - 1) / 2;
+      const double mid =
+          static_cast<double>(lower_of(i)) + static_cast<double>(width_of(i) - 1) / 2;
       return std::clamp(mid, static_cast<double>(min_), static_cast<double>(max_));
     }
   }

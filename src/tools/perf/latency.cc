@@ -32,16 +32,12 @@ struct LatQp {
   bool pending = false;   // an operation waits for send-queue room
 };
 
-class LatencyLoop {
+class LatencyLoop : private WorkerLoop<LatQp> {
  public:
-  LatencyLoop(const RunSpec& s, int thread, WorkerResult* out)
-      : s_(s), o_(*s.o), r_(*s.res), cq_(s.res->cq(thread)), out_(out), stall_(o_.stall_timeout) {
-    for (int i = 0; i < r_.num_qps(); ++i)
-      if (r_.qp(i).thread == thread) qps_.push_back(LatQp{&r_.qp(i)});
-    by_index_.assign(static_cast<size_t>(r_.num_qps()), -1);
-    for (size_t k = 0; k < qps_.size(); ++k) by_index_[static_cast<size_t>(qps_[k].q->index)] = int(k);
+  LatencyLoop(const RunSpec& s, int thread, WorkerResult* out) : WorkerLoop(s, thread, out) {
     // Signal often enough that the send queue never fills with unsignaled WRs.
-    sig_ = std::max(1, std::min(o_.cq_mod, qps_.empty() ? 1 : qps_[0].q->sq_depth / 2));
+    const int sq = qps_.all().empty() ? 2 : qps_.all()[0].q->sq_depth;
+    sig_ = std::max(1, std::min(o_.cq_mod, sq / 2));
   }
 
   void run() {
@@ -57,7 +53,7 @@ class LatencyLoop {
         if (s_.initiator) rdma_lat();
         break;
     }
-    for (const LatQp& l : qps_) {
+    for (const LatQp& l : qps_.all()) {
       out_->sent[static_cast<size_t>(l.q->index)] = l.sent;
       out_->received[static_cast<size_t>(l.q->index)] = l.answered;
     }
@@ -86,19 +82,15 @@ class LatencyLoop {
            l.answered >= s_.ctl->peer_sent[static_cast<size_t>(l.q->index)];
   }
 
-  bool fail(std::string why) {
-    if (out_->error.empty()) out_->error = std::move(why);
-    s_.ctl->abort.store(true);
-    return false;
-  }
+  bool fail(std::string why) { return fail_run(s_, out_, std::move(why)); }
 
   bool check_abort_or_stall(const char* waiting_for) {
-    if (s_.ctl->abort.load(std::memory_order_relaxed)) return fail("stopped: another thread failed");
+    if (s_.ctl->abort.load(std::memory_order_relaxed))
+      return fail("stopped: another thread failed");
     if (o_.events ? stall_.stall_now() : stall_.stall()) {
       char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "no progress for %.1f s while waiting for %s%s", o_.stall_timeout,
-                    waiting_for,
+      std::snprintf(buf, sizeof buf, "no progress for %.1f s while waiting for %s%s",
+                    o_.stall_timeout, waiting_for,
                     o_.conn == Conn::kRC ? "" : " (UC and UD do not retransmit a lost message)");
       return fail(buf);
     }
@@ -147,9 +139,9 @@ class LatencyLoop {
     for (int i = 0; i < n; ++i) {
       const int qi = wr_qp(wc[i].wr_id);
       if (wc[i].status != IBV_WC_SUCCESS) return fail(describe_wc_error(qi, wc[i]));
-      const int k = qi >= 0 && static_cast<size_t>(qi) < by_index_.size() ? by_index_[size_t(qi)] : -1;
-      if (k < 0) return fail("a completion for an unknown QP " + std::to_string(qi));
-      LatQp& l = qps_[static_cast<size_t>(k)];
+      LatQp* found = qps_.find(qi);
+      if (!found) return fail("a completion for an unknown QP " + std::to_string(qi));
+      LatQp& l = *found;
       if (wr_tag(wc[i].wr_id) == WrTag::kRecv) {
         if (!on_recv(l, wc[i], t)) return false;
       } else {
@@ -158,56 +150,29 @@ class LatencyLoop {
       }
     }
     // Operations that waited for send-queue room.
-    for (LatQp& l : qps_)
+    for (LatQp& l : qps_.all())
       if (l.pending && !post(l)) return false;
     return true;
   }
 
-  // A received SEND: repost the slot (before answering, as perftest: the peer's next message
-  // must find a receive), and verify it with --check.
-  bool take_recv(LatQp& l, const ibv_wc& wc) {
-    QpCtx& q = *l.q;
-    const int slot = static_cast<int>(wr_value(wc.wr_id));
-    const uint8_t* data = q.recv + static_cast<size_t>(slot) * q.recv_slot_size;
-    const uint64_t grh = o_.conn == Conn::kUD ? kUdGrh : 0;
-    if (s_.check) {
-      if (wc.byte_len != s_.size + grh) {
-        record_check_failure("QP " + std::to_string(q.index) + ": received " +
-                             std::to_string(wc.byte_len - grh) + " bytes, expected " +
-                             std::to_string(s_.size));
-      } else {
-        uint64_t bad = find_mismatch(data + grh, s_.size, !s_.client, q.index);
-        if (bad < s_.size)
-          record_check_failure("QP " + std::to_string(q.index) + ": received data differs at byte " +
-                               std::to_string(bad));
-        else
-          out_->checked_bytes += s_.size;
-      }
-    }
-    if (int rc = r_.post_recv(q, slot))
-      return fail("QP " + std::to_string(q.index) + ": reposting a receive failed: " +
-                  std::strerror(rc));
-    return true;
-  }
-
-  void record_check_failure(std::string why) {
-    if (!out_->check_failures++) out_->check_error = std::move(why);
-  }
-
   bool all(bool (LatencyLoop::*pred)(const LatQp&) const) const {
-    for (const LatQp& l : qps_)
+    for (const LatQp& l : qps_.all())
       if (!(this->*pred)(l)) return false;
     return true;
   }
-  bool initiator_done(const LatQp& l) const { return !l.pending && l.answered == l.sent && !more(l); }
+  bool initiator_done(const LatQp& l) const {
+    return !l.pending && l.answered == l.sent && !more(l);
+  }
 
   void send_lat() {
     ibv_wc wc[16];
     if (s_.initiator)
-      for (LatQp& l : qps_)
+      for (LatQp& l : qps_.all())
         if (more(l) && !post(l)) return;
     auto on_recv = [&](LatQp& l, const ibv_wc& w, uint64_t t) {
-      if (!take_recv(l, w)) return false;
+      // The slot goes back before the answer, as perftest: the peer's next message must find
+      // a receive.
+      if (!take_send(s_, *l.q, w, out_)) return false;
       if (s_.initiator) sample(l, t);
       ++l.answered;
       stall_.progress();
@@ -249,13 +214,13 @@ class LatencyLoop {
       return post(l);
     };
     if (s_.initiator)
-      for (LatQp& l : qps_)
+      for (LatQp& l : qps_.all())
         if (more(l) && !ping(l)) return;
     auto on_recv = [](LatQp&, const ibv_wc&, uint64_t) { return true; };
     auto on_send = [](LatQp&, uint64_t) { return true; };
     for (;;) {
       bool moved = false;
-      for (LatQp& l : qps_) {
+      for (LatQp& l : qps_.all()) {
         const uint8_t seen = __atomic_load_n(l.q->target + at, __ATOMIC_ACQUIRE);
         if (s_.initiator) {
           if (l.answered == l.sent || l.pending || seen != round_byte(l.sent)) continue;
@@ -295,7 +260,7 @@ class LatencyLoop {
 
   void rdma_lat() {
     ibv_wc wc[16];
-    for (LatQp& l : qps_)
+    for (LatQp& l : qps_.all())
       if (more(l) && !post(l)) return;
     auto on_recv = [&](LatQp& l, const ibv_wc&, uint64_t) {
       return fail("QP " + std::to_string(l.q->index) + ": an unexpected receive completion");
@@ -308,8 +273,8 @@ class LatencyLoop {
         uint64_t got;
         std::memcpy(&got, l.q->src, 8);
         if (got != l.answered)
-          record_check_failure("QP " + std::to_string(l.q->index) + ": atomic " +
-                               std::to_string(l.answered) + " returned " + std::to_string(got));
+          check_failure(out_, "QP " + std::to_string(l.q->index) + ": atomic " +
+                                  std::to_string(l.answered) + " returned " + std::to_string(got));
         else
           out_->checked_bytes += 8;
       }
@@ -332,14 +297,6 @@ class LatencyLoop {
     }
   }
 
-  const RunSpec& s_;
-  const Options& o_;
-  Resources& r_;
-  CqCtx& cq_;
-  WorkerResult* out_;
-  StallWatch stall_;
-  std::vector<LatQp> qps_;
-  std::vector<int> by_index_;  // QP index -> position in qps_, -1 for other workers' QPs
   int sig_ = 1;
 };
 

@@ -47,10 +47,10 @@ struct TestDef {
   Kind kind;
 };
 constexpr TestDef kTests[] = {
-    {"send_lat", Verb::kSend, Kind::kLatency},    {"write_lat", Verb::kWrite, Kind::kLatency},
-    {"read_lat", Verb::kRead, Kind::kLatency},    {"atomic_lat", Verb::kAtomic, Kind::kLatency},
-    {"send_bw", Verb::kSend, Kind::kBandwidth},   {"write_bw", Verb::kWrite, Kind::kBandwidth},
-    {"read_bw", Verb::kRead, Kind::kBandwidth},   {"atomic_bw", Verb::kAtomic, Kind::kBandwidth},
+    {"send_lat", Verb::kSend, Kind::kLatency},  {"write_lat", Verb::kWrite, Kind::kLatency},
+    {"read_lat", Verb::kRead, Kind::kLatency},  {"atomic_lat", Verb::kAtomic, Kind::kLatency},
+    {"send_bw", Verb::kSend, Kind::kBandwidth}, {"write_bw", Verb::kWrite, Kind::kBandwidth},
+    {"read_bw", Verb::kRead, Kind::kBandwidth}, {"atomic_bw", Verb::kAtomic, Kind::kBandwidth},
 };
 
 // perftest options uroce-perf knows but does not implement, with the reason it gives.
@@ -129,8 +129,7 @@ ParseResult fail(const std::string& prog, const std::string& msg) {
 // perftest's dependent defaults (force_dependecies in perftest_parameters.c), applied after the
 // flags so that explicit values win where perftest lets them.
 void apply_defaults(Options& o, bool size_given, bool iters_given, bool tx_given, bool rx_given) {
-  if (!size_given)
-    o.size = o.verb == Verb::kAtomic ? 8 : o.latency() ? 2 : 65536;
+  if (!size_given) o.size = o.verb == Verb::kAtomic ? 8 : o.latency() ? 2 : 65536;
   if (!iters_given && o.duration == 0)
     o.iters = o.verb == Verb::kWrite && !o.latency() ? 5000 : 1000;
   if (o.duration > 0) o.iters = 0;
@@ -193,12 +192,13 @@ ParseResult parse_options(const std::vector<std::string>& argv) {
   o.kind = def->kind;
   const std::string me = prog + " " + o.test;
 
-  CLI::App app{me + ": perftest's " + "ib_" + o.test +
-               " over any verbs device, with latency percentiles, CPU time, uroce counters, "
-               "--json, --plot and --check.\nWithout SERVER: wait for a client. Flags as perftest "
-               "6.06 (ib_" +
-               o.test + ").",
-               me};
+  CLI::App app{
+      me + ": perftest's " + "ib_" + o.test +
+          " over any verbs device, with latency percentiles, CPU time, uroce counters, "
+          "--json, --plot and --check.\nWithout SERVER: wait for a client. Flags as perftest "
+          "6.06 (ib_" +
+          o.test + ").",
+      me};
   app.set_help_flag("-h,--help", "Show this help");
   app.allow_extras(false);
 
@@ -333,7 +333,8 @@ ParseResult parse_options(const std::vector<std::string>& argv) {
     return fail(me, "atomics are 8 bytes: -s 8 (or leave -s out)");
   if (o.verb == Verb::kAtomic && o.all_sizes)
     return fail(me, "-a: atomics have one size (8 bytes)");
-  if (*dur_opt && *iters_opt) return fail(me, "-D and -n exclude each other: run for a time or a count");
+  if (*dur_opt && *iters_opt)
+    return fail(me, "-D and -n exclude each other: run for a time or a count");
   if (*dur_opt && o.all_sizes) return fail(me, "-D and -a exclude each other");
   if (o.bidirectional && o.latency())
     return fail(me, "-b applies to bandwidth tests (a latency test is a ping-pong already)");

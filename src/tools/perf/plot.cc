@@ -111,9 +111,11 @@ std::vector<double> size_ticks(const Axis& a) {
 class Svg {
  public:
   explicit Svg(const std::string& title) {
-    out_ = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-           "width=\"" + num(kW) + "\" height=\"" + num(kH) + "\" viewBox=\"0 0 " + num(kW) + " " +
-           num(kH) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+    out_ =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+        "width=\"" +
+        num(kW) + "\" height=\"" + num(kH) + "\" viewBox=\"0 0 " + num(kW) + " " + num(kH) +
+        "\" font-family=\"sans-serif\" font-size=\"12\">\n";
     out_ += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     text(kW / 2, 24, title, "middle", 15);
   }
@@ -141,8 +143,8 @@ class Svg {
     for (auto [x, y] : pts) out_ += num(x) + "," + num(y) + " ";
     out_ += "\"/>\n";
     for (auto [x, y] : pts)
-      out_ += "<circle cx=\"" + num(x) + "\" cy=\"" + num(y) + "\" r=\"3\" fill=\"" + color +
-              "\"/>\n";
+      out_ +=
+          "<circle cx=\"" + num(x) + "\" cy=\"" + num(y) + "\" r=\"3\" fill=\"" + color + "\"/>\n";
   }
   void axes(const Axis& x, const Axis& y, const std::vector<double>& xt, bool x_bytes,
             const std::string& xlabel, const std::string& ylabel) {
@@ -228,8 +230,9 @@ std::string latency_histogram(const Options& o, const SizeResult& r, const std::
   };
   // Each marker's label on its own line, on the side of the line with more room.
   double label_y = kTop + 12;
-  for (const Mark& m : {Mark{"p50", r.lat.p50 / k, "#2a9d3a"}, Mark{"p99", r.lat.p99 / k, "#e08a00"},
-                        Mark{"p99.9", r.lat.p999 / k, "#c0392b"}}) {
+  for (const Mark& m :
+       {Mark{"p50", r.lat.p50 / k, "#2a9d3a"}, Mark{"p99", r.lat.p99 / k, "#e08a00"},
+        Mark{"p99.9", r.lat.p999 / k, "#c0392b"}}) {
     double px = x.map(std::clamp(m.v, lo, hi));
     svg.line(px, kTop, px, kH - kBottom, m.color, 1.5, "5,3");
     const bool right_half = px > (x.p0 + x.p1) / 2;
@@ -258,7 +261,8 @@ std::string latency_by_size(const Options& o, const std::vector<SizeResult>& res
   }
   lo = std::max(lo * 0.8, 1e-3);
   hi = std::max(hi * 1.25, lo * 2);
-  Axis x = x_axis(static_cast<double>(pts.front().first), static_cast<double>(pts.back().first) * 1.0001 + 1, true);
+  Axis x = x_axis(static_cast<double>(pts.front().first),
+                  static_cast<double>(pts.back().first) * 1.0001 + 1, true);
   Axis y = y_axis(lo, hi, true);
   svg.axes(x, y, size_ticks(x), true, "message size [bytes]",
            lat_divisor(o) == 2 ? "latency [usec], half the round trip" : "latency [usec]");
@@ -268,8 +272,9 @@ std::string latency_by_size(const Options& o, const std::vector<SizeResult>& res
     const char* color;
   };
   std::vector<std::pair<std::string, const char*>> legend;
-  for (const Line& l : {Line{"p50", &LatSummary::p50, "#2a9d3a"}, Line{"p99", &LatSummary::p99, "#e08a00"},
-                        Line{"p99.9", &LatSummary::p999, "#c0392b"}}) {
+  for (const Line& l :
+       {Line{"p50", &LatSummary::p50, "#2a9d3a"}, Line{"p99", &LatSummary::p99, "#e08a00"},
+        Line{"p99.9", &LatSummary::p999, "#c0392b"}}) {
     std::vector<std::pair<double, double>> line;
     for (auto& [size, s] : pts)
       line.emplace_back(x.map(static_cast<double>(size)), y.map(std::max(s->*l.field / k, lo)));
@@ -292,7 +297,10 @@ std::string bandwidth_plot(const Options& o, const std::vector<SizeResult>& resu
   };
   std::vector<Pt> pts;
   for (const SizeResult& r : results) {
-    const BwSummary* s = r.tx.msgs ? &r.tx : r.rx.msgs ? &r.rx : r.remote_tx.msgs ? &r.remote_tx : nullptr;
+    const BwSummary* s = r.tx.msgs          ? &r.tx
+                         : r.rx.msgs        ? &r.rx
+                         : r.remote_tx.msgs ? &r.remote_tx
+                                            : nullptr;
     if (s) pts.push_back({r.size, units(s->avg), o.no_peak ? 0 : units(s->peak)});
   }
   if (pts.empty()) return svg.done();
@@ -304,14 +312,17 @@ std::string bandwidth_plot(const Options& o, const std::vector<SizeResult>& resu
     svg.axes(x, y, {}, false, std::to_string(pts[0].size) + "-byte messages", ylabel);
     const double w = 120, cx = (kLeft + kW - kRight) / 2;
     svg.rect(cx - w - 10, y.map(pts[0].avg), w, (kH - kBottom) - y.map(pts[0].avg), "#4a7ab5");
-    svg.text(cx - 10 - w / 2, y.map(pts[0].avg) - 6, "average " + tick_label(std::round(pts[0].avg * 100) / 100, false), "middle");
+    svg.text(cx - 10 - w / 2, y.map(pts[0].avg) - 6,
+             "average " + tick_label(std::round(pts[0].avg * 100) / 100, false), "middle");
     if (!o.no_peak) {
       svg.rect(cx + 10, y.map(pts[0].peak), w, (kH - kBottom) - y.map(pts[0].peak), "#9bbbe0");
-      svg.text(cx + 10 + w / 2, y.map(pts[0].peak) - 6, "peak " + tick_label(std::round(pts[0].peak * 100) / 100, false), "middle");
+      svg.text(cx + 10 + w / 2, y.map(pts[0].peak) - 6,
+               "peak " + tick_label(std::round(pts[0].peak * 100) / 100, false), "middle");
     }
     return svg.done();
   }
-  Axis x = x_axis(static_cast<double>(pts.front().size), static_cast<double>(pts.back().size), true);
+  Axis x =
+      x_axis(static_cast<double>(pts.front().size), static_cast<double>(pts.back().size), true);
   svg.axes(x, y, size_ticks(x), true, "message size [bytes]", ylabel);
   std::vector<std::pair<double, double>> avg, peak;
   for (const Pt& p : pts) {

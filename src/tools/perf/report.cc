@@ -141,7 +141,8 @@ BwReport bw_report(const ReportContext& c, uint64_t size, const BwSummary& s) {
 void print_bw_row(const ReportContext& c, const BwReport& r) {
   // perftest prints more digits when a Gb/s figure would round to 0.00.
   if (c.o->report_gbits && r.bw_avg < 0.1)
-    std::printf(" %-7" PRIu64 "    %" PRIu64 "           %-7.6lf            %-7.6lf            %-7.6lf\n",
+    std::printf(" %-7" PRIu64 "    %" PRIu64
+                "           %-7.6lf            %-7.6lf            %-7.6lf\n",
                 r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate);
   else
     std::printf(" %-7" PRIu64 "    %-10" PRIu64 "       %-7.2lf            %-7.2lf\t\t   %-7.6lf\n",
@@ -155,11 +156,12 @@ void print_lat_row(const ReportContext& c, uint64_t size, uint64_t iters, const 
     std::printf(" %-7" PRIu64 "       %" PRIu64 "            %-7.2f        %-7.2f\n", size, iters,
                 s.mean / k, s.rate());
   } else {
-    std::printf(" %-7" PRIu64 " %" PRIu64
-                "          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f "
-                "\t\t%-7.2f\n",
-                size, iters, s.min / k, s.max / k, s.p50 / k, s.mean / k, s.stdev / k,
-                s.p99 / k, s.p999 / k);
+    std::printf(
+        " %-7" PRIu64 " %" PRIu64
+        "          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f "
+        "\t\t%-7.2f\n",
+        size, iters, s.min / k, s.max / k, s.p50 / k, s.mean / k, s.stdev / k, s.p99 / k,
+        s.p999 / k);
   }
   std::fflush(stdout);
 }
@@ -174,8 +176,8 @@ void print_lat_extras(const ReportContext& c, const std::vector<SizeResult>& res
   if (!any) return;
   std::printf(" uroce-perf latency [usec]%s, from a CLOCK_MONOTONIC histogram\n",
               lat_divisor(o) == 2 ? " (half the round trip, as above)" : "");
-  std::printf(" %-9s %-7s %-10s %-10s %-10s %-10s %-10s %-10s %s\n", "#bytes", "side", "p50",
-              "p90", "p99", "p99.9", "max", "samples", "round trips/s");
+  std::printf(" %-9s %-7s %-10s %-10s %-10s %-10s %-10s %-10s %s\n", "#bytes", "side", "p50", "p90",
+              "p99", "p99.9", "max", "samples", "round trips/s");
   auto row = [&](uint64_t size, const char* side, const LatSummary& s) {
     std::printf(" %-9" PRIu64 " %-7s %-10.2f %-10.2f %-10.2f %-10.2f %-10.2f %-10" PRIu64 " %.0f\n",
                 size, side, s.p50 / k, s.p90 / k, s.p99 / k, s.p999 / k, s.max / k, s.count,
@@ -188,7 +190,8 @@ void print_lat_extras(const ReportContext& c, const std::vector<SizeResult>& res
   if (o.print_histogram) {
     for (const SizeResult& r : results) {
       if (!r.hist.count()) continue;
-      std::printf(" histogram of %" PRIu64 "-byte round trips [usec, not halved]: lower upper count\n",
+      std::printf(" histogram of %" PRIu64
+                  "-byte round trips [usec, not halved]: lower upper count\n",
                   r.size);
       for (const Histogram::Bucket& b : r.hist.buckets())
         std::printf("   %.3f %.3f %" PRIu64 "\n", static_cast<double>(b.lower) / 1000,
@@ -287,8 +290,10 @@ void print_extras(const ReportContext& c, const std::vector<SizeResult>& results
       std::printf("   %-30s %14s %14s\n", name.c_str(), side(l, true, moved[name].first).c_str(),
                   side(r, totals.remote_known, moved[name].second).c_str());
     if (order.empty()) std::printf("   (none moved)\n");
-    if (!l.known) std::printf("   local: %s\n", l.why_not.c_str());
-    else if (!l.why_not.empty()) std::printf("   local: %s\n", l.why_not.c_str());
+    if (!l.known)
+      std::printf("   local: %s\n", l.why_not.c_str());
+    else if (!l.why_not.empty())
+      std::printf("   local: %s\n", l.why_not.c_str());
     if (totals.remote_known && !r.known) std::printf("   remote: %s\n", r.why_not.c_str());
   }
 
@@ -305,8 +310,7 @@ void print_extras(const ReportContext& c, const std::vector<SizeResult>& results
     if (fails)
       std::printf(" check: FAILED, %" PRIu64 " mismatches; the first %s\n", fails, first.c_str());
     else
-      std::printf(" check: passed, %" PRIu64 " bytes verified here and %" PRIu64
-                  " by the peer\n",
+      std::printf(" check: passed, %" PRIu64 " bytes verified here and %" PRIu64 " by the peer\n",
                   mine, theirs);
   }
   std::fflush(stdout);
@@ -329,8 +333,7 @@ std::string lat_json(const Options& o, const LatSummary& s) {
 
 std::string bw_json(const BwSummary& s) {
   return "{\"messages\":" + std::to_string(s.msgs) + ",\"bytes\":" + std::to_string(s.bytes) +
-         ",\"seconds\":" + json_number(s.seconds) +
-         ",\"bytes_per_second\":" + json_number(s.avg) +
+         ",\"seconds\":" + json_number(s.seconds) + ",\"bytes_per_second\":" + json_number(s.avg) +
          ",\"peak_bytes_per_second\":" + json_number(s.peak) +
          ",\"messages_per_second\":" + json_number(s.msg_rate()) + "}";
 }
@@ -366,7 +369,8 @@ std::string json_report(const ReportContext& c, const std::vector<SizeResult>& r
                         const RunTotals& totals, const std::string& status) {
   const Options& o = *c.o;
   std::string j = "{\"tool\":\"uroce-perf\",\"version\":" + json_string(UROCE_PERF_VERSION);
-  j += ",\"test\":" + json_string(o.test) + ",\"role\":" + json_string(c.client ? "client" : "server");
+  j += ",\"test\":" + json_string(o.test) +
+       ",\"role\":" + json_string(c.client ? "client" : "server");
   j += ",\"status\":" + json_string(status);
   j += ",\"peer\":{\"version\":" + json_string(c.peer ? c.peer->version : "") +
        ",\"uroce_perf\":" + (c.peer && c.peer->uroce_perf ? "true" : "false") + "}";
@@ -375,11 +379,13 @@ std::string json_report(const ReportContext& c, const std::vector<SizeResult>& r
        ",\"gid_index\":" + std::to_string(c.dev->gid_index) +
        ",\"mtu\":" + std::to_string(mtu_bytes(c.mtu)) + "}";
   j += ",\"options\":{\"connection\":" + json_string(conn_name(o.conn)) +
-       ",\"size\":" + std::to_string(o.size) + ",\"all_sizes\":" + (o.all_sizes ? "true" : "false") +
-       ",\"iterations\":" + std::to_string(o.iters) + ",\"duration\":" + std::to_string(o.duration) +
-       ",\"qps\":" + std::to_string(o.qps) + ",\"threads\":" + std::to_string(o.threads) +
-       ",\"tx_depth\":" + std::to_string(o.tx_depth) + ",\"rx_depth\":" + std::to_string(o.rx_depth) +
-       ",\"cq_mod\":" + std::to_string(o.cq_mod) + ",\"post_list\":" + std::to_string(o.post_list) +
+       ",\"size\":" + std::to_string(o.size) +
+       ",\"all_sizes\":" + (o.all_sizes ? "true" : "false") +
+       ",\"iterations\":" + std::to_string(o.iters) +
+       ",\"duration\":" + std::to_string(o.duration) + ",\"qps\":" + std::to_string(o.qps) +
+       ",\"threads\":" + std::to_string(o.threads) + ",\"tx_depth\":" + std::to_string(o.tx_depth) +
+       ",\"rx_depth\":" + std::to_string(o.rx_depth) + ",\"cq_mod\":" + std::to_string(o.cq_mod) +
+       ",\"post_list\":" + std::to_string(o.post_list) +
        ",\"inline_size\":" + std::to_string(o.inline_size) +
        ",\"bidirectional\":" + (o.bidirectional ? "true" : "false") +
        ",\"events\":" + (o.events ? "true" : "false") +
@@ -399,13 +405,14 @@ std::string json_report(const ReportContext& c, const std::vector<SizeResult>& r
     if (o.latency()) {
       j += ",\"local\":" + (r.lat.count ? lat_json(o, r.lat) : std::string("null"));
       if (r.have_remote)
-        j += ",\"remote\":" + (r.remote_lat.count ? lat_json(o, r.remote_lat) : std::string("null"));
+        j +=
+            ",\"remote\":" + (r.remote_lat.count ? lat_json(o, r.remote_lat) : std::string("null"));
       if (r.hist.count()) {
         j += ",\"histogram_round_trip_ns\":[";
         bool first = true;
         for (const Histogram::Bucket& b : r.hist.buckets()) {
-          j += (first ? "[" : ",[") + std::to_string(b.lower) + "," + std::to_string(b.upper) + "," +
-               std::to_string(b.count) + "]";
+          j += (first ? "[" : ",[") + std::to_string(b.lower) + "," + std::to_string(b.upper) +
+               "," + std::to_string(b.count) + "]";
           first = false;
         }
         j += "]";

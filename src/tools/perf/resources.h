@@ -147,8 +147,14 @@ enum class WrTag : uint8_t { kSend = 1, kRecv = 2 };
 inline uint64_t make_wr_id(int qp, WrTag tag, uint32_t value) {
   return uint64_t(uint32_t(qp)) << 32 | uint64_t(uint8_t(tag)) << 24 | (value & 0xffffff);
 }
-inline int wr_qp(uint64_t id) { return static_cast<int>(id >> 32); }
-inline WrTag wr_tag(uint64_t id) { return static_cast<WrTag>((id >> 24) & 0xff); }
-inline uint32_t wr_value(uint64_t id) { return static_cast<uint32_t>(id & 0xffffff); }
+inline int wr_qp(uint64_t id) {
+  return static_cast<int>(id >> 32);
+}
+inline WrTag wr_tag(uint64_t id) {
+  return static_cast<WrTag>((id >> 24) & 0xff);
+}
+inline uint32_t wr_value(uint64_t id) {
+  return static_cast<uint32_t>(id & 0xffffff);
+}
 
 }  // namespace uroce::perf

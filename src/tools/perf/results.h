@@ -56,9 +56,9 @@ struct SizeResult {
   uint64_t size = 0;
   uint64_t iters = 0;  // per QP (with -D: what the initiators managed)
   // This side.
-  BwSummary tx, rx;    // initiating / SEND-receiving parts (bandwidth)
-  uint64_t lost = 0;   // SENDs the peer says it sent that never arrived (UC/UD)
-  Histogram hist;      // latency round trips
+  BwSummary tx, rx;   // initiating / SEND-receiving parts (bandwidth)
+  uint64_t lost = 0;  // SENDs the peer says it sent that never arrived (UC/UD)
+  Histogram hist;     // latency round trips
   LatSummary lat;
   CheckSummary check;
   // The peer (uroce-perf): its figures for the same run.

@@ -96,8 +96,14 @@ BwSummary get_bw(const Fields& f, const std::string& p) {
 }
 void put_lat(Fields& f, const LatSummary& s) {
   f["lat.count"] = std::to_string(s.count);
-  for (auto [k, v] : {std::pair{"min", s.min}, {"max", s.max}, {"mean", s.mean}, {"stdev", s.stdev},
-                      {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"p999", s.p999},
+  for (auto [k, v] : {std::pair{"min", s.min},
+                      {"max", s.max},
+                      {"mean", s.mean},
+                      {"stdev", s.stdev},
+                      {"p50", s.p50},
+                      {"p90", s.p90},
+                      {"p99", s.p99},
+                      {"p999", s.p999},
                       {"seconds", s.seconds}})
     f[std::string("lat.") + k] = num(v);
 }
@@ -118,7 +124,8 @@ LatSummary get_lat(const Fields& f) {
 
 class Session {
  public:
-  explicit Session(const Options& o) : o_(o), res_(o), fam_(family_of(o)), client_(!o.is_server()) {}
+  explicit Session(const Options& o)
+      : o_(o), res_(o), fam_(family_of(o)), client_(!o.is_server()) {}
 
   int run() {
     if (!o_.json && !client_) print_waiting_banner();
@@ -176,17 +183,15 @@ class Session {
 
   void refuse_what_perftest_cannot_do() {
     if (ext_) return;
-    const std::string who =
-        o_.dont_xchg_versions ? std::string("an unknown peer (--dont_xchg_versions)")
-                              : "perftest " + ch_->peer().version;
-    if (o_.check)
-      fatal("--check needs uroce-perf on both sides; the peer is %s", who.c_str());
+    const std::string who = o_.dont_xchg_versions
+                                ? std::string("an unknown peer (--dont_xchg_versions)")
+                                : "perftest " + ch_->peer().version;
+    if (o_.check) fatal("--check needs uroce-perf on both sides; the peer is %s", who.c_str());
     // A duration run needs the two sides to stop together; only a passive target need not.
     const bool passive_server = fam_ == Family::kRdmaBw && !o_.bidirectional;
     if (o_.duration && !passive_server)
       fatal("-D with %s works for write_bw, read_bw and atomic_bw (without -b) only", who.c_str());
-    if (o_.latency() && o_.qps > 1)
-      fatal("%s runs latency tests on one QP; drop -q", who.c_str());
+    if (o_.latency() && o_.qps > 1) fatal("%s runs latency tests on one QP; drop -q", who.c_str());
   }
 
   // P: both sides must run the same test, or the handshake counts and buffers disagree.
@@ -253,15 +258,17 @@ class Session {
     std::vector<Dest> remote(static_cast<size_t>(q));
     const bool lead_k0 = fam_ == Family::kWriteLat || fam_ == Family::kRdmaLat;
     if (lead_k0) k0();
-    for (int i = 0; i < q; ++i) remote[static_cast<size_t>(i)] = ch_->handshake(res_.qp(i).local, gid);
+    for (int i = 0; i < q; ++i)
+      remote[static_cast<size_t>(i)] = ch_->handshake(res_.qp(i).local, gid);
     if (gid) {
       auto v4 = [](const ibv_gid& g) {
         static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         return std::memcmp(g.raw, prefix, 12) == 0;
       };
       if (v4(res_.qp(0).local.gid) != v4(remote[0].gid))
-        fatal("the two GIDs are of different IP versions (IPv4-mapped and not): pick another "
-              "GID with -x");
+        fatal(
+            "the two GIDs are of different IP versions (IPv4-mapped and not): pick another "
+            "GID with -x");
     }
     res_.connect(remote, mtu_);
     if (!o_.json)
@@ -425,8 +432,9 @@ class Session {
       const bool initiator = s.initiator;
       const uint64_t a = initiator ? tx0 : rx0, b = initiator ? tx1 : rx1;
       r.lat = summarize_lat(r.hist, b > a ? static_cast<double>(b - a) / 1e9 : 0);
-      if (!o_.iters) r.iters = initiator ? sent / static_cast<uint64_t>(o_.qps)
-                                         : received / static_cast<uint64_t>(o_.qps);
+      if (!o_.iters)
+        r.iters = initiator ? sent / static_cast<uint64_t>(o_.qps)
+                            : received / static_cast<uint64_t>(o_.qps);
     }
     if (fam_ == Family::kSendBw && s.responder && ext_) {
       uint64_t expected = 0;
@@ -523,8 +531,8 @@ class Session {
     r.check.done = true;
     const uint64_t bad = find_mismatch(p, n, client_data, qp);
     if (bad < n)
-      check_failure(r, what + " differs at byte " + std::to_string(bad) + " of " +
-                           std::to_string(n));
+      check_failure(r,
+                    what + " differs at byte " + std::to_string(bad) + " of " + std::to_string(n));
     else
       r.check.bytes += n;
   }
@@ -676,11 +684,10 @@ class Session {
     CounterDelta d = counter_delta(ctr0_, read_own_counters(res_.info().name));
     std::string moved;
     for (const auto& [name, v] : d.values) {
-      const bool telling = name.find("drop") != std::string::npos ||
-                           name.find("err") != std::string::npos ||
-                           name.find("retrans") != std::string::npos ||
-                           name.find("out_of") != std::string::npos ||
-                           name.find("rnr") != std::string::npos;
+      const bool telling =
+          name.find("drop") != std::string::npos || name.find("err") != std::string::npos ||
+          name.find("retrans") != std::string::npos || name.find("out_of") != std::string::npos ||
+          name.find("rnr") != std::string::npos;
       if (v && telling) moved += (moved.empty() ? "" : ", ") + name + " " + std::to_string(v);
     }
     return moved.empty() ? "" : "\nuroce counters of this side so far: " + moved;
@@ -720,7 +727,8 @@ class Session {
     size_t start = 0;
     while (start < l.size()) {
       size_t comma = l.find(',', start);
-      std::string item = l.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      std::string item =
+          l.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       size_t colon = item.rfind(':');
       if (colon != std::string::npos)
         totals_.remote_counters.values.emplace_back(
@@ -739,10 +747,10 @@ class Session {
     if ((o_.limit_bw > 0 || o_.limit_msgrate > 0) && !results_.empty() && !o_.latency()) {
       const SizeResult& r = results_.back();
       BwReport rep = r.perftest_report && !r.tx.msgs ? *r.perftest_report
-                                                      : bw_report(ctx_, r.size,
-                                                                  r.tx.msgs    ? r.tx
-                                                                  : r.rx.msgs  ? r.rx
-                                                                               : r.remote_tx);
+                                                     : bw_report(ctx_, r.size,
+                                                                 r.tx.msgs   ? r.tx
+                                                                 : r.rx.msgs ? r.rx
+                                                                             : r.remote_tx);
       if (o_.limit_bw > 0 && rep.bw_avg < o_.limit_bw) below = true;
       if (o_.limit_msgrate > 0 && rep.msg_rate < o_.limit_msgrate) below = true;
     }
@@ -763,7 +771,8 @@ class Session {
       std::string err;
       const std::string title = "uroce-perf " + o_.test + " " + conn_name(o_.conn) + " on " +
                                 res_.info().name + (client_ ? " (client)" : " (server)");
-      if (!write_plot(o_, results_, title, &err)) std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
+      if (!write_plot(o_, results_, title, &err))
+        std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
     }
     std::fflush(stdout);
     return check_failed || below ? 1 : 0;

@@ -60,7 +60,9 @@ struct Dest {
 // The key message for `d` (exactly 108 bytes with a GID, 59 without, NUL included) and back.
 std::string format_dest(const Dest& d, bool with_gid);
 std::optional<Dest> parse_dest(const std::string& msg, bool with_gid);
-inline size_t dest_msg_size(bool with_gid) { return with_gid ? 108 : 59; }
+inline size_t dest_msg_size(bool with_gid) {
+  return with_gid ? 108 : 59;
+}
 
 // A bandwidth report as perftest exchanges it (struct bw_report_data, the fields it sends).
 struct BwReport {
