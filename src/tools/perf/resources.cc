@@ -242,10 +242,10 @@ void Resources::create(uint64_t max_msg, uint32_t cycle_buffer, uint32_t cache_l
   size_t slot = 0;
   int slots = 0;
   if (o_.verb == Verb::kSend) {
-    // A slot per posted receive, up to 256 MiB for all of them; beyond that receives share
+    // A slot per posted receive, up to 64 MiB for all of them; beyond that receives share
     // slots (every message of a run carries the same bytes, so sharing never mixes data).
     slot = round_up(max_msg + grh, line);
-    const size_t cap = (size_t{256} << 20) / (q * slot);
+    const size_t cap = (size_t{64} << 20) / (q * slot);
     slots = static_cast<int>(std::clamp<size_t>(cap, 1, static_cast<size_t>(o_.rx_depth)));
     len += q * static_cast<size_t>(slots) * slot;
   }

@@ -382,6 +382,11 @@ class Session {
       if (!w.error.empty()) fatal("%s%s", w.error.c_str(), counters_hint().c_str());
 
     collect(r, wr, s);
+    if (!r.iters) {  // a side that initiated nothing (-D): the peer's count
+      uint64_t n = 0;
+      for (uint64_t v : ctl.peer_sent) n += v;
+      r.iters = n / static_cast<uint64_t>(q);
+    }
     if (o_.check) verify(r, wr, s, ctl.peer_sent);
     if (ext_) {
       // S, second half: the figures and verdicts.
