@@ -48,7 +48,9 @@ struct Endpoint {
 };
 
 // Server (`server` empty): listens on `tcp_port` and takes one client. Client: connects to it.
-inline int tcp_connect(const std::string& server, uint16_t tcp_port) {
+// A server says it is waiting on `announce` (nullptr: says nothing; a program whose stdout is a
+// report, such as uroce-perf --json, keeps it clean).
+inline int tcp_connect(const std::string& server, uint16_t tcp_port, FILE* announce = stdout) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -63,8 +65,10 @@ inline int tcp_connect(const std::string& server, uint16_t tcp_port) {
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 1))
       die("listen on port %u: %s", tcp_port, std::strerror(errno));
-    std::printf("waiting for a client on TCP port %u\n", tcp_port);
-    std::fflush(stdout);  // a script may wait for this line
+    if (announce) {
+      std::fprintf(announce, "waiting for a client on TCP port %u\n", tcp_port);
+      std::fflush(announce);  // a script may wait for this line
+    }
     int conn = accept(fd, nullptr, nullptr);
     if (conn < 0) die("accept: %s", std::strerror(errno));
     close(fd);

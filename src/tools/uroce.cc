@@ -27,28 +27,14 @@
 #include "engine/config.h"
 #include "ports/link_watch.h"
 #include "engine/stats_shm.h"
+#include "tools/json.h"
 
 namespace uroce {
 namespace {
 
 namespace shm = stats_shm;
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
+using tools::json_string;
 
 const char* port_state_name(uint32_t s) {
   switch (s) {

@@ -16,6 +16,14 @@ grep -q uroce0 <<<"$out" || { echo "FAIL: installed uroce-run: no uroce0 in ibv_
 out=$(UROCE_DEVICES=uroce0=127.0.4.1 "$prefix/bin/uroce" devices)
 echo "$out"
 grep -q "uroce0 .*127.0.4.1" <<<"$out" || { echo "FAIL: installed uroce devices: $out"; exit 1; }
+# So is uroce-perf, a plain verbs program: it needs nothing from the build tree, and under the
+# installed uroce-run it sees the uroce device.
+out=$("$prefix/bin/uroce-perf" --version) || { echo "FAIL: installed uroce-perf --version"; exit 1; }
+echo "$out"
+out=$(UROCE_DEVICES=uroce0=127.0.4.1 "$prefix/bin/uroce-run" "$prefix/bin/uroce-perf" send_lat \
+  -d no_such_device 2>&1) && { echo "FAIL: uroce-perf accepted a device that does not exist"; exit 1; }
+grep -q "no device named 'no_such_device' (devices: uroce0)" <<<"$out" ||
+  { echo "FAIL: installed uroce-perf does not see uroce0: $out"; exit 1; }
 # The installed wrapper must not reach back into the build tree.
 grep -q "$build" "$prefix/bin/uroce-run" && { echo "FAIL: uroce-run refers to the build tree"; exit 1; }
 
