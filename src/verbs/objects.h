@@ -65,6 +65,10 @@ class VDevice : public DeviceAbi {
   // The engine device shared by all contexts of this device in the process; opened on the first
   // ibv_open_device, closed when the last context closes. nullptr and *err set on failure.
   std::shared_ptr<Device> acquire(std::string* err);
+  // Waits until the engine pass in progress, if any, has ended: every packet the transport has
+  // produced so far (an ACK, the NAK of a refused request) has then been handed to the socket.
+  // Called at process exit (registry.cc), when contexts are often still open.
+  void drain();
 
  private:
   std::mutex mu_;
