@@ -50,13 +50,23 @@ void Responder::reset(Psn rq_psn) {
 }
 
 void Responder::queue_ack(uint8_t syndrome, Psn psn) {
-  // ACKs are cumulative: one waiting behind everything else is superseded by a newer one. One
-  // queued before a READ stream stays, in order.
+  // While the port pushes back, ACKs and NAKs wait here. ACKs are cumulative: an ACK waiting
+  // behind everything else is superseded by a newer ACK or NAK, which says at least as much. A
+  // waiting NAK is never superseded — the requester must learn of the gap, the missing receive
+  // or the refusal it reports (IBTA 9.7.5.2) — and an ACK that says no more than it (a duplicate
+  // re-ACKed: everything before the NAK's PSN, which the NAK implies) is not queued behind it.
+  // One queued before a READ stream stays, in order.
   if (!responses_.empty() && responses_.back().kind == Response::Kind::kAck) {
-    responses_.back().syndrome = syndrome;
-    responses_.back().psn = psn;
-    responses_.back().msn = msn_;
-    return;
+    Response& b = responses_.back();
+    const bool waiting_ack = wire::aeth_type(b.syndrome) == AethType::kAck;
+    const bool is_ack = wire::aeth_type(syndrome) == AethType::kAck;
+    if (waiting_ack) {
+      b.syndrome = syndrome;
+      b.psn = psn;
+      b.msn = msn_;
+      return;
+    }
+    if (is_ack && psn < b.psn) return;
   }
   Response r;
   r.kind = Response::Kind::kAck;
