@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "transport/env.h"
+#include "transport/qp.h"
 
 namespace uroce::transport {
 namespace {
@@ -112,8 +113,6 @@ constexpr int kAllowedQpAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRIT
 // One physical port, one P_Key (the default 0xffff at index 0), as the device reports.
 constexpr uint8_t kPortNum = 1;
 constexpr uint16_t kNumPkeys = 1;
-// ibv_query_device reports this as max_qp_rd_atom / max_qp_init_rd_atom.
-constexpr uint8_t kMaxRdAtomic = 16;
 
 bool values_ok(const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PORT) && a.port_num != kPortNum) return false;

@@ -164,7 +164,8 @@ TEST(QpState, AttributeValuesAreChecked) {
   EXPECT_EQ(bad([](ibv_qp_attr& a) { a.ah_attr.grh.dgid.raw[10] = 0; }), EINVAL);  // not v4
   EXPECT_EQ(bad([](ibv_qp_attr& a) { a.dest_qp_num = 0x1000000; }), EINVAL);
   EXPECT_EQ(bad([](ibv_qp_attr& a) { a.min_rnr_timer = 32; }), EINVAL);
-  EXPECT_EQ(bad([](ibv_qp_attr& a) { a.max_dest_rd_atomic = 17; }), EINVAL);
+  EXPECT_EQ(bad([](ibv_qp_attr& a) { a.max_dest_rd_atomic = kMaxRdAtomic + 1; }), EINVAL);
+  EXPECT_EQ(bad([](ibv_qp_attr& a) { a.max_dest_rd_atomic = kMaxRdAtomic; }), 0);
 
   const int rts = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
@@ -177,6 +178,8 @@ TEST(QpState, AttributeValuesAreChecked) {
   EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.timeout = 32; }), EINVAL);
   EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.retry_cnt = 8; }), EINVAL);
   EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.rnr_retry = 8; }), EINVAL);
+  EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.max_rd_atomic = kMaxRdAtomic + 1; }), EINVAL);
+  EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.max_rd_atomic = kMaxRdAtomic; }), 0);
 
   const int init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
   auto bad_init = [&](auto mutate) {
