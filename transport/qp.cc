@@ -124,8 +124,11 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
   if (q.init.type != IBV_QPT_RC) unreliable_on_modify(q, cur, c.next);
   switch (c.next) {
     case IBV_QPS_RESET:
-      // Back to the state of a new QP: queues emptied without completions (IBTA 10.3.1).
-      q.sq.clear();
+      // Back to the state of a new QP: queues emptied without completions (IBTA 10.3.1). The
+      // send queue starts over at sequence 0, where a new requester's cursor is: cleared in
+      // place it would keep counting from the WQEs of before, and the requester would look for
+      // its first WQE at a sequence the queue no longer holds.
+      q.sq = SendQueue{};
       q.rq.clear();
       q.attr = ibv_qp_attr{};
       q.requester = Requester{};

@@ -331,5 +331,54 @@ TEST(QpStateOnQp, SqdStopsNewWqesAndReportsDrained) {
   EXPECT_EQ(n.sink.sent.size(), 1u);
 }
 
+// A QP that failed (its WQEs flushed), reset and connected again carries traffic again, as
+// rdma-core's tests do it (test_mr's rereg cases): RESET starts the queues over.
+TEST(QpStateOnQp, ResetAfterAnErrorAndConnectedAgainWorks) {
+  constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
+  test::Node a(0x11, kIpA), b(0x22, kIpB);
+  a.connect(kIpB, 0x22, 100, 200);
+  b.connect(kIpA, 0x11, 200, 100);
+  std::vector<uint8_t> src, dst;
+  const uint32_t skey = a.buffer(src, 4096, 0x3c), dkey = b.buffer(dst, 4096);
+  const auto send = [&](uint64_t id) {
+    ASSERT_EQ(a.qp->post_send(test::send_wqe(id, reinterpret_cast<uint64_t>(src.data()), 64, skey),
+                              0),
+              0);
+  };
+  const auto recv = [&](uint64_t id) {
+    ASSERT_EQ(b.qp->post_recv(test::recv_wqe(id, reinterpret_cast<uint64_t>(dst.data()), 4096,
+                                             dkey)),
+              0);
+  };
+  test::Link link(a, b);
+  for (int round = 0; round < 3; ++round) {
+    a.scq.wcs.clear();
+    recv(1);
+    send(1);
+    send(2);  // no receive for it: RNR until the QP is moved to ERR
+    ASSERT_TRUE(link.run_until([&] { return !a.scq.wcs.empty(); }, 1'000'000'000));
+    EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
+    ibv_qp_attr err{};
+    err.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(a.qp->modify(err, IBV_QP_STATE, link.now), 0);
+    ASSERT_EQ(a.scq.wcs.size(), 2u);
+    EXPECT_EQ(a.scq.wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+    ibv_qp_attr reset{};
+    reset.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(a.qp->modify(reset, IBV_QP_STATE, link.now), 0);
+    ASSERT_EQ(b.qp->modify(reset, IBV_QP_STATE, link.now), 0);
+    const uint32_t psn = 1000 * (round + 1);
+    a.connect(kIpB, 0x22, psn, psn + 500);
+    b.connect(kIpA, 0x11, psn + 500, psn);
+    link.run_idle(link.now + 1'000'000'000);
+  }
+  a.scq.wcs.clear();
+  recv(7);
+  send(7);
+  ASSERT_TRUE(link.run_until([&] { return !a.scq.wcs.empty(); }, link.now + 1'000'000'000));
+  EXPECT_EQ(a.scq.wcs[0].wr_id, 7u);
+  EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
+}
+
 }  // namespace
 }  // namespace uroce::transport
