@@ -1,5 +1,8 @@
 // Device contexts: ibv_open_device / ibv_close_device, the ops tables the inline verbs call
 // through, and the per-context async event queue.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +16,8 @@
 
 namespace uroce::verbs {
 namespace {
+
+constexpr const char* kContextFdName = "uroce-context";
 
 // ibv_context_ops entries are called by the inline verbs without a NULL check, so every one an
 // application can reach with a uroce object is filled. Those of features uroce does not have
@@ -67,7 +72,10 @@ VContext::VContext(VDevice* d, std::shared_ptr<Device> engine)
   ibv_context& c = v.context;
   c.device = &udev->dev;
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
-  c.cmd_fd = -1;  // no uverbs command channel exists
+  // There is no uverbs command channel, but programs treat cmd_fd as a file they may dup and
+  // hand to ibv_import_device (pyverbs' shared-PD tests do): an inert memfd whose name marks it
+  // as a uroce context (is_context_fd), or -1 if none can be had.
+  c.cmd_fd = memfd_create(kContextFdName, MFD_CLOEXEC);
   c.async_fd = async.fd();
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -83,7 +91,19 @@ VContext::VContext(VDevice* d, std::shared_ptr<Device> engine)
 
 VContext::~VContext() {
   dev->remove_port_listener(port_listener);
+  if (vctx.context.cmd_fd >= 0) close(vctx.context.cmd_fd);
   pthread_mutex_destroy(&vctx.context.mutex);
+}
+
+bool is_context_fd(int fd) {
+  char path[64], target[128];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  // memfds read as "/memfd:NAME (deleted)".
+  return std::strncmp(target, "/memfd:", 7) == 0 &&
+         std::strncmp(target + 7, kContextFdName, std::strlen(kContextFdName)) == 0;
 }
 
 bool VContext::live_cq(VCq* cq) {

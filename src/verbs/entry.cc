@@ -156,7 +156,11 @@ UROCE_EXPORT int ibv_close_device(ibv_context* ctx) {
 }
 
 UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
-  // Only kernel uverbs contexts can be imported; uroce has none.
+  // Only kernel uverbs contexts can be imported: a uroce context lives in its process's memory.
+  if (uv::is_context_fd(cmd_fd)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
   auto f = UROCE_REAL(ibv_import_device, V1_10);
   return f ? f(cmd_fd) : no_real_ptr<ibv_context>();
 }

@@ -36,6 +36,9 @@ int device_index(ibv_device* dev);
 
 // ---- context.cc ----
 ibv_context* open_device(ibv_device* dev);
+// True when `fd` is (a duplicate of) the cmd_fd of a uroce context, in this process or another:
+// such a context cannot be imported (ibv_import_device reports EOPNOTSUPP).
+bool is_context_fd(int fd);
 int close_device(ibv_context* ctx);
 int get_async_event(ibv_context* ctx, ibv_async_event* ev);
 // uroce_query_counters (uroce/uroce.h): fills up to `max`, returns the number of counters.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ah.h"
+#include "engine/log.h"
 #include "objects.h"
 #include "provider.h"
 
@@ -48,6 +49,14 @@ int check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
     if (bytes > qp->ctx->dev->mtu_bytes()) return EINVAL;
   }
   return 0;
+}
+
+// A QP reset or destroyed leaves no completion of its own in its CQs (Cq::clean). In RESET the
+// transport produces none, so nothing can arrive after the cleaning.
+void clean_cqs(VQp* qp) {
+  const uint32_t qpn = qp->qpx.qp_base.qp_num;
+  qp->scq->impl.clean(qpn);
+  if (qp->rcq != qp->scq) qp->rcq->impl.clean(qpn);
 }
 
 int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
@@ -192,9 +201,26 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     errno = EINVAL;
     return nullptr;
   }
-  if (a->comp_mask &
-      ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
-    // XRC, creation flags, TSO and RSS are not implemented.
+  // Creation flags and a TSO header size are accepted when they ask for nothing: no creation
+  // flag (scatter FCS, CVLAN stripping, source QPN, self-multicast blocking…) is implemented, and
+  // TSO is for raw packet QPs. XRC and RSS are not implemented.
+  if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags != 0) {
+    log().debug("ibv_create_qp_ex: create_flags {:#x}: no creation flag is supported",
+                a->create_flags);
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if ((a->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && a->max_tso_header != 0) {
+    log().debug("ibv_create_qp_ex: max_tso_header {}: TSO is not supported", a->max_tso_header);
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  constexpr uint32_t kImplemented = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                                    IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                    IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if (a->comp_mask & ~kImplemented) {
+    log().debug("ibv_create_qp_ex: comp_mask {:#x}: XRC and RSS are not supported",
+                a->comp_mask & ~kImplemented);
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -360,6 +386,7 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (rc) return rc;
   // The state field of struct ibv_qp is part of the ABI: applications read it directly.
   if (mask & IBV_QP_STATE) ibqp->state = attr->qp_state;
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) clean_cqs(qp);
   return 0;
 }
 
@@ -386,6 +413,7 @@ int destroy_qp(ibv_qp* ibqp) {
   VContext* c = qp->ctx;
   int rc = c->dev->destroy_qp(qp->tqp);
   if (rc) return rc;
+  clean_cqs(qp);
   {
     std::lock_guard<std::mutex> g(c->mu);
     c->qps.erase(qp);
