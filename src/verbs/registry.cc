@@ -1,6 +1,7 @@
 // The uroce devices of this process: read once from the configuration (engine/config.h), then
 // immutable, so that is_uroce() can be asked from any thread without a lock.
 #include <endian.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -83,6 +84,7 @@ std::shared_ptr<Device> VDevice::acquire(std::string* err) {
   if (!d) return nullptr;
   std::shared_ptr<Device> shared(std::move(d));
   open_ = shared;
+  opened_by_ = getpid();
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(drain_at_exit); });
   return shared;
@@ -92,6 +94,7 @@ void VDevice::drain() {
   std::shared_ptr<Device> d;
   {
     std::lock_guard<std::mutex> g(mu_);
+    if (opened_by_ != getpid()) return;
     d = open_.lock();
   }
   if (d) {
