@@ -5,6 +5,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -18,6 +19,13 @@ class VDevice;
 // ibv_query_port@IBVERBS_1.1 fills only rdma-core's 48-byte compat struct, which ends right
 // before port_cap_flags2 (asserted in objects.h).
 inline constexpr size_t kCompatPortAttrBytes = 48;
+
+// rdma-core's verbs that return an error number leave it in errno too: returns `rc`, and sets
+// errno when it is a (positive) error number (entry.cc).
+inline int with_errno(int rc) {
+  if (rc > 0) errno = rc;
+  return rc;
+}
 
 // ---- registry.cc: the uroce devices of this process ----
 // Reads the configuration once (UROCE_DEVICES); a bad value is reported on stderr and leaves no

@@ -193,6 +193,36 @@ TEST(QpState, AttributeValuesAreChecked) {
   EXPECT_EQ(bad_init([](ibv_qp_attr& a) { a.qp_access_flags = IBV_ACCESS_ZERO_BASED; }), EINVAL);
 }
 
+// A refusal says why and which attributes, for the log line of ibv_modify_qp (src/verbs/qp.cc).
+TEST(QpState, RefusalsNameTheAttribute) {
+  const ibv_qp_attr rtr = valid_attr(IBV_QPS_INIT, IBV_QPS_RTR);
+  const int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  ModifyCheck c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, rtr_mask & ~IBV_QP_RQ_PSN);
+  EXPECT_EQ(c.err, EINVAL);
+  EXPECT_EQ(c.attrs, IBV_QP_RQ_PSN);
+  ASSERT_NE(c.why, nullptr);
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, rtr_mask | IBV_QP_SQ_PSN);
+  EXPECT_EQ(c.attrs, IBV_QP_SQ_PSN);
+  ibv_qp_attr bad = rtr;
+  bad.max_dest_rd_atomic = kMaxRdAtomic + 1;
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, bad, rtr_mask);
+  EXPECT_EQ(c.attrs, IBV_QP_MAX_DEST_RD_ATOMIC);
+  bad = rtr;
+  bad.ah_attr.is_global = 0;
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, bad, rtr_mask);
+  EXPECT_EQ(c.attrs, IBV_QP_AV);
+  c = check_modify(IBV_QPT_RC, IBV_QPS_RESET, rtr, rtr_mask);  // RESET -> RTR: no such transition
+  EXPECT_EQ(c.attrs, 0);
+  ASSERT_NE(c.why, nullptr);
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, rtr_mask);
+  EXPECT_EQ(c.err, 0);
+  EXPECT_EQ(c.why, nullptr);
+  EXPECT_EQ(attr_mask_to_string(IBV_QP_SQ_PSN | IBV_QP_TIMEOUT), "IBV_QP_TIMEOUT|IBV_QP_SQ_PSN");
+  EXPECT_EQ(attr_mask_to_string(0), "0");
+  EXPECT_EQ(attr_mask_to_string(IBV_QP_STATE | (1 << 30)), "IBV_QP_STATE|0x40000000");
+}
+
 TEST(QpState, Units) {
   EXPECT_EQ(mtu_bytes(IBV_MTU_256), 256u);
   EXPECT_EQ(mtu_bytes(IBV_MTU_4096), 4096u);
