@@ -46,26 +46,36 @@ void rebuild(Node& n, CompletionSink* scq, CompletionSink* rcq = nullptr) {
   n.rebuild();
 }
 
+// a connected to b; b has `recvs` receives of 64 bytes posted; a posts `sends` signaled SENDs
+// of 64 bytes. Buffers live in the struct.
+struct SendPair {
+  SendPair(Node& a, Node& b, int recvs, int sends, Link& link) {
+    a.connect(kIpB, 0x22, 0, 0);
+    b.connect(kIpA, 0x11, 0, 0);
+    skey = a.buffer(src, 64);
+    dkey = b.buffer(dst, 64 * static_cast<size_t>(recvs));
+    for (int i = 0; i < recvs; ++i) {
+      EXPECT_EQ(b.qp->post_recv(test::recv_wqe(
+                    i, reinterpret_cast<uint64_t>(dst.data() + 64 * i), 64, dkey)),
+                0);
+    }
+    for (int i = 0; i < sends; ++i) {
+      EXPECT_EQ(a.qp->post_send(
+                    test::send_wqe(i, reinterpret_cast<uint64_t>(src.data()), 64, skey), link.now),
+                0);
+    }
+  }
+  std::vector<uint8_t> src, dst;
+  uint32_t skey = 0, dkey = 0;
+};
+
 TEST(CqOverrun, TheQpThatLosesACompletionEntersErrWithQpFatal) {
   BoundedCq scq(2);
   Node a(0x11, kIpA), b(0x22, kIpB);
   rebuild(a, &scq);
-  a.connect(kIpB, 0x22, 0, 0);
-  b.connect(kIpA, 0x11, 0, 0);
-  std::vector<uint8_t> src, dst;
-  const uint32_t skey = a.buffer(src, 64), dkey = b.buffer(dst, 64 * 8);
-  for (uint64_t i = 0; i < 6; ++i) {
-    ASSERT_EQ(b.qp->post_recv(
-                  test::recv_wqe(i, reinterpret_cast<uint64_t>(dst.data() + 64 * i), 64, dkey)),
-              0);
-  }
   // Two SENDs complete into the two entries; the third completion is lost to the overrun.
   Link link(a, b);
-  for (uint64_t i = 0; i < 3; ++i) {
-    ASSERT_EQ(a.qp->post_send(test::send_wqe(i, reinterpret_cast<uint64_t>(src.data()), 64, skey),
-                              link.now),
-              0);
-  }
+  SendPair p(a, b, 6, 3, link);
   ASSERT_TRUE(link.run_until([&] { return a.qp->state() == IBV_QPS_ERR; }, kSecond))
       << "the QP went on after its CQ lost a completion";
   EXPECT_EQ(scq.wcs.size(), 2u);
@@ -73,9 +83,10 @@ TEST(CqOverrun, TheQpThatLosesACompletionEntersErrWithQpFatal) {
   ASSERT_FALSE(a.events.events.empty());
   EXPECT_EQ(a.events.events.back(), IBV_EVENT_QP_FATAL);
   // Posting now completes at once, flushed — into the CQ in error, which takes nothing.
-  ASSERT_EQ(a.qp->post_send(test::send_wqe(9, reinterpret_cast<uint64_t>(src.data()), 64, skey),
-                            link.now),
-            0);
+  ASSERT_EQ(
+      a.qp->post_send(test::send_wqe(9, reinterpret_cast<uint64_t>(p.src.data()), 64, p.skey),
+                      link.now),
+      0);
   EXPECT_EQ(scq.wcs.size(), 2u);
   // The receive CQ is another CQ: the flushed receives reach it (none posted on a here).
   EXPECT_TRUE(a.rcq.wcs.empty());
@@ -86,22 +97,9 @@ TEST(CqOverrun, QpsSharingTheCqEnterErrOnlyWhenTheyTryToCompleteIntoIt) {
   Node a(0x11, kIpA), b(0x22, kIpB), c(0x33, kIpA);
   rebuild(a, &shared);
   rebuild(c, &shared);
-  a.connect(kIpB, 0x22, 0, 0);
-  b.connect(kIpA, 0x11, 0, 0);
   c.connect(kIpB, 0x44, 0, 0);
-  std::vector<uint8_t> src, dst;
-  const uint32_t skey = a.buffer(src, 64), dkey = b.buffer(dst, 128);
-  for (uint64_t i = 0; i < 2; ++i) {
-    ASSERT_EQ(b.qp->post_recv(
-                  test::recv_wqe(i, reinterpret_cast<uint64_t>(dst.data() + 64 * i), 64, dkey)),
-              0);
-  }
   Link link(a, b);
-  for (uint64_t i = 0; i < 2; ++i) {
-    ASSERT_EQ(a.qp->post_send(test::send_wqe(i, reinterpret_cast<uint64_t>(src.data()), 64, skey),
-                              link.now),
-              0);
-  }
+  SendPair p(a, b, 2, 2, link);
   ASSERT_TRUE(link.run_until([&] { return a.qp->state() == IBV_QPS_ERR; }, kSecond));
   EXPECT_TRUE(shared.overrun());
   EXPECT_EQ(c.qp->state(), IBV_QPS_RTS) << "c completed nothing into the CQ yet";
@@ -123,21 +121,8 @@ TEST(CqOverrun, AReceiveCompletionLostToAnOverrunReceiveCqMovesTheResponderToErr
   BoundedCq rcq(1);
   Node a(0x11, kIpA), b(0x22, kIpB);
   rebuild(b, &b.scq, &rcq);
-  a.connect(kIpB, 0x22, 0, 0);
-  b.connect(kIpA, 0x11, 0, 0);
-  std::vector<uint8_t> src, dst;
-  const uint32_t skey = a.buffer(src, 64), dkey = b.buffer(dst, 64 * 4);
-  for (uint64_t i = 0; i < 4; ++i) {
-    ASSERT_EQ(b.qp->post_recv(
-                  test::recv_wqe(i, reinterpret_cast<uint64_t>(dst.data() + 64 * i), 64, dkey)),
-              0);
-  }
   Link link(a, b);
-  for (uint64_t i = 0; i < 2; ++i) {
-    ASSERT_EQ(a.qp->post_send(test::send_wqe(i, reinterpret_cast<uint64_t>(src.data()), 64, skey),
-                              link.now),
-              0);
-  }
+  SendPair p(a, b, 4, 2, link);
   ASSERT_TRUE(link.run_until([&] { return b.qp->state() == IBV_QPS_ERR; }, kSecond));
   EXPECT_EQ(rcq.wcs.size(), 1u);
   ASSERT_FALSE(b.events.events.empty());

@@ -22,27 +22,10 @@ constexpr int kRemoteAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 void connect_as(Node& n, ibv_qp_type type) {
-  if (type == IBV_QPT_RC) {
+  if (type == IBV_QPT_RC)
     n.connect(kPeerIp, kPeerQpn, 0x500, kPsn);
-    return;
-  }
-  n.init.type = IBV_QPT_UC;
-  n.rebuild();
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  ASSERT_EQ(
-      n.qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0), 0);
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = kPeerQpn;
-  a.rq_psn = kPsn;
-  a.ah_attr = test::ah_for(kPeerIp);
-  ASSERT_EQ(n.qp->modify(
-                a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN, 0),
-            0);
+  else
+    test::connect_uc(n, kPeerIp, kPeerQpn, 0x500, kPsn);
 }
 
 class ForeignSource : public ::testing::TestWithParam<ibv_qp_type> {};
