@@ -53,9 +53,14 @@ Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
       return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
   }
   if (mask & IBV_QP_PATH_MTU) {
-    if (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)
+    // Read as the int the C caller stored: a value outside enum ibv_mtu is a bad attribute, not
+    // something to load as the enum (in C++ that is undefined, and UBSan says so).
+    static_assert(sizeof(a.path_mtu) == sizeof(int));
+    int mtu;
+    std::memcpy(&mtu, &a.path_mtu, sizeof mtu);
+    if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096)
       return {IBV_QP_PATH_MTU, "path_mtu is not an ibv_mtu (IBV_MTU_256..IBV_MTU_4096)"};
-    unsigned bytes = 128u << a.path_mtu;  // IBV_MTU_256 = 1
+    unsigned bytes = 128u << mtu;  // IBV_MTU_256 = 1
     if (bytes > qp->ctx->dev->mtu_bytes())
       return {IBV_QP_PATH_MTU, "path_mtu above the port's active MTU (ibv_query_port)"};
   }

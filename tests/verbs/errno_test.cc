@@ -55,11 +55,17 @@ class StderrCapture {
     dup2(fd, 2);
     close(fd);
   }
-  ~StderrCapture() { restore(); }
+  ~StderrCapture() {
+    restore();
+    unlink(path_);
+  }
+  // What was written, also echoed to the real stderr (a sanitizer's report must not vanish).
   std::string text() {
     restore();
     std::ifstream in(path_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
+    std::string t(std::istreambuf_iterator<char>(in), {});
+    std::fputs(t.c_str(), stderr);
+    return t;
   }
 
  private:
@@ -142,7 +148,8 @@ TEST_F(ErrnoTest, ModifyQpSetsErrnoAndTheLogNamesTheRefusedAttribute) {
   {
     StderrCapture cap;
     ibv_qp_attr big_mtu = rtr;
-    big_mtu.path_mtu = ibv_mtu(9);
+    const int nine = 9;  // stored as a C program would: no ibv_mtu has that value
+    std::memcpy(&big_mtu.path_mtu, &nine, sizeof nine);
     EXPECT_EQ(ibv_modify_qp(a_.qp, &big_mtu, uroce::test::kRcRtrMask), EINVAL);
     EXPECT_EQ(errno, EINVAL);
     ibv_qp_attr no_grh = rtr;
