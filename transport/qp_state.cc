@@ -126,8 +126,9 @@ BadValue check_values(const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= kNumPkeys)
     return {IBV_QP_PKEY_INDEX, "pkey_index must be 0 (one P_Key)"};
   if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kAllowedQpAccess))
-    return {IBV_QP_ACCESS_FLAGS, "qp_access_flags has a flag other than LOCAL_WRITE, "
-                                 "REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC"};
+    return {IBV_QP_ACCESS_FLAGS,
+            "qp_access_flags has a flag other than LOCAL_WRITE, "
+            "REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC"};
   if ((mask & IBV_QP_PATH_MTU) && mtu_bytes(a.path_mtu) == 0)
     return {IBV_QP_PATH_MTU, "path_mtu is not an ibv_mtu (IBV_MTU_256..IBV_MTU_4096)"};
   if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num > 0xffffff)

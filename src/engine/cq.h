@@ -62,7 +62,7 @@ class Cq : public transport::CompletionSink {
   // must not be polled as if it belonged to the reconnected QP, or to no QP at all.
   size_t clean(uint32_t qpn);
   bool overrun() const override;  // a completion was lost to a full CQ: the CQ is in error
-  size_t size() const;       // completions waiting to be polled
+  size_t size() const;            // completions waiting to be polled
 
  private:
   mutable std::mutex mu_;

@@ -247,7 +247,8 @@ UROCE_EXPORT int ibv_query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gi
 
 UROCE_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index,
                                    ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
-  if (uv::is_uroce(ctx)) return with_errno(uv::query_gid_ex(ctx, port, index, entry, flags, entry_size));
+  if (uv::is_uroce(ctx))
+    return with_errno(uv::query_gid_ex(ctx, port, index, entry, flags, entry_size));
   auto f = UROCE_REAL(_ibv_query_gid_ex, V1_11);
   return f ? f(ctx, port, index, entry, flags, entry_size) : ENOSYS;
 }

@@ -49,8 +49,7 @@ Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
     if (ah.grh.sgid_index != 0) return {IBV_QP_AV, "ah_attr.grh.sgid_index must be 0"};
     if (!is_v4_mapped(ah.grh.dgid))  // IPv6 GIDs are not configured
       return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
-    if (ah.port_num != 0 && ah.port_num != 1)
-      return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
+    if (ah.port_num != 0 && ah.port_num != 1) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
   }
   if (mask & IBV_QP_PATH_MTU) {
     // Read as the int the C caller stored: a value outside enum ibv_mtu is a bad attribute, not
@@ -253,8 +252,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   if ((a->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && a->max_tso_header != 0)
     return refuse(EOPNOTSUPP, "max_tso_header: TSO is not supported");
   constexpr uint32_t kImplemented = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                                    IBV_QP_INIT_ATTR_CREATE_FLAGS |
-                                    IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+                                    IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
   if (a->comp_mask & ~kImplemented)
     return refuse(EOPNOTSUPP, "comp_mask: XRC and RSS are not supported");
   const bool send_ops = a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;

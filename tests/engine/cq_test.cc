@@ -205,7 +205,8 @@ TEST(CqTest, CleanRemovesOneQpsCompletionsInOrder) {
 // A blocking wait interrupted by a signal returns EINTR (libibverbs' are a read() of the event
 // file): a program that bounds its wait with alarm() must get control back.
 TEST(CqTest, BlockingWaitsReturnEintrWhenASignalInterruptsThem) {
-  struct sigaction sa{}, old_sa{};
+  struct sigaction sa {
+  }, old_sa{};
   sa.sa_handler = [](int) {};
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: the read is interrupted

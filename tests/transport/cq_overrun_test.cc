@@ -55,13 +55,13 @@ struct SendPair {
     skey = a.buffer(src, 64);
     dkey = b.buffer(dst, 64 * static_cast<size_t>(recvs));
     for (int i = 0; i < recvs; ++i) {
-      EXPECT_EQ(b.qp->post_recv(test::recv_wqe(
-                    i, reinterpret_cast<uint64_t>(dst.data() + 64 * i), 64, dkey)),
+      EXPECT_EQ(b.qp->post_recv(
+                    test::recv_wqe(i, reinterpret_cast<uint64_t>(dst.data() + 64 * i), 64, dkey)),
                 0);
     }
     for (int i = 0; i < sends; ++i) {
-      EXPECT_EQ(a.qp->post_send(
-                    test::send_wqe(i, reinterpret_cast<uint64_t>(src.data()), 64, skey), link.now),
+      EXPECT_EQ(a.qp->post_send(test::send_wqe(i, reinterpret_cast<uint64_t>(src.data()), 64, skey),
+                                link.now),
                 0);
     }
   }
@@ -83,10 +83,9 @@ TEST(CqOverrun, TheQpThatLosesACompletionEntersErrWithQpFatal) {
   ASSERT_FALSE(a.events.events.empty());
   EXPECT_EQ(a.events.events.back(), IBV_EVENT_QP_FATAL);
   // Posting now completes at once, flushed — into the CQ in error, which takes nothing.
-  ASSERT_EQ(
-      a.qp->post_send(test::send_wqe(9, reinterpret_cast<uint64_t>(p.src.data()), 64, p.skey),
-                      link.now),
-      0);
+  ASSERT_EQ(a.qp->post_send(test::send_wqe(9, reinterpret_cast<uint64_t>(p.src.data()), 64, p.skey),
+                            link.now),
+            0);
   EXPECT_EQ(scq.wcs.size(), 2u);
   // The receive CQ is another CQ: the flushed receives reach it (none posted on a here).
   EXPECT_TRUE(a.rcq.wcs.empty());
@@ -107,9 +106,9 @@ TEST(CqOverrun, QpsSharingTheCqEnterErrOnlyWhenTheyTryToCompleteIntoIt) {
   // c's SEND is acknowledged by its peer: its completion meets the CQ in error.
   std::vector<uint8_t> cs;
   const uint32_t ckey = c.buffer(cs, 64);
-  ASSERT_EQ(c.qp->post_send(test::send_wqe(5, reinterpret_cast<uint64_t>(cs.data()), 64, ckey),
-                            link.now),
-            0);
+  ASSERT_EQ(
+      c.qp->post_send(test::send_wqe(5, reinterpret_cast<uint64_t>(cs.data()), 64, ckey), link.now),
+      0);
   EXPECT_EQ(c.qp->state(), IBV_QPS_RTS);
   test::deliver(c, *test::craft_ack(0x33, 0, test::ack_syndrome(), 1), kIpB, link.now + 1);
   EXPECT_EQ(c.qp->state(), IBV_QPS_ERR);

@@ -40,15 +40,15 @@ TEST_P(ForeignSource, PacketsFromAnotherAddressAreDroppedAndCounted) {
   n.buffer(mem, 4096, 0x42);
   const uint32_t rkey = n.mem.reg(n.pd, mem.data(), mem.size(), kRemoteAll);
   const uint32_t rbkey = n.buffer(rbuf, 4096, 0x42);
-  ASSERT_EQ(n.qp->post_recv(test::recv_wqe(1, reinterpret_cast<uint64_t>(rbuf.data()), 4096, rbkey)),
-            0);
+  ASSERT_EQ(
+      n.qp->post_recv(test::recv_wqe(1, reinterpret_cast<uint64_t>(rbuf.data()), 4096, rbkey)), 0);
   const uint64_t va = reinterpret_cast<uint64_t>(mem.data());
   const std::vector<uint8_t> payload(64, 0xee);
   // Every request kind an intruder could try, at the expected PSN and around it.
   std::vector<std::unique_ptr<test::Crafted>> attacks;
   for (uint32_t psn : {kPsn, kPsn + 1, kPsn - 1}) {
-    attacks.push_back(test::craft(rc ? Opcode::kRcSendOnly : Opcode::kUcSendOnly, kQpn, psn, true,
-                                  payload));
+    attacks.push_back(
+        test::craft(rc ? Opcode::kRcSendOnly : Opcode::kUcSendOnly, kQpn, psn, true, payload));
     wire::Packet w;
     w.bth.opcode = uint8_t(rc ? Opcode::kRcWriteOnly : Opcode::kUcWriteOnly);
     w.bth.dest_qp = kQpn;
@@ -69,7 +69,8 @@ TEST_P(ForeignSource, PacketsFromAnotherAddressAreDroppedAndCounted) {
     f.atomic = {va, rkey, 1, 0};
     attacks.push_back(test::craft_headers(f));
     // Responses too: a forged ACK or NAK must not complete or fail anything of ours.
-    attacks.push_back(test::craft_ack(kQpn, 0x500, test::nak_syndrome(wire::NakCode::kRemoteAccessError)));
+    attacks.push_back(
+        test::craft_ack(kQpn, 0x500, test::nak_syndrome(wire::NakCode::kRemoteAccessError)));
   }
   Time now = 1;
   for (const auto& a : attacks) test::deliver(n, *a, kIntruderIp, now++);
@@ -81,8 +82,9 @@ TEST_P(ForeignSource, PacketsFromAnotherAddressAreDroppedAndCounted) {
   EXPECT_TRUE(std::all_of(rbuf.begin(), rbuf.end(), [](uint8_t v) { return v == 0x42; }));
   EXPECT_NE(n.qp->state(), IBV_QPS_ERR);
   // The real peer's SEND at the expected PSN still lands: the intruder moved nothing.
-  test::deliver(n, *test::craft(rc ? Opcode::kRcSendOnly : Opcode::kUcSendOnly, kQpn, kPsn, true,
-                                std::vector<uint8_t>(10, 0x01)),
+  test::deliver(n,
+                *test::craft(rc ? Opcode::kRcSendOnly : Opcode::kUcSendOnly, kQpn, kPsn, true,
+                             std::vector<uint8_t>(10, 0x01)),
                 kPeerIp, now++);
   ASSERT_EQ(n.rcq.wcs.size(), 1u);
   EXPECT_EQ(n.rcq.wcs[0].status, IBV_WC_SUCCESS);

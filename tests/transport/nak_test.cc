@@ -25,8 +25,8 @@ constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
 constexpr uint32_t kQpnA = 0x11, kQpnB = 0x22;
 constexpr uint32_t kPsnAB = 0x100, kPsnBA = 0x200;
 constexpr Time kSecond = 1'000'000'000;
-constexpr int kRemoteRwa = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                           IBV_ACCESS_REMOTE_ATOMIC;
+constexpr int kRemoteRwa =
+    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 // Brings `n` from RESET to `state` (RTR, RTS or SQD) towards the peer, as Node::connect does.
 void bring_to(Node& n, uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn,
@@ -35,9 +35,8 @@ void bring_to(Node& n, uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn,
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = p.access;
-  ASSERT_EQ(n.qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                         0),
-            0);
+  ASSERT_EQ(
+      n.qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0), 0);
   a = {};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = p.mtu;
@@ -108,9 +107,9 @@ struct Refusal {
   int mr_access;  // the remote access `target` is registered with
   std::function<void(Env&)> post;
   NakCode nak;
-  uint32_t nak_psn;            // the PSN the NAK names: the refused packet's
-  ibv_wc_status send_status;   // a's completion of the refused WQE
-  int recv_status;             // b's completion of its receive WQE, -1: none
+  uint32_t nak_psn;           // the PSN the NAK names: the refused packet's
+  ibv_wc_status send_status;  // a's completion of the refused WQE
+  int recv_status;            // b's completion of its receive WQE, -1: none
 };
 
 const std::vector<Refusal>& refusals() {
@@ -148,14 +147,14 @@ const std::vector<Refusal>& refusals() {
        NakCode::kRemoteAccessError, kPsnAB, IBV_WC_REM_ACCESS_ERR, -1},
       {"WriteWithAnUnknownRkey", kRemoteRwa, IBV_ACCESS_REMOTE_WRITE,
        [](Env& e) {
-         e.post(test::rdma_wqe(1, IBV_WR_RDMA_WRITE, e.s_at(0), 64, e.skey, e.t_at(0),
-                               e.tkey + 1000));
+         e.post(
+             test::rdma_wqe(1, IBV_WR_RDMA_WRITE, e.s_at(0), 64, e.skey, e.t_at(0), e.tkey + 1000));
        },
        NakCode::kRemoteAccessError, kPsnAB, IBV_WC_REM_ACCESS_ERR, -1},
       {"WritePastTheRegion", kRemoteRwa, IBV_ACCESS_REMOTE_WRITE,
        [](Env& e) {
-         e.post(test::rdma_wqe(1, IBV_WR_RDMA_WRITE, e.s_at(0), 2000, e.skey, e.t_at(3000),
-                               e.tkey));
+         e.post(
+             test::rdma_wqe(1, IBV_WR_RDMA_WRITE, e.s_at(0), 2000, e.skey, e.t_at(3000), e.tkey));
        },
        NakCode::kRemoteAccessError, kPsnAB, IBV_WC_REM_ACCESS_ERR, -1},
       {"WriteToAReadOnlyRegion", kRemoteRwa, IBV_ACCESS_REMOTE_READ,
@@ -178,14 +177,13 @@ const std::vector<Refusal>& refusals() {
        NakCode::kRemoteAccessError, kPsnAB, IBV_WC_REM_ACCESS_ERR, -1},
       {"ReadWithAnUnknownRkey", kRemoteRwa, IBV_ACCESS_REMOTE_READ,
        [](Env& e) {
-         e.post(test::rdma_wqe(1, IBV_WR_RDMA_READ, e.s_at(0), 64, e.skey, e.t_at(0),
-                               e.tkey + 1000));
+         e.post(
+             test::rdma_wqe(1, IBV_WR_RDMA_READ, e.s_at(0), 64, e.skey, e.t_at(0), e.tkey + 1000));
        },
        NakCode::kRemoteAccessError, kPsnAB, IBV_WC_REM_ACCESS_ERR, -1},
       {"ReadPastTheRegion", kRemoteRwa, IBV_ACCESS_REMOTE_READ,
        [](Env& e) {
-         e.post(
-             test::rdma_wqe(1, IBV_WR_RDMA_READ, e.s_at(0), 3000, e.skey, e.t_at(2000), e.tkey));
+         e.post(test::rdma_wqe(1, IBV_WR_RDMA_READ, e.s_at(0), 3000, e.skey, e.t_at(2000), e.tkey));
        },
        NakCode::kRemoteAccessError, kPsnAB, IBV_WC_REM_ACCESS_ERR, -1},
       {"ReadFromAWriteOnlyRegion", kRemoteRwa, IBV_ACCESS_REMOTE_WRITE,
@@ -297,8 +295,7 @@ TEST_P(RefusedRequest, IsNakedAndCompletesAtOnceWithTheMatchingRemoteError) {
 INSTANTIATE_TEST_SUITE_P(
     Ibta, RefusedRequest,
     ::testing::Combine(::testing::Range<size_t>(0, refusals().size()),
-                       ::testing::Values(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD),
-                       ::testing::Bool()),
+                       ::testing::Values(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::string(refusals()[std::get<0>(info.param)].name) + "_In" +
              state_name(std::get<1>(info.param)) +
@@ -435,14 +432,14 @@ TEST_P(MalformedRequest, IsNakedInvalidRequest) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ibta, MalformedRequest,
-    ::testing::Combine(::testing::Range<size_t>(0, crafted().size()),
-                       ::testing::Values(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD)),
-    [](const ::testing::TestParamInfo<CraftedParam>& info) {
-      return std::string(crafted()[std::get<0>(info.param)].name) + "_In" +
-             state_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Ibta, MalformedRequest,
+                         ::testing::Combine(::testing::Range<size_t>(0, crafted().size()),
+                                            ::testing::Values(IBV_QPS_RTR, IBV_QPS_RTS,
+                                                              IBV_QPS_SQD)),
+                         [](const ::testing::TestParamInfo<CraftedParam>& info) {
+                           return std::string(crafted()[std::get<0>(info.param)].name) + "_In" +
+                                  state_name(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace uroce::transport

@@ -371,14 +371,13 @@ TEST(QpStateOnQp, ResetAfterAnErrorAndConnectedAgainWorks) {
   std::vector<uint8_t> src, dst;
   const uint32_t skey = a.buffer(src, 4096, 0x3c), dkey = b.buffer(dst, 4096);
   const auto send = [&](uint64_t id) {
-    ASSERT_EQ(a.qp->post_send(test::send_wqe(id, reinterpret_cast<uint64_t>(src.data()), 64, skey),
-                              0),
-              0);
+    ASSERT_EQ(
+        a.qp->post_send(test::send_wqe(id, reinterpret_cast<uint64_t>(src.data()), 64, skey), 0),
+        0);
   };
   const auto recv = [&](uint64_t id) {
-    ASSERT_EQ(b.qp->post_recv(test::recv_wqe(id, reinterpret_cast<uint64_t>(dst.data()), 4096,
-                                             dkey)),
-              0);
+    ASSERT_EQ(
+        b.qp->post_recv(test::recv_wqe(id, reinterpret_cast<uint64_t>(dst.data()), 4096, dkey)), 0);
   };
   test::Link link(a, b);
   for (int round = 0; round < 3; ++round) {

@@ -56,18 +56,18 @@ TEST_P(FullResources, OutstandingReadsAndAtomicsCompleteExactlyOnce) {
   std::memcpy(target.data() + counter, &zero, 8);
 
   for (uint32_t i = 0; i < kN; ++i) {
-    ASSERT_EQ(a.qp->post_send(test::rdma_wqe(i, IBV_WR_RDMA_READ, lat(i * kLen), kLen, lkey,
-                                             tat(i * kLen), rkey),
-                              0),
-              0);
+    ASSERT_EQ(
+        a.qp->post_send(
+            test::rdma_wqe(i, IBV_WR_RDMA_READ, lat(i * kLen), kLen, lkey, tat(i * kLen), rkey), 0),
+        0);
   }
   EXPECT_EQ(a.sink.sent.size(), kN) << "every READ request leaves at once";
   for (uint32_t i = 0; i < kN; ++i) {
-    ASSERT_EQ(a.qp->post_send(test::atomic_wqe(kN + i, IBV_WR_ATOMIC_FETCH_AND_ADD,
-                                               lat(kN * kLen + 8 * i), lkey, tat(counter), rkey,
-                                               i + 1),
-                              0),
-              0);
+    ASSERT_EQ(
+        a.qp->post_send(test::atomic_wqe(kN + i, IBV_WR_ATOMIC_FETCH_AND_ADD,
+                                         lat(kN * kLen + 8 * i), lkey, tat(counter), rkey, i + 1),
+                        0),
+        0);
   }
   LinkParams lp;
   lp.loss = 0.03;

@@ -273,7 +273,7 @@ void on_signal(int) {
 class Handler {
  public:
   explicit Handler(int sig) : sig_(sig) {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(sig, &sa, &old_);
@@ -282,7 +282,7 @@ class Handler {
 
  private:
   int sig_;
-  struct sigaction old_{};
+  struct sigaction old_ {};
 };
 
 // SIGALRM every 20 ms while it lives.
