@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   tshark iproute2 procps ethtool iputils-ping python3
   qemu-system-x86 kmod cpio                          # the Linux rxe guest for the interop tests
+  python3-pyverbs                                    # rdma-core's pyverbs and its test suite (tests/conformance)
 )
 
 missing=()

@@ -143,6 +143,10 @@ class CompletionSink {
   virtual ~CompletionSink() = default;
   // A completion for the CQ. Must not fail: the CQ reports its own overrun.
   virtual void push(const ibv_wc& wc) = 0;
+  // True once the CQ has overrun: it lost a completion and takes no more (IBTA C11-37). A QP whose
+  // completion it then loses enters ERR with IBV_EVENT_QP_FATAL (C9-218, qp.cc). A sink that
+  // never overruns keeps the default.
+  virtual bool overrun() const { return false; }
   // The same, saying whether the completion is "solicited": a receive completion of a message
   // whose last packet had BTH.SE set (IBTA 9.2.3). ibv_wc has no flag for it, yet a CQ armed with
   // ibv_req_notify_cq(cq, 1) must fire only for such completions (and for errors, which the CQ

@@ -94,6 +94,23 @@ void Qp::Impl::enter_error(bool transport_error) {
   // the peer learns why. Requester and completer stop: the queue they work on is gone.
 }
 
+void Qp::Impl::check_cqs() {
+  if (!send_guard.lost() && !recv_guard.lost()) return;
+  send_guard.clear();
+  recv_guard.clear();
+  // The WQE that could not complete and those after it are in an unknown state (C9-218): they
+  // are flushed, into whichever of the QP's CQs can still take them.
+  if (state != IBV_QPS_ERR && state != IBV_QPS_RESET) enter_error(/*transport_error=*/true);
+}
+
+namespace {
+// Runs Qp::Impl::check_cqs when a public call on the QP returns, whichever way it returns.
+struct CheckCqsOnReturn {
+  Qp::Impl& q;
+  ~CheckCqsOnReturn() { q.check_cqs(); }
+};
+}  // namespace
+
 void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
   if (o.acked) requester.on_acked(*o.acked, sq);
   if (o.fatal) {
@@ -117,6 +134,7 @@ void Qp::Impl::handle(const RequesterOutcome& o, Time now) {
 
 int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
   Impl& q = *impl_;
+  CheckCqsOnReturn check{q};
   const ModifyCheck c = check_modify(q.init.type, q.state, a, mask);
   if (c.err != 0) return c.err;
   const ibv_qp_state cur = q.state;
@@ -124,8 +142,11 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
   if (q.init.type != IBV_QPT_RC) unreliable_on_modify(q, cur, c.next);
   switch (c.next) {
     case IBV_QPS_RESET:
-      // Back to the state of a new QP: queues emptied without completions (IBTA 10.3.1).
-      q.sq.clear();
+      // Back to the state of a new QP: queues emptied without completions (IBTA 10.3.1). The
+      // send queue starts over at sequence 0, where a new requester's cursor is: cleared in
+      // place it would keep counting from the WQEs of before, and the requester would look for
+      // its first WQE at a sequence the queue no longer holds.
+      q.sq = SendQueue{};
       q.rq.clear();
       q.attr = ibv_qp_attr{};
       q.requester = Requester{};
@@ -181,6 +202,7 @@ void Qp::query(ibv_qp_attr& a, ibv_qp_init_attr& init) const {
 
 int Qp::post_send(const SendWqe& wqe, Time now) {
   Impl& q = *impl_;
+  CheckCqsOnReturn check{q};
   // UD and UC carry a subset of the operations (unreliable_qp.h).
   if (q.init.type != IBV_QPT_RC && !unreliable_wqe_ok(q.init.type, wqe)) return EINVAL;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT || q.state == IBV_QPS_RTR) return EINVAL;
@@ -225,6 +247,7 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
 
 int Qp::post_recv(const RecvWqe& wqe) {
   Impl& q = *impl_;
+  CheckCqsOnReturn check{q};
   if (q.init.srq != nullptr) return EINVAL;  // receives go to the SRQ (ibv_post_recv(3))
   if (q.state == IBV_QPS_RESET) return EINVAL;
   if (wqe.num_sge > std::min(q.init.max_recv_sge, kMaxSge)) return EINVAL;
@@ -239,6 +262,7 @@ int Qp::post_recv(const RecvWqe& wqe) {
 
 void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
   Impl& q = *impl_;
+  CheckCqsOnReturn check{q};
   if (q.init.type != IBV_QPT_RC) {
     unreliable_receive(q, pkt, rx);  // UD/UC responders send nothing back
     return;
@@ -274,6 +298,7 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
 
 void Qp::pump(Time now) {
   Impl& q = *impl_;
+  CheckCqsOnReturn check{q};
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return;
   if (q.init.type != IBV_QPT_RC) {
     unreliable_pump(q);
@@ -316,6 +341,7 @@ Time Qp::next_deadline() const {
 
 void Qp::on_timer(Time now) {
   Impl& q = *impl_;
+  CheckCqsOnReturn check{q};
   if (q.sending_state() && q.completer.deadline() <= now) {
     q.handle(q.completer.on_timer(now, q.ctx, q.sq), now);
   }

@@ -17,6 +17,12 @@ namespace uroce::transport {
 inline constexpr uint32_t kMaxSge = 16;          // per WR, send and receive
 inline constexpr uint32_t kMaxInlineData = 256;  // bytes of IBV_SEND_INLINE data per WR
 inline constexpr uint32_t kMaxQpWr = 16384;      // per queue
+// READ/ATOMIC requests outstanding per QP, both ways: the largest max_rd_atomic (as requester)
+// and max_dest_rd_atomic (responder resources, IBTA 9.5, 9.7.4.1.3.2) a QP accepts, reported as
+// max_qp_rd_atom and max_qp_init_rd_atom. Linux rxe offers 128, and perftest sets its
+// outstanding READs from the peer's figure, so anything less breaks unmodified ib_read_bw
+// against rxe. Responder resources cost memory only as they are used (responder.h).
+inline constexpr uint8_t kMaxRdAtomic = 128;
 
 class Srq;  // srq.h
 

@@ -17,10 +17,43 @@
 
 namespace uroce::transport {
 
+// Stands between a QP's roles and one of its CQs: forwards every completion and notes when the
+// CQ lost one to its overrun (IBTA C9-218: a Class F error — the CQ is full when a WQE must
+// complete), so that the QP enters ERR once the call that completed it is over (Qp::Impl::
+// check_cqs). Noted per QP: only the QPs that try to complete into an overrun CQ are affected
+// (C11-37), not every QP that shares it.
+class CqGuard : public CompletionSink {
+ public:
+  explicit CqGuard(CompletionSink* cq) : cq_(cq) {}
+  void push(const ibv_wc& wc) override {
+    cq_->push(wc);
+    lost_ = lost_ || cq_->overrun();
+  }
+  void push(const ibv_wc& wc, bool solicited) override {
+    cq_->push(wc, solicited);
+    lost_ = lost_ || cq_->overrun();
+  }
+  bool overrun() const override { return cq_->overrun(); }
+  bool lost() const { return lost_; }
+  void clear() { lost_ = false; }
+
+ private:
+  CompletionSink* cq_;
+  bool lost_ = false;  // a completion of this QP was pushed into the overrun CQ
+};
+
 struct Qp::Impl {
   Impl(const QpInit& i, PacketSink& t, MemoryAccess& m)
-      : init(i), tx(t), mem(m), ctx{init, attr, mem, counters} {}
+      : send_guard(i.send_cq),
+        recv_guard(i.recv_cq),
+        init(guarded(i)),
+        tx(t),
+        mem(m),
+        ctx{init, attr, mem, counters} {}
 
+  // The roles complete into these (init.send_cq and init.recv_cq point at them), never into the
+  // CQs directly. Declared before `init`, which refers to them.
+  CqGuard send_guard, recv_guard;
   const QpInit init;
   PacketSink& tx;
   MemoryAccess& mem;
@@ -51,6 +84,15 @@ struct Qp::Impl {
     if (init.events != nullptr) init.events->qp_event(init.qpn, ev);
   }
   bool sending_state() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
+  // After every call on the QP: a completion lost to an overrun CQ moves it to ERR (C9-218).
+  void check_cqs();
+
+ private:
+  QpInit guarded(QpInit i) {
+    if (i.send_cq != nullptr) i.send_cq = &send_guard;
+    if (i.recv_cq != nullptr) i.recv_cq = &recv_guard;
+    return i;
+  }
 };
 
 }  // namespace uroce::transport

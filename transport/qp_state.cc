@@ -4,9 +4,11 @@
 #include "transport/qp_state.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "transport/env.h"
+#include "transport/qp.h"
 
 namespace uroce::transport {
 namespace {
@@ -112,32 +114,48 @@ constexpr int kAllowedQpAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRIT
 // One physical port, one P_Key (the default 0xffff at index 0), as the device reports.
 constexpr uint8_t kPortNum = 1;
 constexpr uint16_t kNumPkeys = 1;
-// ibv_query_device reports this as max_qp_rd_atom / max_qp_init_rd_atom.
-constexpr uint8_t kMaxRdAtomic = 16;
 
-bool values_ok(const ibv_qp_attr& a, int mask) {
-  if ((mask & IBV_QP_PORT) && a.port_num != kPortNum) return false;
-  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= kNumPkeys) return false;
-  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kAllowedQpAccess)) return false;
-  if ((mask & IBV_QP_PATH_MTU) && mtu_bytes(a.path_mtu) == 0) return false;
-  if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num > 0xffffff) return false;
-  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return false;
-  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return false;
-  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return false;
-  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return false;
-  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) return false;
-  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) return false;
+// The first attribute of `mask` whose value is unacceptable: its bit and why; {0, nullptr} when
+// every value is fine.
+struct BadValue {
+  int attr = 0;
+  const char* why = nullptr;
+};
+BadValue check_values(const ibv_qp_attr& a, int mask) {
+  if ((mask & IBV_QP_PORT) && a.port_num != kPortNum) return {IBV_QP_PORT, "port_num must be 1"};
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= kNumPkeys)
+    return {IBV_QP_PKEY_INDEX, "pkey_index must be 0 (one P_Key)"};
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kAllowedQpAccess))
+    return {IBV_QP_ACCESS_FLAGS,
+            "qp_access_flags has a flag other than LOCAL_WRITE, "
+            "REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC"};
+  if ((mask & IBV_QP_PATH_MTU) && mtu_bytes(a.path_mtu) == 0)
+    return {IBV_QP_PATH_MTU, "path_mtu is not an ibv_mtu (IBV_MTU_256..IBV_MTU_4096)"};
+  if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num > 0xffffff)
+    return {IBV_QP_DEST_QPN, "dest_qp_num is wider than 24 bits"};
+  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return {IBV_QP_TIMEOUT, "timeout above 31"};
+  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return {IBV_QP_RETRY_CNT, "retry_cnt above 7"};
+  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return {IBV_QP_RNR_RETRY, "rnr_retry above 7"};
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31)
+    return {IBV_QP_MIN_RNR_TIMER, "min_rnr_timer above 31"};
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic)
+    return {IBV_QP_MAX_QP_RD_ATOMIC, "max_rd_atomic above the device's max_qp_init_rd_atom"};
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic)
+    return {IBV_QP_MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic above the device's max_qp_rd_atom"};
   // No automatic path migration: there is one path, always "migrated" (IBTA 17.2.8).
-  if (mask & IBV_QP_ALT_PATH) return false;
-  if ((mask & IBV_QP_PATH_MIG_STATE) && a.path_mig_state != IBV_MIG_MIGRATED) return false;
+  if (mask & IBV_QP_ALT_PATH) return {IBV_QP_ALT_PATH, "no alternate path (one port, one path)"};
+  if ((mask & IBV_QP_PATH_MIG_STATE) && a.path_mig_state != IBV_MIG_MIGRATED)
+    return {IBV_QP_PATH_MIG_STATE, "path_mig_state must be IBV_MIG_MIGRATED (one path)"};
   if (mask & IBV_QP_AV) {
     // RoCE addresses by GID only (Annex A16/A17): the AH must carry a GRH whose DGID is an
     // IPv4-mapped address, the only kind the IPv4 ports can reach.
     uint32_t ip;
-    if (!a.ah_attr.is_global || !gid_to_ipv4(a.ah_attr.grh.dgid, &ip)) return false;
-    if (a.ah_attr.port_num > kPortNum) return false;
+    if (!a.ah_attr.is_global) return {IBV_QP_AV, "ah_attr.is_global is 0: RoCE needs the GRH"};
+    if (!gid_to_ipv4(a.ah_attr.grh.dgid, &ip))
+      return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
+    if (a.ah_attr.port_num > kPortNum) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
   }
-  return true;
+  return {};
 }
 
 }  // namespace
@@ -152,20 +170,76 @@ TransitionMasks transition_masks(ibv_qp_type type, ibv_qp_state cur, ibv_qp_stat
 ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask) {
   ModifyCheck r;
   r.err = EINVAL;
+  const auto refuse = [&r](const char* why, int attrs) {
+    r.why = why;
+    r.attrs = attrs;
+    return r;
+  };
   if (mask & IBV_QP_CUR_STATE) {
     // The caller's view of the current state must match ours (IBTA 11.2.5.2: "the current state
     // is an optional input"; a mismatch is an invalid modifier).
-    if (attr.cur_qp_state != cur) return r;
+    if (attr.cur_qp_state != cur)
+      return refuse("cur_qp_state is not the QP's current state", IBV_QP_CUR_STATE);
   }
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+  if (type_index(type) < 0) return refuse("the transport has no such QP type", 0);
+  if ((mask & IBV_QP_STATE) && (next < 0 || next >= kNumStates))
+    return refuse("qp_state is not an ibv_qp_state", IBV_QP_STATE);
   const TransitionMasks m = transition_masks(type, cur, next);
-  if (!m.valid) return r;
-  if ((mask & m.required) != m.required) return r;
-  if (mask & ~(m.required | m.optional | IBV_QP_STATE)) return r;
-  if (!values_ok(attr, mask)) return r;
+  if (!m.valid) return refuse("no such transition for this QP type (IBTA 10.3.1)", 0);
+  if ((mask & m.required) != m.required)
+    return refuse("required attribute(s) missing from the mask", m.required & ~mask);
+  if (const int extra = mask & ~(m.required | m.optional | IBV_QP_STATE); extra != 0)
+    return refuse("attribute(s) this transition does not take", extra);
+  if (const BadValue b = check_values(attr, mask); b.why != nullptr) return refuse(b.why, b.attr);
   r.err = 0;
   r.next = next;
   return r;
+}
+
+std::string attr_mask_to_string(int mask) {
+  static constexpr struct {
+    int bit;
+    const char* name;
+  } kNames[] = {
+      {IBV_QP_STATE, "IBV_QP_STATE"},
+      {IBV_QP_CUR_STATE, "IBV_QP_CUR_STATE"},
+      {IBV_QP_EN_SQD_ASYNC_NOTIFY, "IBV_QP_EN_SQD_ASYNC_NOTIFY"},
+      {IBV_QP_ACCESS_FLAGS, "IBV_QP_ACCESS_FLAGS"},
+      {IBV_QP_PKEY_INDEX, "IBV_QP_PKEY_INDEX"},
+      {IBV_QP_PORT, "IBV_QP_PORT"},
+      {IBV_QP_QKEY, "IBV_QP_QKEY"},
+      {IBV_QP_AV, "IBV_QP_AV"},
+      {IBV_QP_PATH_MTU, "IBV_QP_PATH_MTU"},
+      {IBV_QP_TIMEOUT, "IBV_QP_TIMEOUT"},
+      {IBV_QP_RETRY_CNT, "IBV_QP_RETRY_CNT"},
+      {IBV_QP_RNR_RETRY, "IBV_QP_RNR_RETRY"},
+      {IBV_QP_RQ_PSN, "IBV_QP_RQ_PSN"},
+      {IBV_QP_MAX_QP_RD_ATOMIC, "IBV_QP_MAX_QP_RD_ATOMIC"},
+      {IBV_QP_ALT_PATH, "IBV_QP_ALT_PATH"},
+      {IBV_QP_MIN_RNR_TIMER, "IBV_QP_MIN_RNR_TIMER"},
+      {IBV_QP_SQ_PSN, "IBV_QP_SQ_PSN"},
+      {IBV_QP_MAX_DEST_RD_ATOMIC, "IBV_QP_MAX_DEST_RD_ATOMIC"},
+      {IBV_QP_PATH_MIG_STATE, "IBV_QP_PATH_MIG_STATE"},
+      {IBV_QP_CAP, "IBV_QP_CAP"},
+      {IBV_QP_DEST_QPN, "IBV_QP_DEST_QPN"},
+      {IBV_QP_RATE_LIMIT, "IBV_QP_RATE_LIMIT"},
+  };
+  std::string out;
+  int rest = mask;
+  for (const auto& n : kNames) {
+    if (!(mask & n.bit)) continue;
+    if (!out.empty()) out += '|';
+    out += n.name;
+    rest &= ~n.bit;
+  }
+  if (rest != 0) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%#x", static_cast<unsigned>(rest));
+    if (!out.empty()) out += '|';
+    out += hex;
+  }
+  return out.empty() ? "0" : out;
 }
 
 const char* to_string(ibv_qp_state s) {

@@ -6,12 +6,18 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <string>
 
 namespace uroce::transport {
 
 struct ModifyCheck {
   int err = 0;                        // 0 or EINVAL
   ibv_qp_state next = IBV_QPS_RESET;  // the state to enter when err == 0
+  // When err != 0: why, as a static phrase ("required attribute missing", "port_num must be 1",
+  // …), and the attribute mask bits it is about (0 when it is about the transition itself), for
+  // the log line that tells the user which attribute was refused.
+  const char* why = nullptr;
+  int attrs = 0;
 };
 
 // Validates `mask` and the values it selects for a QP of `type` now in `cur` (ibv_modify_qp(3)).
@@ -28,6 +34,8 @@ struct TransitionMasks {
 TransitionMasks transition_masks(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next);
 
 const char* to_string(ibv_qp_state s);
+// The names of the IBV_QP_* bits of `mask`, "IBV_QP_SQ_PSN|IBV_QP_TIMEOUT" (unknown bits in hex).
+std::string attr_mask_to_string(int mask);
 
 // Path MTU in bytes for an ibv_mtu value (IBV_MTU_256..IBV_MTU_4096), or 0 if invalid.
 uint32_t mtu_bytes(ibv_mtu mtu);

@@ -50,13 +50,23 @@ void Responder::reset(Psn rq_psn) {
 }
 
 void Responder::queue_ack(uint8_t syndrome, Psn psn) {
-  // ACKs are cumulative: one waiting behind everything else is superseded by a newer one. One
-  // queued before a READ stream stays, in order.
+  // While the port pushes back, ACKs and NAKs wait here. ACKs are cumulative: an ACK waiting
+  // behind everything else is superseded by a newer ACK or NAK, which says at least as much. A
+  // waiting NAK is never superseded — the requester must learn of the gap, the missing receive
+  // or the refusal it reports (IBTA 9.7.5.2) — and an ACK that says no more than it (a duplicate
+  // re-ACKed: everything before the NAK's PSN, which the NAK implies) is not queued behind it.
+  // One queued before a READ stream stays, in order.
   if (!responses_.empty() && responses_.back().kind == Response::Kind::kAck) {
-    responses_.back().syndrome = syndrome;
-    responses_.back().psn = psn;
-    responses_.back().msn = msn_;
-    return;
+    Response& b = responses_.back();
+    const bool waiting_ack = wire::aeth_type(b.syndrome) == AethType::kAck;
+    const bool is_ack = wire::aeth_type(syndrome) == AethType::kAck;
+    if (waiting_ack) {
+      b.syndrome = syndrome;
+      b.psn = psn;
+      b.msn = msn_;
+      return;
+    }
+    if (is_ack && psn < b.psn) return;
   }
   Response r;
   r.kind = Response::Kind::kAck;
@@ -272,16 +282,34 @@ void Responder::execute_write(const wire::Packet& pkt, const QpContext& ctx,
   if (pkt.bth.ack_req) ack(ctx);
 }
 
-uint32_t Responder::rd_atomic_queued() const {
-  uint32_t n = 0;
-  for (const Response& r : responses_) n += r.kind != Response::Kind::kAck && !r.replay;
-  return n;
+void Responder::pop_response() {
+  const Response& r = responses_.front();
+  if (r.kind != Response::Kind::kAck && !r.replay) --rd_atomic_queued_;
+  responses_.pop_front();
 }
 
 void Responder::remember(const Resource& r, const QpContext& ctx) {
   const size_t cap = std::max<size_t>(1, ctx.attr.max_dest_rd_atomic);
-  while (resources_.size() >= cap) resources_.pop_front();
-  resources_.push_back(r);
+  if (res_head_ != 0 && resources_.size() != cap) {
+    // max_dest_rd_atomic changed (SQD → SQD) since the ring filled: back to oldest-first order.
+    std::rotate(resources_.begin(), resources_.begin() + static_cast<ptrdiff_t>(res_head_),
+                resources_.end());
+    res_head_ = 0;
+  }
+  if (resources_.size() > cap) {
+    resources_.erase(resources_.begin(),
+                     resources_.begin() + static_cast<ptrdiff_t>(resources_.size() - cap));
+  }
+  if (resources_.size() < cap) {
+    // Grown by doubling, never beyond the bound: memory follows what the peer actually uses.
+    if (resources_.size() == resources_.capacity()) {
+      resources_.reserve(std::min(cap, std::max<size_t>(4, 2 * resources_.size())));
+    }
+    resources_.push_back(r);
+    return;
+  }
+  resources_[res_head_] = r;
+  res_head_ = (res_head_ + 1) % cap;
 }
 
 void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
@@ -297,7 +325,7 @@ void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, std:
   }
   // More READ/ATOMICs outstanding than the responder resources the requester was given
   // (max_dest_rd_atomic, the requester's max_rd_atomic must not exceed it): invalid request.
-  if (rd_atomic_queued() >= ctx.attr.max_dest_rd_atomic) {
+  if (rd_atomic_queued_ >= ctx.attr.max_dest_rd_atomic) {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
     return;
   }
@@ -327,12 +355,14 @@ void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, std:
   r.left = reth.dma_len;
   r.msn = msn_;
   responses_.push_back(r);
+  ++rd_atomic_queued_;
 }
 
 void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
   const Psn psn(pkt.bth.psn);
-  for (auto it = resources_.rbegin(); it != resources_.rend(); ++it) {
-    const Resource& res = *it;
+  const size_t n = resources_.size();
+  for (size_t i = 0; i < n; ++i) {  // newest first
+    const Resource& res = resources_[(res_head_ + n - 1 - i) % n];
     if (res.atomic || psn < res.first_psn || psn > res.last_psn) continue;
     // Executed again from `psn` (9.7.4.1.3.2): the request must name the rest of the original
     // READ, which was validated when it executed; response k still carries bytes k * PMTU on.
@@ -368,7 +398,7 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx,
     fail(Nak::kRemoteAccess, psn, ctx, rq, out);
     return;
   }
-  if (rd_atomic_queued() >= ctx.attr.max_dest_rd_atomic) {
+  if (rd_atomic_queued_ >= ctx.attr.max_dest_rd_atomic) {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
     return;
   }
@@ -403,11 +433,14 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx,
   r.orig = orig;
   r.msn = msn_;
   responses_.push_back(r);
+  ++rd_atomic_queued_;
 }
 
 void Responder::duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx) {
   const Psn psn(pkt.bth.psn);
-  for (auto it = resources_.rbegin(); it != resources_.rend(); ++it) {
+  const size_t n = resources_.size();
+  for (size_t i = 0; i < n; ++i) {  // newest first
+    const Resource* it = &resources_[(res_head_ + n - 1 - i) % n];
     if (!it->atomic || it->first_psn != psn) continue;
     if (responses_.size() >= kMaxQueuedResponses) break;
     // Answered with the saved original value: executing it again would add twice (9.7.4.1.3.2).
@@ -464,14 +497,14 @@ bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
       p.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
       p.aeth.syndrome = r.syndrome;
       buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
-      responses_.pop_front();
+      pop_response();
       break;
     case Response::Kind::kAtomic:
       p.bth.opcode = uint8_t(Opcode::kRcAtomicAcknowledge);
       p.aeth.syndrome = ack_syndrome();
       p.atomic_ack = r.orig;
       buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
-      responses_.pop_front();
+      pop_response();
       break;
     case Response::Kind::kRead: {
       const uint32_t len = std::min(ctx.mtu, r.left);
@@ -491,6 +524,7 @@ bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
         p.aeth.syndrome = syndrome(Nak::kRemoteAccess, 0);
         buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
         responses_.clear();
+        rd_atomic_queued_ = 0;
         fatal = true;
         break;
       }
@@ -506,7 +540,7 @@ bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
       r.va += len;
       r.left -= len;
       ++r.psn;
-      if (last) responses_.pop_front();
+      if (last) pop_response();
       break;
     }
   }

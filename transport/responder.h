@@ -6,11 +6,15 @@
 // Duplicate READ and ATOMIC requests are answered from the responder resources: the last
 // max_dest_rd_atomic READ/ATOMIC requests executed (9.7.4.1.3.2, 9.5). A duplicate READ is
 // executed again from the PSN it names (which may be mid-message); a duplicate ATOMIC is answered
-// with the original value saved when it executed, never executed twice.
+// with the original value saved when it executed, never executed twice. The resources are held in
+// storage that grows with use up to max_dest_rd_atomic (at most kMaxRdAtomic, qp.h): a QP that
+// never serves a READ or ATOMIC holds none, one that does holds 48 bytes per resource in use, so
+// offering rxe's 128 costs a device of thousands of QPs nothing it does not use.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include "transport/context.h"
 #include "transport/events.h"
@@ -56,6 +60,9 @@ class Responder {
 
   Psn expected_psn() const { return epsn_; }
   NakState nak_state() const { return nak_state_; }
+  // Responder resources held, and the bytes of storage reserved for them (tests, diagnostics).
+  size_t resources_held() const { return resources_.size(); }
+  size_t resource_bytes() const { return resources_.capacity() * sizeof(Resource); }
 
  private:
   // What a message in progress is (between FIRST and LAST): opcode sequence checks (9.7.4.1.4).
@@ -106,9 +113,10 @@ class Responder {
                       ResponderOutcome& out);
   void duplicate_read(const wire::Packet& pkt, const QpContext& ctx);
   void duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx);
-  // READ/ATOMIC requests executed whose responses have not all left (new ones only).
-  uint32_t rd_atomic_queued() const;
+  // Keeps `r` as the newest responder resource, dropping the oldest beyond max_dest_rd_atomic.
   void remember(const Resource& r, const QpContext& ctx);
+  // Removes the front response, keeping rd_atomic_queued_ in step.
+  void pop_response();
   // Completes the receive WQE at the front of `rq` and pops it.
   void complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv_wc_status status,
                      ibv_wc_opcode opcode, uint32_t byte_len, const wire::Packet* last);
@@ -125,7 +133,15 @@ class Responder {
   // A duplicate SEND/WRITE has been ACKed since the expected PSN last moved (see on_request).
   bool dup_acked_ = false;
   std::deque<Response> responses_;
-  std::deque<Resource> resources_;  // oldest first, at most max(1, max_dest_rd_atomic)
+  // READ/ATOMIC requests executed (not replays) whose responses have not all left: checked
+  // against max_dest_rd_atomic for each new one (one beyond it is NAKed invalid request, IBTA
+  // 9.9.3.1.2).
+  uint32_t rd_atomic_queued_ = 0;
+  // The responder resources, a ring of at most max(1, max_dest_rd_atomic) entries grown on use:
+  // while it grows, oldest first from index 0; once full, the oldest is at res_head_ and a new
+  // one overwrites it.
+  std::vector<Resource> resources_;
+  size_t res_head_ = 0;
 };
 
 }  // namespace uroce::transport

@@ -25,15 +25,15 @@ int make_event_fd() {
   return fd;
 }
 
-// Takes one token from a semaphore eventfd; 0, or EAGAIN when non-blocking and empty.
+// Takes one token from a semaphore eventfd; 0, EAGAIN when non-blocking and empty, or EINTR when
+// a signal interrupted the wait. EINTR is returned, not retried: libibverbs' ibv_get_cq_event and
+// ibv_get_async_event are a read() of the event file, and a program that ends its wait with a
+// signal (an alarm, a timeout) relies on seeing -1 with errno EINTR (signal(7)).
 int take_token(int fd) {
   uint64_t v;
-  for (;;) {
-    ssize_t r = read(fd, &v, sizeof v);
-    if (r == static_cast<ssize_t>(sizeof v)) return 0;
-    if (r < 0 && errno == EINTR) continue;
-    return r < 0 ? errno : EIO;
-  }
+  ssize_t r = read(fd, &v, sizeof v);
+  if (r == static_cast<ssize_t>(sizeof v)) return 0;
+  return r < 0 ? errno : EIO;
 }
 
 void give_token(int fd) {
@@ -70,8 +70,8 @@ size_t CompChannel::pending() {
   return events_.size();
 }
 
-Cq::Cq(uint32_t cqe, CompChannel* channel, void* cookie)
-    : cqe_(cqe), channel_(channel), cookie_(cookie) {}
+Cq::Cq(uint32_t cqe, CompChannel* channel, void* cookie, AsyncEventQueue* errors)
+    : cqe_(cqe), channel_(channel), cookie_(cookie), errors_(errors) {}
 
 void Cq::push(const ibv_wc& wc) {
   push(wc, false);
@@ -81,10 +81,17 @@ void Cq::push(const ibv_wc& wc, bool solicited) {
   bool fire = false;
   {
     std::lock_guard<std::mutex> g(mu_);
+    if (overrun_) return;  // in error: completions can no longer be added (C11-37)
     if (ring_.size() >= cqe_) {
-      // IBTA o11-?: a CQ overrun is an error of the CQ; the completion is lost and the verbs layer
-      // reports IBV_EVENT_CQ_ERR. The ring is never grown past its capacity.
+      // IBTA C11-37: the CI generates a CQ error when it detects an overrun; the completion is
+      // lost. The ring is never grown past its capacity.
       overrun_ = true;
+      if (errors_ != nullptr) {
+        ibv_async_event ev{};
+        ev.event_type = IBV_EVENT_CQ_ERR;
+        ev.element.cq = static_cast<ibv_cq*>(cookie_);
+        errors_->push(ev);  // its own lock, never taken before this CQ's
+      }
       return;
     }
     // Stamped once it is sure to be queued; the clock read is a vDSO call, cheap next to a
@@ -137,6 +144,13 @@ int Cq::resize(uint32_t cqe) {
   if (cqe == 0 || cqe < ring_.size()) return EINVAL;
   cqe_ = cqe;
   return 0;
+}
+
+size_t Cq::clean(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  const size_t before = ring_.size();
+  std::erase_if(ring_, [qpn](const Entry& e) { return e.wc.qp_num == qpn; });
+  return before - ring_.size();
 }
 
 bool Cq::overrun() const {

@@ -22,7 +22,7 @@ class CompChannel {
   int fd() const { return fd_; }
   void notify(void* cq_cookie);  // queue an event and make fd() readable
   // Dequeues one event; blocks unless the fd is O_NONBLOCK (then EAGAIN), like the kernel's.
-  // Returns 0 or a positive errno.
+  // Returns 0 or a positive errno (EINTR when a signal interrupted the wait).
   int get_event(void** cq_cookie);
   size_t pending();  // events queued and not yet taken
 
@@ -32,11 +32,18 @@ class CompChannel {
   std::deque<void*> events_;
 };
 
+class AsyncEventQueue;
+
 // A CQ: a bounded ring of ibv_wc. push() is called by the engine with the device lock held.
 class Cq : public transport::CompletionSink {
  public:
-  Cq(uint32_t cqe, CompChannel* channel, void* cookie);
-  // A completion; lost (and overrun() set) when the ring holds `capacity()` entries.
+  // `cookie` is the ibv_cq* the application knows: it names the CQ in completion events and in
+  // the IBV_EVENT_CQ_ERR raised on `errors` (may be null) when the CQ overruns.
+  Cq(uint32_t cqe, CompChannel* channel, void* cookie, AsyncEventQueue* errors = nullptr);
+  // A completion. When the ring already holds `capacity()` entries the CQ overruns (IBTA C11-37):
+  // the completion is lost, IBV_EVENT_CQ_ERR is raised once, and from then on the CQ takes no
+  // completion at all — the QP that completes into it sees overrun() and enters ERR (C9-218,
+  // transport/qp_impl.h). What the ring holds can still be polled.
   void push(const ibv_wc& wc) override;
   // `solicited`: a receive completion of a message with BTH.SE set (see CompletionSink).
   void push(const ibv_wc& wc, bool solicited) override;
@@ -49,8 +56,13 @@ class Cq : public transport::CompletionSink {
   int req_notify(bool solicited_only);
   uint32_t capacity() const { return cqe_; }
   int resize(uint32_t cqe);  // EINVAL if fewer than the queued completions
-  bool overrun() const;      // a completion was lost to a full CQ
-  size_t size() const;       // completions waiting to be polled
+  // Removes the queued completions of QP `qpn` (wc.qp_num), keeping the others in order; returns
+  // how many went. Called when the QP is reset or destroyed, as rdma-core's mlx4/mlx5 providers
+  // clean their CQs then: a completion of a QP's earlier life (the flush of its error state)
+  // must not be polled as if it belonged to the reconnected QP, or to no QP at all.
+  size_t clean(uint32_t qpn);
+  bool overrun() const override;  // a completion was lost to a full CQ: the CQ is in error
+  size_t size() const;            // completions waiting to be polled
 
  private:
   mutable std::mutex mu_;
@@ -62,6 +74,7 @@ class Cq : public transport::CompletionSink {
   uint32_t cqe_;
   CompChannel* channel_;
   void* cookie_;
+  AsyncEventQueue* errors_;
   enum class Arm { kNone, kNext, kSolicited } arm_ = Arm::kNone;
   bool overrun_ = false;
 };
@@ -73,7 +86,8 @@ class AsyncEventQueue {
   ~AsyncEventQueue();
   int fd() const { return fd_; }
   void push(const ibv_async_event& ev);
-  int get(ibv_async_event* ev);  // blocks unless O_NONBLOCK (then EAGAIN); 0 or a positive errno
+  // Blocks unless O_NONBLOCK (then EAGAIN); 0 or a positive errno (EINTR: a signal interrupted it).
+  int get(ibv_async_event* ev);
 
  private:
   int fd_ = -1;

@@ -51,7 +51,7 @@ struct DeviceLimits {
   static constexpr uint32_t kMaxSrq = 4096;  // per context (src/verbs/srq.cc enforces it)
   static constexpr uint32_t kMaxPd = 4096;
   static constexpr uint64_t kMaxMrSize = 1ull << 40;
-  static constexpr uint32_t kMaxQpRdAtom = 16;
+  static constexpr uint32_t kMaxQpRdAtom = transport::kMaxRdAtomic;  // transport/qp.h
   static constexpr uint32_t kMaxMsgSize = 1u << 31;
   // Multicast: groups a device joins (each costs a socket) and QPs attached to one group.
   static constexpr uint32_t kMaxMcastGrp = 256;

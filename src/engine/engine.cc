@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "engine/signals.h"
+
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -79,6 +81,7 @@ Engine::~Engine() {
 }
 
 void Engine::start() {
+  AllSignalsBlocked blocked;  // the engine thread takes no signal (signals.h)
   thread_ = std::thread([this] { run(); });
   // Thread names are at most 15 characters; best effort.
   pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());

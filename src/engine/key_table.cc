@@ -3,11 +3,59 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 namespace uroce {
 
 using transport::MemRef;
 using transport::MemStatus;
+
+namespace {
+
+// MurmurHash3's 32-bit finaliser: a bijective avalanche mix, the Feistel round function.
+uint32_t mix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+uint64_t random_secret() {
+  // std::random_device reads getrandom(2) / /dev/urandom on Linux.
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) | rd();
+}
+
+}  // namespace
+
+KeyPermutation::KeyPermutation(unsigned bits, uint64_t secret)
+    : half_(bits / 2), mask_(half_ >= 32 ? ~0u : (1u << half_) - 1) {
+  for (uint32_t i = 0; i < 4; ++i)
+    round_[i] = mix32(static_cast<uint32_t>(secret >> (16 * i)) ^ (0x9e3779b9u * (i + 1)));
+}
+
+uint32_t KeyPermutation::operator()(uint32_t x) const {
+  // A 4-round balanced Feistel network on two half_-bit halves: a bijection of the 2*half_-bit
+  // domain whatever the round function (Luby-Rackoff).
+  uint32_t l = (x >> half_) & mask_, r = x & mask_;
+  for (uint32_t k : round_) {
+    const uint32_t f = mix32(r ^ k) & mask_;
+    const uint32_t next_r = l ^ f;
+    l = r;
+    r = next_r;
+  }
+  return (l << half_) | r;
+}
+
+KeyTable::KeyTable() : KeyTable(random_secret()) {}
+
+// MR keys are 32-bit images of which those below kMwKeyBit are taken (about half: the next one
+// comes within a few counter values); window indices are 24-bit images of which the nonzero ones
+// below 2^23 are taken.
+KeyTable::KeyTable(uint64_t secret)
+    : mr_perm_(32, secret), mw_perm_(24, secret ^ 0x5deece66dull * 0x9e3779b97f4a7c15ull) {}
 
 uint32_t KeyTable::alloc_pd() {
   uint32_t pd = next_pd_++;
@@ -45,10 +93,14 @@ int KeyTable::reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int a
   // The region must not wrap around either address space.
   uint64_t host = reinterpret_cast<uintptr_t>(addr);
   if (host + len < host || iova + len < iova) return EINVAL;
-  uint32_t key = next_key_++;
-  // MR keys stay below the window key space; after 2^31 registrations they wrap and mrs_ still
-  // rejects duplicates.
-  if (next_key_ == kMwKeyBit) next_key_ = 0x100;
+  // The next counter value whose image is a valid MR key (cycle walking: a permutation of
+  // 2^32 values restricted to those below kMwKeyBit, about one in two). After 2^32 counter values
+  // the sequence would repeat: then registration fails rather than reuse a key.
+  uint32_t key = 0;
+  do {
+    if (mr_count_ == ~0u) return ENOMEM;
+    key = mr_perm_(mr_count_++);
+  } while (key >= kMwKeyBit || key < 0x100);
   if (!mrs_.emplace(key, Mr{pd, static_cast<uint8_t*>(addr), iova, len, access}).second)
     return ENOMEM;
   ++pds_[pd];
@@ -103,9 +155,13 @@ int KeyTable::rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64
 
 int KeyTable::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey) {
   if (!pd_exists(pd) || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) return EINVAL;
-  // 2^23 indices fit between kMwKeyBit and the 8-bit key; never reused while the table lives.
-  if (next_mw_ >= (kMwKeyBit >> 8)) return ENOMEM;
-  const uint32_t index = next_mw_++;
+  // 2^23 indices fit between kMwKeyBit and the 8-bit key; never reused while the table lives:
+  // the images of a 24-bit counter under mw_perm_ that are nonzero and below 2^23.
+  uint32_t index = 0;
+  do {
+    if (mw_count_ >= (1u << 24)) return ENOMEM;
+    index = mw_perm_(mw_count_++);
+  } while (index == 0 || index >= (kMwKeyBit >> 8));
   Mw mw{};
   mw.pd = pd;
   mw.type = type;

@@ -16,8 +16,30 @@
 
 namespace uroce {
 
+// Keys are not predictable from earlier keys: a peer that has seen the R_Keys a program
+// advertised cannot guess another region's (IBTA 10.6.3.1 leaves key values to the CI; mlx5
+// randomises the low byte, which leaves 1 guess in 256). Each key comes from a counter that is
+// never reused while the table lives, passed through a keyed permutation (KeyPermutation) whose
+// key is drawn from the system's random source when the table is made: distinct counters give
+// distinct keys, and without the secret the sequence looks random.
+class KeyPermutation {
+ public:
+  // A permutation of [0, 2^bits), bits even, 2..32, keyed by 64 random bits.
+  KeyPermutation(unsigned bits, uint64_t secret);
+  uint32_t operator()(uint32_t x) const;
+
+ private:
+  unsigned half_;      // bits / 2
+  uint32_t mask_;      // 2^half_ - 1
+  uint32_t round_[4];  // round keys
+};
+
 class KeyTable : public transport::MemoryAccess {
  public:
+  KeyTable();  // draws the permutations' secret (getrandom)
+  // For tests that need the same keys from run to run.
+  explicit KeyTable(uint64_t secret);
+
   // PD handles start at 1 (0 is never a valid PD) and are never reused while the table lives.
   uint32_t alloc_pd();
   // 0; EINVAL for an unknown PD; EBUSY while MRs or QPs use it.
@@ -99,10 +121,15 @@ class KeyTable : public transport::MemoryAccess {
   std::unordered_map<uint32_t, uint32_t> pds_;  // PD → references (MRs + QPs)
   std::unordered_map<uint32_t, Mr> mrs_;        // key → region
   std::unordered_map<uint32_t, Mw> mws_;        // window index → window
-  uint32_t next_mw_ = 1;                        // window indices are never reused
   uint32_t next_pd_ = 1;
-  // Keys start away from 0: some applications treat a zero key as "none".
-  uint32_t next_key_ = 0x100;
+  // MR keys: mr_perm_(mr_count_) for the next counter value whose image is a valid MR key
+  // (0x100 ≤ key < kMwKeyBit: away from 0, which some applications take for "none", and out of
+  // the window keys). The counter is never reused while the table lives (2^32 registrations).
+  KeyPermutation mr_perm_;
+  uint32_t mr_count_ = 0;
+  // Window indices (23 bits, never 0): mw_perm_(mw_count_), likewise never reused.
+  KeyPermutation mw_perm_;
+  uint32_t mw_count_ = 0;
   std::mutex atomic_mu_;  // only for misaligned atomics
 };
 

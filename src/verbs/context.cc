@@ -1,5 +1,8 @@
 // Device contexts: ibv_open_device / ibv_close_device, the ops tables the inline verbs call
 // through, and the per-context async event queue.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,38 +17,54 @@
 namespace uroce::verbs {
 namespace {
 
+constexpr const char* kContextFdName = "uroce-context";
+
 // ibv_context_ops entries are called by the inline verbs without a NULL check, so every one an
 // application can reach with a uroce object is filled. Those of features uroce does not have
 // report EOPNOTSUPP.
 int op_compat_query_device(ibv_context* ctx, ibv_device_attr* attr) {
-  return query_device(ctx, attr);
+  return with_errno(query_device(ctx, attr));
 }
 int op_compat_query_port(ibv_context* ctx, uint8_t port, struct _compat_ibv_port_attr* attr) {
-  return query_port(ctx, port, reinterpret_cast<ibv_port_attr*>(attr), kCompatPortAttrBytes);
+  return with_errno(
+      query_port(ctx, port, reinterpret_cast<ibv_port_attr*>(attr), kCompatPortAttrBytes));
+}
+
+// The inline verbs return what these return; like rdma-core's, a failure is also left in errno
+// (entry.cc explains why). poll_cq fails with a negative errno.
+template <auto F, typename... A>
+int op_errno(A... a) {
+  return with_errno(F(a...));
+}
+int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  const int got = poll_cq(cq, n, wc);
+  if (got < 0) errno = -got;
+  return got;
 }
 
 void fill_ops(VContext* c) {
   ibv_context_ops& ops = c->vctx.context.ops;
   ops._compat_query_device = op_compat_query_device;
   ops._compat_query_port = op_compat_query_port;
-  ops.poll_cq = poll_cq;
-  ops.req_notify_cq = req_notify_cq;
-  ops.post_send = post_send;
-  ops.post_recv = post_recv;
-  ops.post_srq_recv = post_srq_recv;  // srq.cc
-  ops.alloc_mw = alloc_mw;
-  ops.dealloc_mw = dealloc_mw;
-  ops.bind_mw = bind_mw;
+  ops.poll_cq = op_poll_cq;
+  ops.req_notify_cq = op_errno<req_notify_cq, ibv_cq*, int>;
+  ops.post_send = op_errno<post_send, ibv_qp*, ibv_send_wr*, ibv_send_wr**>;
+  ops.post_recv = op_errno<post_recv, ibv_qp*, ibv_recv_wr*, ibv_recv_wr**>;
+  ops.post_srq_recv = op_errno<post_srq_recv, ibv_srq*, ibv_recv_wr*, ibv_recv_wr**>;  // srq.cc
+  ops.alloc_mw = alloc_mw;  // sets errno itself
+  ops.dealloc_mw = op_errno<dealloc_mw, ibv_mw*>;
+  ops.bind_mw = op_errno<bind_mw, ibv_qp*, ibv_mw*, ibv_mw_bind*>;
 
   // verbs_context members: a NULL member makes the inline verb return EOPNOTSUPP (or fall back
   // to the legacy entry point), which is the truth for everything not listed here.
   verbs_context& v = c->vctx;
-  v.query_port = query_port;
-  v.query_device_ex = query_device_ex;
+  v.query_port = op_errno<query_port, ibv_context*, uint8_t, ibv_port_attr*, size_t>;
+  v.query_device_ex = op_errno<query_device_ex, ibv_context*, const ibv_query_device_ex_input*,
+                               ibv_device_attr_ex*, size_t>;
   v.create_qp_ex = create_qp_ex;
   v.create_srq_ex = create_srq_ex;  // basic SRQs; XRC/TM report EOPNOTSUPP
   v.create_cq_ex = create_cq_ex;
-  v.query_rt_values = query_rt_values;
+  v.query_rt_values = op_errno<query_rt_values, ibv_context*, ibv_values_ex*>;
 }
 
 }  // namespace
@@ -67,7 +86,10 @@ VContext::VContext(VDevice* d, std::shared_ptr<Device> engine)
   ibv_context& c = v.context;
   c.device = &udev->dev;
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
-  c.cmd_fd = -1;  // no uverbs command channel exists
+  // There is no uverbs command channel, but programs treat cmd_fd as a file they may dup and
+  // hand to ibv_import_device (pyverbs' shared-PD tests do): an inert memfd whose name marks it
+  // as a uroce context (is_context_fd), or -1 if none can be had.
+  c.cmd_fd = memfd_create(kContextFdName, MFD_CLOEXEC);
   c.async_fd = async.fd();
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -83,7 +105,19 @@ VContext::VContext(VDevice* d, std::shared_ptr<Device> engine)
 
 VContext::~VContext() {
   dev->remove_port_listener(port_listener);
+  if (vctx.context.cmd_fd >= 0) close(vctx.context.cmd_fd);
   pthread_mutex_destroy(&vctx.context.mutex);
+}
+
+bool is_context_fd(int fd) {
+  char path[64], target[128];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  // memfds read as "/memfd:NAME (deleted)".
+  return std::strncmp(target, "/memfd:", 7) == 0 &&
+         std::strncmp(target + 7, kContextFdName, std::strlen(kContextFdName)) == 0;
 }
 
 bool VContext::live_cq(VCq* cq) {

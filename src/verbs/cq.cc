@@ -123,7 +123,7 @@ VCq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel*
 }  // namespace
 
 VCq::VCq(VContext* c, uint32_t cqe, VChannel* ch)
-    : CqAbi{}, ctx(c), channel(ch), impl(cqe, ch ? &ch->impl : nullptr, to_ibv(this)) {
+    : CqAbi{}, ctx(c), channel(ch), impl(cqe, ch ? &ch->impl : nullptr, to_ibv(this), &c->async) {
   ibv_cq_ex& x = cq;
   x.context = &c->vctx.context;
   x.channel = ch ? &ch->ch : nullptr;

@@ -50,6 +50,11 @@ constexpr const char* V1_13 = "IBVERBS_1.13";
 constexpr const char* V1_14 = "IBVERBS_1.14";
 constexpr const char* VPRIV = "IBVERBS_PRIVATE_34";
 
+// rdma-core's verbs that return an error number also leave it in errno (the failing uverbs
+// command set it; providers' own checks follow suit), and programs print strerror(errno) after
+// a failed call as often as the return value: uroce's failures do both (uv::with_errno).
+using uv::with_errno;
+
 // No real libibverbs to forward a foreign object to (liburoce linked directly).
 template <typename T>
 T* no_real_ptr() {
@@ -150,13 +155,17 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* dev) {
 }
 
 UROCE_EXPORT int ibv_close_device(ibv_context* ctx) {
-  if (uv::is_uroce(ctx)) return uv::close_device(ctx);
+  if (uv::is_uroce(ctx)) return with_errno(uv::close_device(ctx));
   auto f = UROCE_REAL(ibv_close_device, V1_1);
   return f ? f(ctx) : ENOSYS;
 }
 
 UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
-  // Only kernel uverbs contexts can be imported; uroce has none.
+  // Only kernel uverbs contexts can be imported: a uroce context lives in its process's memory.
+  if (uv::is_context_fd(cmd_fd)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
   auto f = UROCE_REAL(ibv_import_device, V1_10);
   return f ? f(cmd_fd) : no_real_ptr<ibv_context>();
 }
@@ -204,7 +213,7 @@ UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* ev) {
 // ---- queries ------------------------------------------------------------------------------------
 
 UROCE_EXPORT int ibv_query_device(ibv_context* ctx, ibv_device_attr* attr) {
-  if (uv::is_uroce(ctx)) return uv::query_device(ctx, attr);
+  if (uv::is_uroce(ctx)) return with_errno(uv::query_device(ctx, attr));
   auto f = UROCE_REAL(ibv_query_device, V1_1);
   return f ? f(ctx, attr) : ENOSYS;
 }
@@ -213,8 +222,8 @@ UROCE_EXPORT int ibv_query_port(ibv_context* ctx, uint8_t port, _compat_ibv_port
   // The 1.1 entry point fills only the compat struct (48 bytes): the inline ibv_query_port
   // reaches uroce through verbs_context::query_port with the full size instead.
   if (uv::is_uroce(ctx))
-    return uv::query_port(ctx, port, reinterpret_cast<ibv_port_attr*>(attr),
-                          uv::kCompatPortAttrBytes);
+    return with_errno(uv::query_port(ctx, port, reinterpret_cast<ibv_port_attr*>(attr),
+                                     uv::kCompatPortAttrBytes));
   auto f = UROCE_REAL(ibv_query_port, V1_1);
   return f ? f(ctx, port, attr) : ENOSYS;
 }
@@ -238,14 +247,19 @@ UROCE_EXPORT int ibv_query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gi
 
 UROCE_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index,
                                    ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
-  if (uv::is_uroce(ctx)) return uv::query_gid_ex(ctx, port, index, entry, flags, entry_size);
+  if (uv::is_uroce(ctx))
+    return with_errno(uv::query_gid_ex(ctx, port, index, entry, flags, entry_size));
   auto f = UROCE_REAL(_ibv_query_gid_ex, V1_11);
   return f ? f(ctx, port, index, entry, flags, entry_size) : ENOSYS;
 }
 
 UROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* ctx, ibv_gid_entry* entries,
                                           size_t max_entries, uint32_t flags, size_t entry_size) {
-  if (uv::is_uroce(ctx)) return uv::query_gid_table(ctx, entries, max_entries, flags, entry_size);
+  if (uv::is_uroce(ctx)) {
+    const ssize_t n = uv::query_gid_table(ctx, entries, max_entries, flags, entry_size);
+    if (n < 0) errno = static_cast<int>(-n);
+    return n;
+  }
   auto f = UROCE_REAL(_ibv_query_gid_table, V1_11);
   return f ? f(ctx, entries, max_entries, flags, entry_size) : -ENOSYS;
 }
@@ -299,7 +313,7 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
 }
 
 UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
-  if (uv::is_uroce(pd->context)) return uv::dealloc_pd(pd);
+  if (uv::is_uroce(pd->context)) return with_errno(uv::dealloc_pd(pd));
   auto f = UROCE_REAL(ibv_dealloc_pd, V1_1);
   return f ? f(pd) : ENOSYS;
 }
@@ -363,7 +377,7 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
 }
 
 UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
-  if (uv::is_uroce(mr->context)) return uv::dereg_mr(mr);
+  if (uv::is_uroce(mr->context)) return with_errno(uv::dereg_mr(mr));
   auto f = UROCE_REAL(ibv_dereg_mr, V1_1);
   return f ? f(mr) : ENOSYS;
 }
@@ -405,7 +419,7 @@ UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* ctx) {
 }
 
 UROCE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* ch) {
-  if (uv::is_uroce(ch->context)) return uv::destroy_comp_channel(ch);
+  if (uv::is_uroce(ch->context)) return with_errno(uv::destroy_comp_channel(ch));
   auto f = UROCE_REAL(ibv_destroy_comp_channel, V1_0);
   return f ? f(ch) : ENOSYS;
 }
@@ -418,13 +432,13 @@ UROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* ctx, int cqe, void* cq_context,
 }
 
 UROCE_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
-  if (uv::is_uroce(cq->context)) return uv::resize_cq(cq, cqe);
+  if (uv::is_uroce(cq->context)) return with_errno(uv::resize_cq(cq, cqe));
   auto f = UROCE_REAL(ibv_resize_cq, V1_1);
   return f ? f(cq, cqe) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
-  if (uv::is_uroce(cq->context)) return uv::destroy_cq(cq);
+  if (uv::is_uroce(cq->context)) return with_errno(uv::destroy_cq(cq));
   auto f = UROCE_REAL(ibv_destroy_cq, V1_1);
   return f ? f(cq) : ENOSYS;
 }
@@ -455,19 +469,19 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
 }
 
 UROCE_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
-  if (uv::is_uroce(srq->context)) return uv::modify_srq(srq, attr, mask);
+  if (uv::is_uroce(srq->context)) return with_errno(uv::modify_srq(srq, attr, mask));
   auto f = UROCE_REAL(ibv_modify_srq, V1_1);
   return f ? f(srq, attr, mask) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
-  if (uv::is_uroce(srq->context)) return uv::query_srq(srq, attr);
+  if (uv::is_uroce(srq->context)) return with_errno(uv::query_srq(srq, attr));
   auto f = UROCE_REAL(ibv_query_srq, V1_1);
   return f ? f(srq, attr) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
-  if (uv::is_uroce(srq->context)) return uv::destroy_srq(srq);
+  if (uv::is_uroce(srq->context)) return with_errno(uv::destroy_srq(srq));
   auto f = UROCE_REAL(ibv_destroy_srq, V1_1);
   return f ? f(srq) : ENOSYS;
 }
@@ -481,7 +495,7 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 }
 
 UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
-  if (uv::is_uroce(ah->context)) return uv::destroy_ah(ah);
+  if (uv::is_uroce(ah->context)) return with_errno(uv::destroy_ah(ah));
   auto f = UROCE_REAL(ibv_destroy_ah, V1_1);
   return f ? f(ah) : ENOSYS;
 }
@@ -518,13 +532,13 @@ UROCE_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context* ctx, ibv_ah_attr* attr
 }
 
 UROCE_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  if (uv::is_uroce(qp->context)) return uv::attach_mcast(qp, gid, lid);
+  if (uv::is_uroce(qp->context)) return with_errno(uv::attach_mcast(qp, gid, lid));
   auto f = UROCE_REAL(ibv_attach_mcast, V1_1);
   return f ? f(qp, gid, lid) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  if (uv::is_uroce(qp->context)) return uv::detach_mcast(qp, gid, lid);
+  if (uv::is_uroce(qp->context)) return with_errno(uv::detach_mcast(qp, gid, lid));
   auto f = UROCE_REAL(ibv_detach_mcast, V1_1);
   return f ? f(qp, gid, lid) : ENOSYS;
 }
@@ -538,19 +552,19 @@ UROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
-  if (uv::is_uroce(qp->context)) return uv::modify_qp(qp, attr, mask);
+  if (uv::is_uroce(qp->context)) return with_errno(uv::modify_qp(qp, attr, mask));
   auto f = UROCE_REAL(ibv_modify_qp, V1_1);
   return f ? f(qp, attr, mask) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
-  if (uv::is_uroce(qp->context)) return uv::query_qp(qp, attr, mask, init);
+  if (uv::is_uroce(qp->context)) return with_errno(uv::query_qp(qp, attr, mask, init));
   auto f = UROCE_REAL(ibv_query_qp, V1_1);
   return f ? f(qp, attr, mask, init) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
-  if (uv::is_uroce(qp->context)) return uv::destroy_qp(qp);
+  if (uv::is_uroce(qp->context)) return with_errno(uv::destroy_qp(qp));
   auto f = UROCE_REAL(ibv_destroy_qp, V1_1);
   return f ? f(qp) : ENOSYS;
 }
@@ -569,13 +583,13 @@ UROCE_EXPORT int ibv_query_qp_data_in_order(ibv_qp* qp, ibv_wr_opcode op, uint32
 }
 
 UROCE_EXPORT int ibv_query_ece(ibv_qp* qp, ibv_ece* ece) {
-  if (uv::is_uroce(qp->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(qp->context)) return with_errno(EOPNOTSUPP);
   auto f = UROCE_REAL(ibv_query_ece, V1_10);
   return f ? f(qp, ece) : ENOSYS;
 }
 
 UROCE_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
-  if (uv::is_uroce(qp->context)) return EOPNOTSUPP;
+  if (uv::is_uroce(qp->context)) return with_errno(EOPNOTSUPP);
   auto f = UROCE_REAL(ibv_set_ece, V1_10);
   return f ? f(qp, ece) : ENOSYS;
 }

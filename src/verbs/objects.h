@@ -14,6 +14,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -65,10 +66,17 @@ class VDevice : public DeviceAbi {
   // The engine device shared by all contexts of this device in the process; opened on the first
   // ibv_open_device, closed when the last context closes. nullptr and *err set on failure.
   std::shared_ptr<Device> acquire(std::string* err);
+  // Waits until the engine pass in progress, if any, has ended: every packet the transport has
+  // produced so far (an ACK, the NAK of a refused request) has then been handed to the socket.
+  // Called at process exit (registry.cc), when contexts are often still open. Does nothing in a
+  // child forked after the device was opened: no engine thread runs there, and the lock may
+  // have been held by the parent's at the fork.
+  void drain();
 
  private:
   std::mutex mu_;
   std::weak_ptr<Device> open_;
+  pid_t opened_by_ = 0;  // the process that opened open_
 };
 
 // ---- context --------------------------------------------------------------------------------

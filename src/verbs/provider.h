@@ -5,6 +5,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -18,6 +19,13 @@ class VDevice;
 // ibv_query_port@IBVERBS_1.1 fills only rdma-core's 48-byte compat struct, which ends right
 // before port_cap_flags2 (asserted in objects.h).
 inline constexpr size_t kCompatPortAttrBytes = 48;
+
+// rdma-core's verbs that return an error number leave it in errno too: returns `rc`, and sets
+// errno when it is a (positive) error number (entry.cc).
+inline int with_errno(int rc) {
+  if (rc > 0) errno = rc;
+  return rc;
+}
 
 // ---- registry.cc: the uroce devices of this process ----
 // Reads the configuration once (UROCE_DEVICES); a bad value is reported on stderr and leaves no
@@ -36,6 +44,9 @@ int device_index(ibv_device* dev);
 
 // ---- context.cc ----
 ibv_context* open_device(ibv_device* dev);
+// True when `fd` is (a duplicate of) the cmd_fd of a uroce context, in this process or another:
+// such a context cannot be imported (ibv_import_device reports EOPNOTSUPP).
+bool is_context_fd(int fd);
 int close_device(ibv_context* ctx);
 int get_async_event(ibv_context* ctx, ibv_async_event* ev);
 // uroce_query_counters (uroce/uroce.h): fills up to `max`, returns the number of counters.

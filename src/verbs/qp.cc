@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "ah.h"
+#include "util/log.h"
 #include "objects.h"
 #include "provider.h"
+#include "transport/qp_state.h"
 
 namespace uroce::verbs {
 namespace {
@@ -31,31 +33,76 @@ bool is_v4_mapped(const ibv_gid& g) {
 
 // Checks of a modify_qp request that need the device (the transport checks the rest): the one
 // port, the one P_Key, the one source GID, RoCE's mandatory GRH with an IPv4 destination, and a
-// path MTU the port supports.
-int check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
-  if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
-  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
+// path MTU the port supports. Returns the attribute refused and why, or {0, nullptr}.
+struct Refused {
+  int attr = 0;
+  const char* why = nullptr;
+};
+Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
+  if ((mask & IBV_QP_PORT) && a.port_num != 1) return {IBV_QP_PORT, "port_num must be 1"};
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0)
+    return {IBV_QP_PKEY_INDEX, "pkey_index must be 0 (one P_Key)"};
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a.ah_attr;
-    if (!ah.is_global) return EINVAL;  // RoCE addresses by GID: GRH required (Annex A16/A17)
-    if (ah.grh.sgid_index != 0) return EINVAL;
-    if (!is_v4_mapped(ah.grh.dgid)) return EINVAL;  // IPv6 GIDs are not configured
-    if (ah.port_num != 0 && ah.port_num != 1) return EINVAL;
+    // RoCE addresses by GID: GRH required (Annex A16/A17).
+    if (!ah.is_global) return {IBV_QP_AV, "ah_attr.is_global is 0: RoCE needs the GRH"};
+    if (ah.grh.sgid_index != 0) return {IBV_QP_AV, "ah_attr.grh.sgid_index must be 0"};
+    if (!is_v4_mapped(ah.grh.dgid))  // IPv6 GIDs are not configured
+      return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
+    if (ah.port_num != 0 && ah.port_num != 1) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
   }
   if (mask & IBV_QP_PATH_MTU) {
-    if (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096) return EINVAL;
-    unsigned bytes = 128u << a.path_mtu;  // IBV_MTU_256 = 1
-    if (bytes > qp->ctx->dev->mtu_bytes()) return EINVAL;
+    // Read as the int the C caller stored: a value outside enum ibv_mtu is a bad attribute, not
+    // something to load as the enum (in C++ that is undefined, and UBSan says so).
+    static_assert(sizeof(a.path_mtu) == sizeof(int));
+    int mtu;
+    std::memcpy(&mtu, &a.path_mtu, sizeof mtu);
+    if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096)
+      return {IBV_QP_PATH_MTU, "path_mtu is not an ibv_mtu (IBV_MTU_256..IBV_MTU_4096)"};
+    unsigned bytes = 128u << mtu;  // IBV_MTU_256 = 1
+    if (bytes > qp->ctx->dev->mtu_bytes())
+      return {IBV_QP_PATH_MTU, "path_mtu above the port's active MTU (ibv_query_port)"};
   }
-  return 0;
+  return {};
+}
+
+// UROCE_LOG=debug: which attribute an ibv_modify_qp refused, and why.
+void log_refused_modify(VQp* qp, ibv_qp_state cur, const ibv_qp_attr& a, int mask,
+                        const Refused& r) {
+  const char* next = (mask & IBV_QP_STATE) ? transport::to_string(a.qp_state) : "same state";
+  log().debug("ibv_modify_qp(QP {:#x}, {} -> {}, mask {}): EINVAL: {}{}{}", qp->qpx.qp_base.qp_num,
+              transport::to_string(cur), next, transport::attr_mask_to_string(mask),
+              r.attr ? transport::attr_mask_to_string(r.attr) : "", r.attr ? ": " : "", r.why);
+}
+
+// A QP reset or destroyed leaves no completion of its own in its CQs (Cq::clean). In RESET the
+// transport produces none, so nothing can arrive after the cleaning.
+void clean_cqs(VQp* qp) {
+  const uint32_t qpn = qp->qpx.qp_base.qp_num;
+  qp->scq->impl.clean(qpn);
+  if (qp->rcq != qp->scq) qp->rcq->impl.clean(qpn);
+}
+
+// A work request refused before it reaches the queue: UROCE_LOG=debug names the field.
+int refuse_wr(const VQp* qp, const char* verb, uint64_t wr_id, int err, const char* why) {
+  log().debug("{}(QP {:#x}): {} for wr_id {:#x}: {}", verb, qp->qpx.qp_base.qp_num,
+              err == EOPNOTSUPP ? "EOPNOTSUPP" : "EINVAL", wr_id, why);
+  return err;
 }
 
 int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
-  if (wr.opcode < IBV_WR_RDMA_WRITE || wr.opcode > IBV_WR_ATOMIC_WRITE) return EINVAL;
-  if (!send_opcode_supported(wr.opcode)) return EOPNOTSUPP;
-  if (wr.send_flags & ~kRcSendFlags) return EINVAL;
-  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp->cap.max_send_sge) return EINVAL;
-  if (wr.num_sge > 0 && !wr.sg_list) return EINVAL;
+  const auto refuse = [&](int err, const char* why) {
+    return refuse_wr(qp, "ibv_post_send", wr.wr_id, err, why);
+  };
+  if (wr.opcode < IBV_WR_RDMA_WRITE || wr.opcode > IBV_WR_ATOMIC_WRITE)
+    return refuse(EINVAL, "opcode is not an ibv_wr_opcode");
+  if (!send_opcode_supported(wr.opcode))
+    return refuse(EOPNOTSUPP, "opcode not implemented (docs/verbs.md)");
+  if (wr.send_flags & ~kRcSendFlags)
+    return refuse(EINVAL, "send_flags has a flag other than FENCE, SIGNALED, SOLICITED, INLINE");
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp->cap.max_send_sge)
+    return refuse(EINVAL, "num_sge negative or above the QP's max_send_sge");
+  if (wr.num_sge > 0 && !wr.sg_list) return refuse(EINVAL, "sg_list is NULL");
 
   w.wr_id = wr.wr_id;
   w.opcode = wr.opcode;
@@ -117,10 +164,11 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
     // and inline SGEs carry no lkey to check (ibv_post_send(3)).
     if (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM &&
         wr.opcode != IBV_WR_RDMA_WRITE && wr.opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
-      return EINVAL;
+      return refuse(EINVAL, "IBV_SEND_INLINE with an opcode that sends no data of its own");
     uint64_t total = 0;
     for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-    if (total > qp->cap.max_inline_data) return EINVAL;
+    if (total > qp->cap.max_inline_data)
+      return refuse(EINVAL, "inline data above the QP's max_inline_data");
     uint32_t off = 0;
     for (int i = 0; i < wr.num_sge; ++i) {
       const ibv_sge& s = wr.sg_list[i];
@@ -139,8 +187,11 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
 }
 
 int to_recv_wqe(const VQp* qp, const ibv_recv_wr& wr, transport::RecvWqe& w) {
-  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp->cap.max_recv_sge) return EINVAL;
-  if (wr.num_sge > 0 && !wr.sg_list) return EINVAL;
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp->cap.max_recv_sge)
+    return refuse_wr(qp, "ibv_post_recv", wr.wr_id, EINVAL,
+                     "num_sge negative or above the QP's max_recv_sge");
+  if (wr.num_sge > 0 && !wr.sg_list)
+    return refuse_wr(qp, "ibv_post_recv", wr.wr_id, EINVAL, "sg_list is NULL");
   w.wr_id = wr.wr_id;
   for (int i = 0; i < wr.num_sge; ++i)
     w.sge[i] = transport::Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
@@ -184,49 +235,44 @@ void VQp::qp_event(uint32_t, ibv_event_type type) {
 
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   VContext* c = to_v(ctx);
-  if (!a) {
-    errno = EINVAL;
+  // A refusal: errno, and UROCE_LOG=debug names the field.
+  const auto refuse = [](int err, const char* why) -> ibv_qp* {
+    log().debug("ibv_create_qp: {}: {}", err == EOPNOTSUPP ? "EOPNOTSUPP" : "EINVAL", why);
+    errno = err;
     return nullptr;
-  }
-  if (a->comp_mask & ~static_cast<uint32_t>(kQpInitKnownMask)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  if (a->comp_mask &
-      ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
-    // XRC, creation flags, TSO and RSS are not implemented.
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
+  };
+  if (!a) return refuse(EINVAL, "init_attr is NULL");
+  if (a->comp_mask & ~static_cast<uint32_t>(kQpInitKnownMask))
+    return refuse(EINVAL, "comp_mask has unknown bits");
+  // Creation flags and a TSO header size are accepted when they ask for nothing: no creation
+  // flag (scatter FCS, CVLAN stripping, source QPN, self-multicast blocking…) is implemented, and
+  // TSO is for raw packet QPs. XRC and RSS are not implemented.
+  if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags != 0)
+    return refuse(EOPNOTSUPP, "create_flags: no creation flag is supported");
+  if ((a->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && a->max_tso_header != 0)
+    return refuse(EOPNOTSUPP, "max_tso_header: TSO is not supported");
+  constexpr uint32_t kImplemented = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                                    IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if (a->comp_mask & ~kImplemented)
+    return refuse(EOPNOTSUPP, "comp_mask: XRC and RSS are not supported");
   const bool send_ops = a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (send_ops) {
-    if (int rc = check_send_ops(a->send_ops_flags)) {
-      errno = rc;
-      return nullptr;
-    }
+    if (int rc = check_send_ops(a->send_ops_flags))
+      return refuse(rc, "send_ops_flags asks for an operation not implemented");
   }
-  if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
-    errno = EINVAL;
-    return nullptr;
-  }
+  if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx)
+    return refuse(EINVAL, "no PD of this context");
   if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
-      a->qp_type != IBV_QPT_UD) {  // XRC and raw packet QPs: not yet
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
+      a->qp_type != IBV_QPT_UD)  // XRC and raw packet QPs: not yet
+    return refuse(EOPNOTSUPP, "qp_type: only RC, UC and UD are implemented");
   VSrq* srq = nullptr;
   if (a->srq) {
     // SRQs feed RC and UD QPs (IBTA 10.2.9.1); UC QPs take from their own receive queue.
-    if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD) {
-      errno = EOPNOTSUPP;
-      return nullptr;
-    }
+    if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD)
+      return refuse(EOPNOTSUPP, "srq: only RC and UD QPs take an SRQ");
     srq = a->srq->context == ctx ? to_v(a->srq) : nullptr;
     std::lock_guard<std::mutex> g(c->mu);
-    if (!srq || !c->srqs.count(srq)) {
-      errno = EINVAL;
-      return nullptr;
-    }
+    if (!srq || !c->srqs.count(srq)) return refuse(EINVAL, "srq is not an SRQ of this context");
     ++srq->qp_refs;  // now, so that the SRQ cannot go away while the QP is being created
     // ibv_create_qp(3): the receive caps are ignored when an SRQ is given.
     a->cap.max_recv_wr = 0;
@@ -242,17 +288,15 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
       --s->qp_refs;
     }
   } srq_ref{c, srq};
-  if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx) {
-    errno = EINVAL;
-    return nullptr;
-  }
+  if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx)
+    return refuse(EINVAL, "send_cq or recv_cq missing or of another context");
   ibv_qp_cap& cap = a->cap;
-  if (cap.max_send_wr > transport::kMaxQpWr || cap.max_recv_wr > transport::kMaxQpWr ||
-      cap.max_send_sge > transport::kMaxSge || cap.max_recv_sge > transport::kMaxSge ||
-      cap.max_inline_data > transport::kMaxInlineData) {
-    errno = EINVAL;
-    return nullptr;
-  }
+  if (cap.max_send_wr > transport::kMaxQpWr || cap.max_recv_wr > transport::kMaxQpWr)
+    return refuse(EINVAL, "cap.max_send_wr or cap.max_recv_wr above the device's max_qp_wr");
+  if (cap.max_send_sge > transport::kMaxSge || cap.max_recv_sge > transport::kMaxSge)
+    return refuse(EINVAL, "cap.max_send_sge or cap.max_recv_sge above the device's max_sge");
+  if (cap.max_inline_data > transport::kMaxInlineData)
+    return refuse(EINVAL, "cap.max_inline_data above what a uroce QP can inline (256 bytes)");
   // Report what the QP really provides: the SGE counts asked for (at least one) and the full
   // inline capacity, which every uroce QP has; providers may return more than requested.
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
@@ -353,13 +397,32 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 
 int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   VQp* qp = to_v(ibqp);
-  if (!attr) return EINVAL;
-  int rc = check_device_attrs(qp, *attr, mask);
-  if (rc) return rc;
-  rc = qp->ctx->dev->modify_qp(qp->tqp, *attr, mask);
-  if (rc) return rc;
+  if (!attr) {
+    log().debug("ibv_modify_qp(QP {:#x}): EINVAL: attr is NULL", ibqp->qp_num);
+    return EINVAL;
+  }
+  if (const Refused r = check_device_attrs(qp, *attr, mask); r.why != nullptr) {
+    log_refused_modify(qp, ibqp->state, *attr, mask, r);
+    return EINVAL;
+  }
+  int rc = qp->ctx->dev->modify_qp(qp->tqp, *attr, mask);
+  if (rc) {
+    if (log().should_log(spdlog::level::debug)) {
+      // The transport refused it: ask its validation again, against the state the QP is in
+      // (the state field of ibv_qp is the application's view and may be stale).
+      ibv_qp_attr cur{};
+      ibv_qp_init_attr init{};
+      qp->ctx->dev->query_qp(qp->tqp, cur, init);
+      const transport::ModifyCheck c =
+          transport::check_modify(ibqp->qp_type, cur.qp_state, *attr, mask);
+      log_refused_modify(qp, cur.qp_state, *attr, mask,
+                         Refused{c.attrs, c.why ? c.why : "refused by the transport"});
+    }
+    return rc;
+  }
   // The state field of struct ibv_qp is part of the ABI: applications read it directly.
   if (mask & IBV_QP_STATE) ibqp->state = attr->qp_state;
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) clean_cqs(qp);
   return 0;
 }
 
@@ -386,6 +449,7 @@ int destroy_qp(ibv_qp* ibqp) {
   VContext* c = qp->ctx;
   int rc = c->dev->destroy_qp(qp->tqp);
   if (rc) return rc;
+  clean_cqs(qp);
   {
     std::lock_guard<std::mutex> g(c->mu);
     c->qps.erase(qp);
@@ -402,6 +466,19 @@ int destroy_qp(ibv_qp* ibqp) {
   pthread_mutex_destroy(&ibqp->mutex);
   delete qp;
   return 0;
+}
+
+// UROCE_LOG=debug: why the transport refused a WQE (transport/qp.h, post_send and post_recv).
+static void log_refused_post(VQp* qp, const char* verb, uint64_t wr_id, int rc) {
+  if (!log().should_log(spdlog::level::debug)) return;
+  ibv_qp_attr cur{};
+  ibv_qp_init_attr init{};
+  qp->ctx->dev->query_qp(qp->tqp, cur, init);
+  log().debug("{}(QP {:#x}, {}): {} for wr_id {:#x}: {}", verb, qp->qpx.qp_base.qp_num,
+              transport::to_string(cur.qp_state), rc == ENOMEM ? "ENOMEM" : "EINVAL", wr_id,
+              rc == ENOMEM ? "the queue is full (max_send_wr / max_recv_wr)"
+                           : "not accepted in this state or by this QP type, or a malformed "
+                             "READ/ATOMIC/local operation (ibv_post_send(3))");
 }
 
 // ibv_post_send / ibv_post_recv: converts the chain into WQEs up to the first invalid WR, posts
@@ -452,7 +529,9 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       wr, bad, t_send_wqes, t_send_wrs,
       [qp](const ibv_send_wr& w, transport::SendWqe& wqe) { return to_send_wqe(qp, w, wqe); },
       [qp](const transport::SendWqe* wqes, size_t n, size_t* bad_index) {
-        return qp->ctx->dev->post_send(qp->tqp, wqes, n, bad_index);
+        const int rc = qp->ctx->dev->post_send(qp->tqp, wqes, n, bad_index);
+        if (rc) log_refused_post(qp, "ibv_post_send", wqes[*bad_index].wr_id, rc);
+        return rc;
       });
 }
 
@@ -466,7 +545,9 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
       wr, bad, t_recv_wqes, t_recv_wrs,
       [qp](const ibv_recv_wr& w, transport::RecvWqe& wqe) { return to_recv_wqe(qp, w, wqe); },
       [qp](const transport::RecvWqe* wqes, size_t n, size_t* bad_index) {
-        return qp->ctx->dev->post_recv(qp->tqp, wqes, n, bad_index);
+        const int rc = qp->ctx->dev->post_recv(qp->tqp, wqes, n, bad_index);
+        if (rc) log_refused_post(qp, "ibv_post_recv", wqes[*bad_index].wr_id, rc);
+        return rc;
       });
 }
 

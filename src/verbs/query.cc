@@ -115,6 +115,8 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_d
   // the completion is queued (engine/cq.h): a 64-bit counter of a 1 GHz clock, in kHz here.
   full.completion_timestamp_mask = ~uint64_t{0};
   full.hca_core_clock = 1000000;
+  // The port count for devices of more than 255 ports; equal to phys_port_cnt below that.
+  full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   // Everything else (ODP, TSO, RSS, DM, tag matching…) is absent: zero.
   // Write no more than the caller's struct holds: older binaries pass a smaller one.
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));

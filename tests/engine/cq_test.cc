@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -158,6 +161,74 @@ TEST(CqTest, OverrunCompletionDoesNotNotify) {
   cq.push(make_wc(2));  // lost
   EXPECT_TRUE(cq.overrun());
   EXPECT_FALSE(readable(ch.fd()));
+}
+
+// IBTA C11-37: an overrun puts the CQ in error: one IBV_EVENT_CQ_ERR naming it, and no
+// completion is added afterwards, even once the application has made room.
+TEST(CqTest, OverrunRaisesOneCqErrorAndTheCqTakesNoMore) {
+  AsyncEventQueue errors;
+  int cookie;
+  Cq cq(2, nullptr, &cookie, &errors);
+  cq.push(make_wc(1));
+  cq.push(make_wc(2));
+  EXPECT_FALSE(readable(errors.fd()));
+  cq.push(make_wc(3));  // lost
+  cq.push(make_wc(4));
+  EXPECT_TRUE(cq.overrun());
+  set_nonblock(errors.fd());
+  ibv_async_event ev{};
+  ASSERT_EQ(errors.get(&ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(static_cast<void*>(ev.element.cq), &cookie);
+  EXPECT_EQ(errors.get(&ev), EAGAIN) << "one event per overrun CQ";
+  ibv_wc out[4];
+  ASSERT_EQ(cq.poll(4, out), 2);  // what it held is still there
+  EXPECT_EQ(out[1].wr_id, 2u);
+  cq.push(make_wc(5));
+  EXPECT_EQ(cq.poll(4, out), 0);
+}
+
+TEST(CqTest, CleanRemovesOneQpsCompletionsInOrder) {
+  Cq cq(8, nullptr, nullptr);
+  for (uint64_t i = 0; i < 6; ++i) {
+    ibv_wc wc = make_wc(i);
+    wc.qp_num = i % 2 ? 0x22 : 0x11;
+    cq.push(wc);
+  }
+  EXPECT_EQ(cq.clean(0x22), 3u);
+  EXPECT_EQ(cq.clean(0x33), 0u);
+  ibv_wc out[8];
+  ASSERT_EQ(cq.poll(8, out), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i].wr_id, uint64_t(2 * i));
+}
+
+// A blocking wait interrupted by a signal returns EINTR (libibverbs' are a read() of the event
+// file): a program that bounds its wait with alarm() must get control back.
+TEST(CqTest, BlockingWaitsReturnEintrWhenASignalInterruptsThem) {
+  struct sigaction sa {
+  }, old_sa{};
+  sa.sa_handler = [](int) {};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the read is interrupted
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old_sa), 0);
+  const pthread_t self = pthread_self();
+  std::atomic<bool> done{false};
+  std::thread poker([&] {
+    // Repeats until the waiter is back: the first signal may come before it blocks.
+    while (!done.load()) {
+      pthread_kill(self, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  CompChannel ch;
+  void* cookie = nullptr;
+  EXPECT_EQ(ch.get_event(&cookie), EINTR);
+  AsyncEventQueue q;
+  ibv_async_event ev{};
+  EXPECT_EQ(q.get(&ev), EINTR);
+  done = true;
+  poker.join();
+  sigaction(SIGUSR1, &old_sa, nullptr);
 }
 
 TEST(AsyncEventQueueTest, PollableBlockingAndNonBlocking) {

@@ -71,6 +71,77 @@ TEST(KeyTableTest, KeysAreUniqueAndNeverReused) {
   }
 }
 
+TEST(KeyPermutationTest, IsABijection) {
+  for (unsigned bits : {8u, 16u}) {
+    KeyPermutation p(bits, 0x1234567890abcdefull);
+    std::set<uint32_t> images;
+    for (uint32_t x = 0; x < (1u << bits); ++x) {
+      const uint32_t y = p(x);
+      EXPECT_LT(y, 1u << bits);
+      images.insert(y);
+    }
+    EXPECT_EQ(images.size(), size_t{1} << bits) << bits << " bits";
+  }
+}
+
+// A peer that has seen keys cannot tell the next one: consecutive keys differ by no pattern, two
+// devices (tables) give different sequences, and window indices are scattered too.
+TEST(KeyTableTest, KeysAreNotPredictableFromEarlierKeys) {
+  auto keys_of = [](KeyTable& t, int n) {
+    const uint32_t pd = t.alloc_pd();
+    static uint8_t buf[64];
+    std::vector<uint32_t> keys;
+    for (int i = 0; i < n; ++i) {
+      uint32_t lkey, rkey;
+      EXPECT_EQ(t.reg_mr(pd, buf, sizeof buf, addr_of(buf), 0, &lkey, &rkey), 0);
+      EXPECT_EQ(lkey, rkey);
+      EXPECT_GE(lkey, 0x100u);
+      EXPECT_LT(lkey, KeyTable::kMwKeyBit) << "MR keys stay out of the window key space";
+      keys.push_back(lkey);
+    }
+    return keys;
+  };
+  KeyTable a, b;
+  const std::vector<uint32_t> ka = keys_of(a, 2000), kb = keys_of(b, 2000);
+  EXPECT_NE(ka, kb) << "each table draws its own secret";
+  std::set<uint32_t> deltas, low_bytes;
+  for (size_t i = 1; i < ka.size(); ++i) deltas.insert(ka[i] - ka[i - 1]);
+  for (uint32_t k : ka) low_bytes.insert(k & 0xff);
+  EXPECT_GT(deltas.size(), 1990u) << "no stride between consecutive keys";
+  EXPECT_GT(low_bytes.size(), 200u);
+  // The high bits vary as much as the low ones: keys spread over the whole 31-bit space.
+  uint32_t or_all = 0, and_all = ~0u;
+  for (uint32_t k : ka) {
+    or_all |= k;
+    and_all &= k;
+  }
+  EXPECT_EQ(or_all, KeyTable::kMwKeyBit - 1);
+  EXPECT_EQ(and_all, 0u);
+  // The same secret gives the same keys (for reproducible tests), another one other keys.
+  KeyTable c(42), d(42), e(43);
+  const std::vector<uint32_t> kc = keys_of(c, 50);
+  EXPECT_EQ(kc, keys_of(d, 50));
+  EXPECT_NE(kc, keys_of(e, 50));
+}
+
+TEST(KeyTableTest, WindowKeysAreNotPredictableEither) {
+  KeyTable t;
+  const uint32_t pd = t.alloc_pd();
+  std::set<uint32_t> indices, deltas;
+  uint32_t prev = 0;
+  for (int i = 0; i < 1000; ++i) {
+    uint32_t handle, rkey;
+    ASSERT_EQ(t.alloc_mw(pd, IBV_MW_TYPE_2, &handle, &rkey), 0);
+    EXPECT_TRUE(rkey & KeyTable::kMwKeyBit);
+    EXPECT_NE(handle, 0u);
+    EXPECT_EQ((rkey & ~KeyTable::kMwKeyBit) >> 8, handle);
+    EXPECT_TRUE(indices.insert(handle).second) << "window indices are never reused";
+    if (i > 0) deltas.insert(handle - prev);
+    prev = handle;
+  }
+  EXPECT_GT(deltas.size(), 990u);
+}
+
 TEST(KeyTableTest, ResolveChecksKeyPdBoundsAndAccess) {
   KeyTable t;
   uint32_t pd = t.alloc_pd(), other = t.alloc_pd();

@@ -426,11 +426,11 @@ cmd_all() {
     F=tx.loss=0.05,seed=7 one pingpong.$dir.txloss5 pingpong $dir -c -m $m -s 4096 -n 200
     one perftest.$dir.send_bw perftest $dir ib_send_bw -m $m -s 65536 -n 200
     one perftest.$dir.write_bw perftest $dir ib_write_bw -m $m -s 65536 -n 200
-    one perftest.$dir.read_bw perftest $dir ib_read_bw -m $m -o 16 -s 65536 -n 200
-    one perftest.$dir.atomic_bw perftest $dir ib_atomic_bw -m $m -o 16 -n 200
+    one perftest.$dir.read_bw perftest $dir ib_read_bw -m $m -s 65536 -n 200
+    one perftest.$dir.atomic_bw perftest $dir ib_atomic_bw -m $m -n 200
     one perftest.$dir.send_lat perftest $dir ib_send_lat -m $m -s 64 -n 200
     one perftest.$dir.write_lat perftest $dir ib_write_lat -m $m -s 64 -n 200
-    one perftest.$dir.read_lat perftest $dir ib_read_lat -m $m -o 16 -s 64 -n 200
+    one perftest.$dir.read_lat perftest $dir ib_read_lat -m $m -s 64 -n 200
   done
   [[ -z ${KEEP_VM:-} ]] && cmd_stop
   echo "$pass passed, $fail failed"

@@ -355,4 +355,29 @@ std::vector<std::unique_ptr<Crafted>> drain(Node& n) {
   return out;
 }
 
+void connect_uc(Node& n, uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn,
+                uint32_t rq_psn) {
+  n.init.type = IBV_QPT_UC;
+  n.rebuild();
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(
+      n.qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0), 0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = remote_qpn;
+  a.rq_psn = rq_psn;
+  a.ah_attr = ah_for(remote_ip);
+  ASSERT_EQ(n.qp->modify(
+                a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN, 0),
+            0);
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = sq_psn;
+  ASSERT_EQ(n.qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN, 0), 0);
+}
+
 }  // namespace uroce::transport::test

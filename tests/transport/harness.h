@@ -236,4 +236,8 @@ void deliver(Node& n, const Crafted& c, uint32_t src_ip, Time now);
 // Takes and parses every packet `n` sent so far.
 std::vector<std::unique_ptr<Crafted>> drain(Node& n);
 
+// Makes `n` a UC QP (rebuilt) and brings it RESET → INIT → RTR → RTS towards (remote_ip,
+// remote_qpn) with the UC attribute masks (ibv_modify_qp(3)), REMOTE_WRITE allowed.
+void connect_uc(Node& n, uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uint32_t rq_psn);
+
 }  // namespace uroce::transport::test

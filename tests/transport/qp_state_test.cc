@@ -164,7 +164,8 @@ TEST(QpState, AttributeValuesAreChecked) {
   EXPECT_EQ(bad([](ibv_qp_attr& a) { a.ah_attr.grh.dgid.raw[10] = 0; }), EINVAL);  // not v4
   EXPECT_EQ(bad([](ibv_qp_attr& a) { a.dest_qp_num = 0x1000000; }), EINVAL);
   EXPECT_EQ(bad([](ibv_qp_attr& a) { a.min_rnr_timer = 32; }), EINVAL);
-  EXPECT_EQ(bad([](ibv_qp_attr& a) { a.max_dest_rd_atomic = 17; }), EINVAL);
+  EXPECT_EQ(bad([](ibv_qp_attr& a) { a.max_dest_rd_atomic = kMaxRdAtomic + 1; }), EINVAL);
+  EXPECT_EQ(bad([](ibv_qp_attr& a) { a.max_dest_rd_atomic = kMaxRdAtomic; }), 0);
 
   const int rts = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
@@ -177,6 +178,8 @@ TEST(QpState, AttributeValuesAreChecked) {
   EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.timeout = 32; }), EINVAL);
   EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.retry_cnt = 8; }), EINVAL);
   EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.rnr_retry = 8; }), EINVAL);
+  EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.max_rd_atomic = kMaxRdAtomic + 1; }), EINVAL);
+  EXPECT_EQ(bad_rts([](ibv_qp_attr& a) { a.max_rd_atomic = kMaxRdAtomic; }), 0);
 
   const int init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
   auto bad_init = [&](auto mutate) {
@@ -188,6 +191,36 @@ TEST(QpState, AttributeValuesAreChecked) {
   EXPECT_EQ(bad_init([](ibv_qp_attr& a) { a.port_num = 2; }), EINVAL);
   EXPECT_EQ(bad_init([](ibv_qp_attr& a) { a.pkey_index = 1; }), EINVAL);
   EXPECT_EQ(bad_init([](ibv_qp_attr& a) { a.qp_access_flags = IBV_ACCESS_ZERO_BASED; }), EINVAL);
+}
+
+// A refusal says why and which attributes, for the log line of ibv_modify_qp (src/verbs/qp.cc).
+TEST(QpState, RefusalsNameTheAttribute) {
+  const ibv_qp_attr rtr = valid_attr(IBV_QPS_INIT, IBV_QPS_RTR);
+  const int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  ModifyCheck c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, rtr_mask & ~IBV_QP_RQ_PSN);
+  EXPECT_EQ(c.err, EINVAL);
+  EXPECT_EQ(c.attrs, IBV_QP_RQ_PSN);
+  ASSERT_NE(c.why, nullptr);
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, rtr_mask | IBV_QP_SQ_PSN);
+  EXPECT_EQ(c.attrs, IBV_QP_SQ_PSN);
+  ibv_qp_attr bad = rtr;
+  bad.max_dest_rd_atomic = kMaxRdAtomic + 1;
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, bad, rtr_mask);
+  EXPECT_EQ(c.attrs, IBV_QP_MAX_DEST_RD_ATOMIC);
+  bad = rtr;
+  bad.ah_attr.is_global = 0;
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, bad, rtr_mask);
+  EXPECT_EQ(c.attrs, IBV_QP_AV);
+  c = check_modify(IBV_QPT_RC, IBV_QPS_RESET, rtr, rtr_mask);  // RESET -> RTR: no such transition
+  EXPECT_EQ(c.attrs, 0);
+  ASSERT_NE(c.why, nullptr);
+  c = check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, rtr_mask);
+  EXPECT_EQ(c.err, 0);
+  EXPECT_EQ(c.why, nullptr);
+  EXPECT_EQ(attr_mask_to_string(IBV_QP_SQ_PSN | IBV_QP_TIMEOUT), "IBV_QP_TIMEOUT|IBV_QP_SQ_PSN");
+  EXPECT_EQ(attr_mask_to_string(0), "0");
+  EXPECT_EQ(attr_mask_to_string(IBV_QP_STATE | (1 << 30)), "IBV_QP_STATE|0x40000000");
 }
 
 TEST(QpState, Units) {
@@ -326,6 +359,54 @@ TEST(QpStateOnQp, SqdStopsNewWqesAndReportsDrained) {
   a.qp_state = IBV_QPS_RTS;
   ASSERT_EQ(n.qp->modify(a, IBV_QP_STATE, 0), 0);
   EXPECT_EQ(n.sink.sent.size(), 1u);
+}
+
+// A QP that failed (its WQEs flushed), reset and connected again carries traffic again, as
+// rdma-core's tests do it (test_mr's rereg cases): RESET starts the queues over.
+TEST(QpStateOnQp, ResetAfterAnErrorAndConnectedAgainWorks) {
+  constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
+  test::Node a(0x11, kIpA), b(0x22, kIpB);
+  a.connect(kIpB, 0x22, 100, 200);
+  b.connect(kIpA, 0x11, 200, 100);
+  std::vector<uint8_t> src, dst;
+  const uint32_t skey = a.buffer(src, 4096, 0x3c), dkey = b.buffer(dst, 4096);
+  const auto send = [&](uint64_t id) {
+    ASSERT_EQ(
+        a.qp->post_send(test::send_wqe(id, reinterpret_cast<uint64_t>(src.data()), 64, skey), 0),
+        0);
+  };
+  const auto recv = [&](uint64_t id) {
+    ASSERT_EQ(
+        b.qp->post_recv(test::recv_wqe(id, reinterpret_cast<uint64_t>(dst.data()), 4096, dkey)), 0);
+  };
+  test::Link link(a, b);
+  for (int round = 0; round < 3; ++round) {
+    a.scq.wcs.clear();
+    recv(1);
+    send(1);
+    send(2);  // no receive for it: RNR until the QP is moved to ERR
+    ASSERT_TRUE(link.run_until([&] { return !a.scq.wcs.empty(); }, 1'000'000'000));
+    EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
+    ibv_qp_attr err{};
+    err.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(a.qp->modify(err, IBV_QP_STATE, link.now), 0);
+    ASSERT_EQ(a.scq.wcs.size(), 2u);
+    EXPECT_EQ(a.scq.wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+    ibv_qp_attr reset{};
+    reset.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(a.qp->modify(reset, IBV_QP_STATE, link.now), 0);
+    ASSERT_EQ(b.qp->modify(reset, IBV_QP_STATE, link.now), 0);
+    const uint32_t psn = 1000 * (round + 1);
+    a.connect(kIpB, 0x22, psn, psn + 500);
+    b.connect(kIpA, 0x11, psn + 500, psn);
+    link.run_idle(link.now + 1'000'000'000);
+  }
+  a.scq.wcs.clear();
+  recv(7);
+  send(7);
+  ASSERT_TRUE(link.run_until([&] { return !a.scq.wcs.empty(); }, link.now + 1'000'000'000));
+  EXPECT_EQ(a.scq.wcs[0].wr_id, 7u);
+  EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
 }
 
 }  // namespace

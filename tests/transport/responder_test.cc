@@ -287,6 +287,57 @@ TEST_F(ResponderTest, BadReceiveKeyIsLocalProtectionError) {
   EXPECT_EQ(node.qp->state(), IBV_QPS_ERR);
 }
 
+// While the port pushes back, answers wait in the responder. A NAK waiting there is never
+// replaced by a later ACK: the requester must still learn of the gap or the missing receive.
+TEST_F(ResponderTest, AWaitingSequenceNakIsNotSupersededByTheAckOfADuplicate) {
+  for (int i = 0; i < 4; ++i) post_recv(i, 100);
+  in(Opcode::kRcSendOnly, kRqPsn, true, bytes(4, 1));
+  ASSERT_EQ(responses().size(), 1u);
+  node.sink.budget = 0;
+  in(Opcode::kRcSendOnly, kRqPsn + 2, true, bytes(4, 1));  // +1 lost: sequence NAK, waiting
+  in(Opcode::kRcSendOnly, kRqPsn, false, bytes(4, 1));     // a late duplicate: re-ACKed
+  node.sink.budget = -1;
+  node.qp->pump(now++);
+  const auto r = responses();
+  ASSERT_EQ(r.size(), 1u) << "the duplicate's ACK says less than the NAK: not queued behind it";
+  EXPECT_EQ(r[0].psn, kRqPsn + 1);
+  EXPECT_EQ(r[0].syndrome, test::nak_syndrome(NakCode::kPsnSequenceError));
+}
+
+TEST_F(ResponderTest, AWaitingRnrNakIsNotSupersededByTheAckOfADuplicate) {
+  post_recv(1, 100);
+  in(Opcode::kRcSendOnly, kRqPsn, true, bytes(4, 1));
+  ASSERT_EQ(responses().size(), 1u);
+  node.sink.budget = 0;
+  in(Opcode::kRcSendOnly, kRqPsn + 1, true, bytes(4, 1));  // no receive: RNR NAK, waiting
+  in(Opcode::kRcSendOnly, kRqPsn, true, bytes(4, 1));      // a duplicate asking for an ACK
+  node.sink.budget = -1;
+  node.qp->pump(now++);
+  const auto r = responses();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].psn, kRqPsn + 1);
+  EXPECT_EQ(r[0].syndrome, test::rnr_syndrome(12));
+}
+
+// An ACK waiting is superseded by the newer ACK or NAK (cumulative: it says at least as much);
+// an ACK that moves past a waiting NAK (the refused PSN executed since) is sent after it.
+TEST_F(ResponderTest, WaitingAcksCoalesceButNaksStayInOrder) {
+  for (int i = 0; i < 4; ++i) post_recv(i, 100);
+  node.sink.budget = 0;
+  in(Opcode::kRcSendOnly, kRqPsn, true, bytes(4, 1));
+  in(Opcode::kRcSendOnly, kRqPsn + 1, true, bytes(4, 1));
+  in(Opcode::kRcSendOnly, kRqPsn + 3, true, bytes(4, 1));  // gap at +2
+  in(Opcode::kRcSendOnly, kRqPsn + 2, true, bytes(4, 1));  // the go-back-N resend
+  node.sink.budget = -1;
+  node.qp->pump(now++);
+  const auto r = responses();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].psn, kRqPsn + 2);
+  EXPECT_EQ(r[0].syndrome, test::nak_syndrome(NakCode::kPsnSequenceError));
+  EXPECT_EQ(r[1].psn, kRqPsn + 2);
+  EXPECT_EQ(r[1].syndrome, test::ack_syndrome());
+}
+
 TEST_F(ResponderTest, ForeignPacketsAreCountedDrops) {
   post_recv(1, 100);
   auto c = test::craft(Opcode::kRcSendOnly, kQpn, kRqPsn, true, bytes(4, 1));
