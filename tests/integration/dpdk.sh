@@ -9,8 +9,9 @@
 #   dpdk.sh SETUP UROCE_RUN INDEX TCP_PORT pingpong|perftest PROGRAM [options…]
 # INDEX (1..250) makes the addresses, namespaces and memif socket of one test its own, so ctest
 # may run tests in parallel. Environment: FAULTS, TIMEOUT (lib.sh); VLAN=id (both DPDK sides on
-# that VLAN); MTU=bytes (veth MTU and DPDK port MTU); CAPTURE=1 (capture the veth and check it in
-# tshark: RoCE opcodes, valid IPv4 checksums, DSCP 26 / ECT(0) on data, the VLAN priority);
+# that VLAN); MTU=bytes (veth MTU and DPDK port MTU); CAPTURE=0 turns off what the namespace
+# set-ups do by default: capture the veth and check it in tshark (RoCE opcodes, no malformed
+# packet, valid IPv4 checksums, DSCP 26 / ECT(0) on data, the VLAN priority);
 # PING=1 (the kernel across the veth pings the DPDK device first and must learn its MAC);
 # PAUSE=1 (PFC frames for priority 3 are injected from the far side during the run: the DPDK side
 # must hold its data for them, seen in its counters and as a gap in the capture).
@@ -43,6 +44,10 @@ dpdk_spec() {  # dpdk_spec DEV IP MAC
   [[ -n ${MTU:-} ]] && extra+=";mtu=$MTU"
   echo "uroce0=dpdk(dev=$1;ip=$2/24;mac=$3$extra)"
 }
+
+# Every namespace run is captured and checked unless CAPTURE=0.
+[[ $setup != memif ]] && CAPTURE=${CAPTURE-1}
+[[ ${CAPTURE:-} == 0 ]] && CAPTURE=
 
 case $setup in
   memif)
@@ -181,24 +186,29 @@ if [[ -n ${CAPTURE:-} && -n $cap_pid && -z $fail ]]; then
   dpdk_ips=()
   [[ $setup == veth || $setup == d2u ]] && dpdk_ips+=("$net.1")
   [[ $setup == veth || $setup == u2d ]] && dpdk_ips+=("$net.2")
-  n_roce=$(tshark -r "$cap" -Y infiniband 2>/dev/null | wc -l)
+  # One pass over the capture: per RoCE or malformed packet its source, opcode, IPv4 checksum
+  # status (tshark: 0 bad, 1 good), DSCP, ECN, VLAN id and priority, and whether it is malformed.
+  tshark -r "$cap" -o ip.check_checksum:TRUE -Y "infiniband || _ws.malformed" -T fields \
+    -E separator=, -E occurrence=f -e ip.src -e infiniband.bth.opcode -e ip.checksum.status \
+    -e ip.dsfield.dscp -e ip.dsfield.ecn -e vlan.id -e vlan.priority -e _ws.malformed \
+    2>/dev/null >"$cap_dir/fields.csv"
+  n_roce=$(awk -F, '$2 != ""' "$cap_dir/fields.csv" | wc -l)
   echo "capture: $n_roce RoCE packets"
   ((n_roce > 0)) || fail="no RoCE packet in the capture"
-  malformed=$(tshark -r "$cap" -Y "_ws.malformed" 2>/dev/null | wc -l)
+  malformed=$(awk -F, '$8 != ""' "$cap_dir/fields.csv" | wc -l)
   ((malformed == 0)) || fail=${fail:-"$malformed malformed packets in the capture"}
   for ip in "${dpdk_ips[@]}"; do
-    bad=$(tshark -r "$cap" -o ip.check_checksum:TRUE -Y "ip.src == $ip && ip.checksum.status == \"Bad\"" 2>/dev/null | wc -l)
+    bad=$(awk -F, -v ip="$ip" '$1 == ip && $3 == "0"' "$cap_dir/fields.csv" | wc -l)
     ((bad == 0)) || fail=${fail:-"$bad packets from $ip with a bad IPv4 checksum"}
-    # Data packets (not ACKs): DSCP 26, ECT(0).
-    wrong=$(tshark -r "$cap" -Y "ip.src == $ip && infiniband && !(infiniband.bth.opcode == 17) && !(ip.dsfield.dscp == 26 && ip.dsfield.ecn == 2)" 2>/dev/null | wc -l)
+    # Data packets (not ACKs, opcode 17): DSCP 26, ECT(0).
+    wrong=$(awk -F, -v ip="$ip" '$1 == ip && $2 != 17 && !($4 == 26 && $5 == 2)' "$cap_dir/fields.csv" | wc -l)
     ((wrong == 0)) || fail=${fail:-"$wrong data packets from $ip without DSCP 26 / ECT(0)"}
     if [[ -n ${VLAN:-} ]]; then
-      untagged=$(tshark -r "$cap" -Y "ip.src == $ip && infiniband && !(vlan.id == $VLAN && vlan.priority == 3)" 2>/dev/null | wc -l)
+      untagged=$(awk -F, -v ip="$ip" -v v="$VLAN" '$1 == ip && !($6 == v && $7 == 3)' "$cap_dir/fields.csv" | wc -l)
       ((untagged == 0)) || fail=${fail:-"$untagged packets from $ip not on VLAN $VLAN priority 3"}
     fi
   done
-  tshark -r "$cap" -Y infiniband -T fields -e ip.src -e infiniband.bth.opcode 2>/dev/null |
-    sort | uniq -c | sort -rn | head -12
+  awk -F, '{print $1, $2}' "$cap_dir/fields.csv" | sort | uniq -c | sort -rn | head -12
 fi
 
 if [[ -n ${PAUSE:-} && -z $fail ]]; then
