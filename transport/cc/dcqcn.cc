@@ -207,7 +207,9 @@ void DcqcnRp::increase(Time now, CcEvent::Kind why) {
 }
 
 void DcqcnRp::on_bytes_sent(Time now, uint64_t bytes) {
-  run_due(now, true);
+  // Bytes sent up to `now` count before whatever falls due at `now` itself (on_timer / on_cnp
+  // at the same instant come after, in the tie rule's order).
+  run_due(now, false);
   if (!wants_bytes()) return;
   byte_acc_ += bytes;
   while (active_ && byte_acc_ >= byte_reset_) {

@@ -47,8 +47,9 @@ class RateControl {
   virtual bool on_cnp(Time now) = 0;
   // A round-trip sample: the time from sending an AckReq packet to the ACK covering it.
   virtual void on_rtt_sample(Time now, Time rtt) = 0;
-  // `bytes` of packets (IB packet bytes: BTH..ICRC) left the QP. Only needed while
-  // wants_bytes(): the send path skips the call otherwise.
+  // `bytes` of packets (IB packet bytes: BTH..ICRC) left the QP by `now`; they count before
+  // any timer due at `now` itself. Only needed while wants_bytes(): the send path skips the
+  // call otherwise.
   virtual void on_bytes_sent(Time now, uint64_t bytes) = 0;
   virtual bool wants_bytes() const = 0;
   // The algorithm's next timer, or kNever; on_timer(now) runs every timer due at `now`.
