@@ -20,6 +20,13 @@
 
 namespace uroce::transport::cc {
 
+// The bytes a packet of `ib_bytes` (BTH..pad) takes on an untagged Ethernet link, as the pacer
+// and DCQCN's byte counter count it: the IB packet, the ICRC (4), UDP (8), IPv4 (20), the
+// Ethernet header (14) and FCS (4). Rates are then rates on the wire, as a NIC's are.
+inline constexpr uint64_t frame_bytes(uint64_t ib_bytes) {
+  return ib_bytes + 4 + 8 + 20 + 14 + 4;
+}
+
 class Pacer {
  public:
   explicit Pacer(uint64_t burst_bytes = 0) : burst_bytes_(burst_bytes) {}

@@ -100,12 +100,18 @@ struct TimelyParams {
   uint32_t max_rate = 0;                     // Mb/s; 0 = the line rate
 };
 
+// Bytes a paced QP may send beyond its rate after a pause (cc/pacer.h): the lateness of the
+// engine's wake-ups that pacing absorbs — 64 KiB is ~50 µs (Linux's default timer slack) at
+// 10 Gb/s. uroce's own parameter (`pacer_burst`).
+inline constexpr uint64_t kDefaultPacerBurstBytes = 64 * 1024;
+
 struct CcConfig {
   Algorithm algorithm = Algorithm::kNone;
   Preset preset = Preset::kCx;
   DcqcnParams dcqcn;
   NpParams np;
   TimelyParams timely;
+  uint64_t pacer_burst = kDefaultPacerBurstBytes;  // bytes, <= 16 MiB
 };
 
 // The DCQCN parameters and NP settings of a preset (paper: [DCQCN] at 40 GbE; cx: [NV]).

@@ -14,10 +14,23 @@
 namespace uroce::transport::cc {
 namespace {
 
-enum class Scope : uint8_t { kDcqcn, kTimely, kNp };
+// Which algorithms a key belongs to: DCQCN's, TIMELY's, the NP's (any algorithm, `none` too:
+// a receiver may answer marks for its peers without limiting itself), the pacer's (any that
+// limits).
+enum class Scope : uint8_t { kDcqcn, kTimely, kNp, kPacer };
 
 const char* scope_name(Scope s) {
-  return s == Scope::kDcqcn ? "dcqcn" : s == Scope::kTimely ? "timely" : "np";
+  switch (s) {
+    case Scope::kDcqcn:
+      return "dcqcn";
+    case Scope::kTimely:
+      return "timely";
+    case Scope::kNp:
+      return "np";
+    case Scope::kPacer:
+      return "dcqcn or timely";
+  }
+  return "?";
 }
 
 struct Key {
@@ -190,6 +203,9 @@ const std::vector<Key>& keys() {
         uint_key<uint32_t>("min_time_between_cnps", S::kNp, n(&NpParams::min_time_between_cnps)));
     v.push_back(uint_key<uint8_t>("cnp_dscp", S::kNp, n(&NpParams::cnp_dscp)));
     v.push_back(uint_key<uint8_t>("cnp_802p_prio", S::kNp, n(&NpParams::cnp_802p_prio)));
+    // The pacer, for either algorithm.
+    v.push_back(uint_key<uint64_t>(
+        "pacer_burst", S::kPacer, [](auto& c) -> auto& { return c.pacer_burst; }));
     // TIMELY [TIMELY].
     v.push_back(uint_key<uint32_t>("timely_t_low", S::kTimely, t(&TimelyParams::t_low)));
     v.push_back(uint_key<uint32_t>("timely_t_high", S::kTimely, t(&TimelyParams::t_high)));
@@ -208,7 +224,8 @@ const std::vector<Key>& keys() {
 
 bool applies(Scope s, Algorithm a) {
   return s == Scope::kNp || (s == Scope::kDcqcn && a == Algorithm::kDcqcn) ||
-         (s == Scope::kTimely && a == Algorithm::kTimely);
+         (s == Scope::kTimely && a == Algorithm::kTimely) ||
+         (s == Scope::kPacer && a != Algorithm::kNone);
 }
 
 std::string_view trim(std::string_view s) {
