@@ -2,6 +2,9 @@
 // and the offending token; nothing here throws or aborts on bad input.
 #include "engine/config.h"
 
+#include "util/log.h"
+#include "transport/cc/parse.h"
+
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -24,6 +27,7 @@ constexpr std::string_view kStatsVar = "UROCE_STATS";
 constexpr std::string_view kPcapVar = "UROCE_PCAP";
 constexpr std::string_view kEarlyRetransmitVar = "UROCE_EARLY_RETRANSMIT";
 constexpr std::string_view kGsoVar = "UROCE_GSO";
+constexpr std::string_view kCcVar = "UROCE_CC";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
 constexpr size_t kMaxNameLen = 63;
 
@@ -601,6 +605,60 @@ std::string expand_pcap_path(const std::string& pattern, const std::string& devi
   return out;
 }
 
+bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std::string* err) {
+  namespace cc = transport::cc;
+  std::optional<cc::CcConfig> all;
+  std::vector<std::pair<DeviceConfig*, cc::CcConfig>> per_device;
+  std::string_view rest = value;
+  for (;;) {
+    const size_t semi = rest.find(';');
+    const std::string_view section = trim(rest.substr(0, semi));
+    if (section.empty()) {
+      set_err(err, kCcVar, "empty section");
+      return false;
+    }
+    std::string_view spec = section;
+    DeviceConfig* dev = nullptr;
+    const size_t colon = section.find(':');
+    if (colon != std::string_view::npos) {
+      const std::string_view name = trim(section.substr(0, colon));
+      spec = trim(section.substr(colon + 1));
+      for (DeviceConfig& d : devices) {
+        if (d.name == name) dev = &d;
+      }
+      if (dev == nullptr) {
+        set_err(err, kCcVar, "no device '" + std::string(name) + "' (UROCE_DEVICES names them)");
+        return false;
+      }
+      for (const auto& [d, c] : per_device) {
+        if (d == dev) {
+          set_err(err, kCcVar, "device '" + std::string(name) + "' given twice");
+          return false;
+        }
+      }
+    } else if (all) {
+      set_err(err, kCcVar, "more than one section without a device name");
+      return false;
+    }
+    std::string e;
+    std::optional<cc::CcConfig> c = cc::parse_cc(spec, &e);
+    if (!c) {
+      set_err(err, kCcVar, (dev ? dev->name + ": " : std::string()) + e);
+      return false;
+    }
+    if (dev) {
+      per_device.emplace_back(dev, *c);
+    } else {
+      all = *c;
+    }
+    if (semi == std::string_view::npos) break;
+    rest.remove_prefix(semi + 1);
+  }
+  for (DeviceConfig& d : devices) d.cc = all ? *all : cc::CcConfig{};
+  for (const auto& [d, c] : per_device) d->cc = c;
+  return true;
+}
+
 std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
   const char* devs = std::getenv(std::string(kDevicesVar).c_str());
   const char* faults = std::getenv(std::string(kFaultsVar).c_str());
@@ -634,6 +692,19 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
   if (gv != "" && gv != "0" && gv != "1") {
     set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0 or 1");
     return std::nullopt;
+  }
+  const char* ccv = std::getenv(std::string(kCcVar).c_str());
+  if (ccv && *ccv) {
+    if (!apply_cc(ccv, out, err)) return std::nullopt;
+    for (const DeviceConfig& d : out) {
+      if (d.cc.algorithm != transport::cc::Algorithm::kNone || d.cc.np.enabled) {
+        // Said plainly rather than silently ignored (docs/congestion-control.md, "Status").
+        log().warn(
+            "{}: {}: congestion control is configured but the engine does not yet apply "
+            "it to QPs",
+            kCcVar, d.name);
+      }
+    }
   }
   const char* pcap = std::getenv(std::string(kPcapVar).c_str());
   for (auto& d : out) {
