@@ -73,6 +73,9 @@ TEST(ParseCc, PresetsAndOverrides) {
   EXPECT_EQ(all.dcqcn.alpha_order, AlphaOrder::kUpdateFirst);
   EXPECT_EQ(all.np.cnp_dscp, 26);
   EXPECT_EQ(all.np.cnp_802p_prio, 3);
+  EXPECT_EQ(ok("dcqcn").pacer_burst, kDefaultPacerBurstBytes);
+  EXPECT_EQ(ok("dcqcn,pacer_burst=0").pacer_burst, 0u);
+  EXPECT_EQ(ok("timely,pacer_burst=4096").pacer_burst, 4096u);
   const CcConfig t = ok("timely,timely_t_low=10,timely_t_high=500,timely_beta=0.5,timely_ewma=1");
   EXPECT_EQ(t.timely.t_high, 500u);
   EXPECT_DOUBLE_EQ(t.timely.beta, 0.5);
@@ -135,6 +138,9 @@ TEST(ParseCc, ErrorsNameTheField) {
       {"timely,timely_ewma=0", "timely_ewma 0.000000 is out of range (0, 1]"},
       {"timely,timely_t_low=2000", "timely_t_low 2000 must be below timely_t_high 1000"},
       {"timely,timely_min_rtt=0", "timely_min_rtt 0 is out of range [1, 2147483648]"},
+      {"none,pacer_burst=0", "pacer_burst is a dcqcn or timely parameter, not none's"},
+      {"dcqcn,pacer_burst=99999999", "pacer_burst 99999999 is out of range [0, 16777216]"},
+      {"dcqcn,np=yes", "np 'yes' is not 0 or 1"},
   };
   for (const Case& c : cases) EXPECT_EQ(error_of(c.spec), c.message) << c.spec;
 }
