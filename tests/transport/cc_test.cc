@@ -127,34 +127,34 @@ TEST_F(Np, CnpWaitsForATransmitBuffer) {
   EXPECT_EQ(b.qp->counters().np_cnp_sent, 1u);
 }
 
+// A receiver B configured with `spec` that has just received one CE-marked SEND from A.
+std::unique_ptr<Node> marked_receiver(const char* spec) {
+  auto b = std::make_unique<Node>(kQpnB, kIpB);
+  with_cc(*b, spec);
+  b->connect(kIpA, kQpnA, 0, 0);
+  static std::vector<uint8_t> buf(1024);
+  const uint32_t key = b->mem.reg(b->pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  EXPECT_EQ(b->qp->post_recv(test::recv_wqe(1, uint64_t(buf.data()), 1024, key)), 0);
+  const uint8_t payload[8] = {};
+  receive(*b, *test::craft(wire::Opcode::kRcSendOnly, kQpnB, 0, true, payload), kIpA, 0, kEcnCe);
+  EXPECT_EQ(b->rcq.wcs.size(), 1u) << spec;
+  return b;
+}
+
 TEST(NpOff, MarksAreCountedButNotAnswered) {
   for (const char* spec : {"none", "timely", "dcqcn,np=0"}) {
-    Node b{kQpnB, kIpB};
-    with_cc(b, spec);
-    b.connect(kIpA, kQpnA, 0, 0);
-    std::vector<uint8_t> buf(1024);
-    const uint32_t key = b.mem.reg(b.pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
-    ASSERT_EQ(b.qp->post_recv(test::recv_wqe(1, uint64_t(buf.data()), 1024, key)), 0);
-    const uint8_t payload[8] = {};
-    receive(b, *test::craft(wire::Opcode::kRcSendOnly, kQpnB, 0, true, payload), kIpA, 0, kEcnCe);
-    EXPECT_TRUE(cnps_in(b).empty()) << spec;
-    EXPECT_EQ(b.qp->counters().np_ecn_marked_roce_packets, 1u) << spec;
-    EXPECT_EQ(b.qp->counters().np_cnp_sent, 0u) << spec;
+    const std::unique_ptr<Node> b = marked_receiver(spec);
+    EXPECT_TRUE(cnps_in(*b).empty()) << spec;
+    EXPECT_EQ(b->qp->counters().np_ecn_marked_roce_packets, 1u) << spec;
+    EXPECT_EQ(b->qp->counters().np_cnp_sent, 0u) << spec;
   }
 }
 
 TEST(NpOnly, NoneWithNpAnswersForItsPeers) {
   // `none,np=1`: a receiver that answers marks without limiting its own sending.
-  Node b{kQpnB, kIpB};
-  with_cc(b, "none,np=1");
-  b.connect(kIpA, kQpnA, 0, 0);
-  std::vector<uint8_t> buf(1024);
-  const uint32_t key = b.mem.reg(b.pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_EQ(b.qp->post_recv(test::recv_wqe(1, uint64_t(buf.data()), 1024, key)), 0);
-  const uint8_t payload[8] = {};
-  receive(b, *test::craft(wire::Opcode::kRcSendOnly, kQpnB, 0, true, payload), kIpA, 0, kEcnCe);
-  EXPECT_EQ(cnps_in(b).size(), 1u);
-  EXPECT_FALSE(b.qp->cc_limiting());
+  const std::unique_ptr<Node> b = marked_receiver("none,np=1");
+  EXPECT_EQ(cnps_in(*b).size(), 1u);
+  EXPECT_FALSE(b->qp->cc_limiting());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -151,20 +151,5 @@ const char* to_string(Algorithm a) {
 const char* to_string(Preset p) {
   return p == Preset::kPaper ? "paper" : "cx";
 }
-const char* to_string(AlphaUpdate v) {
-  return v == AlphaUpdate::kPerCnp ? "per_cnp" : "periodic";
-}
-const char* to_string(AlphaOrder v) {
-  return v == AlphaOrder::kCutFirst ? "cut_first" : "update_first";
-}
-const char* to_string(FrBoundary v) {
-  return v == FrBoundary::kLe ? "le" : "lt";
-}
-const char* to_string(HyperStep v) {
-  return v == HyperStep::kLinear ? "linear" : "constant";
-}
-const char* to_string(Tie v) {
-  return v == Tie::kTimerFirst ? "timer_first" : "cnp_first";
-}
 
 }  // namespace uroce::transport::cc

@@ -126,10 +126,7 @@ bool validate(const CcConfig& c, std::string* err);
 
 const char* to_string(Algorithm a);
 const char* to_string(Preset p);
-const char* to_string(AlphaUpdate v);
-const char* to_string(AlphaOrder v);
-const char* to_string(FrBoundary v);
-const char* to_string(HyperStep v);
-const char* to_string(Tie v);
+// (The option values' names live in parse.cc's key table, the one place that reads and writes
+// them.)
 
 }  // namespace uroce::transport::cc
