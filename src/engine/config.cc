@@ -1,8 +1,7 @@
-// Parsing of UROCE_DEVICES and UROCE_FAULTS. Every malformed value is reported with the variable
-// and the offending token; nothing here throws or aborts on bad input.
+// Parsing of UROCE_DEVICES, UROCE_FAULTS and UROCE_CC. Every malformed value is reported with the
+// variable and the offending token; nothing here throws or aborts on bad input.
 #include "engine/config.h"
 
-#include "util/log.h"
 #include "transport/cc/parse.h"
 
 #include <unistd.h>
@@ -694,18 +693,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     return std::nullopt;
   }
   const char* ccv = std::getenv(std::string(kCcVar).c_str());
-  if (ccv && *ccv) {
-    if (!apply_cc(ccv, out, err)) return std::nullopt;
-    for (const DeviceConfig& d : out) {
-      if (d.cc.algorithm != transport::cc::Algorithm::kNone || d.cc.np.enabled) {
-        // Said plainly rather than silently ignored (docs/congestion-control.md, "Status").
-        log().warn(
-            "{}: {}: congestion control is configured but the engine does not yet apply "
-            "it to QPs",
-            kCcVar, d.name);
-      }
-    }
-  }
+  if (ccv && *ccv && !apply_cc(ccv, out, err)) return std::nullopt;
   const char* pcap = std::getenv(std::string(kPcapVar).c_str());
   for (auto& d : out) {
     d.gso = gv == "1";
