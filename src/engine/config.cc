@@ -434,6 +434,55 @@ bool parse_duration(const std::string& name, const std::string& value, uint64_t*
   return true;
 }
 
+// A rate: a plain decimal with a unit, kbit, mbit or gbit (10^3, 10^6, 10^9 bit/s, as tc writes
+// them), from 1 kbit to 1000 gbit.
+bool parse_rate(const std::string& name, const std::string& value, uint64_t* out_bps,
+                std::string* err) {
+  size_t num_end = value.find_first_not_of("0123456789.");
+  std::string num = value.substr(0, num_end);
+  std::string unit = num_end == std::string::npos ? "" : value.substr(num_end);
+  double scale = unit == "kbit" ? 1e3 : unit == "mbit" ? 1e6 : unit == "gbit" ? 1e9 : 0;
+  char* end = nullptr;
+  double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+  if (num.empty() || end != num.c_str() + num.size()) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is not a rate (e.g. 800mbit, 10gbit)");
+    return false;
+  }
+  if (scale == 0) {
+    set_err(err, kFaultsVar, name + " '" + value + "' needs a unit: kbit, mbit or gbit");
+    return false;
+  }
+  const double bps = v * scale;
+  if (bps < 1e3 || bps > 1e12) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [1kbit, 1000gbit]");
+    return false;
+  }
+  *out_bps = static_cast<uint64_t>(bps + 0.5);
+  return true;
+}
+
+// A size in bytes: an unsigned decimal, optionally with k (KiB) or m (MiB), at most 1 GiB.
+bool parse_size(const std::string& name, const std::string& value, uint64_t* out,
+                std::string* err) {
+  std::string num = value;
+  uint64_t scale = 1;
+  if (!num.empty() && (num.back() == 'k' || num.back() == 'm')) {
+    scale = num.back() == 'k' ? 1024 : 1024 * 1024;
+    num.pop_back();
+  }
+  if (num.empty() || num.size() > 10 || num.find_first_not_of("0123456789") != std::string::npos) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is not a size (bytes, or with k or m)");
+    return false;
+  }
+  const uint64_t v = std::stoull(num) * scale;
+  if (v > (uint64_t{1} << 30)) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [0, 1024m]");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 // Splits on ':' keeping empty pieces.
 std::vector<std::string> split_colons(std::string_view s) {
   std::vector<std::string> out;
@@ -513,9 +562,28 @@ bool parse_fault_entry(const std::string& name, const std::string& kind,
              return parse_duration(name + ":jitter", v, &spec.jitter_ns, err);
            });
   }
+  if (kind == "queue") {
+    if (!parse_rate(name, value, &spec.queue_bps, err) ||
+        !params_ok({"buffer", "kmin", "kmax", "pmax"},
+                   [&](const std::string& p, const std::string& v) {
+                     if (p == "pmax")
+                       return parse_probability(name + ":pmax", v, &spec.queue_pmax, err);
+                     uint64_t* field = p == "buffer" ? &spec.queue_buffer
+                                       : p == "kmin" ? &spec.queue_kmin
+                                                     : &spec.queue_kmax;
+                     return parse_size(name + ":" + p, v, field, err);
+                   })) {
+      return false;
+    }
+    if (spec.queue_kmin > spec.queue_kmax) {
+      set_err(err, kFaultsVar, name + ": kmin must not exceed kmax");
+      return false;
+    }
+    return true;
+  }
   set_err(err, kFaultsVar,
           "unknown key '" + name + "' (known: [rx.|tx.]loss, burst, corrupt, dup, reorder, " +
-              "delay; seed)");
+              "delay; rx.queue; seed)");
   return false;
 }
 
@@ -565,6 +633,11 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
       set_err(err, kFaultsVar,
               "key '" + key + "' given twice" +
                   (canonical == key ? "" : " (plain keys mean receive: " + canonical + ")"));
+      return std::nullopt;
+    }
+    if (tx && kind == "queue") {
+      set_err(err, kFaultsVar,
+              "'" + key + "': the switch queue models a device's receive side (rx.queue)");
       return std::nullopt;
     }
     FaultSpec& s = tx ? f.tx : f.rx;

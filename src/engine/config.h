@@ -29,9 +29,19 @@ struct FaultSpec {
   uint32_t reorder_depth = 3;  // >= 1
   uint64_t delay_ns = 0;       // hold every datagram this long...
   uint64_t jitter_ns = 0;      // ...plus uniform [0, jitter_ns); order is kept
+  // The switch queue (receive only, `rx.queue`): the egress queue of a switch port in front of
+  // the device, drained at queue_bps. A datagram that finds queue_buffer bytes (or more than
+  // fit) queued is dropped; one that finds between queue_kmin and queue_kmax queued is marked CE
+  // (if ECT) with a probability rising linearly to queue_pmax, above queue_kmax always (RED,
+  // marking at enqueue as the DCQCN paper's switches do). Sizes in bytes of Ethernet frames.
+  uint64_t queue_bps = 0;  // 0 = no queue
+  uint64_t queue_buffer = 1024 * 1024;
+  uint64_t queue_kmin = 5 * 1024;    // DCQCN paper: Kmin 5 KB
+  uint64_t queue_kmax = 200 * 1024;  // Kmax 200 KB
+  double queue_pmax = 0.01;          // Pmax 1 %
   bool enabled() const {
     return loss > 0.0 || burst > 0.0 || corrupt > 0.0 || dup > 0.0 || reorder > 0.0 ||
-           delay_ns > 0 || jitter_ns > 0;
+           delay_ns > 0 || jitter_ns > 0 || queue_bps > 0;
   }
 };
 
