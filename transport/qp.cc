@@ -31,6 +31,7 @@ ibv_wc flush_wc(uint64_t wr_id, ibv_wc_opcode op, uint32_t qpn) {
 Qp::Qp(const QpInit& init, PacketSink& tx, MemoryAccess& mem)
     : impl_(std::make_unique<Impl>(init, tx, mem)) {
   impl_->ctx.src_port = src_port_for_qpn(init.qpn);
+  impl_->sync_pacer();  // a rate control may limit from the start (a max rate below the line)
 }
 Qp::~Qp() = default;
 
@@ -213,6 +214,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       q.completer = Completer{};
       q.rate = cc::make_rate_control(q.init.cc, q.init.line_rate_bps);
       q.pacer = cc::Pacer(q.init.cc.pacer_burst);
+      q.sync_pacer();
       q.np = cc::CnpLimiter{};
       q.cnp_pending = false;
       q.state = IBV_QPS_RESET;

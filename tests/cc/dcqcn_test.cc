@@ -263,7 +263,7 @@ TEST(Dcqcn, FloorAndCap) {
   p.rpg_max_rate = 25'000;  // 25 Gb/s on a 40 Gb/s line
   DcqcnRp capped(p, kLine);
   EXPECT_EQ(capped.rate_bps(), 25 * kGbps);
-  EXPECT_FALSE(capped.limiting());
+  EXPECT_TRUE(capped.limiting());  // below the line rate: the pacer enforces the cap
   capped.on_cnp(0);
   EXPECT_EQ(capped.rate_bps(), 12'500 * kMbps);
   while (capped.next_deadline() != kNever) capped.on_timer(capped.next_deadline());

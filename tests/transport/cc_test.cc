@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "frame_util.h"
@@ -296,6 +297,85 @@ TEST_F(Rp, TimelyFollowsTheRoundTrips) {
   for (size_t i = 1; i < rates.size(); ++i) EXPECT_LT(rates[i], rates[i - 1]) << i;
   EXPECT_TRUE(a.qp->cc_limiting());
   EXPECT_EQ(a.qp->counters().rp_cnp_handled, 0u);
+}
+
+}  // namespace
+}  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+// A paced QP over the virtual-time link: a transfer at a fixed rate (rpg_max_rate below the
+// line rate) takes its bytes' time at that rate, and pacing alone never looks like loss: nothing
+// is resent, no probe or ACK timer fires.
+TEST(PacedLink, TransferAtTheCappedRateWithoutRetransmissions) {
+  Node a{kQpnA, kIpA}, b{kQpnB, kIpB};
+  a.init.early_retransmit = b.init.early_retransmit = true;
+  with_cc(a, "dcqcn,rpg_max_rate=200,pacer_burst=0");  // 200 Mb/s
+  with_cc(b, "dcqcn");
+  a.connect(kIpB, kQpnB, 0, 0);
+  b.connect(kIpA, kQpnA, 0, 0);
+  test::Link link(a, b);
+  constexpr uint32_t kLen = 4 << 20;
+  std::vector<uint8_t> src(kLen, 0x5a), dst(kLen);
+  const uint32_t lkey = a.mem.reg(a.pd, src.data(), kLen, 0);
+  const uint32_t rkey =
+      b.mem.reg(b.pd, dst.data(), kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(a.qp->post_send(test::rdma_wqe(1, IBV_WR_RDMA_WRITE, uint64_t(src.data()), kLen, lkey,
+                                           uint64_t(dst.data()), rkey),
+                            0),
+            0);
+  ASSERT_TRUE(link.run_until([&] { return !a.scq.wcs.empty(); }, 10'000'000'000ull));
+  EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(src, dst);
+  // 4096 packets of 1024 bytes, each a 1086-byte frame (the first 1102 with its RETH).
+  const double expect_ns = (4096.0 * 1086 + 16) * 8 / 0.2;
+  EXPECT_NEAR(double(link.now), expect_ns, expect_ns * 0.01);
+  EXPECT_EQ(a.qp->counters().retransmitted_pkts, 0u);
+  EXPECT_EQ(a.qp->counters().early_retransmits, 0u);
+  EXPECT_EQ(a.qp->counters().local_ack_timeout_err, 0u);
+}
+
+// The same with perftest's pattern: 64 KiB WRITEs posted 128 deep, path MTU 4096.
+TEST(PacedLink, ManyMessagesAtTheCappedRate) {
+  Node a{kQpnA, kIpA}, b{kQpnB, kIpB};
+  a.init.early_retransmit = b.init.early_retransmit = true;
+  with_cc(a, "dcqcn,rpg_max_rate=200");
+  with_cc(b, "dcqcn");
+  test::PathParams path;
+  path.mtu = IBV_MTU_4096;
+  a.connect(kIpB, kQpnB, 0, 0, path);
+  b.connect(kIpA, kQpnA, 0, 0, path);
+  test::Link link(a, b);
+  constexpr uint32_t kMsg = 64 * 1024, kMsgs = 512;
+  std::vector<uint8_t> src(kMsg, 0x5a), dst(kMsg);
+  const uint32_t lkey = a.mem.reg(a.pd, src.data(), kMsg, 0);
+  const uint32_t rkey =
+      b.mem.reg(b.pd, dst.data(), kMsg, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  uint32_t posted = 0;
+  auto top_up = [&] {
+    while (posted < kMsgs && posted - a.scq.wcs.size() < 128) {
+      ASSERT_EQ(a.qp->post_send(test::rdma_wqe(posted, IBV_WR_RDMA_WRITE, uint64_t(src.data()),
+                                               kMsg, lkey, uint64_t(dst.data()), rkey),
+                                link.now),
+                0);
+      ++posted;
+    }
+  };
+  top_up();
+  ASSERT_TRUE(link.run_until(
+      [&] {
+        top_up();
+        return a.scq.wcs.size() == kMsgs;
+      },
+      100'000'000'000ull));
+  const double expect_ns = double(kMsgs) * 16 * (4096 + 12 + 50) * 8 / 0.2;
+  std::printf("paced 64 KiB WRITEs: %.1f ms for %.1f ms of bytes at 200 Mb/s, resent %llu\n",
+              double(link.now) / 1e6, expect_ns / 1e6,
+              (unsigned long long)a.qp->counters().retransmitted_pkts);
+  EXPECT_NEAR(double(link.now), expect_ns, expect_ns * 0.02);
+  EXPECT_EQ(a.qp->counters().retransmitted_pkts, 0u);
+  EXPECT_EQ(a.qp->counters().early_retransmits, 0u);
 }
 
 }  // namespace

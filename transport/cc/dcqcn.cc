@@ -15,6 +15,7 @@ constexpr double kAlphaFloor = 1.0 / (1u << 20);
 
 DcqcnRp::DcqcnRp(const DcqcnParams& p, uint64_t line_bps, uint64_t start_bps, Time now)
     : p_(p),
+      line_(line_bps),
       max_(p.rpg_max_rate != 0 ? std::min(line_bps, uint64_t{p.rpg_max_rate} * kMbps) : line_bps),
       min_(std::min(uint64_t{p.rpg_min_rate} * kMbps, max_)),
       ai_(uint64_t{p.rpg_ai_rate} * kMbps),

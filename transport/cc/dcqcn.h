@@ -19,7 +19,8 @@
 //              additive (Rt += R_AI) between; each then Rc = (Rt + Rc)/2. Rt, Rc <= max rate,
 //              Rc >= min rate.
 //   recovered  when Rc = Rt = max rate after an increase, the timers and the byte counter stop
-//              and limiting() is false; alpha keeps decaying (arithmetically, no timer) until the
+//              (and limiting() is false unless the max rate is below the line rate, which the
+//              pacer then enforces); alpha keeps decaying (arithmetically, no timer) until the
 //              next CNP.
 // Rates are integers in bits per second: averages round up, so Rc reaches the max rate exactly.
 // Alpha below 2^-20 (a thousandth of mlx5's 1/1024 resolution) is taken as 0, which bounds the
@@ -45,7 +46,9 @@ class DcqcnRp final : public RateControl {
   Time next_deadline() const override;
   void on_timer(Time now) override;
   uint64_t rate_bps() const override { return rc_; }
-  bool limiting() const override { return rc_ < max_; }
+  // Below the line rate, the pacer holds the QP to its rate (a max rate below the line rate
+  // included).
+  bool limiting() const override { return rc_ < line_; }
   double alpha(Time now) const override;
 
   // Inspection (tests, the simulator, counters).
@@ -82,7 +85,7 @@ class DcqcnRp final : public RateControl {
 
   const DcqcnParams p_;
   // Converted parameters (bits/s, ns).
-  uint64_t max_, min_, ai_, hai_, first_cnp_rate_;
+  uint64_t line_, max_, min_, ai_, hai_, first_cnp_rate_;
   Time rate_period_, alpha_period_, monitor_period_;
   uint64_t byte_reset_;
   double g_, cut_scale_, keep_;

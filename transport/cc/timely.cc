@@ -8,6 +8,7 @@ namespace uroce::transport::cc {
 
 Timely::Timely(const TimelyParams& p, uint64_t line_bps)
     : p_(p),
+      line_(line_bps),
       max_(p.max_rate != 0 ? std::min(line_bps, uint64_t{p.max_rate} * kMbps) : line_bps),
       min_(std::min(uint64_t{p.min_rate} * kMbps, max_)),
       ai_bps_(double(p.ai_rate) * double(kMbps)),

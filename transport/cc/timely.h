@@ -30,7 +30,9 @@ class Timely final : public RateControl {
   Time next_deadline() const override { return kNever; }
   void on_timer(Time) override {}
   uint64_t rate_bps() const override { return rate_; }
-  bool limiting() const override { return rate_ < max_; }
+  // Below the line rate, the pacer holds the QP to its rate (a max rate below the line rate
+  // included).
+  bool limiting() const override { return rate_ < line_; }
   double alpha(Time) const override { return 0.0; }
 
   double gradient() const { return gradient_; }  // of the last sample
@@ -39,7 +41,7 @@ class Timely final : public RateControl {
 
  private:
   const TimelyParams p_;
-  uint64_t max_, min_;
+  uint64_t line_, max_, min_;
   double ai_bps_;
   Time t_low_, t_high_, min_rtt_;
   uint64_t rate_;           // bits/s
