@@ -564,15 +564,22 @@ bool parse_fault_entry(const std::string& name, const std::string& kind,
   }
   if (kind == "queue") {
     if (!parse_rate(name, value, &spec.queue_bps, err) ||
-        !params_ok({"buffer", "kmin", "kmax", "pmax"},
-                   [&](const std::string& p, const std::string& v) {
-                     if (p == "pmax")
-                       return parse_probability(name + ":pmax", v, &spec.queue_pmax, err);
-                     uint64_t* field = p == "buffer" ? &spec.queue_buffer
-                                       : p == "kmin" ? &spec.queue_kmin
-                                                     : &spec.queue_kmax;
-                     return parse_size(name + ":" + p, v, field, err);
-                   })) {
+        !params_ok({"buffer", "kmin", "kmax", "pmax", "mark"}, [&](const std::string& p,
+                                                                   const std::string& v) {
+          if (p == "pmax") return parse_probability(name + ":pmax", v, &spec.queue_pmax, err);
+          if (p == "mark") {
+            if (v != "enqueue" && v != "dequeue") {
+              set_err(err, kFaultsVar, name + ":mark '" + v + "' is not enqueue or dequeue");
+              return false;
+            }
+            spec.queue_mark_dequeue = v == "dequeue";
+            return true;
+          }
+          uint64_t* field = p == "buffer" ? &spec.queue_buffer
+                            : p == "kmin" ? &spec.queue_kmin
+                                          : &spec.queue_kmax;
+          return parse_size(name + ":" + p, v, field, err);
+        })) {
       return false;
     }
     if (spec.queue_kmin > spec.queue_kmax) {

@@ -32,13 +32,16 @@ struct FaultSpec {
   // The switch queue (receive only, `rx.queue`): the egress queue of a switch port in front of
   // the device, drained at queue_bps. A datagram that finds queue_buffer bytes (or more than
   // fit) queued is dropped; one that finds between queue_kmin and queue_kmax queued is marked CE
-  // (if ECT) with a probability rising linearly to queue_pmax, above queue_kmax always (RED,
-  // marking at enqueue as the DCQCN paper's switches do). Sizes in bytes of Ethernet frames.
+  // (if ECT) with a probability rising linearly to queue_pmax, above queue_kmax always (RED).
+  // queue_mark_dequeue: judge the backlog behind a datagram as it leaves rather than ahead of it
+  // as it enters — the mark then does not wait out the queue, so the sender hears a queue-delay
+  // earlier. Sizes in bytes of Ethernet frames.
   uint64_t queue_bps = 0;  // 0 = no queue
   uint64_t queue_buffer = 1024 * 1024;
   uint64_t queue_kmin = 5 * 1024;    // DCQCN paper: Kmin 5 KB
   uint64_t queue_kmax = 200 * 1024;  // Kmax 200 KB
   double queue_pmax = 0.01;          // Pmax 1 %
+  bool queue_mark_dequeue = false;   // mark=enqueue (default) or mark=dequeue
   bool enabled() const {
     return loss > 0.0 || burst > 0.0 || corrupt > 0.0 || dup > 0.0 || reorder > 0.0 ||
            delay_ns > 0 || jitter_ns > 0 || queue_bps > 0;

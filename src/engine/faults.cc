@@ -129,8 +129,26 @@ void FaultInjector::release_due(transport::Time now, std::vector<FaultFrame>& ou
     delay_.pop_front();
   }
   while (!queue_.empty() && queue_.front().due <= now) {
+    // At dequeue: what is still queued behind it when it has left (its departure is `due`).
+    if (spec_.queue_mark_dequeue) red_mark(queue_.front().f, queue_backlog(queue_.front().due));
     out.push_back(std::move(queue_.front().f));
     queue_.pop_front();
+  }
+}
+
+void FaultInjector::red_mark(FaultFrame& f, uint64_t backlog) {
+  const uint8_t ecn = f.tos & 3;
+  if (ecn != transport::kEcnEct0 && ecn != transport::kEcnEct1) return;  // ECN-capable only
+  double p = 0.0;
+  if (backlog > spec_.queue_kmax) {
+    p = 1.0;
+  } else if (backlog > spec_.queue_kmin) {
+    p = spec_.queue_pmax * double(backlog - spec_.queue_kmin) /
+        double(spec_.queue_kmax - spec_.queue_kmin);
+  }
+  if (p >= 1.0 || chance(p)) {
+    f.tos = static_cast<uint8_t>(f.tos | transport::kEcnCe);
+    bump(c_.queue_marked);
   }
 }
 
@@ -154,21 +172,9 @@ void FaultInjector::queue_stage(FaultFrame&& f, transport::Time at, std::vector<
     bump(c_.queue_drops);
     return;
   }
-  // RED on the queue the datagram finds (DCQCN §2: Kmin, Kmax, Pmax), ECN-capable ones only.
-  const uint8_t ecn = f.tos & 3;
-  if (ecn == transport::kEcnEct0 || ecn == transport::kEcnEct1) {
-    double p = 0.0;
-    if (backlog > spec_.queue_kmax) {
-      p = 1.0;
-    } else if (backlog > spec_.queue_kmin) {
-      p = spec_.queue_pmax * double(backlog - spec_.queue_kmin) /
-          double(spec_.queue_kmax - spec_.queue_kmin);
-    }
-    if (p >= 1.0 || chance(p)) {
-      f.tos = static_cast<uint8_t>(f.tos | transport::kEcnCe);
-      bump(c_.queue_marked);
-    }
-  }
+  // RED on the queue the datagram finds (DCQCN §2: Kmin, Kmax, Pmax), or at dequeue on the one
+  // it leaves behind (release_due).
+  if (!spec_.queue_mark_dequeue) red_mark(f, backlog);
   const transport::Time start = std::max(at, queue_busy_until_);
   queue_busy_until_ =
       start + static_cast<transport::Time>(

@@ -97,6 +97,8 @@ class FaultInjector {
   void delay_stage(FaultFrame&& f, transport::Time now, std::vector<FaultFrame>& out);
   // The switch queue: `f` arrives at `at`; it leaves when the queue has sent what was ahead.
   void queue_stage(FaultFrame&& f, transport::Time at, std::vector<FaultFrame>& out);
+  // RED: marks `f` CE (if ECN-capable) with the probability for a backlog of `backlog` bytes.
+  void red_mark(FaultFrame& f, uint64_t backlog);
   static void bump(Counter* c) {
     if (c) c->add();
   }

@@ -94,6 +94,23 @@ TEST(SwitchQueue, DelaysByTheBacklogDropsWhenFullMarksAboveKmax) {
   EXPECT_LE(c.marked.get(), 5u);
 }
 
+TEST(SwitchQueue, DequeueMarkingJudgesTheQueueLeftBehind) {
+  FaultSpec spec = queue(1'000'000'000, 8000, 2000, 6000, 1.0);
+  spec.queue_mark_dequeue = true;
+  QueueCounters c;
+  FaultInjector q(spec, 1, c.refs());
+  std::vector<FaultFrame> out;
+  for (uint32_t i = 0; i < 10; ++i) q.offer(datagram(i, 1000, transport::kEcnEct0), 0, out);
+  EXPECT_EQ(c.marked.get(), 0u);  // nothing is judged on the way in
+  q.release_due(transport::kNever - 1, out);
+  ASSERT_EQ(out.size(), 7u);
+  // The first leaves 6 frames (6276 bytes) behind it: above Kmax. The last leaves none.
+  EXPECT_EQ(out[0].tos & 3, transport::kEcnCe);
+  EXPECT_EQ(out[5].tos & 3, transport::kEcnEct0);  // 1046 bytes behind: below Kmin
+  EXPECT_EQ(out[6].tos & 3, transport::kEcnEct0);
+  EXPECT_EQ(c.drops.get(), 3u);  // drops are decided on the way in either way
+}
+
 TEST(SwitchQueue, AnIdleQueueOnlyAddsTheTransmissionTime) {
   QueueCounters c;
   FaultInjector q(queue(10'000'000'000, 1 << 20, 0, 10, 1.0), 1, c.refs());
@@ -153,6 +170,10 @@ TEST(SwitchQueue, Syntax) {
   EXPECT_EQ(f->rx.queue_kmin, 10u * 1024);
   EXPECT_EQ(f->rx.queue_kmax, 40000u);
   EXPECT_DOUBLE_EQ(f->rx.queue_pmax, 0.5);
+  EXPECT_FALSE(f->rx.queue_mark_dequeue);
+  f = parse_faults("rx.queue=1gbit:mark=dequeue", &err);
+  ASSERT_TRUE(f.has_value()) << err;
+  EXPECT_TRUE(f->rx.queue_mark_dequeue);
   EXPECT_TRUE(f->rx_spec().enabled());
   f = parse_faults("queue=800mbit", &err);  // plain keys mean receive; DCQCN paper defaults
   ASSERT_TRUE(f.has_value()) << err;
@@ -171,7 +192,8 @@ TEST(SwitchQueue, Syntax) {
        "UROCE_FAULTS: queue:buffer 'lots' is not a size (bytes, or with k or m)"},
       {"queue=1gbit:buffer=2048m", "UROCE_FAULTS: queue:buffer '2048m' is out of range [0, 1024m]"},
       {"queue=1gbit:depth=3",
-       "UROCE_FAULTS: queue: unknown parameter 'depth' (known: buffer, kmin, kmax, pmax)"},
+       "UROCE_FAULTS: queue: unknown parameter 'depth' (known: buffer, kmin, kmax, pmax, mark)"},
+      {"queue=1gbit:mark=later", "UROCE_FAULTS: queue:mark 'later' is not enqueue or dequeue"},
   };
   for (const auto& [spec, want] : bad) {
     EXPECT_FALSE(parse_faults(spec, &err).has_value()) << spec;
