@@ -95,6 +95,7 @@ void Completer::arm_probe(Time now, const QpContext& ctx) {
 
 void Completer::rtt_sample(Time r) {
   r = std::max<Time>(r, 1);  // srtt_ 0 means "no sample"
+  new_rtt_ = r;              // for congestion control, in the outcome of on_response
   if (srtt_ == 0) {
     srtt_ = r;  // RFC 6298 2.2
     rttvar_ = r / 2;
@@ -108,14 +109,16 @@ void Completer::rtt_sample(Time r) {
 void Completer::on_sent(const PacketsSent& ev, Time now, const QpContext& ctx) {
   if (ev.sent_end > sent_end_) sent_end_ = ev.sent_end;
   if (deadline_ == kNever && outstanding()) arm(now, ctx);
-  if (!ctx.init.early_retransmit) return;
+  // Round trips are timed for the probe and for TIMELY, which lives on them.
+  const bool timely = ctx.init.cc.algorithm == cc::Algorithm::kTimely;
+  if (!ctx.init.early_retransmit && !timely) return;
   // One sample at a time, as RFC 6298 does with one timed segment per round trip.
   if (ev.timed && !rtt_timing_) {
     rtt_timing_ = true;
     rtt_psn_ = ev.timed_psn;
     rtt_start_ = now;
   }
-  if (probe_at_ == kNever && outstanding()) arm_probe(now, ctx);
+  if (ctx.init.early_retransmit && probe_at_ == kNever && outstanding()) arm_probe(now, ctx);
 }
 
 bool Completer::advance(Psn next_unacked, Time now, const QpContext& ctx, SendQueue& sq) {
@@ -211,13 +214,19 @@ void Completer::implicit_nak(Psn from, Time now, const QpContext& ctx, Completer
 CompleterOutcome Completer::on_response(const wire::Packet& pkt, Time now, const QpContext& ctx,
                                         SendQueue& sq) {
   const uint32_t flags = pkt.info->flags;
+  CompleterOutcome out;
   if (pkt.bth.opcode == static_cast<uint8_t>(wire::Opcode::kRcAcknowledge)) {
-    return on_ack(pkt, now, ctx, sq);
+    out = on_ack(pkt, now, ctx, sq);
+  } else if (flags & wire::kRead) {
+    out = on_read_response(pkt, now, ctx, sq);
+  } else if (flags & wire::kAtomic) {
+    out = on_atomic_ack(pkt, now, ctx, sq);
+  } else {
+    ++ctx.counters.dropped_pkts;
   }
-  if (flags & wire::kRead) return on_read_response(pkt, now, ctx, sq);
-  if (flags & wire::kAtomic) return on_atomic_ack(pkt, now, ctx, sq);
-  ++ctx.counters.dropped_pkts;
-  return {};
+  out.rtt = new_rtt_;
+  new_rtt_.reset();
+  return out;
 }
 
 CompleterOutcome Completer::on_read_response(const wire::Packet& pkt, Time now,

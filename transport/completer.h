@@ -104,8 +104,9 @@ class Completer {
   bool rtt_timing_ = false;     // a sample is under way: rtt_psn_ sent at rtt_start_
   Psn rtt_psn_;
   Time rtt_start_ = 0;
-  Time probe_at_ = kNever;     // probe timer; kNever when stopped
-  uint8_t probe_backoff_ = 0;  // probes since the last progress: the PTO doubles per probe
+  std::optional<Time> new_rtt_;  // a sample taken while handling the current response
+  Time probe_at_ = kNever;       // probe timer; kNever when stopped
+  uint8_t probe_backoff_ = 0;    // probes since the last progress: the PTO doubles per probe
 };
 
 }  // namespace uroce::transport

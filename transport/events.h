@@ -54,6 +54,9 @@ struct QpFatal {};
 // What the completer reports after handling a response or a timer.
 struct CompleterOutcome {
   std::optional<AckedThrough> acked;
+  // A round-trip sample (an AckReq packet's first transmission to the ACK covering it), for
+  // congestion control (TIMELY).
+  std::optional<Time> rtt;
   std::optional<RetransmitFrom> retransmit;
   std::optional<QpFatal> fatal;
 };
@@ -63,7 +66,9 @@ struct RequesterOutcome {
   std::optional<PacketsSent> sent;
   bool blocked_by_port = false;  // tx_alloc() returned nullptr
   bool local_error = false;      // a WQE became kLocalError: the completer must look at the front
-  bool local_done = false;  // a local operation (BIND_MW, LOCAL_INV) executed: it may complete now
+  bool local_done = false;   // a local operation (BIND_MW, LOCAL_INV) executed: it may complete now
+  bool paced = false;        // the pacer held the next packet back (cc/pacer.h)
+  uint64_t frame_bytes = 0;  // Ethernet frame bytes of the packets sent (congestion control)
 };
 
 // What the responder reports after a request.

@@ -31,6 +31,7 @@ ibv_wc flush_wc(uint64_t wr_id, ibv_wc_opcode op, uint32_t qpn) {
 Qp::Qp(const QpInit& init, PacketSink& tx, MemoryAccess& mem)
     : impl_(std::make_unique<Impl>(init, tx, mem)) {
   impl_->ctx.src_port = src_port_for_qpn(init.qpn);
+  impl_->sync_pacer();  // a rate control may limit from the start (a max rate below the line)
 }
 Qp::~Qp() = default;
 
@@ -45,6 +46,15 @@ ibv_qp_state Qp::state() const {
 }
 const QpCounters& Qp::counters() const {
   return impl_->counters;
+}
+uint64_t Qp::cc_rate_bps() const {
+  return impl_->rate->rate_bps();
+}
+bool Qp::cc_limiting() const {
+  return impl_->rate->limiting();
+}
+double Qp::cc_alpha(Time now) const {
+  return impl_->rate->alpha(now);
 }
 
 void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
@@ -112,6 +122,10 @@ struct CheckCqsOnReturn {
 }  // namespace
 
 void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
+  if (o.rtt) {
+    rate->on_rtt_sample(now, *o.rtt);
+    sync_pacer();
+  }
   if (o.acked) requester.on_acked(*o.acked, sq);
   if (o.fatal) {
     enter_error();
@@ -125,11 +139,57 @@ void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
 }
 
 void Qp::Impl::handle(const RequesterOutcome& o, Time now) {
+  if (o.frame_bytes != 0 && rate->wants_bytes()) {
+    rate->on_bytes_sent(now, o.frame_bytes);  // DCQCN's byte counter
+    sync_pacer();
+  }
   if (o.sent) completer.on_sent(*o.sent, now, ctx);
   if (o.local_done) completer.complete_local_done(ctx, sq);
   if (o.local_error && !sq.empty() && sq.front().state == WqeState::kLocalError) {
     handle(completer.complete_local_error(ctx, sq), now);
   }
+}
+
+void Qp::Impl::on_cnp(const RxInfo& rx, Time now) {
+  // A CNP names this QP as the sender of marked packets (Annex A17.9.3). Only the connected
+  // peer can say so; from anyone else it is a bogus packet.
+  if (init.type == IBV_QPT_RC && rx.src_ip != ctx.remote_ip) {
+    ++counters.dropped_pkts;
+    return;
+  }
+  // Rate control runs for RC QPs that send (UD/UC QPs are not rate-controlled yet).
+  if (init.type == IBV_QPT_RC && sending_state() && rate->on_cnp(now)) {
+    ++counters.rp_cnp_handled;
+    sync_pacer();
+  } else {
+    ++counters.rp_cnp_ignored;
+  }
+}
+
+void Qp::Impl::on_marked(Time now) {
+  ++counters.np_ecn_marked_roce_packets;
+  // NP: a CNP to the QP that sent the marked packet, at most one per min_time_between_cnps.
+  if (init.cc.np.enabled && init.type == IBV_QPT_RC &&
+      np.on_marked(now, Time{init.cc.np.min_time_between_cnps} * cc::kUsNs)) {
+    cnp_pending = true;
+  }
+}
+
+void Qp::Impl::write_cnp(TxBuf* buf) {
+  buf->len =
+      static_cast<uint32_t>(wire::build_headers(wire::cnp_packet(attr.dest_qp_num), buf->data));
+  buf->dst_ip = ctx.remote_ip;
+  buf->src_port = ctx.src_port;
+  buf->ecn = kEcnNotEct;  // a CNP is not ECN-capable: marking it would say nothing
+  buf->dscp = init.cc.np.cnp_dscp;
+}
+
+bool Qp::Impl::paced_work() const {
+  if (!pacer.limiting()) return false;
+  const Time at = pacer.release_time();
+  return responder.next_response_is_data() ||
+         (sending_state() &&
+          requester.state(at, ctx, sq, state == IBV_QPS_RTS) == Requester::State::kSending);
 }
 
 int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
@@ -152,6 +212,11 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       q.requester = Requester{};
       q.responder = Responder{};
       q.completer = Completer{};
+      q.rate = cc::make_rate_control(q.init.cc, q.init.line_rate_bps);
+      q.pacer = cc::Pacer(q.init.cc.pacer_burst);
+      q.sync_pacer();
+      q.np = cc::CnpLimiter{};
+      q.cnp_pending = false;
       q.state = IBV_QPS_RESET;
       break;
     case IBV_QPS_INIT:
@@ -263,6 +328,10 @@ int Qp::post_recv(const RecvWqe& wqe) {
 void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
   Impl& q = *impl_;
   CheckCqsOnReturn check{q};
+  if (pkt.info != nullptr && (pkt.info->flags & wire::kCnpFlag)) {
+    q.on_cnp(rx, now);
+    return;
+  }
   if (q.init.type != IBV_QPT_RC) {
     unreliable_receive(q, pkt, rx);  // UD/UC responders send nothing back
     return;
@@ -276,6 +345,7 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
     return;
   }
   ++q.counters.rcvd_pkts;
+  if (rx.ecn == kEcnCe) q.on_marked(now);
   const uint32_t flags = pkt.info->flags;
   if (flags & wire::kRequest) {
     // With an SRQ, the message takes its receive WQE from it when it starts at the expected
@@ -304,17 +374,45 @@ void Qp::pump(Time now) {
     unreliable_pump(q);
     return;
   }
-  // Responses first, in request order (ACKs, READ response streams, ATOMIC ACKs).
-  while (q.responder.has_response()) {
+  // A CNP first: congestion news is worth more the sooner it arrives.
+  if (q.cnp_pending) {
     TxBuf* buf = q.tx.tx_alloc();
     if (buf == nullptr) return;
+    q.write_cnp(buf);
+    q.tx.tx_commit(buf);
+    q.cnp_pending = false;
+    ++q.counters.np_cnp_sent;
+    ++q.counters.sent_pkts;
+  }
+  // Responses next, in request order (ACKs, READ response streams, ATOMIC ACKs). READ response
+  // packets are data and leave at the QP's rate; an ACK behind them waits with them.
+  uint64_t response_bytes = 0;
+  bool port_full = false;
+  while (q.responder.has_response()) {
+    const bool data = q.responder.next_response_is_data();
+    if (data && !q.pacer.may_send(now)) break;
+    TxBuf* buf = q.tx.tx_alloc();
+    if (buf == nullptr) {
+      port_full = true;
+      break;
+    }
     const bool fatal = q.responder.write_response(q.ctx, buf);
+    if (data) {
+      const uint64_t frame = cc::frame_bytes(buf->len);
+      q.pacer.on_sent(now, frame);
+      response_bytes += frame;
+    }
     q.tx.tx_commit(buf);
     ++q.counters.sent_pkts;
     if (fatal && q.state != IBV_QPS_ERR) q.enter_error();
   }
+  if (response_bytes != 0 && q.rate->wants_bytes()) {
+    q.rate->on_bytes_sent(now, response_bytes);
+    q.sync_pacer();
+  }
+  if (port_full) return;
   if (!q.sending_state()) return;
-  q.handle(q.requester.pump(now, q.ctx, q.sq, q.tx, q.state == IBV_QPS_RTS), now);
+  q.handle(q.requester.pump(now, q.ctx, q.sq, q.tx, q.state == IBV_QPS_RTS, q.pacer), now);
   if (q.state == IBV_QPS_SQD && !q.sq_drained_reported && !q.completer.outstanding() &&
       (q.sq.empty() || q.sq.front().state == WqeState::kQueued)) {
     // IBTA 10.3.1 (SQ Drain): every WQE in progress has completed.
@@ -327,16 +425,21 @@ bool Qp::wants_pump() const {
   const Impl& q = *impl_;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return false;
   if (q.init.type != IBV_QPT_RC) return unreliable_wants_pump(q);
-  if (q.responder.has_response()) return true;
+  if (q.cnp_pending) return true;
+  // A packet held by the pacer is not something to send now: next_deadline() says when.
+  if (q.responder.has_response() && !(q.responder.next_response_is_data() && q.pacer.limiting()))
+    return true;
   // Time 0: a running RNR wait reads as "not now"; next_deadline() reports when it ends.
-  return q.sending_state() &&
+  return q.sending_state() && !q.pacer.limiting() &&
          q.requester.state(0, q.ctx, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending;
 }
 
 Time Qp::next_deadline() const {
   const Impl& q = *impl_;
-  if (!q.sending_state()) return kNever;
-  return std::min(q.completer.deadline(), q.requester.wake_time());
+  // The pacer's release time counts only while a paced packet waits for it.
+  const Time pace = q.paced_work() ? q.pacer.release_time() : kNever;
+  if (!q.sending_state()) return pace;
+  return std::min({q.completer.deadline(), q.requester.wake_time(), q.rate->next_deadline(), pace});
 }
 
 void Qp::on_timer(Time now) {
@@ -344,6 +447,10 @@ void Qp::on_timer(Time now) {
   CheckCqsOnReturn check{q};
   if (q.sending_state() && q.completer.deadline() <= now) {
     q.handle(q.completer.on_timer(now, q.ctx, q.sq), now);
+  }
+  if (q.sending_state() && q.rate->next_deadline() <= now) {
+    q.rate->on_timer(now);  // DCQCN's rate-increase timer, a merged CNP's cut
+    q.sync_pacer();
   }
   pump(now);
 }

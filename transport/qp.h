@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "transport/cc/params.h"
 #include "transport/env.h"
 #include "wire/wire.h"
 
@@ -23,6 +24,9 @@ inline constexpr uint32_t kMaxQpWr = 16384;      // per queue
 // outstanding READs from the peer's figure, so anything less breaks unmodified ib_read_bw
 // against rxe. Responder resources cost memory only as they are used (responder.h).
 inline constexpr uint8_t kMaxRdAtomic = 128;
+// The line rate congestion control works against when the device gives none: what uroce reports
+// as the port's speed (ibv_query_port: 1X EDR, 25 Gb/s).
+inline constexpr uint64_t kDefaultLineRateBps = 25'000'000'000ull;
 
 class Srq;  // srq.h
 
@@ -87,6 +91,11 @@ struct QpInit {
   // only the IBTA ACK timer retransmits. The device sets it from DeviceConfig (default on,
   // UROCE_EARLY_RETRANSMIT); off here so a bare QpInit keeps the plain IBTA behaviour.
   bool early_retransmit = false;
+  // Congestion control (transport/cc, docs/congestion-control.md): the device's configuration,
+  // copied per QP. The default, `none`, keeps the behaviour without it: no pacing, no CNPs.
+  cc::CcConfig cc;
+  // The rate congestion control starts from and caps at (rpg_max_rate may cap lower), bits/s.
+  uint64_t line_rate_bps = kDefaultLineRateBps;
 };
 
 // Per-QP counters; names follow rxe's hw_counters where one exists.
@@ -112,6 +121,11 @@ struct QpCounters {
   uint64_t qkey_violation = 0;   // UD: DETH Q_Key differs from the QP's (IBTA C10-15, 10.2.5)
   uint64_t out_of_buffer = 0;    // UD/UC: no receive WQE posted (mlx5's name): message dropped
   uint64_t uc_dropped_msgs = 0;  // UC: messages abandoned after a lost packet (IBTA 9.8.3)
+  // Congestion control, mlx5's names (docs/congestion-control.md, "Counters").
+  uint64_t np_ecn_marked_roce_packets = 0;  // accepted packets that arrived marked CE
+  uint64_t np_cnp_sent = 0;                 // CNPs sent (at most one per min_time_between_cnps)
+  uint64_t rp_cnp_handled = 0;              // CNPs received that the rate control acted on (DCQCN)
+  uint64_t rp_cnp_ignored = 0;  // CNPs received and ignored: no DCQCN on this QP, not sending
 };
 
 class Qp {
@@ -156,6 +170,11 @@ class Qp {
   void on_timer(Time now);
 
   const QpCounters& counters() const;
+  // Congestion control's view of this QP: the rate it may send at (bits/s; the line rate while
+  // not limited), whether that limits it, and DCQCN's alpha as of `now` (0 for the others).
+  uint64_t cc_rate_bps() const;
+  bool cc_limiting() const;
+  double cc_alpha(Time now) const;
 
   struct Impl;  // transport-internal; defined in qp_impl.h
 

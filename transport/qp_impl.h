@@ -6,7 +6,11 @@
 #include <infiniband/verbs.h>
 
 #include <deque>
+#include <memory>
 
+#include "transport/cc/np.h"
+#include "transport/cc/pacer.h"
+#include "transport/cc/rate_control.h"
 #include "transport/completer.h"
 #include "transport/context.h"
 #include "transport/qp.h"
@@ -49,7 +53,9 @@ struct Qp::Impl {
         init(guarded(i)),
         tx(t),
         mem(m),
-        ctx{init, attr, mem, counters} {}
+        ctx{init, attr, mem, counters},
+        rate(cc::make_rate_control(init.cc, init.line_rate_bps)),
+        pacer(init.cc.pacer_burst) {}
 
   // The roles complete into these (init.send_cq and init.recv_cq point at them), never into the
   // CQs directly. Declared before `init`, which refers to them.
@@ -72,6 +78,15 @@ struct Qp::Impl {
 
   bool sq_drained_reported = false;  // IBV_EVENT_SQ_DRAINED raised for the current SQD period
 
+  // Congestion control (transport/cc, docs/congestion-control.md). `rate` is this QP's reaction
+  // point (DCQCN, TIMELY or none) and `pacer` holds its requests and READ responses to the rate
+  // it allows; `np` decides which CE marks are answered with a CNP, and `cnp_pending` is a CNP
+  // waiting for a transmit buffer (it is sent once, never retransmitted).
+  std::unique_ptr<cc::RateControl> rate;
+  cc::Pacer pacer;
+  cc::CnpLimiter np;
+  bool cnp_pending = false;
+
   // Dispatcher steps (qp.cc).
   void apply_attrs(const ibv_qp_attr& a, int mask);
   // ERR (IBTA 10.3.1): flush; a transport error (not a modify) also raises IBV_EVENT_QP_FATAL,
@@ -84,6 +99,14 @@ struct Qp::Impl {
     if (init.events != nullptr) init.events->qp_event(init.qpn, ev);
   }
   bool sending_state() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
+  // Congestion control steps (qp.cc).
+  void on_cnp(const RxInfo& rx, Time now);
+  void on_marked(Time now);
+  void write_cnp(TxBuf* buf);
+  // After any rate-control hook: the pacer follows the rate.
+  void sync_pacer() { pacer.set_rate(rate->rate_bps(), rate->limiting()); }
+  // Whether a paced packet waits for its release time.
+  bool paced_work() const;
   // After every call on the QP: a completion lost to an overrun CQ moves it to ERR (C9-218).
   void check_cqs();
 

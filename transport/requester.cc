@@ -168,7 +168,7 @@ Requester::State Requester::state(Time now, const QpContext& ctx, const SendQueu
 }
 
 RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
-                                 bool may_start) {
+                                 bool may_start, cc::Pacer& pacer) {
   RequesterOutcome out;
   ctx.counters.send_window_cuts += cuts_unreported_;
   cuts_unreported_ = 0;
@@ -218,13 +218,21 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
       out.local_error = true;
       break;
     }
+    // Congestion control: the packet leaves at the QP's rate (one branch while unlimited).
+    if (!pacer.may_send(now)) {
+      out.paced = true;
+      break;
+    }
     TxBuf* buf = tx.tx_alloc();
     if (buf == nullptr) {
       out.blocked_by_port = true;
       break;
     }
     const bool ack_req = write_packet(ctx, e, seg, pieces, npieces, buf);
+    const uint64_t frame = cc::frame_bytes(buf->len);
     tx.tx_commit(buf);
+    pacer.on_sent(now, frame);
+    out.frame_bytes += frame;
     ++ctx.counters.sent_pkts;
     if (cursor_psn_ < sent_end_) {
       ++ctx.counters.retransmitted_pkts;
@@ -348,7 +356,8 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
   buf->dst_ip = ctx.remote_ip;
   buf->src_port = ctx.src_port;
-  buf->ecn = kEcnEct0;  // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)
+  buf->ecn = kEcnEct0;           // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)
+  buf->dscp = kDscpPortDefault;  // every packet, like ecn: a reused buffer keeps no CNP's DSCP
   return ack_req;
 }
 

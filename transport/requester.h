@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "transport/cc/pacer.h"
 #include "transport/context.h"
 #include "transport/dma.h"
 #include "transport/events.h"
@@ -91,10 +92,11 @@ class Requester {
   void on_acked(const AckedThrough& ev, const SendQueue& sq);
   void on_retransmit(const RetransmitFrom& ev, const SendQueue& sq);
 
-  // Sends what the window, the RNR timer and the port allow. `may_start` is false in SQD: WQEs
-  // already started finish, new ones wait (IBTA 10.3.1 SQ drain).
+  // Sends what the window, the RNR timer, the QP's pacer (congestion control) and the port
+  // allow. `may_start` is false in SQD: WQEs already started finish, new ones wait (IBTA 10.3.1
+  // SQ drain).
   RequesterOutcome pump(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
-                        bool may_start);
+                        bool may_start, cc::Pacer& pacer);
 
   // What pump() would do now, ignoring the port; kRnrWait while the RNR timer runs.
   State state(Time now, const QpContext& ctx, const SendQueue& sq, bool may_start) const;

@@ -53,6 +53,10 @@ class Responder {
 
   // Whether a response packet waits to be sent.
   bool has_response() const { return !responses_.empty(); }
+  // Whether the next response is a READ response packet (data, paced like requests).
+  bool next_response_is_data() const {
+    return !responses_.empty() && responses_.front().kind == Response::Kind::kRead;
+  }
   // Writes the next response packet into `buf`. Returns true when the QP must enter ERR: the
   // memory of a READ being answered went away meanwhile (a NAK remote access error was written
   // instead and nothing else is answered).

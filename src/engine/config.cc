@@ -1,6 +1,8 @@
-// Parsing of UROCE_DEVICES and UROCE_FAULTS. Every malformed value is reported with the variable
-// and the offending token; nothing here throws or aborts on bad input.
+// Parsing of UROCE_DEVICES, UROCE_FAULTS and UROCE_CC. Every malformed value is reported with the
+// variable and the offending token; nothing here throws or aborts on bad input.
 #include "engine/config.h"
+
+#include "transport/cc/parse.h"
 
 #include <unistd.h>
 
@@ -24,6 +26,7 @@ constexpr std::string_view kStatsVar = "UROCE_STATS";
 constexpr std::string_view kPcapVar = "UROCE_PCAP";
 constexpr std::string_view kEarlyRetransmitVar = "UROCE_EARLY_RETRANSMIT";
 constexpr std::string_view kGsoVar = "UROCE_GSO";
+constexpr std::string_view kCcVar = "UROCE_CC";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
 constexpr size_t kMaxNameLen = 63;
 
@@ -431,6 +434,55 @@ bool parse_duration(const std::string& name, const std::string& value, uint64_t*
   return true;
 }
 
+// A rate: a plain decimal with a unit, kbit, mbit or gbit (10^3, 10^6, 10^9 bit/s, as tc writes
+// them), from 1 kbit to 1000 gbit.
+bool parse_rate(const std::string& name, const std::string& value, uint64_t* out_bps,
+                std::string* err) {
+  size_t num_end = value.find_first_not_of("0123456789.");
+  std::string num = value.substr(0, num_end);
+  std::string unit = num_end == std::string::npos ? "" : value.substr(num_end);
+  double scale = unit == "kbit" ? 1e3 : unit == "mbit" ? 1e6 : unit == "gbit" ? 1e9 : 0;
+  char* end = nullptr;
+  double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+  if (num.empty() || end != num.c_str() + num.size()) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is not a rate (e.g. 800mbit, 10gbit)");
+    return false;
+  }
+  if (scale == 0) {
+    set_err(err, kFaultsVar, name + " '" + value + "' needs a unit: kbit, mbit or gbit");
+    return false;
+  }
+  const double bps = v * scale;
+  if (bps < 1e3 || bps > 1e12) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [1kbit, 1000gbit]");
+    return false;
+  }
+  *out_bps = static_cast<uint64_t>(bps + 0.5);
+  return true;
+}
+
+// A size in bytes: an unsigned decimal, optionally with k (KiB) or m (MiB), at most 1 GiB.
+bool parse_size(const std::string& name, const std::string& value, uint64_t* out,
+                std::string* err) {
+  std::string num = value;
+  uint64_t scale = 1;
+  if (!num.empty() && (num.back() == 'k' || num.back() == 'm')) {
+    scale = num.back() == 'k' ? 1024 : 1024 * 1024;
+    num.pop_back();
+  }
+  if (num.empty() || num.size() > 10 || num.find_first_not_of("0123456789") != std::string::npos) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is not a size (bytes, or with k or m)");
+    return false;
+  }
+  const uint64_t v = std::stoull(num) * scale;
+  if (v > (uint64_t{1} << 30)) {
+    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [0, 1024m]");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 // Splits on ':' keeping empty pieces.
 std::vector<std::string> split_colons(std::string_view s) {
   std::vector<std::string> out;
@@ -510,9 +562,35 @@ bool parse_fault_entry(const std::string& name, const std::string& kind,
              return parse_duration(name + ":jitter", v, &spec.jitter_ns, err);
            });
   }
+  if (kind == "queue") {
+    if (!parse_rate(name, value, &spec.queue_bps, err) ||
+        !params_ok({"buffer", "kmin", "kmax", "pmax", "mark"}, [&](const std::string& p,
+                                                                   const std::string& v) {
+          if (p == "pmax") return parse_probability(name + ":pmax", v, &spec.queue_pmax, err);
+          if (p == "mark") {
+            if (v != "enqueue" && v != "dequeue") {
+              set_err(err, kFaultsVar, name + ":mark '" + v + "' is not enqueue or dequeue");
+              return false;
+            }
+            spec.queue_mark_dequeue = v == "dequeue";
+            return true;
+          }
+          uint64_t* field = p == "buffer" ? &spec.queue_buffer
+                            : p == "kmin" ? &spec.queue_kmin
+                                          : &spec.queue_kmax;
+          return parse_size(name + ":" + p, v, field, err);
+        })) {
+      return false;
+    }
+    if (spec.queue_kmin > spec.queue_kmax) {
+      set_err(err, kFaultsVar, name + ": kmin must not exceed kmax");
+      return false;
+    }
+    return true;
+  }
   set_err(err, kFaultsVar,
           "unknown key '" + name + "' (known: [rx.|tx.]loss, burst, corrupt, dup, reorder, " +
-              "delay; seed)");
+              "delay; rx.queue; seed)");
   return false;
 }
 
@@ -564,6 +642,11 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
                   (canonical == key ? "" : " (plain keys mean receive: " + canonical + ")"));
       return std::nullopt;
     }
+    if (tx && kind == "queue") {
+      set_err(err, kFaultsVar,
+              "'" + key + "': the switch queue models a device's receive side (rx.queue)");
+      return std::nullopt;
+    }
     FaultSpec& s = tx ? f.tx : f.rx;
     double* loss = tx ? &f.tx.loss : &f.rx_loss;
     if (!parse_fault_entry(key, kind, split_colons(value), s, loss, err)) return std::nullopt;
@@ -601,6 +684,60 @@ std::string expand_pcap_path(const std::string& pattern, const std::string& devi
   return out;
 }
 
+bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std::string* err) {
+  namespace cc = transport::cc;
+  std::optional<cc::CcConfig> all;
+  std::vector<std::pair<DeviceConfig*, cc::CcConfig>> per_device;
+  std::string_view rest = value;
+  for (;;) {
+    const size_t semi = rest.find(';');
+    const std::string_view section = trim(rest.substr(0, semi));
+    if (section.empty()) {
+      set_err(err, kCcVar, "empty section");
+      return false;
+    }
+    std::string_view spec = section;
+    DeviceConfig* dev = nullptr;
+    const size_t colon = section.find(':');
+    if (colon != std::string_view::npos) {
+      const std::string_view name = trim(section.substr(0, colon));
+      spec = trim(section.substr(colon + 1));
+      for (DeviceConfig& d : devices) {
+        if (d.name == name) dev = &d;
+      }
+      if (dev == nullptr) {
+        set_err(err, kCcVar, "no device '" + std::string(name) + "' (UROCE_DEVICES names them)");
+        return false;
+      }
+      for (const auto& [d, c] : per_device) {
+        if (d == dev) {
+          set_err(err, kCcVar, "device '" + std::string(name) + "' given twice");
+          return false;
+        }
+      }
+    } else if (all) {
+      set_err(err, kCcVar, "more than one section without a device name");
+      return false;
+    }
+    std::string e;
+    std::optional<cc::CcConfig> c = cc::parse_cc(spec, &e);
+    if (!c) {
+      set_err(err, kCcVar, (dev ? dev->name + ": " : std::string()) + e);
+      return false;
+    }
+    if (dev) {
+      per_device.emplace_back(dev, *c);
+    } else {
+      all = *c;
+    }
+    if (semi == std::string_view::npos) break;
+    rest.remove_prefix(semi + 1);
+  }
+  for (DeviceConfig& d : devices) d.cc = all ? *all : cc::CcConfig{};
+  for (const auto& [d, c] : per_device) d->cc = c;
+  return true;
+}
+
 std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
   const char* devs = std::getenv(std::string(kDevicesVar).c_str());
   const char* faults = std::getenv(std::string(kFaultsVar).c_str());
@@ -635,6 +772,8 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0 or 1");
     return std::nullopt;
   }
+  const char* ccv = std::getenv(std::string(kCcVar).c_str());
+  if (ccv && *ccv && !apply_cc(ccv, out, err)) return std::nullopt;
   const char* pcap = std::getenv(std::string(kPcapVar).c_str());
   for (auto& d : out) {
     d.gso = gv == "1";

@@ -2,6 +2,7 @@
 //   UROCE_DEVICES=name=addr|netdev|dpdk(…)[,name=…]   e.g. uroce0=127.0.0.2  or  uroce0=eth0
 //     or uroce0=dpdk(dev=net_memif0,role=server,socket=/tmp/m.sock;ip=10.0.0.1/24)
 //   UROCE_FAULTS=loss=0.05,tx.dup=0.01,seed=7   see docs/configuration.md
+//   UROCE_CC=dcqcn,preset=cx[;uroce1:timely]    congestion control, per device
 // An empty variable counts as unset. Every device gets the same FaultConfig.
 #pragma once
 
@@ -10,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "transport/cc/params.h"
 
 namespace uroce {
 
@@ -26,9 +29,22 @@ struct FaultSpec {
   uint32_t reorder_depth = 3;  // >= 1
   uint64_t delay_ns = 0;       // hold every datagram this long...
   uint64_t jitter_ns = 0;      // ...plus uniform [0, jitter_ns); order is kept
+  // The switch queue (receive only, `rx.queue`): the egress queue of a switch port in front of
+  // the device, drained at queue_bps. A datagram that finds queue_buffer bytes (or more than
+  // fit) queued is dropped; one that finds between queue_kmin and queue_kmax queued is marked CE
+  // (if ECT) with a probability rising linearly to queue_pmax, above queue_kmax always (RED).
+  // queue_mark_dequeue: judge the backlog behind a datagram as it leaves rather than ahead of it
+  // as it enters — the mark then does not wait out the queue, so the sender hears a queue-delay
+  // earlier. Sizes in bytes of Ethernet frames.
+  uint64_t queue_bps = 0;  // 0 = no queue
+  uint64_t queue_buffer = 1024 * 1024;
+  uint64_t queue_kmin = 5 * 1024;    // DCQCN paper: Kmin 5 KB
+  uint64_t queue_kmax = 200 * 1024;  // Kmax 200 KB
+  double queue_pmax = 0.01;          // Pmax 1 %
+  bool queue_mark_dequeue = false;   // mark=enqueue (default) or mark=dequeue
   bool enabled() const {
     return loss > 0.0 || burst > 0.0 || corrupt > 0.0 || dup > 0.0 || reorder > 0.0 ||
-           delay_ns > 0 || jitter_ns > 0;
+           delay_ns > 0 || jitter_ns > 0 || queue_bps > 0;
   }
 };
 
@@ -100,6 +116,9 @@ struct DeviceConfig {
   uint8_t dscp = 0;
   PortKind port = PortKind::kUdp;
   DpdkDeviceConfig dpdk;  // port == kDpdk
+  // UROCE_CC: congestion control of the device's QPs (transport/cc/params.h,
+  // docs/congestion-control.md); default none.
+  transport::cc::CcConfig cc;
 };
 
 // Parses one dpdk(…) device body ("dev=…;ip=…;…") into *d (ipv4, dscp, dpdk). Errors name the
@@ -112,6 +131,10 @@ bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err)
 std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err);
 std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, std::string* err);
 std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* err);
+// Applies a UROCE_CC value to `devices`: sections separated by ';', each `spec` (every device)
+// or `device:spec` (that device; it overrides the former), spec as transport/cc/parse.h reads
+// it. False and a message naming the variable, the device and the bad field on error.
+bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std::string* err);
 
 // The capture file of `device` for the UROCE_PCAP pattern: %p becomes the process id, %d the
 // device name, %% a '%'. With several devices and no %d, the device name is inserted before the

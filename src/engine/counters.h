@@ -44,13 +44,16 @@ struct DeviceCounters {
   // Fault injection (UROCE_FAULTS, engine/faults.h). Receive: fault_drops above counts every
   // injected drop (loss and burst); the rest count datagrams, before the ICRC check. Transmit:
   // after the ICRC is computed, so the peer's rcvd_icrc_err counts what tx corruption did.
-  Counter fault_rx_burst_drops;  // of fault_drops, dropped inside a burst
-  Counter fault_rx_corrupted;    // bits flipped (the ICRC check then drops it)
-  Counter fault_rx_duplicated;   // extra copies delivered
-  Counter fault_rx_reordered;    // held back behind later datagrams
-  Counter fault_rx_delayed;      // passed through the delay line
-  Counter fault_tx_drops;        // never sent (loss and burst)
-  Counter fault_tx_burst_drops;  // of fault_tx_drops, dropped inside a burst
+  Counter fault_rx_burst_drops;   // of fault_drops, dropped inside a burst
+  Counter fault_rx_corrupted;     // bits flipped (the ICRC check then drops it)
+  Counter fault_rx_duplicated;    // extra copies delivered
+  Counter fault_rx_reordered;     // held back behind later datagrams
+  Counter fault_rx_delayed;       // passed through the delay line
+  Counter fault_rx_queue_marked;  // marked CE by the switch queue (rx.queue), RED
+  Counter fault_rx_queue_drops;   // dropped by the switch queue: its buffer was full (not in
+                                  // fault_drops: a congestion drop, not an injected loss)
+  Counter fault_tx_drops;         // never sent (loss and burst)
+  Counter fault_tx_burst_drops;   // of fault_tx_drops, dropped inside a burst
   Counter fault_tx_corrupted;
   Counter fault_tx_duplicated;
   Counter fault_tx_reordered;
@@ -103,6 +106,8 @@ struct DeviceCounters {
     f("fault_rx_duplicated", s.fault_rx_duplicated);
     f("fault_rx_reordered", s.fault_rx_reordered);
     f("fault_rx_delayed", s.fault_rx_delayed);
+    f("fault_rx_queue_marked", s.fault_rx_queue_marked);
+    f("fault_rx_queue_drops", s.fault_rx_queue_drops);
     f("fault_tx_drops", s.fault_tx_drops);
     f("fault_tx_burst_drops", s.fault_tx_burst_drops);
     f("fault_tx_corrupted", s.fault_tx_corrupted);

@@ -48,7 +48,8 @@ Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, Devic
         rx, opt.faults.seed,
         FaultCounterRefs{&counters.fault_drops, &counters.fault_rx_burst_drops,
                          &counters.fault_rx_corrupted, &counters.fault_rx_duplicated,
-                         &counters.fault_rx_reordered, &counters.fault_rx_delayed});
+                         &counters.fault_rx_reordered, &counters.fault_rx_delayed,
+                         &counters.fault_rx_queue_marked, &counters.fault_rx_queue_drops});
   if (opt.faults.tx.enabled())
     tx_faults_ = std::make_unique<FaultInjector>(
         opt.faults.tx, opt.faults.seed ^ kTxSeedSalt,

@@ -254,6 +254,7 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   if (init.qpn != Dispatch::kGsiQpn) init.qpn = 0;
   init.local_ip = cfg_.ipv4;
   init.early_retransmit = cfg_.early_retransmit;
+  init.cc = cfg_.cc;  // UROCE_CC (docs/congestion-control.md); line rate: the QpInit default
   if (!init.events) init.events = this;
   transport::Qp* qp = dispatch_->create_qp(init, err);
   if (!qp) keys_.pd_unref(init.pd);

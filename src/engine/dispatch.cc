@@ -27,6 +27,10 @@ void add_qp_counters(transport::QpCounters& sum, const transport::QpCounters& c)
   sum.qkey_violation += c.qkey_violation;
   sum.out_of_buffer += c.out_of_buffer;
   sum.uc_dropped_msgs += c.uc_dropped_msgs;
+  sum.np_ecn_marked_roce_packets += c.np_ecn_marked_roce_packets;
+  sum.np_cnp_sent += c.np_cnp_sent;
+  sum.rp_cnp_handled += c.rp_cnp_handled;
+  sum.rp_cnp_ignored += c.rp_cnp_ignored;
 }
 
 Dispatch::Dispatch(Transmitter& tx, transport::MemoryAccess& mem, DeviceCounters& counters,

@@ -101,7 +101,7 @@ void FaultInjector::reorder_stage(FaultFrame&& f, transport::Time now,
 
 void FaultInjector::delay_stage(FaultFrame&& f, transport::Time now, std::vector<FaultFrame>& out) {
   if (spec_.delay_ns == 0 && spec_.jitter_ns == 0) {
-    out.push_back(std::move(f));
+    queue_stage(std::move(f), now, out);
     return;
   }
   bump(c_.delayed);
@@ -124,15 +124,70 @@ void FaultInjector::release_due(transport::Time now, std::vector<FaultFrame>& ou
     }
   }
   while (!delay_.empty() && delay_.front().due <= now) {
-    out.push_back(std::move(delay_.front().f));
+    const transport::Time due = delay_.front().due;
+    queue_stage(std::move(delay_.front().f), due, out);
     delay_.pop_front();
   }
+  while (!queue_.empty() && queue_.front().due <= now) {
+    // At dequeue: what is still queued behind it when it has left (its departure is `due`).
+    if (spec_.queue_mark_dequeue) red_mark(queue_.front().f, queue_backlog(queue_.front().due));
+    out.push_back(std::move(queue_.front().f));
+    queue_.pop_front();
+  }
+}
+
+void FaultInjector::red_mark(FaultFrame& f, uint64_t backlog) {
+  const uint8_t ecn = f.tos & 3;
+  if (ecn != transport::kEcnEct0 && ecn != transport::kEcnEct1) return;  // ECN-capable only
+  double p = 0.0;
+  if (backlog > spec_.queue_kmax) {
+    p = 1.0;
+  } else if (backlog > spec_.queue_kmin) {
+    p = spec_.queue_pmax * double(backlog - spec_.queue_kmin) /
+        double(spec_.queue_kmax - spec_.queue_kmin);
+  }
+  if (p >= 1.0 || chance(p)) {
+    f.tos = static_cast<uint8_t>(f.tos | transport::kEcnCe);
+    bump(c_.queue_marked);
+  }
+}
+
+uint64_t FaultInjector::queue_backlog(transport::Time now) const {
+  if (spec_.queue_bps == 0 || queue_busy_until_ <= now) return 0;
+  const unsigned __int128 bits =
+      static_cast<unsigned __int128>(queue_busy_until_ - now) * spec_.queue_bps;
+  return static_cast<uint64_t>(bits / 8'000'000'000u);
+}
+
+void FaultInjector::queue_stage(FaultFrame&& f, transport::Time at, std::vector<FaultFrame>& out) {
+  if (spec_.queue_bps == 0) {
+    out.push_back(std::move(f));
+    return;
+  }
+  // Frame bytes on the switch's egress link: the datagram (IB packet + ICRC) with its UDP,
+  // IPv4 and Ethernet headers and FCS — what a switch buffer holds.
+  const uint64_t size = f.bytes.size() + 8 + 20 + 14 + 4;
+  const uint64_t backlog = queue_backlog(at);
+  if (backlog + size > spec_.queue_buffer) {
+    bump(c_.queue_drops);
+    return;
+  }
+  // RED on the queue the datagram finds (DCQCN §2: Kmin, Kmax, Pmax), or at dequeue on the one
+  // it leaves behind (release_due).
+  if (!spec_.queue_mark_dequeue) red_mark(f, backlog);
+  const transport::Time start = std::max(at, queue_busy_until_);
+  queue_busy_until_ =
+      start + static_cast<transport::Time>(
+                  (static_cast<unsigned __int128>(size) * 8'000'000'000u + spec_.queue_bps - 1) /
+                  spec_.queue_bps);
+  queue_.push_back({std::move(f), queue_busy_until_});
 }
 
 transport::Time FaultInjector::next_deadline() const {
   transport::Time t = transport::kNever;
   for (const Reordered& r : reorder_) t = std::min(t, r.deadline);
   if (!delay_.empty()) t = std::min(t, delay_.front().due);
+  if (!queue_.empty()) t = std::min(t, queue_.front().due);
   return t;
 }
 

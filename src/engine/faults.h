@@ -9,7 +9,9 @@
 // Pipeline, in this order for every offered datagram (each stage draws from the PRNG only when it
 // is enabled, so enabling one fault does not change the decisions of a configuration without it;
 // in particular `loss=p,seed=n` alone draws exactly one number per datagram, as it always has):
-//   loss → burst loss → corruption → duplication → reordering → delay line → out
+//   loss → burst loss → corruption → duplication → reordering → delay line → switch queue → out
+// The switch queue (receive only) is a FIFO drained at a rate: it delays each datagram by the
+// backlog ahead of it, drops what does not fit its buffer and marks CE by RED (config.h).
 //
 // Threading: none of its own; the caller serialises (the port: receive side under the engine's
 // receive lock, transmit side under the device lock).
@@ -42,12 +44,14 @@ struct FaultFrame {
 
 // Counters one injector increments; any may be null. The owner keeps them alive.
 struct FaultCounterRefs {
-  Counter* drops = nullptr;        // every datagram dropped (loss and burst)
-  Counter* burst_drops = nullptr;  // of which dropped inside a burst
-  Counter* corrupted = nullptr;    // datagrams with flipped bits
-  Counter* duplicated = nullptr;   // extra copies made
-  Counter* reordered = nullptr;    // datagrams held back behind later ones
-  Counter* delayed = nullptr;      // datagrams that went through the delay line
+  Counter* drops = nullptr;         // every datagram dropped (loss and burst)
+  Counter* burst_drops = nullptr;   // of which dropped inside a burst
+  Counter* corrupted = nullptr;     // datagrams with flipped bits
+  Counter* duplicated = nullptr;    // extra copies made
+  Counter* reordered = nullptr;     // datagrams held back behind later ones
+  Counter* delayed = nullptr;       // datagrams that went through the delay line
+  Counter* queue_marked = nullptr;  // marked CE by the switch queue
+  Counter* queue_drops = nullptr;   // dropped by the switch queue (buffer full)
 };
 
 class FaultInjector {
@@ -67,7 +71,9 @@ class FaultInjector {
   void release_due(transport::Time now, std::vector<FaultFrame>& out);
   // When the next held datagram falls due; transport::kNever when none is held.
   transport::Time next_deadline() const;
-  size_t held() const { return reorder_.size() + delay_.size(); }
+  size_t held() const { return reorder_.size() + delay_.size() + queue_.size(); }
+  // Frame bytes in the switch queue at `now` (the backlog a datagram arriving then would find).
+  uint64_t queue_backlog(transport::Time now) const;
 
  private:
   struct Reordered {
@@ -89,6 +95,10 @@ class FaultInjector {
   void reorder_stage(FaultFrame&& f, transport::Time now, std::vector<FaultFrame>& out);
   // The delay line, FIFO: a link delay does not reorder (that is the reorder stage's job).
   void delay_stage(FaultFrame&& f, transport::Time now, std::vector<FaultFrame>& out);
+  // The switch queue: `f` arrives at `at`; it leaves when the queue has sent what was ahead.
+  void queue_stage(FaultFrame&& f, transport::Time at, std::vector<FaultFrame>& out);
+  // RED: marks `f` CE (if ECN-capable) with the probability for a backlog of `backlog` bytes.
+  void red_mark(FaultFrame& f, uint64_t backlog);
   static void bump(Counter* c) {
     if (c) c->add();
   }
@@ -97,8 +107,10 @@ class FaultInjector {
   uint64_t prng_;            // splitmix64 state
   uint32_t burst_left_ = 0;  // datagrams still to drop in the current burst
   FaultCounterRefs c_;
-  std::vector<Reordered> reorder_;  // in arrival order
-  std::deque<Delayed> delay_;       // in release order (due is non-decreasing)
+  std::vector<Reordered> reorder_;        // in arrival order
+  std::deque<Delayed> delay_;             // in release order (due is non-decreasing)
+  std::deque<Delayed> queue_;             // the switch queue, in departure order
+  transport::Time queue_busy_until_ = 0;  // when the queue has sent everything in it
 };
 
 }  // namespace uroce

@@ -177,6 +177,11 @@ void for_each_qp_counter(const transport::QpCounters& q, F&& f) {
   f("qkey_violation", q.qkey_violation);
   f("out_of_buffer", q.out_of_buffer);
   f("uc_dropped_msgs", q.uc_dropped_msgs);
+  // Congestion control, mlx5's names (docs/congestion-control.md).
+  f("np_ecn_marked_roce_packets", q.np_ecn_marked_roce_packets);
+  f("np_cnp_sent", q.np_cnp_sent);
+  f("rp_cnp_handled", q.rp_cnp_handled);
+  f("rp_cnp_ignored", q.rp_cnp_ignored);
 }
 
 }  // namespace uroce::stats_shm

@@ -329,3 +329,75 @@ TEST(ConfigTest, RejectsBadDpdkFieldsNamingThem) {
 
 }  // namespace
 }  // namespace uroce
+
+namespace uroce {
+namespace {
+
+// UROCE_CC: congestion control for every device, or per device (docs/configuration.md).
+TEST(ConfigCc, AllDevicesAndPerDevice) {
+  auto devs = parse_devices("u0=127.0.0.1,u1=127.0.0.2,u2=127.0.0.3", nullptr);
+  ASSERT_TRUE(devs.has_value());
+  std::string err;
+  ASSERT_TRUE(apply_cc("dcqcn,preset=paper", *devs, &err)) << err;
+  for (const DeviceConfig& d : *devs) {
+    EXPECT_EQ(d.cc.algorithm, transport::cc::Algorithm::kDcqcn);
+    EXPECT_EQ(d.cc.dcqcn.rpg_time_reset, 55u);
+  }
+  ASSERT_TRUE(apply_cc("dcqcn ; u1: timely ; u2:none,np=1", *devs, &err)) << err;
+  EXPECT_EQ((*devs)[0].cc.algorithm, transport::cc::Algorithm::kDcqcn);
+  EXPECT_EQ((*devs)[0].cc.dcqcn.rpg_time_reset, 300u);  // cx, the default preset
+  EXPECT_EQ((*devs)[1].cc.algorithm, transport::cc::Algorithm::kTimely);
+  EXPECT_EQ((*devs)[2].cc.algorithm, transport::cc::Algorithm::kNone);
+  EXPECT_TRUE((*devs)[2].cc.np.enabled);
+  // Only named devices: the others keep none.
+  ASSERT_TRUE(apply_cc("u1:dcqcn,rpg_ai_rate=9", *devs, &err)) << err;
+  EXPECT_EQ((*devs)[0].cc.algorithm, transport::cc::Algorithm::kNone);
+  EXPECT_EQ((*devs)[1].cc.dcqcn.rpg_ai_rate, 9u);
+}
+
+TEST(ConfigCc, ErrorsNameTheVariableDeviceAndField) {
+  auto devs = parse_devices("u0=127.0.0.1,u1=127.0.0.2", nullptr);
+  ASSERT_TRUE(devs.has_value());
+  const std::pair<const char*, const char*> cases[] = {
+      {"dcqcn,rpg_ai_rate=x", "UROCE_CC: rpg_ai_rate 'x' is not an unsigned integer"},
+      {"u1:dcqcn,rpg_gd=2", "UROCE_CC: u1: rpg_gd 2 is out of range [10, 20]"},
+      {"u9:dcqcn", "UROCE_CC: no device 'u9' (UROCE_DEVICES names them)"},
+      {"u1:dcqcn;u1:none", "UROCE_CC: device 'u1' given twice"},
+      {"dcqcn;timely", "UROCE_CC: more than one section without a device name"},
+      {"dcqcn;", "UROCE_CC: empty section"},
+      {"u0:", "UROCE_CC: u0: missing algorithm (none, dcqcn or timely)"},
+      {"bbr", "UROCE_CC: unknown algorithm 'bbr' (none, dcqcn or timely)"},
+  };
+  for (const auto& [spec, want] : cases) {
+    std::string err;
+    EXPECT_FALSE(apply_cc(spec, *devs, &err)) << spec;
+    EXPECT_EQ(err, want) << spec;
+  }
+}
+
+TEST(ConfigCc, FromTheEnvironment) {
+  ScopedEnv d("UROCE_DEVICES", "u0=127.0.0.1");
+  std::string err;
+  {
+    ScopedEnv c("UROCE_CC", nullptr);
+    auto cfg = load_device_config(&err);
+    ASSERT_TRUE(cfg.has_value()) << err;
+    EXPECT_EQ((*cfg)[0].cc.algorithm, transport::cc::Algorithm::kNone);
+    EXPECT_FALSE((*cfg)[0].cc.np.enabled);
+  }
+  {
+    ScopedEnv c("UROCE_CC", "dcqcn,min_time_between_cnps=50");
+    auto cfg = load_device_config(&err);
+    ASSERT_TRUE(cfg.has_value()) << err;
+    EXPECT_EQ((*cfg)[0].cc.algorithm, transport::cc::Algorithm::kDcqcn);
+    EXPECT_EQ((*cfg)[0].cc.np.min_time_between_cnps, 50u);
+  }
+  {
+    ScopedEnv c("UROCE_CC", "dcqcn,rpg_bogus=1");
+    EXPECT_FALSE(load_device_config(&err).has_value());
+    EXPECT_EQ(err, "UROCE_CC: unknown parameter 'rpg_bogus'");
+  }
+}
+
+}  // namespace
+}  // namespace uroce

@@ -75,6 +75,7 @@ void CaptureSink::tx_commit(TxBuf* buf) {
   t.dst_ip = buf->dst_ip;
   t.src_port = buf->src_port;
   t.ecn = buf->ecn;
+  t.dscp = buf->dscp;
   t.len = buf->len;
   std::memcpy(t.data, buf->data, buf->len);
 }

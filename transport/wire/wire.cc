@@ -263,6 +263,17 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out) {
   return ParseError::kOk;
 }
 
+Packet cnp_packet(uint32_t dest_qp) {
+  Packet p;
+  p.bth.opcode = static_cast<uint8_t>(Opcode::kCnp);
+  p.bth.migreq = false;  // M = 0, as ConnectX sends it (tests/wire/vectors/cnp_cx4lx.hex)
+  p.bth.pkey = kDefaultPkey;
+  p.bth.becn = true;
+  p.bth.dest_qp = dest_qp & kQpnMask;
+  p.bth.psn = 0;
+  return p;
+}
+
 size_t build_headers(const Packet& p, uint8_t* out) {
   const OpcodeInfo& info = kTable[p.bth.opcode];
   // An invalid opcode has header_len 0: nothing is written and the caller sees 0 bytes.

@@ -207,6 +207,14 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out);
 // appends payload and `p.bth.pad` zero bytes.
 size_t build_headers(const Packet& p, uint8_t* out);
 
+// A RoCEv2 Congestion Notification Packet (IBTA Annex A17.9.3) for the QP `dest_qp`, which is
+// the QP that sent the CE-marked packet (its peer's QPN, as the marked packet's sender knows
+// it): BTH opcode 0x81, SE = M = PadCnt = TVer = 0, P_Key 0xFFFF, FECN 0, BECN 1, AckReq 0,
+// PSN 0, then 16 reserved bytes (build_headers writes them as zero). kCnpBytes in all; the port
+// adds the ICRC. A CNP is not ECN-capable and is never retransmitted.
+Packet cnp_packet(uint32_t dest_qp);
+inline constexpr size_t kCnpBytes = kBthBytes + kCnpPadBytes;
+
 // Pad count for a payload so that payload + pad is a multiple of 4 (IBTA 9.2.2).
 inline constexpr uint8_t pad_for(size_t payload_len) {
   return static_cast<uint8_t>((4 - (payload_len & 3)) & 3);
