@@ -46,6 +46,8 @@
 
 namespace uv = uroce::verbs;
 
+extern "C" const char* rdma_event_str(rdma_cm_event_type event);
+
 namespace uroce::cm {
 namespace {
 
@@ -120,6 +122,7 @@ struct IdObj {
   ibv_pd* ep_pd = nullptr;
   // Multicast groups joined (IPv4, host order) and their contexts.
   std::map<uint32_t, void*> mcast;
+  bool accepted = false;  // created for a connection request on a listener
   bool disconnect_reported = false;
   bool destroyed = false;
   int events_out = 0;  // queued or handed out and not acknowledged
@@ -218,9 +221,11 @@ void set_ud_pd(EventObj* e, const std::vector<uint8_t>& pd, size_t skip = 0) {
   e->ev.param.ud.private_data_len = static_cast<uint8_t>(std::min<size_t>(n, 255));
 }
 
-void post_event(IdObj* o, EventObj* e) {
+void post_event(IdObj* o, EventObj* e, ChannelObj* on = nullptr) {
+  log().debug("rdma_cm: id {} gets {} (status {})", static_cast<void*>(o),
+              rdma_event_str(e->ev.event), e->ev.status);
   ++o->events_out;
-  o->chan->q.notify(e);
+  (on ? on : o->chan)->q.notify(e);
 }
 
 void post(IdObj* o, rdma_cm_event_type type, int status) {
@@ -246,9 +251,9 @@ void release_event(EventObj* e) {
 bool port_taken(rdma_port_space ps, uint32_t ip, uint16_t port, const IdObj* self) {
   for (IdObj* o : ids()) {
     if (o == self || o->destroyed || o->local_port != port || o->id.ps != ps) continue;
-    if (o->state == IdState::kIdle) continue;
-    // Children of a listener share its port; only bound, listening and active ids count.
-    if (o->state == IdState::kConnectRequest || o->state == IdState::kAccepting) continue;
+    // Ids a listener handed out share its port without holding it (as the kernel's CM): a new
+    // listener may bind the port while connections accepted on the old one live on.
+    if (o->state == IdState::kIdle || o->accepted) continue;
     if (o->wildcard || ip == 0 || o->local_ip == ip) return true;
   }
   return false;
@@ -436,6 +441,7 @@ std::map<std::pair<CmPort*, uint32_t>, IdObj*>& by_sidr() {
 
 IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   auto* c = new IdObj();
+  c->accepted = true;
   c->id.context = l->id.context;
   c->id.ps = l->id.ps;
   c->id.qp_type = l->id.qp_type;
@@ -469,6 +475,8 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
 
 void on_agent_event(CmPort& p, const Event& ev) {
   using T = Event::Type;
+  log().debug("rdma_cm: {}: CM {} for connection {:#x} from {}", p.vdev->cfg.name,
+              event_name(ev.type), ev.id, format_ipv4(ev.peer_ip));
   switch (ev.type) {
     case T::kReq:
     case T::kSidrReq: {
@@ -525,7 +533,8 @@ void on_agent_event(CmPort& p, const Event& ev) {
         cp.srq = r.srq;
         cp.qp_num = r.local_qpn;
       }
-      post_event(c, e);
+      // On the listener's channel, also when the new id has a channel of its own (synchronous).
+      post_event(c, e, l->chan);
       return;
     }
     case T::kSidrRep: {
