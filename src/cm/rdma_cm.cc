@@ -1137,6 +1137,9 @@ UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
   }
   o->listen_ports = ports;
   o->state = IdState::kListen;
+  // Said at info level: the integration tests wait for it before starting a client.
+  uroce::log().info("rdma_cm: listening on {}:{}{}", o->port ? uroce::format_ipv4(o->local_ip) : "*",
+             o->local_port, o->port ? "" : " (every uroce device)");
   return 0;
 }
 
