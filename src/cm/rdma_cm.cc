@@ -546,9 +546,11 @@ void on_agent_event(CmPort& p, const Event& ev) {
       const SidrRep& r = ev.sidr_rep;
       if (r.status != SidrStatus::kQpValid) {
         o->state = IdState::kRejected;
-        // The kernel reports a refused SIDR as UNREACHABLE with status -EINVAL... but names the
-        // reason in the status for REJECTED; keep librdmacm's event and pass the SIDR status.
-        post(o, RDMA_CM_EVENT_UNREACHABLE, -EINVAL);
+        // As the kernel's rdma_cm: a refused SIDR is UNREACHABLE, its status the SIDR REP status
+        // (IBTA table 121: 1 = service ID not supported, 2 = rejected by the service, …).
+        EventObj* e = new_event(o, RDMA_CM_EVENT_UNREACHABLE, static_cast<int>(r.status));
+        set_ud_pd(e, r.private_data);
+        post_event(o, e);
         return;
       }
       o->state = IdState::kConnected;
@@ -1138,8 +1140,9 @@ UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
   o->listen_ports = ports;
   o->state = IdState::kListen;
   // Said at info level: the integration tests wait for it before starting a client.
-  uroce::log().info("rdma_cm: listening on {}:{}{}", o->port ? uroce::format_ipv4(o->local_ip) : "*",
-             o->local_port, o->port ? "" : " (every uroce device)");
+  uroce::log().info("rdma_cm: listening on {}:{}{}",
+                    o->port ? uroce::format_ipv4(o->local_ip) : "*", o->local_port,
+                    o->port ? "" : " (every uroce device)");
   return 0;
 }
 
