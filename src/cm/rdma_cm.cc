@@ -104,7 +104,9 @@ struct IdObj {
   std::vector<CmPort*> listen_ports;
   uint32_t comm_id = 0;  // the agent's connection (on `port`)
   uint32_t sidr_id = 0;  // SIDR REQ (active) or the SIDR REQ to answer (passive)
-  // What the peer asked for or answered (REQ / REP), from this side's point of view.
+  // What the peer asked for or answered (REQ / REP), from this side's point of view. local_psn:
+  // the PSN this side receives first (the Starting PSN it sends); remote_psn: the one it sends
+  // first (the peer's Starting PSN).
   uint32_t remote_qpn = 0, remote_qkey = 0;
   uint32_t remote_psn = 0, local_psn = 0;
   uint8_t responder_resources = 0, initiator_depth = 0;
@@ -386,14 +388,16 @@ int qp_attr_for(const IdObj* o, ibv_qp_state state, ibv_qp_attr* a, int* mask) {
       a->ah_attr = ah_to(o);
       a->path_mtu = static_cast<ibv_mtu>(o->path_mtu);
       a->dest_qp_num = o->remote_qpn;
-      a->rq_psn = o->remote_psn;
+      // A REQ's or REP's Starting PSN is the PSN its sender expects to receive (IBTA 12.7.7,
+      // 12.7.29; the kernel's cm.c sets rq_psn from its own and sq_psn from the peer's).
+      a->rq_psn = o->local_psn;
       a->max_dest_rd_atomic = o->responder_resources;
       a->min_rnr_timer = kMinRnrTimer;
       *mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
       return 0;
     case IBV_QPS_RTS:
-      a->sq_psn = o->local_psn;
+      a->sq_psn = ud ? 0 : o->remote_psn;
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
       if (ud) return 0;
       a->timeout = o->ack_timeout;
