@@ -86,7 +86,7 @@ bool fits(const std::vector<uint8_t>& v, Bytes b) {
 }
 
 void put_bytes(uint8_t* msg, Bytes b, const std::vector<uint8_t>& v) {
-  std::memcpy(msg + b.byte, v.data(), std::min<size_t>(v.size(), b.len));
+  if (!v.empty()) std::memcpy(msg + b.byte, v.data(), std::min<size_t>(v.size(), b.len));
 }
 
 std::vector<uint8_t> get_bytes(const uint8_t* msg, Bytes b) {
