@@ -96,9 +96,7 @@ class Device : private Engine::Client, private transport::EventSink {
   // device until destroy_qp. All calls on a QP go through these wrappers, which take the lock,
   // read the clock, and flush transmitted packets.
   //
-  // create_qp: init.qpn and init.local_ip are set by the device — except that init.qpn == 1 asks
-  // for the GSI QP (QP1, IBTA 3.5.6.2; a UD QP carrying the CM's MADs, src/cm/), EBUSY when it
-  // exists already, EINVAL unless UD; when init.events is null the
+  // create_qp: init.qpn and init.local_ip are set by the device; when init.events is null the
   // device raises the QP's events itself on async_events(), with element.qp set to the handle
   // given by set_qp_handle (nullptr before). *err: EINVAL (unknown PD, missing CQ, bad caps),
   // ENOMEM (QP limit).
