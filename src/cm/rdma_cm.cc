@@ -37,7 +37,7 @@
 #include "cm/ip_cm.h"
 #include "cm/service.h"
 #include "engine/cq.h"
-#include "engine/log.h"
+#include "util/log.h"
 #include "ah.h"
 #include "objects.h"
 #include "provider.h"

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "engine/log.h"
+#include "util/log.h"
 #include "objects.h"
 #include "provider.h"
 

@@ -1,5 +1,5 @@
-// The GSI QP (src/cm/gsi.cc) on real engine Devices over loopback: QP1 exists once per device,
-// only as a UD QP, and carries MADs between two devices with the sender's address attached.
+// The GSI QP (src/cm/gsi.cc) on real engine Devices over loopback: QP1 exists once per device and
+// carries MADs between two devices with the sender's address attached.
 #include "cm/gsi.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +28,7 @@ std::shared_ptr<Device> open_dev(const char* name, uint32_t ip) {
   return d;
 }
 
-TEST(Gsi, QpOneExistsOncePerDeviceAndOnlyAsUd) {
+TEST(Gsi, QpOneExistsOncePerDevice) {
   auto dev = open_dev("ga", kIpA);
   ASSERT_NE(dev, nullptr);
   int err = 0;
@@ -36,7 +36,7 @@ TEST(Gsi, QpOneExistsOncePerDeviceAndOnlyAsUd) {
   ASSERT_NE(g, nullptr) << err;
   EXPECT_EQ(Gsi::open(dev, &err), nullptr);
   EXPECT_EQ(err, EBUSY);
-  // Asking the device directly: an RC QP cannot be QP1.
+  // Asking the device directly: QP1 is taken.
   Cq cq(16, nullptr, nullptr);
   transport::QpInit init;
   init.type = IBV_QPT_RC;
@@ -46,7 +46,7 @@ TEST(Gsi, QpOneExistsOncePerDeviceAndOnlyAsUd) {
   init.max_send_sge = init.max_recv_sge = 1;
   init.send_cq = init.recv_cq = &cq;
   EXPECT_EQ(dev->create_qp(init, &err), nullptr);
-  EXPECT_EQ(err, EINVAL);
+  EXPECT_EQ(err, EBUSY);
   // Ordinary QPs never get QPN 1.
   init.qpn = 0;
   transport::Qp* qp = dev->create_qp(init, &err);
