@@ -8,7 +8,8 @@
 # both. Environment: FAULTS (UROCE_FAULTS for both sides), TIMEOUT (seconds per side);
 # SERVER_DEVICES / CLIENT_DEVICES (UROCE_DEVICES of each side; default uroce0=SERVER_IP /
 # uroce0=CLIENT_IP), SERVER_NETNS / CLIENT_NETNS (run that side in a network namespace); READY
-# (text the server prints when it is ready for the client; default: its TCP port is open).
+# (text the server prints when it is ready for the client; default: its TCP port is open),
+# SERVER_GRACE (seconds a server may go on after its client failed; default: TIMEOUT).
 # Finish with `verdict "$fail"`: PASS when empty, else FAIL and exit 1.
 
 log=$(mktemp -d /tmp/uroce-integration.XXXXXX)
@@ -47,6 +48,15 @@ run_pair() {
   UROCE_DEVICES=${CLIENT_DEVICES:-uroce0=$cli_ip} UROCE_FAULTS=${FAULTS:-} \
     "${cli_ns[@]}" timeout "$timeout" "${client_cmd[@]}" >"$log/client.out" 2>&1
   cli_rc=$?
+  # SERVER_GRACE=N: when the client failed, a server still waiting for it gets N more seconds, not
+  # the whole TIMEOUT (a failed attempt that will be run again should not cost TIMEOUT).
+  if ((cli_rc != 0)) && [[ -n ${SERVER_GRACE:-} ]]; then
+    for _ in $(seq $((SERVER_GRACE * 20))); do
+      kill -0 "$srv_pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill "$srv_pid" 2>/dev/null
+  fi
   wait "$srv_pid"
   srv_rc=$?
   srv_pid=
