@@ -893,11 +893,14 @@ int create_cqs(IdObj* o, ibv_qp_init_attr* attr) {
   return 0;
 }
 
+// The CQs and channels in the id, as librdmacm's rdma_destroy_qp destroys them — also those the
+// application put there itself (rsockets does), and one CQ or channel serving both sides once.
 void destroy_cqs(IdObj* o) {
   if (o->id.recv_cq) uv::destroy_cq(o->id.recv_cq);
+  if (o->id.send_cq && o->id.send_cq != o->id.recv_cq) uv::destroy_cq(o->id.send_cq);
   if (o->id.recv_cq_channel) uv::destroy_comp_channel(o->id.recv_cq_channel);
-  if (o->id.send_cq) uv::destroy_cq(o->id.send_cq);
-  if (o->id.send_cq_channel) uv::destroy_comp_channel(o->id.send_cq_channel);
+  if (o->id.send_cq_channel && o->id.send_cq_channel != o->id.recv_cq_channel)
+    uv::destroy_comp_channel(o->id.send_cq_channel);
   o->id.recv_cq = o->id.send_cq = nullptr;
   o->id.recv_cq_channel = o->id.send_cq_channel = nullptr;
 }

@@ -4,7 +4,8 @@
 # by uroce's rdma_cm (IB CM MADs on QP1). Checks both exit statuses and what each must print.
 #
 #   rdma_cm.sh UROCE_RUN SERVER_IP CLIENT_IP PORT PROGRAM [options for both sides…]
-# PROGRAM: rping | ucmatose | udaddy | rdma_server | ib_send_bw | ib_write_bw | ib_read_lat | …
+# PROGRAM: rping | ucmatose | udaddy | rdma_server | rstream | riostream | ib_send_bw | ib_write_bw
+#          | ib_read_lat | …
 # Environment: FAULTS, TIMEOUT (see lib.sh); CAPTURE_DIR (keep each side's UROCE_PCAP there).
 set -uo pipefail
 # shellcheck source=tests/integration/lib.sh
@@ -35,6 +36,15 @@ case $program in
     server_cmd=("$run" rdma_server -p "$port" "$@")
     client_cmd=("$run" rdma_client -s "$srv_ip" -p "$port" "$@")
     expect_srv="rdma_server: end 0" expect_cli="rdma_client: end 0" ;;
+  rstream | riostream)
+    # rsockets (librdmacm's sockets over rdma_cm and RDMA WRITE with immediate); RSPRELOAD=1 runs
+    # rstream's plain-socket mode (-T s) under librspreload.so, which turns the sockets into
+    # rsockets underneath an unmodified TCP program.
+    pre=()
+    [[ -n ${RSPRELOAD:-} ]] && pre=(env "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so")
+    server_cmd=("${pre[@]}" "$run" "$program" -b "$srv_ip" -p "$port" "$@")
+    client_cmd=("${pre[@]}" "$run" "$program" -s "$srv_ip" -p "$port" "$@")
+    expect_srv="custom" expect_cli="custom" ;;
   ib_*)
     server_cmd=("$run" "$program" -d uroce0 -R -p "$port" "$@")
     client_cmd=("$run" "$program" -d uroce0 -R -p "$port" "$@" "$srv_ip")
@@ -67,6 +77,9 @@ for attempt in 1 2 3; do
 done
 fail=
 ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
+# Every server listened through uroce's rdma_cm (for rspreload: the sockets really became
+# rsockets, not TCP).
+grep -q -- "$READY" "$log/server.out" || fail="${fail:-the server never listened through rdma_cm}"
 [[ -n $expect_srv ]] && ! grep -q -- "$expect_srv" "$log/server.out" &&
   fail="${fail:-the server did not print \"$expect_srv\"}"
 [[ -n $expect_cli ]] && ! grep -q -- "$expect_cli" "$log/client.out" &&
