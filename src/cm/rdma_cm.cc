@@ -477,6 +477,20 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   return c;
 }
 
+// The connection parameters of a CONNECT_RESPONSE or ESTABLISHED event from the REP, seen from the
+// active side (as the kernel's CM reports them: what it may read from the peer is the REP's
+// responder resources, so they are its initiator depth).
+void set_rep_param(EventObj* e, const Rep& r) {
+  set_conn_pd(e, r.private_data);
+  rdma_conn_param& cp = e->ev.param.conn;
+  cp.responder_resources = r.initiator_depth;
+  cp.initiator_depth = r.responder_resources;
+  cp.flow_control = r.end_to_end_flow_control;
+  cp.rnr_retry_count = r.rnr_retry_count;
+  cp.srq = r.srq;
+  cp.qp_num = r.local_qpn;
+}
+
 void on_agent_event(CmPort& p, const Event& ev) {
   using T = Event::Type;
   log().debug("rdma_cm: {}: CM {} for connection {:#x} from {}", p.vdev->cfg.name,
@@ -601,14 +615,7 @@ void on_agent_event(CmPort& p, const Event& ev) {
       if (!o->id.qp) {
         // The application manages its QP: it gets the REP and calls rdma_establish().
         EventObj* e = new_event(o, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
-        set_conn_pd(e, r.private_data);
-        rdma_conn_param& cp = e->ev.param.conn;
-        cp.responder_resources = r.initiator_depth;
-        cp.initiator_depth = r.responder_resources;
-        cp.flow_control = r.end_to_end_flow_control;
-        cp.rnr_retry_count = r.rnr_retry_count;
-        cp.srq = r.srq;
-        cp.qp_num = r.local_qpn;
+        set_rep_param(e, r);
         post_event(o, e);
         return;
       }
@@ -625,14 +632,7 @@ void on_agent_event(CmPort& p, const Event& ev) {
       p.agent->establish(o->comm_id, {}, svc().now());
       o->state = IdState::kConnected;
       EventObj* e = new_event(o, RDMA_CM_EVENT_ESTABLISHED, 0);
-      set_conn_pd(e, r.private_data);
-      rdma_conn_param& cp = e->ev.param.conn;
-      cp.responder_resources = r.initiator_depth;
-      cp.initiator_depth = r.responder_resources;
-      cp.flow_control = r.end_to_end_flow_control;
-      cp.rnr_retry_count = r.rnr_retry_count;
-      cp.srq = r.srq;
-      cp.qp_num = r.local_qpn;
+      set_rep_param(e, r);
       post_event(o, e);
       return;
     }

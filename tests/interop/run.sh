@@ -229,6 +229,29 @@ reap_leftovers() {
   echo "WARN: UDP 4791 is still bound in $NS: $(ip netns exec "$NS" ss -ulnpH "sport = :4791")" >&2
 }
 
+# take_vm: one run at a time on the VM, also across concurrent ctest runs from different build
+# directories (RESOURCE_LOCK only orders the tests of one ctest): they share UDP 4791 in the
+# namespace, the TCP port in the guest and the capture. Then leftovers of killed runs are ended.
+take_vm() {
+  exec 9>"$RXEVM_DIR/interop.lock"
+  flock -w 900 9 || {
+    echo "FAIL: the VM stayed busy (lock $RXEVM_DIR/interop.lock) for 900 s"
+    exit 1
+  }
+  require_vm # it may have been stopped while we waited
+  reap_leftovers
+}
+
+# print_sides DIR SERVER_RC CLIENT_RC: both sides' exit statuses and outputs.
+print_sides() {
+  local side_s=uroce side_c=rxe
+  [[ $1 == u2r ]] && side_s=rxe side_c=uroce
+  echo "--- server ($side_s, exit $2)"
+  cat "$tmp/server.out"
+  echo "--- client ($side_c, exit $3)"
+  cat "$tmp/client.out"
+}
+
 # run_pair DIR SERVER_READY_REGEX PORT PROGRAM COMMON_ARGS… -- UROCE_ARGS… -- RXE_ARGS…
 # Starts the server side, waits for its TCP listener, runs the client, waits for the server.
 run_pair() {
@@ -240,16 +263,7 @@ run_pair() {
   while [[ $# -gt 0 && $1 != -- ]]; do uargs+=("$1"); shift; done
   shift
   rargs=("$@")
-  # One run at a time on the VM, also across concurrent ctest runs from different build
-  # directories (RESOURCE_LOCK only orders the tests of one ctest): they share UDP 4791 in the
-  # namespace, the TCP port in the guest and the capture.
-  exec 9>"$RXEVM_DIR/interop.lock"
-  flock -w 900 9 || {
-    echo "FAIL: the VM stayed busy (lock $RXEVM_DIR/interop.lock) for 900 s"
-    exit 1
-  }
-  require_vm # it may have been stopped while we waited
-  reap_leftovers
+  take_vm
   tmp=$(mktemp -d /tmp/uroce-interop.XXXXXX)
   guest_job=ij$$
   local srv_rc cli_rc
@@ -289,12 +303,7 @@ run_pair() {
   fi
   guest_job=
   cap_stop
-  local side_s side_c
-  if [[ $dir == u2r ]]; then side_s=rxe side_c=uroce; else side_s=uroce side_c=rxe; fi
-  echo "--- server ($side_s, exit $srv_rc)"
-  cat "$tmp/server.out"
-  echo "--- client ($side_c, exit $cli_rc)"
-  cat "$tmp/client.out"
+  print_sides "$dir" "$srv_rc" "$cli_rc"
   local fail=
   ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
   cap_check || fail="${fail:-the capture failed its checks}"
@@ -432,13 +441,7 @@ cm_pair() {
   local dir=$1 prog=$2
   shift 2
   require_vm
-  exec 9>"$RXEVM_DIR/interop.lock"
-  flock -w 900 9 || {
-    echo "FAIL: the VM stayed busy (lock $RXEVM_DIR/interop.lock) for 900 s"
-    exit 1
-  }
-  require_vm
-  reap_leftovers
+  take_vm
   tmp=$(mktemp -d /tmp/uroce-interop.XXXXXX)
   guest_job=ij$$
   local srv_rc cli_rc udev=() rdev=()
@@ -477,12 +480,7 @@ cm_pair() {
   fi
   guest_job=
   cap_stop
-  local side_s side_c
-  if [[ $dir == u2r ]]; then side_s=rxe side_c=uroce; else side_s=uroce side_c=rxe; fi
-  echo "--- server ($side_s, exit $srv_rc)"
-  cat "$tmp/server.out"
-  echo "--- client ($side_c, exit $cli_rc)"
-  cat "$tmp/client.out"
+  print_sides "$dir" "$srv_rc" "$cli_rc"
   result_fail=
   ((srv_rc != 0 || cli_rc != 0)) && result_fail="server exit $srv_rc, client exit $cli_rc"
   cap_check || result_fail="${result_fail:-the capture failed its checks}"
