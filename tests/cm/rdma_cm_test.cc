@@ -291,7 +291,8 @@ TEST(RdmaCm, RejectCarriesTheConsumerReasonAndPrivateData) {
 
 TEST(RdmaCm, NobodyListeningIsRejectedWithInvalidServiceId) {
   Pair p;
-  p.resolve(7004);  // the server device exists, but nothing listens on 7004
+  p.listen(7014);   // the server device's CM runs (each test may run in a process of its own)
+  p.resolve(7004);  // but nothing listens on 7004
   ibv_qp_init_attr a = qp_attr();
   ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
   ASSERT_EQ(rdma_connect(p.client, nullptr), 0);
@@ -423,6 +424,7 @@ TEST(RdmaCm, UdIdsResolveTheRemoteQpWithSidr) {
 
 TEST(RdmaCm, UdToNobodyIsUnreachable) {
   Pair p;
+  p.listen(7015, RDMA_PS_UDP);  // the server device's CM runs, but not for port 7008
   p.resolve(7008, RDMA_PS_UDP);
   ibv_qp_init_attr a = qp_attr(IBV_QPT_UD);
   ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
