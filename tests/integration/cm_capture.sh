@@ -42,6 +42,23 @@ qpn=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid == 0x0010' -T fields -e i
   2>/dev/null | head -1)
 [[ $qpn == 0x000001 ]] || fail="${fail:-the REQ went to QP $qpn, not QP1}"
 
+# A REQ's and a REP's Starting PSN is the PSN its sender receives (IBTA 12.7; the kernel's CM):
+# the server's first request carries the REQ's, the client's first request the REP's.
+first_request_psn() { # PCAP SRC_IP: the PSN of the first RC request (not an ACK) SRC_IP sent
+  tshark -r "$1" -Y "ip.src == $2 && infiniband.bth.destqp != 1 && infiniband.bth.opcode != 17" \
+    -T fields -e frame.time_epoch -e infiniband.bth.psn 2>/dev/null | sort -n | head -1 | cut -f2
+}
+hex_to_dec() { [[ -n $1 ]] && printf '%d' "$1"; }
+req_psn=$(hex_to_dec "$(tshark -r "$dir/server.pcap" -Y 'infiniband.mad.attributeid == 0x0010' \
+  -T fields -e infiniband.cm.req.startpsn 2>/dev/null | head -1)")
+rep_psn=$(hex_to_dec "$(tshark -r "$dir/client.pcap" -Y 'infiniband.mad.attributeid == 0x0013' \
+  -T fields -e infiniband.cm.rep.startpsn 2>/dev/null | head -1)")
+srv_psn=$(first_request_psn "$dir/server.pcap" "$srv_ip")
+cli_psn=$(first_request_psn "$dir/client.pcap" "$cli_ip")
+echo "REQ Starting PSN $req_psn, server's first PSN $srv_psn; REP Starting PSN $rep_psn, client's first PSN $cli_psn"
+[[ -n $req_psn && $srv_psn == "$req_psn" ]] || fail="${fail:-the server did not start at the REQ's PSN}"
+[[ -n $rep_psn && $cli_psn == "$rep_psn" ]] || fail="${fail:-the client did not start at the REP's PSN}"
+
 # Nobody listens on PORT+1: rping's client is rejected at once with reason 8.
 (
   export UROCE_DEVICES=uroce0=$srv_ip UROCE_LOG=info
