@@ -14,8 +14,8 @@
 namespace uroce::cm {
 namespace {
 
-constexpr uint32_t kIpA = 0x7f001401;  // 127.0.20.1
-constexpr uint32_t kIpB = 0x7f001402;
+constexpr uint32_t kIpA = 0x7f002201;  // 127.0.34.1
+constexpr uint32_t kIpB = 0x7f002202;
 
 std::shared_ptr<Device> open_dev(const char* name, uint32_t ip) {
   DeviceConfig c;
