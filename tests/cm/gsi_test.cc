@@ -14,8 +14,8 @@
 namespace uroce::cm {
 namespace {
 
-constexpr uint32_t kIpA = 0x7f002201;  // 127.0.34.1
-constexpr uint32_t kIpB = 0x7f002202;
+constexpr uint32_t kIpA = 0x7f002c01;  // 127.0.44.1
+constexpr uint32_t kIpB = 0x7f002c02;
 
 std::shared_ptr<Device> open_dev(const char* name, uint32_t ip) {
   DeviceConfig c;

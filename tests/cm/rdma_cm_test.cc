@@ -18,9 +18,9 @@
 
 namespace {
 
-constexpr const char* kDevices = "uroce0=127.0.33.1,uroce1=127.0.33.2";
-constexpr uint32_t kServerIp = 0x7f002101;  // 127.0.33.1
-constexpr uint32_t kClientIp = 0x7f002102;  // 127.0.33.2
+constexpr const char* kDevices = "uroce0=127.0.43.1,uroce1=127.0.43.2";
+constexpr uint32_t kServerIp = 0x7f002b01;  // 127.0.43.1
+constexpr uint32_t kClientIp = 0x7f002b02;  // 127.0.43.2
 
 class Env : public ::testing::Environment {
  public:
@@ -322,7 +322,7 @@ TEST(RdmaCm, SynchronousEndpoints) {
   rdma_addrinfo hints{}, *res = nullptr;
   hints.ai_flags = RAI_PASSIVE;
   hints.ai_port_space = RDMA_PS_TCP;
-  ASSERT_EQ(rdma_getaddrinfo("127.0.33.1", "7006", &hints, &res), 0);
+  ASSERT_EQ(rdma_getaddrinfo("127.0.43.1", "7006", &hints, &res), 0);
   ASSERT_NE(res, nullptr);
   EXPECT_EQ(res->ai_family, AF_INET);
   EXPECT_EQ(res->ai_qp_type, IBV_QPT_RC);
@@ -354,7 +354,7 @@ TEST(RdmaCm, SynchronousEndpoints) {
   sockaddr_in src = sin_of(kClientIp, 0);
   hints.ai_src_addr = sa(src);
   hints.ai_src_len = sizeof src;
-  ASSERT_EQ(rdma_getaddrinfo("127.0.33.1", "7006", &hints, &res), 0);
+  ASSERT_EQ(rdma_getaddrinfo("127.0.43.1", "7006", &hints, &res), 0);
   rdma_cm_id* id = nullptr;
   a = qp_attr();
   ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);  // resolves address and route, makes a QP
@@ -470,7 +470,7 @@ TEST(RdmaCm, BadInputIsRefused) {
   EXPECT_EQ(errno, EINVAL);
   ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_create_id(ch, &id2, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in foreign = sin_of(0x7f002199, 7010);  // no uroce device has it
+  sockaddr_in foreign = sin_of(0x7f002b99, 7010);  // no uroce device has it
   EXPECT_EQ(rdma_bind_addr(id, sa(foreign)), -1);
   EXPECT_EQ(errno, EADDRNOTAVAIL);
   sockaddr_in s = sin_of(kServerIp, 7010);
