@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang-format
   libibverbs-dev ibverbs-utils rdma-core perftest   # verbs ABI headers, the unmodified test programs
+  librdmacm-dev rdmacm-utils                         # rdma_cm headers; rping, ucmatose, udaddy, rdma_server…
   libdpdk-dev                                        # the DPDK port (dpdk_port/)
   libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev libisal-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -2,7 +2,7 @@
 # Installs what uroce needs, builds it, and runs the whole test suite:
 #   1. a release build (RelWithDebInfo): unit, engine, verbs and integration tests (ctest);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the tests that link uroce directly;
-#   3. a ThreadSanitizer build of the engine and verbs tests (the threaded parts);
+#   3. a ThreadSanitizer build of the engine, verbs and rdma_cm tests (the threaded parts);
 # and, in the release build, the wire-interop tests against Linux rxe in a qemu guest.
 # Tests that need root (packet capture, network namespaces) skip with a reason when not root.
 set -euo pipefail
@@ -26,10 +26,10 @@ echo "== ASan+UBSan build"
 # uroce itself.
 ctest --test-dir "$root/build-asan" -j"$jobs" --output-on-failure --timeout 600 -LE integration
 
-echo "== ThreadSanitizer build: the engine thread and the verbs layer over it"
+echo "== ThreadSanitizer build: the engine thread, the verbs layer and the CM thread over it"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=thread \
   -DUROCE_BUILD_BENCH=OFF >/dev/null
 cmake --build "$root/build-tsan" -j"$jobs" --target engine_tests verbs_tests verbs_config_tests \
-  verbs_port_tests
-ctest --test-dir "$root/build-tsan" -j"$jobs" --output-on-failure --timeout 600 -L "engine|verbs" \
+  verbs_port_tests cm_tests cm_gsi_tests rdma_cm_tests
+ctest --test-dir "$root/build-tsan" -j"$jobs" --output-on-failure --timeout 600 -L "engine|verbs|cm" \
   -LE integration

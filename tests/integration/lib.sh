@@ -7,7 +7,9 @@
 # which leaves srv_rc, cli_rc and the outputs in $log/server.out and $log/client.out, and prints
 # both. Environment: FAULTS (UROCE_FAULTS for both sides), TIMEOUT (seconds per side);
 # SERVER_DEVICES / CLIENT_DEVICES (UROCE_DEVICES of each side; default uroce0=SERVER_IP /
-# uroce0=CLIENT_IP), SERVER_NETNS / CLIENT_NETNS (run that side in a network namespace).
+# uroce0=CLIENT_IP), SERVER_NETNS / CLIENT_NETNS (run that side in a network namespace); READY
+# (text the server prints when it is ready for the client; default: its TCP port is open),
+# SERVER_GRACE (seconds a server may go on after its client failed; default: TIMEOUT).
 # Finish with `verdict "$fail"`: PASS when empty, else FAIL and exit 1.
 
 log=$(mktemp -d /tmp/uroce-integration.XXXXXX)
@@ -28,16 +30,33 @@ run_pair() {
   UROCE_DEVICES=${SERVER_DEVICES:-uroce0=$srv_ip} UROCE_FAULTS=${FAULTS:-} \
     "${srv_ns[@]}" timeout "$timeout" "${server_cmd[@]}" >"$log/server.out" 2>&1 &
   srv_pid=$!
-  # A client gives up if the server's TCP port is not open yet: wait for it (a DPDK device takes
-  # a moment longer to open).
-  for _ in $(seq 200); do
-    "${srv_ns[@]}" ss -ltnH "sport = :$port" | grep -q . && break
+  # A client gives up if the server is not ready yet: wait for its TCP port to open (a DPDK
+  # device takes a moment longer to open), or (READY set) for the server to print READY —
+  # rdma_cm programs open no TCP port; with UROCE_LOG=info uroce says when an rdma_cm id starts
+  # listening.
+  local tries=200
+  [[ -n ${READY:-} ]] && tries=600
+  for _ in $(seq "$tries"); do
+    if [[ -n ${READY:-} ]]; then
+      grep -q "$READY" "$log/server.out" && break
+    else
+      "${srv_ns[@]}" ss -ltnH "sport = :$port" | grep -q . && break
+    fi
     kill -0 "$srv_pid" 2>/dev/null || break
     sleep 0.05
   done
   UROCE_DEVICES=${CLIENT_DEVICES:-uroce0=$cli_ip} UROCE_FAULTS=${FAULTS:-} \
     "${cli_ns[@]}" timeout "$timeout" "${client_cmd[@]}" >"$log/client.out" 2>&1
   cli_rc=$?
+  # SERVER_GRACE=N: when the client failed, a server still waiting for it gets N more seconds, not
+  # the whole TIMEOUT (a failed attempt that will be run again should not cost TIMEOUT).
+  if ((cli_rc != 0)) && [[ -n ${SERVER_GRACE:-} ]]; then
+    for _ in $(seq $((SERVER_GRACE * 20))); do
+      kill -0 "$srv_pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill "$srv_pid" 2>/dev/null
+  fi
   wait "$srv_pid"
   srv_rc=$?
   srv_pid=

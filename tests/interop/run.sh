@@ -9,6 +9,8 @@
 #                                                   server) or r2u (rxe client, uroce server)
 #   run.sh [-B BUILD_DIR] ud|srq DIR [ARGS…]       the same with ibv_ud_pingpong / ibv_srq_pingpong
 #   run.sh [-B BUILD_DIR] perftest DIR PROGRAM [ARGS…]   the same for a perftest program
+#   run.sh [-B BUILD_DIR] rdma_cm DIR PROGRAM [ARGS…]    an rdma_cm pair (rping, ucmatose, udaddy,
+#                                                   rdma_server, perftest -R): IB CM on QP1
 #   run.sh [-B BUILD_DIR] all                      start, the whole matrix, stop; prints a summary
 #
 # Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side. UROCE_DPDK=1 puts the uroce side
@@ -227,6 +229,29 @@ reap_leftovers() {
   echo "WARN: UDP 4791 is still bound in $NS: $(ip netns exec "$NS" ss -ulnpH "sport = :4791")" >&2
 }
 
+# take_vm: one run at a time on the VM, also across concurrent ctest runs from different build
+# directories (RESOURCE_LOCK only orders the tests of one ctest): they share UDP 4791 in the
+# namespace, the TCP port in the guest and the capture. Then leftovers of killed runs are ended.
+take_vm() {
+  exec 9>"$RXEVM_DIR/interop.lock"
+  flock -w 900 9 || {
+    echo "FAIL: the VM stayed busy (lock $RXEVM_DIR/interop.lock) for 900 s"
+    exit 1
+  }
+  require_vm # it may have been stopped while we waited
+  reap_leftovers
+}
+
+# print_sides DIR SERVER_RC CLIENT_RC: both sides' exit statuses and outputs.
+print_sides() {
+  local side_s=uroce side_c=rxe
+  [[ $1 == u2r ]] && side_s=rxe side_c=uroce
+  echo "--- server ($side_s, exit $2)"
+  cat "$tmp/server.out"
+  echo "--- client ($side_c, exit $3)"
+  cat "$tmp/client.out"
+}
+
 # run_pair DIR SERVER_READY_REGEX PORT PROGRAM COMMON_ARGS… -- UROCE_ARGS… -- RXE_ARGS…
 # Starts the server side, waits for its TCP listener, runs the client, waits for the server.
 run_pair() {
@@ -238,16 +263,7 @@ run_pair() {
   while [[ $# -gt 0 && $1 != -- ]]; do uargs+=("$1"); shift; done
   shift
   rargs=("$@")
-  # One run at a time on the VM, also across concurrent ctest runs from different build
-  # directories (RESOURCE_LOCK only orders the tests of one ctest): they share UDP 4791 in the
-  # namespace, the TCP port in the guest and the capture.
-  exec 9>"$RXEVM_DIR/interop.lock"
-  flock -w 900 9 || {
-    echo "FAIL: the VM stayed busy (lock $RXEVM_DIR/interop.lock) for 900 s"
-    exit 1
-  }
-  require_vm # it may have been stopped while we waited
-  reap_leftovers
+  take_vm
   tmp=$(mktemp -d /tmp/uroce-interop.XXXXXX)
   guest_job=ij$$
   local srv_rc cli_rc
@@ -287,12 +303,7 @@ run_pair() {
   fi
   guest_job=
   cap_stop
-  local side_s side_c
-  if [[ $dir == u2r ]]; then side_s=rxe side_c=uroce; else side_s=uroce side_c=rxe; fi
-  echo "--- server ($side_s, exit $srv_rc)"
-  cat "$tmp/server.out"
-  echo "--- client ($side_c, exit $cli_rc)"
-  cat "$tmp/client.out"
+  print_sides "$dir" "$srv_rc" "$cli_rc"
   local fail=
   ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
   cap_check || fail="${fail:-the capture failed its checks}"
@@ -387,6 +398,116 @@ cmd_perftest() {
     tr -s ' \t' ' ')" "| rxe: $(grep -A2 '#bytes' "$tmp/$r.out" | grep -E "$row" | tr -s ' \t' ' ')"
 }
 
+# ---------------------------------------------------------------- rdma_cm (the IB CM on QP1)
+# cm_args SIDE PROGRAM PEER_IP ARGS…: the command line of PROGRAM as SIDE (server|client) of an
+# rdma_cm pair, with PEER_IP the server's address (rping binds it as server too).
+cm_args() {
+  local side=$1 prog=$2 ip=$3
+  shift 3
+  case $prog in
+    rping)
+      if [[ $side == server ]]; then echo rping -s -v -a "$ip" "$@"; else echo rping -c -v -a "$ip" "$@"; fi ;;
+    ucmatose | udaddy)
+      if [[ $side == server ]]; then echo "$prog" "$@"; else echo "$prog" -s "$ip" "$@"; fi ;;
+    rdma_server)
+      if [[ $side == server ]]; then echo rdma_server "$@"; else echo rdma_client -s "$ip" "$@"; fi ;;
+    ib_*)
+      if [[ $side == server ]]; then echo "$prog" -R "$@"; else echo "$prog" -R "$@" "$ip"; fi ;;
+  esac
+}
+
+# cmd_rdma_cm DIR PROGRAM [ARGS…]: an rdma_cm program pair between uroce and rxe. Nothing is
+# exchanged over TCP: the connection is the IB CM's REQ/REP/RTU on QP1, answered by the guest's
+# kernel CM (u2r) or by uroce's (r2u). A server is ready when its id listens: uroce says so at
+# UROCE_LOG=info, the guest's kernel lists it in `rdma resource show cm_id`.
+cmd_rdma_cm() {
+  local attempt
+  for attempt in 1 2 3; do
+    cm_pair "$@"
+    # perftest -R's own race (tests/integration/rdma_cm.sh, docs/rdma-cm.md): its client connects
+    # before its server listens for the test connection, is rejected (reason 8, nobody listens)
+    # and its retry path crashes — with the guest's librdmacm and kernel CM just as with uroce's.
+    # Only that outcome is run again.
+    [[ -n $result_fail && $2 == ib_* && $attempt -lt 3 ]] &&
+      grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$tmp/client.out" || break
+    echo "NOTE: perftest connected before its server listened; running again"
+    rm -rf "$tmp" "$pcap" "$pcap.log"
+    tmp='' pcap=''
+  done
+  summary "$2 $1: $cm_seen"
+}
+
+cm_pair() {
+  local dir=$1 prog=$2
+  shift 2
+  require_vm
+  take_vm
+  tmp=$(mktemp -d /tmp/uroce-interop.XXXXXX)
+  guest_job=ij$$
+  local srv_rc cli_rc udev=() rdev=()
+  # perftest names its device; the rdmacm-utils programs find it from the address.
+  [[ $prog == ib_* ]] && udev=(-d uroce0) rdev=(-d rxe0)
+  cap_start
+  if [[ $dir == u2r ]]; then
+    # shellcheck disable=SC2046 # cm_args prints words
+    "$G" -b "$guest_job" -t 60 $(cm_args server "$prog" "$GUEST_IP" "${rdev[@]}" "$@") >/dev/null
+    for _ in $(seq 100); do
+      "$G" -t 20 "rdma resource show cm_id" | grep -q "state LISTEN" && break
+      sleep 0.2
+    done
+    # shellcheck disable=SC2046
+    UROCE_LOG=info uroce $(cm_args client "$prog" "$GUEST_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1
+    cli_rc=$?
+    local wait_s=$TIMEOUT
+    ((cli_rc != 0)) && wait_s=15
+    "$G" -w "$guest_job" -t "$wait_s" >"$tmp/server.out" 2>&1
+    srv_rc=$?
+  else
+    # shellcheck disable=SC2046
+    UROCE_LOG=info uroce $(cm_args server "$prog" "$HOST_IP" "${udev[@]}" "$@") >"$tmp/server.out" 2>&1 &
+    srv_pid=$!
+    for _ in $(seq 400); do
+      grep -q "rdma_cm: listening on" "$tmp/server.out" && break
+      kill -0 "$srv_pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    # shellcheck disable=SC2046
+    "$G" -t "$TIMEOUT" $(cm_args client "$prog" "$HOST_IP" "${rdev[@]}" "$@") >"$tmp/client.out" 2>&1
+    cli_rc=$?
+    wait "$srv_pid"
+    srv_rc=$?
+    srv_pid=
+  fi
+  guest_job=
+  cap_stop
+  print_sides "$dir" "$srv_rc" "$cli_rc"
+  result_fail=
+  ((srv_rc != 0 || cli_rc != 0)) && result_fail="server exit $srv_rc, client exit $cli_rc"
+  cap_check || result_fail="${result_fail:-the capture failed its checks}"
+  # The connection was made by the CM: REQ (0x10), REP (0x13) and RTU (0x14) or, for UD, SIDR REQ
+  # (0x17) and SIDR REP (0x18) are on the wire, from both sides.
+  local cm
+  cm=$(ts -r "$pcap" -Y 'infiniband.mad.mgmtclass == 0x07' -T fields -e infiniband.mad.attributeid |
+    sort -u | tr '\n' ' ')
+  echo "CM messages on the wire: $cm"
+  cm_seen=$cm
+  if [[ $prog == udaddy ]]; then
+    [[ $cm == *0x0017*0x0018* ]] || result_fail="${result_fail:-no SIDR REQ/REP on the wire}"
+  else
+    [[ $cm == *0x0010*0x0013*0x0014* ]] || result_fail="${result_fail:-no REQ/REP/RTU on the wire}"
+  fi
+  case $prog in
+    rping) grep -q "ping data: rdma-ping-" "$tmp/client.out" ||
+      result_fail="${result_fail:-the client printed no ping}" ;;
+    ucmatose | udaddy) grep -q "test complete" "$tmp/client.out" ||
+      result_fail="${result_fail:-the client did not complete}" ;;
+    rdma_server) grep -q "rdma_client: end 0" "$tmp/client.out" ||
+      result_fail="${result_fail:-the client did not end cleanly}" ;;
+    ib_*) grep -A2 '#bytes' "$tmp/client.out" | grep -Eq '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) ' ||
+      result_fail="${result_fail:-the client printed no result row}" ;;
+  esac
+}
+
 summary() {
   if [[ -n $result_fail ]]; then
     echo "FAIL: $result_fail"
@@ -431,6 +552,13 @@ cmd_all() {
     one perftest.$dir.send_lat perftest $dir ib_send_lat -m $m -s 64 -n 200
     one perftest.$dir.write_lat perftest $dir ib_write_lat -m $m -s 64 -n 200
     one perftest.$dir.read_lat perftest $dir ib_read_lat -m $m -s 64 -n 200
+    one rdma_cm.$dir.rping rdma_cm $dir rping -C 100
+    F=loss=0.05,seed=7 one rdma_cm.$dir.rping.loss5 rdma_cm $dir rping -C 100
+    one rdma_cm.$dir.ucmatose rdma_cm $dir ucmatose
+    one rdma_cm.$dir.udaddy rdma_cm $dir udaddy
+    one rdma_cm.$dir.rdma_server_client rdma_cm $dir rdma_server
+    one rdma_cm.$dir.perftest.write_bw rdma_cm $dir ib_write_bw -s 65536 -n 100
+    one rdma_cm.$dir.perftest.read_lat rdma_cm $dir ib_read_lat -s 64 -n 100
   done
   [[ -z ${KEEP_VM:-} ]] && cmd_stop
   echo "$pass passed, $fail failed"
@@ -444,6 +572,7 @@ pingpong) shift; cmd_pingpong "$@" ;;
 ud) shift; cmd_ud "$@" ;;
 srq) shift; cmd_srq "$@" ;;
 perftest) shift; cmd_perftest "$@" ;;
+rdma_cm) shift; cmd_rdma_cm "$@" ;;
 all) cmd_all ;;
 *)
   sed -n '2,20p' "$0"

@@ -1,0 +1,235 @@
+// The IB Communication Manager of one port (IBTA vol. 1 ch. 12): the connection state machine
+// (12.9), its retransmissions, duplicate detection, disconnection and time wait, and SIDR
+// (12.11). Pure and deterministic: MADs come in through on_mad(), time is a parameter of every
+// call, and what the agent sends and what its consumer must hear leave through two outboxes
+// (take_mads(), take_events()). The caller (src/cm/service.cc) owns the socket-side GSI QP and the
+// clock; tests drive two agents over a lossy virtual link (tests/cm/agent_test.cc).
+//
+// Addresses: a peer is its IPv4 address (host order): MADs go to that address's GSI QP (QPN 1).
+//
+// The consumer (rdma_cm) decides what to answer: a REQ becomes an Event::kReq and stays in
+// REQ_RCVD until accept() (REP) or reject() (REJ); a REP becomes an Event::kRep and stays in
+// REP_RCVD until establish() (RTU) or reject(). Everything else — retransmission, MRA for a
+// consumer that is slow to answer, answering duplicates from a cache, REJ for a REQ nobody
+// listens for, DREP for a DREQ of a connection that is gone — the agent does itself.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "cm/mad.h"
+
+namespace uroce::cm {
+
+using Time = uint64_t;  // nanoseconds, any epoch (the caller's clock)
+inline constexpr Time kNever = ~Time{0};
+
+// Connection states of IBTA 12.9.6 (figure 154), passive and active, and time wait.
+enum class ConnState : uint8_t {
+  kIdle,
+  kReqSent,     // active: REQ out, waiting for REP/REJ/MRA
+  kMraReqRcvd,  // active: the passive side MRA'd our REQ; waiting longer (REP Wait)
+  kRepRcvd,     // active: REP in, waiting for the consumer to establish (RTU) or reject
+  kReqRcvd,     // passive: REQ in, waiting for the consumer to accept (REP) or reject
+  kMraReqSent,  // passive: a duplicate REQ came while the consumer thought; MRA sent
+  kRepSent,     // passive: REP out, waiting for RTU
+  kEstablished,
+  kDreqSent,
+  kDreqRcvd,
+  kTimeWait,
+};
+const char* state_name(ConnState s);
+
+// Tunables, each a CM timeout value (4.096 µs × 2^value) unless said otherwise.
+struct AgentConfig {
+  uint64_t ca_guid = 0;  // Local CA GUID in REQ/REP
+  // How long this side takes to answer a REQ or REP, announced in the REQ (Remote/Local CM
+  // Response Timeout); also how long the active side waits before resending its REQ. 16 = 268 ms:
+  // the uroce CM answers from its own thread in microseconds, and a lost MAD then costs a quarter
+  // second, not the 4.3 s of the kernel's default (20).
+  uint8_t cm_response_timeout = 16;
+  // Retransmissions of a REQ, REP or DREQ before the connection attempt fails (IBTA: 0..15). The
+  // kernel's rdma_cm uses 15.
+  uint8_t max_cm_retries = 15;
+  // Packet lifetime added twice to every wait (12.6.5 "PacketLifeTime"): 12 = 16.8 ms.
+  uint8_t packet_lifetime = 12;
+  // The extra time asked for in an MRA when the consumer has not answered a REQ yet (12.6.6):
+  // 21 = 8.6 s per MRA; the active side resends its REQ after it and is MRA'd again.
+  uint8_t mra_service_timeout = 21;
+  // How long a connection stays in time wait (12.9.7), and a SIDR reply stays cached for
+  // duplicates: 17 = 537 ms.
+  uint8_t time_wait = 17;
+  // The first local communication ID / SIDR request ID; the next ones follow (0 is skipped). Set
+  // from a random number by the service so that a restarted process does not reuse old IDs.
+  uint32_t first_comm_id = 1;
+  uint32_t tid_prefix = 0;  // high 32 bits of the transaction IDs this agent starts
+};
+
+struct OutMad {
+  uint32_t dst_ip = 0;  // host order; the MAD goes to that address's QP1
+  Mad mad{};
+};
+
+struct Event {
+  enum class Type : uint8_t {
+    kReq,           // passive: a REQ for a listened-to service (id: the new connection)
+    kRep,           // active: REP received; consumer must establish() or reject()
+    kEstablished,   // passive: RTU received (or notify_established())
+    kRej,           // REJ received (either side, before establishment)
+    kReqTimeout,    // active: REQ retries exhausted (no answer)
+    kRepTimeout,    // passive: REP retries exhausted (no RTU)
+    kDreq,          // DREQ received (or crossed ours): the connection is closing
+    kDrep,          // DREP received for our DREQ
+    kDreqTimeout,   // our DREQ was never answered
+    kTimeWaitExit,  // the connection's local ID is free again
+    kSidrReq,       // passive: a SIDR REQ for a listened-to service (id: reply handle)
+    kSidrRep,       // active: SIDR REP received (id: our request ID)
+    kSidrTimeout,   // active: SIDR REQ retries exhausted
+  };
+  explicit Event(Type t) : type(t) {}
+  Type type;
+  uint32_t id = 0;             // local communication ID (or SIDR handle / request ID)
+  uint64_t listen_cookie = 0;  // kReq/kSidrReq: what listen() was given
+  uint32_t peer_ip = 0;
+  Req req;                            // kReq
+  Rep rep;                            // kRep
+  Rej rej;                            // kRej
+  SidrReq sidr_req;                   // kSidrReq
+  SidrRep sidr_rep;                   // kSidrRep
+  std::vector<uint8_t> private_data;  // kEstablished (RTU), kDreq, kDrep
+};
+const char* event_name(Event::Type t);
+
+struct AgentCounters {
+  uint64_t mads_sent = 0, mads_received = 0;
+  uint64_t retransmits = 0;      // REQ/REP/DREQ/SIDR REQ resent after a timeout
+  uint64_t duplicates = 0;       // duplicate REQ/REP/DREQ/SIDR REQ answered from state
+  uint64_t dropped = 0;          // malformed, unexpected or for an unknown connection
+  uint64_t rej_no_listener = 0;  // REQs/SIDR REQs for a service nobody listens on
+};
+
+class Agent {
+ public:
+  explicit Agent(const AgentConfig& cfg);
+
+  // Listening: REQs and SIDR REQs for `service_id` become events carrying `cookie`. EADDRINUSE
+  // when someone listens already.
+  int listen(uint64_t service_id, uint64_t cookie);
+  void unlisten(uint64_t service_id);
+
+  // Active side. `req` carries everything but the communication ID, the CA GUID and the CM
+  // timeouts/retries, which the agent fills in. Returns the local communication ID (never 0).
+  uint32_t connect(uint32_t dst_ip, Req req, Time now);
+  // REP_RCVD → ESTABLISHED: sends RTU. EINVAL in another state or for an unknown ID.
+  int establish(uint32_t id, std::span<const uint8_t> private_data, Time now);
+
+  // Passive side. REQ_RCVD/MRA_REQ_SENT → REP_SENT. `rep`'s IDs and GUID are filled in.
+  int accept(uint32_t id, Rep rep, Time now);
+  // RTU not yet received but the QP saw traffic (IBV_EVENT_COMM_EST): REP_SENT → ESTABLISHED
+  // (no event: the caller knows).
+  int notify_established(uint32_t id);
+
+  // Either side, before establishment: sends REJ and forgets the connection (REQ_RCVD,
+  // MRA_REQ_SENT, REP_SENT, REP_RCVD). EINVAL otherwise.
+  int reject(uint32_t id, uint16_t reason, std::span<const uint8_t> private_data, Time now);
+
+  // ESTABLISHED → DREQ_SENT (DREQ out, retried); DREQ_RCVD → TIME_WAIT (DREP out); already
+  // disconnecting: 0, nothing sent. EINVAL before establishment (use reject) or unknown ID.
+  int disconnect(uint32_t id, std::span<const uint8_t> private_data, Time now);
+
+  // The consumer is gone: tidy up as the kernel's ib_destroy_cm_id does — REJ what is not yet
+  // established, DREQ (or DREP) what is, and let time wait run out silently. No further events
+  // for `id`.
+  void destroy(uint32_t id, Time now);
+
+  // SIDR (12.11). Active: returns the request ID; `timeout` and `retries` from the consumer
+  // (rdma_resolve_route's timeout, librdmacm's defaults otherwise).
+  uint32_t sidr_request(uint32_t dst_ip, SidrReq req, Time now);
+  // Passive: answers the SIDR REQ event `id` (and later duplicates from cache). EINVAL unknown.
+  int sidr_reply(uint32_t id, SidrRep rep, Time now);
+  void sidr_cancel(uint32_t id);  // active: stop retrying, no event
+
+  // A MAD received on QP1 from `src_ip`. Anything malformed is counted and dropped.
+  void on_mad(uint32_t src_ip, std::span<const uint8_t> mad, Time now);
+  // Runs what is due at `now` (retransmissions, timeouts, time wait).
+  void on_timer(Time now);
+  Time next_deadline() const;
+
+  std::vector<OutMad> take_mads();
+  std::vector<Event> take_events();
+
+  ConnState state(uint32_t id) const;  // kIdle for an unknown ID
+  size_t connection_count() const { return conns_.size(); }
+  const AgentCounters& counters() const { return counters_; }
+
+ private:
+  struct Conn {
+    ConnState state = ConnState::kIdle;
+    bool active = false;
+    bool orphan = false;  // destroyed by the consumer: no events, forgotten after time wait
+    uint32_t peer_ip = 0;
+    uint32_t remote_id = 0;
+    uint32_t remote_qpn = 0;
+    uint64_t tid = 0;
+    uint64_t listen_cookie = 0;
+    // The message retransmitted at `deadline` while retries_left > 0 (REQ, REP, DREQ), and the
+    // cached answer to a duplicate (MRA, REP, RTU, DREP).
+    Mad retx{};
+    Mad cached{};
+    bool has_cached = false;
+    int retries_left = 0;
+    Time retry_ns = 0;  // wait between retransmissions
+    Time deadline = kNever;
+    uint8_t max_retries = 0;
+    uint8_t peer_response_timeout = 0;  // how long the peer said it takes to answer us
+  };
+  struct Sidr {
+    bool active = false;
+    uint32_t peer_ip = 0;
+    uint32_t remote_request_id = 0;  // passive: the peer's request ID
+    uint64_t tid = 0;
+    uint64_t listen_cookie = 0;
+    Mad retx{};  // active: the SIDR REQ; passive: the cached SIDR REP
+    bool replied = false;
+    int retries_left = 0;
+    Time retry_ns = 0;
+    Time deadline = kNever;
+  };
+
+  uint32_t alloc_id();
+  uint64_t new_tid();
+  Time wait_for(uint8_t timeout_value) const;  // timeout + 2 × packet lifetime
+  void send(uint32_t dst_ip, const Mad& mad);
+  void emit(Event ev);
+  void emit_for(uint32_t id, const Conn& c, Event ev);
+  void enter_time_wait(uint32_t id, Conn& c, Time now);
+  void send_rej_raw(uint32_t dst_ip, uint64_t tid, uint32_t local_id, uint32_t remote_id,
+                    MsgRef what, uint16_t reason, std::span<const uint8_t> pd = {});
+
+  void on_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now);
+  void on_mra(uint32_t src, const uint8_t* msg, Time now);
+  void on_rej(uint32_t src, const uint8_t* msg, Time now);
+  void on_rep(uint32_t src, const uint8_t* msg, Time now);
+  void on_rtu(uint32_t src, const uint8_t* msg, Time now);
+  void on_dreq(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now);
+  void on_drep(uint32_t src, const uint8_t* msg, Time now);
+  void on_sidr_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now);
+  void on_sidr_rep(uint32_t src, const uint8_t* msg, Time now);
+  Conn* find(uint32_t id, uint32_t src);
+
+  AgentConfig cfg_;
+  uint32_t next_id_;
+  uint32_t next_tid_ = 1;
+  std::map<uint32_t, Conn> conns_;  // by local communication ID
+  std::map<uint32_t, Sidr> sidrs_;  // by local ID (request ID when active)
+  // (peer ip, peer's comm ID / request ID) → local ID: duplicate REQ / SIDR REQ detection.
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> remote_index_, sidr_index_;
+  std::map<uint64_t, uint64_t> listeners_;  // service ID → cookie
+  std::vector<OutMad> mads_;
+  std::vector<Event> events_;
+  AgentCounters counters_;
+};
+
+}  // namespace uroce::cm

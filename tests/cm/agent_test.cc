@@ -1,0 +1,420 @@
+// The CM state machine in virtual time: two agents on a link that can lose MADs, consumers
+// scripted per test, and assertions on the events each side reports and on what went out.
+#include "cm/agent.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "cm/ip_cm.h"
+
+namespace uroce::cm {
+namespace {
+
+constexpr uint32_t kIpA = 0x0a000001;
+constexpr uint32_t kIpB = 0x0a000002;
+const uint64_t kSid = service_id(kPsTcp, 7174);
+
+AgentConfig config(uint32_t first_id, uint64_t guid) {
+  AgentConfig c;
+  c.ca_guid = guid;
+  c.first_comm_id = first_id;
+  c.tid_prefix = first_id;
+  return c;
+}
+
+Req basic_req(uint32_t qpn) {
+  Req r;
+  r.service_id = kSid;
+  r.local_qpn = qpn;
+  r.starting_psn = 0x100;
+  r.responder_resources = 1;
+  r.initiator_depth = 1;
+  r.retry_count = 7;
+  r.rnr_retry_count = 7;
+  r.path_mtu = 3;
+  return r;
+}
+
+// Two agents joined by a link. `drop` decides per MAD whether the link loses it; each side's
+// events go to its handler (which may call into its agent) and are kept in order.
+struct Pair {
+  Agent a{config(100, 0xa)};
+  Agent b{config(900, 0xb)};
+  Time now = 0;
+  std::function<bool(const OutMad&, bool from_a)> drop = [](const OutMad&, bool) { return false; };
+  std::function<void(const Event&)> on_a = [](const Event&) {};
+  std::function<void(const Event&)> on_b = [](const Event&) {};
+  std::vector<Event> ev_a, ev_b;
+  std::vector<AttrId> wire;  // every MAD sent, in order (lost ones too)
+
+  // Delivers until nothing is in flight, then advances virtual time to the next deadline; stops
+  // when no deadline is left or `until` is reached.
+  void run(Time until = 600'000'000'000ull) {
+    for (int guard = 0; guard < 1'000'000; ++guard) {
+      bool moved = step();
+      if (moved) continue;
+      Time d = std::min(a.next_deadline(), b.next_deadline());
+      if (d == kNever || d > until) return;
+      now = std::max(now, d);
+      a.on_timer(now);
+      b.on_timer(now);
+    }
+    FAIL() << "no quiescence";
+  }
+  bool step() {
+    bool moved = false;
+    for (auto& m : a.take_mads()) {
+      moved = true;
+      wire.push_back(static_cast<AttrId>((m.mad[16] << 8) | m.mad[17]));
+      EXPECT_EQ(m.dst_ip, kIpB);
+      if (!drop(m, true)) b.on_mad(kIpA, m.mad, now);
+    }
+    for (auto& m : b.take_mads()) {
+      moved = true;
+      wire.push_back(static_cast<AttrId>((m.mad[16] << 8) | m.mad[17]));
+      EXPECT_EQ(m.dst_ip, kIpA);
+      if (!drop(m, false)) a.on_mad(kIpB, m.mad, now);
+    }
+    for (auto& e : a.take_events()) {
+      moved = true;
+      ev_a.push_back(e);
+      on_a(e);
+    }
+    for (auto& e : b.take_events()) {
+      moved = true;
+      ev_b.push_back(e);
+      on_b(e);
+    }
+    return moved;
+  }
+  // A consumer pair that accepts every REQ and establishes every REP.
+  void auto_answer() {
+    on_b = [this](const Event& e) {
+      if (e.type == Event::Type::kReq) {
+        Rep rep;
+        rep.local_qpn = 0x22;
+        rep.starting_psn = 0x200;
+        rep.private_data = {0xb0};
+        EXPECT_EQ(b.accept(e.id, rep, now), 0);
+      }
+    };
+    on_a = [this](const Event& e) {
+      if (e.type == Event::Type::kRep) {
+        EXPECT_EQ(a.establish(e.id, {}, now), 0);
+      }
+    };
+  }
+};
+
+std::vector<Event::Type> types(const std::vector<Event>& v) {
+  std::vector<Event::Type> t;
+  for (auto& e : v) t.push_back(e.type);
+  return t;
+}
+
+using T = Event::Type;
+
+TEST(Agent, ConnectAcceptEstablishDisconnect) {
+  Pair p;
+  ASSERT_EQ(p.b.listen(kSid, 77), 0);
+  EXPECT_EQ(p.b.listen(kSid, 78), EADDRINUSE);
+  p.auto_answer();
+  Req req = basic_req(0x11);
+  req.private_data = {1, 2, 3};
+  uint32_t id = p.a.connect(kIpB, req, p.now);
+  ASSERT_NE(id, 0u);
+  EXPECT_EQ(p.a.state(id), ConnState::kReqSent);
+  p.run(1);  // deliver without advancing time
+  ASSERT_EQ(types(p.ev_b), (std::vector<T>{T::kReq, T::kEstablished}));
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kRep}));
+  const Event& req_ev = p.ev_b[0];
+  EXPECT_EQ(req_ev.listen_cookie, 77u);
+  EXPECT_EQ(req_ev.peer_ip, kIpA);
+  EXPECT_EQ(req_ev.req.local_qpn, 0x11u);
+  EXPECT_EQ(req_ev.req.local_comm_id, id);
+  EXPECT_EQ(req_ev.req.local_ca_guid, 0xau);
+  EXPECT_EQ(req_ev.req.private_data[2], 3);
+  const Event& rep_ev = p.ev_a[0];
+  EXPECT_EQ(rep_ev.rep.local_qpn, 0x22u);
+  EXPECT_EQ(rep_ev.rep.remote_comm_id, id);
+  EXPECT_EQ(rep_ev.rep.private_data[0], 0xb0);
+  EXPECT_EQ(p.a.state(id), ConnState::kEstablished);
+  EXPECT_EQ(p.b.state(p.ev_b[0].id), ConnState::kEstablished);
+  EXPECT_EQ(p.wire, (std::vector<AttrId>{AttrId::kReq, AttrId::kRep, AttrId::kRtu}));
+
+  // Active disconnects; the passive consumer answers the DREQ.
+  p.on_b = [&](const Event& e) {
+    if (e.type == T::kDreq) {
+      EXPECT_EQ(p.b.disconnect(e.id, {}, p.now), 0);
+    }
+  };
+  EXPECT_EQ(p.a.disconnect(id, {}, p.now), 0);
+  EXPECT_EQ(p.a.disconnect(id, {}, p.now), 0);  // already disconnecting: nothing more sent
+  p.run();
+  EXPECT_EQ(types(p.ev_a), (std::vector<T>{T::kRep, T::kDrep, T::kTimeWaitExit}));
+  EXPECT_EQ(types(p.ev_b), (std::vector<T>{T::kReq, T::kEstablished, T::kDreq, T::kTimeWaitExit}));
+  EXPECT_EQ(p.a.connection_count(), 0u);
+  EXPECT_EQ(p.b.connection_count(), 0u);
+  EXPECT_EQ(p.a.counters().retransmits + p.b.counters().retransmits, 0u);
+}
+
+TEST(Agent, NobodyListeningIsRejectedAtOnce) {
+  Pair p;
+  uint32_t id = p.a.connect(kIpB, basic_req(0x11), p.now);
+  p.run(0);  // no time passes: the answer does not wait for a timer
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kRej}));
+  EXPECT_EQ(p.ev_a[0].id, id);
+  EXPECT_EQ(p.ev_a[0].rej.reason, static_cast<uint16_t>(RejReason::kInvalidServiceId));
+  EXPECT_EQ(p.ev_a[0].rej.message_rejected, MsgRef::kReq);
+  EXPECT_EQ(p.now, 0u);
+  EXPECT_EQ(p.b.counters().rej_no_listener, 1u);
+  EXPECT_EQ(p.a.connection_count(), 0u);
+}
+
+TEST(Agent, ConsumerRejectCarriesReasonAndPrivateData) {
+  Pair p;
+  p.b.listen(kSid, 1);
+  p.on_b = [&](const Event& e) {
+    const uint8_t why[] = {0xde, 0xad};
+    if (e.type == T::kReq) {
+      EXPECT_EQ(p.b.reject(e.id, static_cast<uint16_t>(RejReason::kConsumerReject), why, p.now), 0);
+    }
+  };
+  p.a.connect(kIpB, basic_req(1), p.now);
+  p.run();
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kRej}));
+  EXPECT_EQ(p.ev_a[0].rej.reason, 28);
+  EXPECT_EQ(p.ev_a[0].rej.private_data[1], 0xad);
+  EXPECT_EQ(p.b.connection_count(), 0u);
+}
+
+TEST(Agent, LostReqIsResentAfterTheResponseTimeout) {
+  Pair p;
+  p.b.listen(kSid, 1);
+  p.auto_answer();
+  int reqs = 0;
+  p.drop = [&](const OutMad& m, bool) { return m.mad[17] == 0x10 && reqs++ == 0; };
+  uint32_t id = p.a.connect(kIpB, basic_req(1), p.now);
+  p.run();
+  EXPECT_EQ(p.a.state(id), ConnState::kEstablished);
+  EXPECT_EQ(p.a.counters().retransmits, 1u);
+  // One wait: 4.096 µs × 2^16 + 2 × 4.096 µs × 2^12.
+  EXPECT_EQ(p.now, cm_timeout_ns(16) + 2 * cm_timeout_ns(12));
+}
+
+TEST(Agent, LostRtuIsRecoveredByTheRepRetransmission) {
+  Pair p;
+  p.b.listen(kSid, 1);
+  p.auto_answer();
+  int rtus = 0;
+  p.drop = [&](const OutMad& m, bool) { return m.mad[17] == 0x14 && rtus++ == 0; };
+  p.a.connect(kIpB, basic_req(1), p.now);
+  p.run();
+  ASSERT_EQ(types(p.ev_b), (std::vector<T>{T::kReq, T::kEstablished}));
+  EXPECT_EQ(p.b.counters().retransmits, 1u);  // the REP
+  EXPECT_EQ(p.a.counters().duplicates, 1u);   // answered with the cached RTU
+}
+
+TEST(Agent, SlowConsumerGetsAnMraAndTheActiveSideWaits) {
+  Pair p;
+  p.b.listen(kSid, 1);
+  uint32_t pending = 0;
+  p.on_b = [&](const Event& e) {
+    if (e.type == T::kReq) pending = e.id;  // answered later
+  };
+  p.on_a = [&](const Event& e) {
+    if (e.type == T::kRep) p.a.establish(e.id, {}, p.now);
+  };
+  uint32_t id = p.a.connect(kIpB, basic_req(1), p.now);
+  // Run past the first REQ timeout: the duplicate REQ draws an MRA.
+  p.run(cm_timeout_ns(16) + 2 * cm_timeout_ns(12));
+  ASSERT_NE(pending, 0u);
+  EXPECT_EQ(p.b.state(pending), ConnState::kMraReqSent);
+  EXPECT_EQ(p.a.state(id), ConnState::kMraReqRcvd);
+  const Time mra_wait = cm_timeout_ns(21) + 2 * cm_timeout_ns(12);
+  EXPECT_EQ(p.a.next_deadline(), p.now + mra_wait);
+  // Well within the MRA wait, the consumer accepts.
+  p.now += 1'000'000'000;
+  Rep rep;
+  rep.local_qpn = 2;
+  ASSERT_EQ(p.b.accept(pending, rep, p.now), 0);
+  p.run();
+  EXPECT_EQ(p.a.state(id), ConnState::kEstablished);
+  EXPECT_EQ(types(p.ev_b), (std::vector<T>{T::kReq, T::kEstablished}));
+  EXPECT_EQ(std::count(p.wire.begin(), p.wire.end(), AttrId::kMra), 1);
+}
+
+TEST(Agent, UnansweredReqTimesOutAfterMaxRetries) {
+  Pair p;
+  p.drop = [](const OutMad&, bool) { return true; };  // the peer is gone
+  uint32_t id = p.a.connect(kIpB, basic_req(1), p.now);
+  p.run();
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kReqTimeout}));
+  EXPECT_EQ(p.ev_a[0].id, id);
+  EXPECT_EQ(p.a.counters().retransmits, 15u);
+  EXPECT_EQ(p.now, 16 * (cm_timeout_ns(16) + 2 * cm_timeout_ns(12)));
+  EXPECT_EQ(p.a.connection_count(), 0u);
+}
+
+TEST(Agent, UnansweredRepIsRejectedWithTimeout) {
+  Pair p;
+  p.b.listen(kSid, 1);
+  p.auto_answer();
+  p.on_a = [](const Event&) {};  // the active consumer never establishes
+  p.drop = [](const OutMad& m, bool from_a) { return from_a && m.mad[17] != 0x10; };
+  Req req = basic_req(1);
+  p.a.connect(kIpB, req, p.now);
+  p.run();
+  ASSERT_EQ(types(p.ev_b), (std::vector<T>{T::kReq, T::kRepTimeout}));
+  EXPECT_EQ(p.b.counters().retransmits, 15u);  // the REQ's Max CM Retries
+  EXPECT_EQ(p.wire.back(), AttrId::kRej);
+}
+
+TEST(Agent, DreqForAGoneConnectionGetsADrep) {
+  Pair p;
+  Dreq d;
+  d.local_comm_id = 5;
+  d.remote_comm_id = 12345;
+  Mad m;
+  encode(d, 9, m);
+  p.b.on_mad(kIpA, m, 0);
+  auto out = p.b.take_mads();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].mad[17], 0x16);
+  Drep r = decode_drep(out[0].mad.data() + kMadHeaderBytes);
+  EXPECT_EQ(r.remote_comm_id, 5u);
+  EXPECT_EQ(r.local_comm_id, 12345u);
+}
+
+TEST(Agent, SimultaneousDisconnect) {
+  Pair p;
+  p.b.listen(kSid, 1);
+  p.auto_answer();
+  uint32_t id = p.a.connect(kIpB, basic_req(1), p.now);
+  p.run(1);
+  uint32_t bid = p.ev_b.at(0).id;
+  p.a.disconnect(id, {}, p.now);
+  p.b.disconnect(bid, {}, p.now);
+  p.run();
+  // Each side hears the other's DREQ (or the DREP), and both time-wait out.
+  EXPECT_EQ(p.ev_a.back().type, T::kTimeWaitExit);
+  EXPECT_EQ(p.ev_b.back().type, T::kTimeWaitExit);
+  EXPECT_EQ(p.a.connection_count() + p.b.connection_count(), 0u);
+}
+
+TEST(Agent, DestroyedConnectionsTidyUpSilently) {
+  Pair p;
+  p.b.listen(kSid, 1);
+  p.auto_answer();
+  uint32_t id = p.a.connect(kIpB, basic_req(1), p.now);
+  p.run(1);
+  p.on_b = [&](const Event& e) {
+    if (e.type == T::kDreq) p.b.destroy(e.id, p.now);  // consumer answers by destroying
+  };
+  p.a.destroy(id, p.now);  // DREQ, no events for A any more
+  p.run();
+  EXPECT_EQ(types(p.ev_a), (std::vector<T>{T::kRep}));
+  EXPECT_EQ(p.ev_b.back().type, T::kDreq);
+  EXPECT_EQ(p.a.connection_count() + p.b.connection_count(), 0u);
+  // A REQ destroyed before an answer: the passive side hears REJ "timeout".
+  Pair q;
+  q.b.listen(kSid, 1);
+  uint32_t id2 = q.a.connect(kIpB, basic_req(1), q.now);
+  q.step();
+  q.a.destroy(id2, q.now);
+  q.run();
+  ASSERT_EQ(types(q.ev_b), (std::vector<T>{T::kReq, T::kRej}));
+  EXPECT_EQ(q.ev_b[1].rej.reason, static_cast<uint16_t>(RejReason::kTimeout));
+  EXPECT_TRUE(q.ev_a.empty());
+}
+
+TEST(Agent, MalformedAndUnexpectedMadsAreCountedAndDropped) {
+  Agent a(config(1, 1));
+  Mad m{};
+  a.on_mad(kIpB, m, 0);                                        // not a CM MAD
+  a.on_mad(kIpB, std::span<const uint8_t>(m.data(), 100), 0);  // short
+  Rtu r;
+  r.remote_comm_id = 999;
+  encode(r, 1, m);
+  a.on_mad(kIpB, m, 0);  // unknown connection
+  EXPECT_EQ(a.counters().dropped, 3u);
+  EXPECT_TRUE(a.take_events().empty());
+  // Every bit pattern after a valid header decodes to something harmless.
+  std::mt19937 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    for (size_t k = kMadHeaderBytes; k < kMadBytes; ++k) m[k] = static_cast<uint8_t>(rng());
+    m[17] = static_cast<uint8_t>(0x10 + rng() % 9);
+    a.on_mad(kIpB, m, 0);
+  }
+  a.take_mads();
+}
+
+TEST(Agent, SidrResolvesAQpnAndAnswersDuplicatesFromCache) {
+  Pair p;
+  const uint64_t sid = service_id(kPsUdp, 7174);
+  p.b.listen(sid, 5);
+  p.on_b = [&](const Event& e) {
+    if (e.type == T::kSidrReq) {
+      SidrRep r;
+      r.qpn = 0x99;
+      r.qkey = 0x01234567;
+      r.service_id = e.sidr_req.service_id;
+      EXPECT_EQ(p.b.sidr_reply(e.id, r, p.now), 0);
+    }
+  };
+  int reps = 0;
+  p.drop = [&](const OutMad& m, bool) { return m.mad[17] == 0x18 && reps++ == 0; };
+  SidrReq q;
+  q.service_id = sid;
+  uint32_t id = p.a.sidr_request(kIpB, q, p.now);
+  p.run();
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kSidrRep}));
+  EXPECT_EQ(p.ev_a[0].id, id);
+  EXPECT_EQ(p.ev_a[0].sidr_rep.qpn, 0x99u);
+  EXPECT_EQ(p.ev_a[0].sidr_rep.qkey, 0x01234567u);
+  ASSERT_EQ(types(p.ev_b), (std::vector<T>{T::kSidrReq}));  // the duplicate made no new event
+  EXPECT_EQ(p.b.counters().duplicates, 1u);
+
+  Pair n;  // nobody listens
+  n.a.sidr_request(kIpB, q, n.now);
+  n.run(0);
+  ASSERT_EQ(types(n.ev_a), (std::vector<T>{T::kSidrRep}));
+  EXPECT_EQ(n.ev_a[0].sidr_rep.status, SidrStatus::kServiceIdNotSupported);
+}
+
+// Many connections over a link that loses 20% of MADs each way: every one is established and
+// closed on both sides, whatever is lost, and nothing is left behind.
+TEST(Agent, SurvivesHeavyLoss) {
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    Pair p;
+    p.b.listen(kSid, 1);
+    p.auto_answer();
+    std::mt19937 rng(seed);
+    p.drop = [&](const OutMad&, bool) { return rng() % 5 == 0; };
+    uint32_t id = p.a.connect(kIpB, basic_req(1), p.now);
+    p.on_b = [&, inner = p.on_b](const Event& e) {
+      inner(e);
+      if (e.type == T::kDreq) p.b.disconnect(e.id, {}, p.now);
+    };
+    p.on_a = [&](const Event& e) {
+      if (e.type == T::kRep) p.a.establish(e.id, {}, p.now);
+    };
+    p.run(60'000'000'000ull);
+    ASSERT_EQ(p.a.state(id), ConnState::kEstablished) << "seed " << seed;
+    // The passive side is established too, or will be once a REP retransmission draws an RTU.
+    p.a.disconnect(id, {}, p.now);
+    p.run();
+    EXPECT_EQ(p.a.connection_count(), 0u) << "seed " << seed;
+    EXPECT_EQ(p.b.connection_count(), 0u) << "seed " << seed;
+    auto ta = types(p.ev_a);
+    EXPECT_EQ(ta.front(), T::kRep) << "seed " << seed;
+    EXPECT_EQ(ta.back(), T::kTimeWaitExit) << "seed " << seed;
+    EXPECT_EQ(p.ev_b.front().type, T::kReq) << "seed " << seed;
+    EXPECT_EQ(p.ev_b.back().type, T::kTimeWaitExit) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace uroce::cm

@@ -1,0 +1,548 @@
+// librdmacm's API as liburoce serves it (src/cm/rdma_cm.cc), driven in one process over two uroce
+// devices: event channels, the event sequence and statuses of a connection, private data, rejects,
+// synchronous endpoints, UD ids with SIDR, options and bad input. The CM thread and the engines
+// are real; every wait has a bound and nothing is asserted about how long anything took.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr const char* kDevices = "uroce0=127.0.43.1,uroce1=127.0.43.2";
+constexpr uint32_t kServerIp = 0x7f002b01;  // 127.0.43.1
+constexpr uint32_t kClientIp = 0x7f002b02;  // 127.0.43.2
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override { setenv("UROCE_DEVICES", kDevices, 1); }
+};
+[[maybe_unused]] const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
+
+sockaddr_in sin_of(uint32_t ip, uint16_t port) {
+  sockaddr_in s{};
+  s.sin_family = AF_INET;
+  s.sin_addr.s_addr = htonl(ip);
+  s.sin_port = htons(port);
+  return s;
+}
+
+sockaddr* sa(sockaddr_in& s) {
+  return reinterpret_cast<sockaddr*>(&s);
+}
+
+// The next event of `ch`, waiting at most `ms`; nullptr when none came.
+rdma_cm_event* next(rdma_event_channel* ch, int ms = 10000) {
+  pollfd p{ch->fd, POLLIN, 0};
+  if (poll(&p, 1, ms) != 1) return nullptr;
+  rdma_cm_event* e = nullptr;
+  if (rdma_get_cm_event(ch, &e) != 0) return nullptr;
+  return e;
+}
+
+// Takes the next event, expects its type and status, and acknowledges it (returns a copy of the
+// fields tests look at).
+struct Seen {
+  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
+  int status = -1;
+  rdma_cm_id* id = nullptr;
+  rdma_cm_id* listen_id = nullptr;
+  std::vector<uint8_t> pd;
+  rdma_conn_param conn{};
+  rdma_ud_param ud{};
+};
+Seen expect(rdma_event_channel* ch, rdma_cm_event_type type, int status = 0) {
+  Seen s;
+  rdma_cm_event* e = next(ch);
+  EXPECT_NE(e, nullptr) << "no event, expected " << rdma_event_str(type);
+  if (!e) return s;
+  s.type = e->event;
+  s.status = e->status;
+  s.id = e->id;
+  s.listen_id = e->listen_id;
+  s.conn = e->param.conn;
+  s.ud = e->param.ud;
+  const void* pd = e->param.conn.private_data;
+  uint8_t len = e->param.conn.private_data_len;
+  if (e->id->qp_type == IBV_QPT_UD) {
+    pd = e->param.ud.private_data;
+    len = e->param.ud.private_data_len;
+  }
+  if (pd && len)
+    s.pd.assign(static_cast<const uint8_t*>(pd), static_cast<const uint8_t*>(pd) + len);
+  EXPECT_EQ(e->event, type) << rdma_event_str(e->event) << " instead of " << rdma_event_str(type);
+  EXPECT_EQ(e->status, status) << rdma_event_str(e->event);
+  EXPECT_EQ(rdma_ack_cm_event(e), 0);
+  return s;
+}
+
+ibv_qp_init_attr qp_attr(ibv_qp_type t = IBV_QPT_RC) {
+  ibv_qp_init_attr a{};
+  a.qp_type = t;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  return a;
+}
+
+// A listener on the server device and a client id resolved to it, each on its own channel.
+struct Pair {
+  rdma_event_channel* sch = rdma_create_event_channel();
+  rdma_event_channel* cch = rdma_create_event_channel();
+  rdma_cm_id* listener = nullptr;
+  rdma_cm_id* client = nullptr;
+  rdma_cm_id* child = nullptr;
+
+  void listen(uint16_t port, rdma_port_space ps = RDMA_PS_TCP) {
+    ASSERT_EQ(rdma_create_id(sch, &listener, this, ps), 0);
+    sockaddr_in s = sin_of(kServerIp, port);
+    ASSERT_EQ(rdma_bind_addr(listener, sa(s)), 0);
+    ASSERT_EQ(rdma_listen(listener, 4), 0);
+  }
+  void resolve(uint16_t port, rdma_port_space ps = RDMA_PS_TCP) {
+    ASSERT_EQ(rdma_create_id(cch, &client, this, ps), 0);
+    sockaddr_in src = sin_of(kClientIp, 0), dst = sin_of(kServerIp, port);
+    ASSERT_EQ(rdma_resolve_addr(client, sa(src), sa(dst), 2000), 0);
+    expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
+    expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  }
+  ~Pair() {
+    if (child) {
+      rdma_destroy_qp(child);
+      rdma_destroy_id(child);
+    }
+    if (client) {
+      rdma_destroy_qp(client);
+      rdma_destroy_id(client);
+    }
+    if (listener) rdma_destroy_id(listener);
+    rdma_destroy_event_channel(sch);
+    rdma_destroy_event_channel(cch);
+  }
+};
+
+TEST(RdmaCm, EventChannelIsAPollableFdHonouringONonblock) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  int fl = fcntl(ch->fd, F_GETFL);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK), 0);
+  rdma_cm_event* e = nullptr;
+  EXPECT_EQ(rdma_get_cm_event(ch, &e), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  pollfd p{ch->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  rdma_cm_id* id;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in dst = sin_of(kServerIp, 1);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 1000), 0);
+  EXPECT_EQ(poll(&p, 1, 5000), 1);  // readable once the event is queued
+  ASSERT_EQ(rdma_get_cm_event(ch, &e), 0);
+  EXPECT_EQ(e->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(e->id, id);
+  rdma_ack_cm_event(e);
+  EXPECT_EQ(rdma_get_cm_event(ch, &e), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+}
+
+TEST(RdmaCm, ResolvedIdNamesItsDeviceAndRoute) {
+  Pair p;
+  p.resolve(7001);
+  rdma_cm_id* id = p.client;
+  ASSERT_NE(id->verbs, nullptr);
+  EXPECT_STREQ(ibv_get_device_name(id->verbs->device), "uroce1");  // the source's device
+  EXPECT_EQ(id->port_num, 1);
+  EXPECT_EQ(id->ps, RDMA_PS_TCP);
+  EXPECT_EQ(id->qp_type, IBV_QPT_RC);
+  auto* src = reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(id));
+  auto* dst = reinterpret_cast<sockaddr_in*>(rdma_get_peer_addr(id));
+  EXPECT_EQ(ntohl(src->sin_addr.s_addr), kClientIp);
+  EXPECT_NE(rdma_get_src_port(id), 0);  // an ephemeral port was bound
+  EXPECT_EQ(ntohl(dst->sin_addr.s_addr), kServerIp);
+  EXPECT_EQ(ntohs(rdma_get_dst_port(id)), 7001);
+  ASSERT_EQ(id->route.num_paths, 1);
+  ASSERT_NE(id->route.path_rec, nullptr);
+  // RoCEv2 GIDs: IPv4-mapped addresses.
+  EXPECT_EQ(id->route.path_rec->dgid.raw[10], 0xff);
+  EXPECT_EQ(id->route.path_rec->dgid.raw[15], 1);
+  EXPECT_EQ(id->route.path_rec->sgid.raw[15], 2);
+}
+
+TEST(RdmaCm, ConnectAcceptSendDisconnect) {
+  Pair p;
+  p.listen(7002);
+  p.resolve(7002);
+  ibv_qp_init_attr a = qp_attr();
+  ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
+  ASSERT_NE(p.client->qp, nullptr);
+  ASSERT_NE(p.client->send_cq, nullptr);  // librdmacm creates the CQs left NULL
+  ASSERT_NE(p.client->recv_cq_channel, nullptr);
+  EXPECT_EQ(p.client->qp->state, IBV_QPS_INIT);
+
+  const char hello[] = "hello from the client";
+  rdma_conn_param cp{};
+  cp.private_data = hello;
+  cp.private_data_len = sizeof hello;
+  cp.responder_resources = 2;
+  cp.initiator_depth = 3;
+  cp.retry_count = 5;
+  cp.rnr_retry_count = 6;
+  ASSERT_EQ(rdma_connect(p.client, &cp), 0);
+
+  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req.id, nullptr);
+  p.child = req.id;
+  EXPECT_EQ(req.listen_id, p.listener);
+  EXPECT_EQ(req.id->channel, p.sch);  // the new id shares the listener's channel
+  EXPECT_EQ(req.id->context, p.listener->context);
+  ASSERT_GE(req.pd.size(), sizeof hello);  // the whole field after the A11 header (56 bytes)
+  EXPECT_EQ(req.pd.size(), 56u);
+  EXPECT_EQ(std::memcmp(req.pd.data(), hello, sizeof hello), 0);
+  // Seen from the passive side: it may read as deep as the client's initiator depth.
+  EXPECT_EQ(req.conn.responder_resources, 3);
+  EXPECT_EQ(req.conn.initiator_depth, 2);
+  EXPECT_EQ(req.conn.retry_count, 5);
+  EXPECT_EQ(req.conn.rnr_retry_count, 6);
+  EXPECT_EQ(req.conn.qp_num, p.client->qp->qp_num);
+  auto* peer = reinterpret_cast<sockaddr_in*>(rdma_get_peer_addr(p.child));
+  EXPECT_EQ(ntohl(peer->sin_addr.s_addr), kClientIp);
+  EXPECT_EQ(peer->sin_port, rdma_get_src_port(p.client));
+  EXPECT_STREQ(ibv_get_device_name(p.child->verbs->device), "uroce0");
+
+  ibv_qp_init_attr sa2 = qp_attr();
+  ASSERT_EQ(rdma_create_qp(p.child, nullptr, &sa2), 0);
+  // A receive for the client's message, posted before the QP can see it.
+  std::vector<char> rbuf(64), sbuf(64);
+  ibv_mr* rmr = rdma_reg_msgs(p.child, rbuf.data(), rbuf.size());
+  ASSERT_NE(rmr, nullptr);
+  ASSERT_EQ(rdma_post_recv(p.child, nullptr, rbuf.data(), rbuf.size(), rmr), 0);
+  const char welcome[] = "welcome";
+  rdma_conn_param ap{};
+  ap.private_data = welcome;
+  ap.private_data_len = sizeof welcome;
+  ap.responder_resources = 3;
+  ap.initiator_depth = 2;
+  ap.rnr_retry_count = 7;
+  ASSERT_EQ(rdma_accept(p.child, &ap), 0);
+
+  Seen est = expect(p.cch, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_GE(est.pd.size(), sizeof welcome);
+  EXPECT_EQ(std::memcmp(est.pd.data(), welcome, sizeof welcome), 0);
+  EXPECT_EQ(est.conn.qp_num, p.child->qp->qp_num);
+  EXPECT_EQ(p.client->qp->state, IBV_QPS_RTS);
+  expect(p.sch, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(p.child->qp->state, IBV_QPS_RTS);
+  ibv_qp_attr qa;
+  ibv_qp_init_attr qi;
+  ASSERT_EQ(
+      ibv_query_qp(p.client->qp, &qa, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &qi), 0);
+  EXPECT_EQ(qa.max_rd_atomic, 3);       // what the server's REP allowed
+  EXPECT_EQ(qa.max_dest_rd_atomic, 2);  // what the server may read from us
+
+  // The QPs are connected to each other.
+  std::strcpy(sbuf.data(), "data over the connection");
+  ibv_mr* smr = rdma_reg_msgs(p.client, sbuf.data(), sbuf.size());
+  ASSERT_NE(smr, nullptr);
+  ASSERT_EQ(rdma_post_send(p.client, nullptr, sbuf.data(), 32, smr, IBV_SEND_SIGNALED), 0);
+  ibv_wc wc;
+  ASSERT_EQ(rdma_get_recv_comp(p.child, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_STREQ(rbuf.data(), "data over the connection");
+  ASSERT_EQ(rdma_get_send_comp(p.client, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  rdma_dereg_mr(smr);
+  rdma_dereg_mr(rmr);
+
+  // The client disconnects; both sides hear it, then both time-wait out.
+  ASSERT_EQ(rdma_disconnect(p.client), 0);
+  expect(p.sch, RDMA_CM_EVENT_DISCONNECTED);
+  ASSERT_EQ(rdma_disconnect(p.child), 0);  // answers the DREQ
+  expect(p.cch, RDMA_CM_EVENT_DISCONNECTED);
+  expect(p.cch, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+  expect(p.sch, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+}
+
+TEST(RdmaCm, RejectCarriesTheConsumerReasonAndPrivateData) {
+  Pair p;
+  p.listen(7003);
+  p.resolve(7003);
+  ibv_qp_init_attr a = qp_attr();
+  ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
+  ASSERT_EQ(rdma_connect(p.client, nullptr), 0);
+  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  p.child = req.id;
+  const char why[] = "go away";
+  ASSERT_EQ(rdma_reject(p.child, why, sizeof why), 0);
+  Seen rej = expect(p.cch, RDMA_CM_EVENT_REJECTED, 28);  // IBTA: consumer reject
+  ASSERT_GE(rej.pd.size(), sizeof why);
+  EXPECT_EQ(std::memcmp(rej.pd.data(), why, sizeof why), 0);
+  EXPECT_EQ(p.client->qp->state, IBV_QPS_ERR);
+}
+
+TEST(RdmaCm, NobodyListeningIsRejectedWithInvalidServiceId) {
+  Pair p;
+  p.listen(7014);   // the server device's CM runs (each test may run in a process of its own)
+  p.resolve(7004);  // but nothing listens on 7004
+  ibv_qp_init_attr a = qp_attr();
+  ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
+  ASSERT_EQ(rdma_connect(p.client, nullptr), 0);
+  expect(p.cch, RDMA_CM_EVENT_REJECTED, 8);
+}
+
+TEST(RdmaCm, IdWithoutQpGetsConnectResponseAndEstablishes) {
+  Pair p;
+  p.listen(7005);
+  p.resolve(7005);
+  rdma_conn_param cp{};
+  cp.qp_num = 0x1234;  // the application's own QP
+  ASSERT_EQ(rdma_connect(p.client, &cp), 0);
+  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  p.child = req.id;
+  EXPECT_EQ(req.conn.qp_num, 0x1234u);
+  rdma_conn_param ap{};
+  ap.qp_num = 0x5678;
+  ASSERT_EQ(rdma_accept(p.child, &ap), 0);
+  Seen resp = expect(p.cch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+  EXPECT_EQ(resp.conn.qp_num, 0x5678u);
+  ASSERT_EQ(rdma_establish(p.client), 0);  // sends the RTU
+  expect(p.sch, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+TEST(RdmaCm, SynchronousEndpoints) {
+  rdma_addrinfo hints{}, *res = nullptr;
+  hints.ai_flags = RAI_PASSIVE;
+  hints.ai_port_space = RDMA_PS_TCP;
+  ASSERT_EQ(rdma_getaddrinfo("127.0.43.1", "7006", &hints, &res), 0);
+  ASSERT_NE(res, nullptr);
+  EXPECT_EQ(res->ai_family, AF_INET);
+  EXPECT_EQ(res->ai_qp_type, IBV_QPT_RC);
+  ASSERT_NE(res->ai_src_addr, nullptr);
+  ibv_qp_init_attr a = qp_attr();
+  rdma_cm_id* listen_id = nullptr;
+  ASSERT_EQ(rdma_create_ep(&listen_id, res, nullptr, &a), 0);
+  rdma_freeaddrinfo(res);
+  ASSERT_EQ(rdma_listen(listen_id, 1), 0);
+
+  std::thread server([&] {
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_get_request(listen_id, &id), 0);
+    ASSERT_NE(id->qp, nullptr);              // made from the endpoint's QP attributes
+    EXPECT_EQ(rdma_accept(id, nullptr), 0);  // returns once established
+    EXPECT_EQ(id->qp->state, IBV_QPS_RTS);
+    rdma_cm_event* e = nullptr;
+    EXPECT_EQ(rdma_get_cm_event(id->channel, &e), 0);  // the client's disconnect
+    if (e) {
+      EXPECT_EQ(e->event, RDMA_CM_EVENT_DISCONNECTED);
+      rdma_ack_cm_event(e);
+    }
+    rdma_disconnect(id);
+    rdma_destroy_ep(id);
+  });
+
+  hints = {};
+  hints.ai_port_space = RDMA_PS_TCP;
+  sockaddr_in src = sin_of(kClientIp, 0);
+  hints.ai_src_addr = sa(src);
+  hints.ai_src_len = sizeof src;
+  ASSERT_EQ(rdma_getaddrinfo("127.0.43.1", "7006", &hints, &res), 0);
+  rdma_cm_id* id = nullptr;
+  a = qp_attr();
+  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);  // resolves address and route, makes a QP
+  ASSERT_NE(id->qp, nullptr);
+  EXPECT_EQ(rdma_connect(id, nullptr), 0);  // returns once established
+  EXPECT_EQ(id->qp->state, IBV_QPS_RTS);
+  EXPECT_EQ(rdma_disconnect(id), 0);
+  server.join();
+  rdma_destroy_ep(id);
+
+  // A synchronous connect to a port nobody serves fails with ECONNREFUSED.
+  res->ai_dst_addr->sa_family = AF_INET;
+  reinterpret_cast<sockaddr_in*>(res->ai_dst_addr)->sin_port = htons(7099);
+  a = qp_attr();
+  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);
+  EXPECT_EQ(rdma_connect(id, nullptr), -1);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  rdma_destroy_ep(id);
+  rdma_freeaddrinfo(res);
+  rdma_destroy_ep(listen_id);
+}
+
+TEST(RdmaCm, UdIdsResolveTheRemoteQpWithSidr) {
+  Pair p;
+  p.listen(7007, RDMA_PS_UDP);
+  p.resolve(7007, RDMA_PS_UDP);
+  EXPECT_EQ(p.client->qp_type, IBV_QPT_UD);
+  ibv_qp_init_attr a = qp_attr(IBV_QPT_UD);
+  ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
+  EXPECT_EQ(p.client->qp->state, IBV_QPS_RTS);  // UD QPs are ready at once
+  const char hi[] = "sidr";
+  rdma_conn_param cp{};
+  cp.private_data = hi;
+  cp.private_data_len = sizeof hi;
+  ASSERT_EQ(rdma_connect(p.client, &cp), 0);
+  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  p.child = req.id;
+  ASSERT_GE(req.pd.size(), sizeof hi);
+  EXPECT_EQ(std::memcmp(req.pd.data(), hi, sizeof hi), 0);
+  ibv_qp_init_attr sa2 = qp_attr(IBV_QPT_UD);
+  ASSERT_EQ(rdma_create_qp(p.child, nullptr, &sa2), 0);
+  ASSERT_EQ(rdma_accept(p.child, nullptr), 0);
+  Seen est = expect(p.cch, RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(est.ud.qp_num, p.child->qp->qp_num);
+  EXPECT_EQ(est.ud.qkey, static_cast<uint32_t>(RDMA_UDP_QKEY));
+  EXPECT_EQ(est.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(est.ud.ah_attr.grh.dgid.raw[15], 1);
+  // The event's address works: a datagram reaches the server's QP.
+  ibv_ah* ah = ibv_create_ah(p.client->pd, &est.ud.ah_attr);
+  ASSERT_NE(ah, nullptr);
+  std::vector<char> rbuf(40 + 64), sbuf(64, 'u');
+  ibv_mr* rmr = rdma_reg_msgs(p.child, rbuf.data(), rbuf.size());
+  ibv_mr* smr = rdma_reg_msgs(p.client, sbuf.data(), sbuf.size());
+  ASSERT_EQ(rdma_post_recv(p.child, nullptr, rbuf.data(), rbuf.size(), rmr), 0);
+  ASSERT_EQ(rdma_post_ud_send(p.client, nullptr, sbuf.data(), 64, smr, IBV_SEND_SIGNALED, ah,
+                              est.ud.qp_num),
+            0);
+  ibv_wc wc;
+  ASSERT_EQ(rdma_get_recv_comp(p.child, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.src_qp, p.client->qp->qp_num);
+  ASSERT_EQ(rdma_get_send_comp(p.client, &wc), 1);
+  ibv_destroy_ah(ah);
+  rdma_dereg_mr(smr);
+  rdma_dereg_mr(rmr);
+}
+
+TEST(RdmaCm, UdToNobodyIsUnreachable) {
+  Pair p;
+  p.listen(7015, RDMA_PS_UDP);  // the server device's CM runs, but not for port 7008
+  p.resolve(7008, RDMA_PS_UDP);
+  ibv_qp_init_attr a = qp_attr(IBV_QPT_UD);
+  ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
+  ASSERT_EQ(rdma_connect(p.client, nullptr), 0);
+  expect(p.cch, RDMA_CM_EVENT_UNREACHABLE, 1);  // SIDR REP status 1: service ID not supported
+}
+
+TEST(RdmaCm, WildcardListenerServesEveryDevice) {
+  Pair p;
+  ASSERT_EQ(rdma_create_id(p.sch, &p.listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in any = sin_of(INADDR_ANY, 7009);
+  ASSERT_EQ(rdma_bind_addr(p.listener, sa(any)), 0);
+  EXPECT_EQ(p.listener->verbs, nullptr);  // not bound to a device
+  ASSERT_EQ(rdma_listen(p.listener, 1), 0);
+  // A client on the server device itself, and one on the other device.
+  for (uint32_t src_ip : {kServerIp, kClientIp}) {
+    rdma_cm_id* c;
+    ASSERT_EQ(rdma_create_id(p.cch, &c, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in src = sin_of(src_ip, 0),
+                dst = sin_of(src_ip == kServerIp ? kClientIp : kServerIp, 7009);
+    ASSERT_EQ(rdma_resolve_addr(c, sa(src), sa(dst), 2000), 0);
+    expect(p.cch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(rdma_resolve_route(c, 2000), 0);
+    expect(p.cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    rdma_conn_param cp{};
+    cp.qp_num = 0x42;
+    ASSERT_EQ(rdma_connect(c, &cp), 0);
+    Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(req.id, nullptr);
+    EXPECT_STREQ(ibv_get_device_name(req.id->verbs->device),
+                 src_ip == kServerIp ? "uroce1" : "uroce0");
+    rdma_reject(req.id, nullptr, 0);
+    expect(p.cch, RDMA_CM_EVENT_REJECTED, 28);
+    rdma_destroy_id(req.id);
+    rdma_destroy_id(c);
+  }
+}
+
+TEST(RdmaCm, BadInputIsRefused) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id *id, *id2;
+  EXPECT_EQ(rdma_create_id(ch, &id, nullptr, static_cast<rdma_port_space>(0x77)), -1);
+  EXPECT_EQ(errno, EINVAL);
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(rdma_create_id(ch, &id2, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in foreign = sin_of(0x7f002b99, 7010);  // no uroce device has it
+  EXPECT_EQ(rdma_bind_addr(id, sa(foreign)), -1);
+  EXPECT_EQ(errno, EADDRNOTAVAIL);
+  sockaddr_in s = sin_of(kServerIp, 7010);
+  ASSERT_EQ(rdma_bind_addr(id, sa(s)), 0);
+  EXPECT_EQ(rdma_bind_addr(id2, sa(s)), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+  EXPECT_EQ(rdma_connect(id, nullptr), -1);  // no route resolved
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_accept(id, nullptr), -1);  // not a connection request
+  EXPECT_EQ(errno, EINVAL);
+  uint8_t tos = 0;
+  EXPECT_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 4), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1), 0);
+  uint8_t t = 18;
+  EXPECT_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, 1), 0);
+  EXPECT_EQ(rdma_set_option(id, 9, 0, &t, 1), -1);
+  ibv_qp_attr qa{};
+  int mask = 0;
+  qa.qp_state = IBV_QPS_INIT;
+  ASSERT_EQ(rdma_init_qp_attr(id, &qa, &mask), 0);
+  EXPECT_EQ(mask & (IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS),
+            IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS);
+  EXPECT_EQ(qa.port_num, 1);
+  qa.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(rdma_init_qp_attr(id, &qa, &mask), -1);  // not connecting: no RTR attributes
+  char big[100] = {};
+  rdma_cm_id* c;
+  ASSERT_EQ(rdma_create_id(ch, &c, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in dst = sin_of(kServerIp, 7010);
+  ASSERT_EQ(rdma_resolve_addr(c, nullptr, sa(dst), 1000), 0);
+  expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(c, 1000), 0);
+  expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma_conn_param cp{};
+  cp.private_data = big;
+  cp.private_data_len = 57;  // 92 bytes less the 36-byte IP CM header leaves 56
+  EXPECT_EQ(rdma_connect(c, &cp), -1);
+  EXPECT_EQ(errno, EINVAL);
+  cp.private_data_len = 0;
+  cp.responder_resources = 200;  // above the device's max_qp_rd_atom
+  EXPECT_EQ(rdma_connect(c, &cp), -1);
+  EXPECT_EQ(errno, EINVAL);
+  rdma_destroy_id(c);
+  rdma_destroy_id(id2);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+}
+
+TEST(RdmaCm, MulticastJoinOnAUdId) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_UDP), 0);
+  sockaddr_in s = sin_of(kServerIp, 0);
+  ASSERT_EQ(rdma_bind_addr(id, sa(s)), 0);
+  ibv_qp_init_attr a = qp_attr(IBV_QPT_UD);
+  ASSERT_EQ(rdma_create_qp(id, nullptr, &a), 0);
+  sockaddr_in g = sin_of(0xe0010203, 0);  // 224.1.2.3
+  int ctx = 0;
+  ASSERT_EQ(rdma_join_multicast(id, sa(g), &ctx), 0);
+  rdma_cm_event* e = next(ch);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->event, RDMA_CM_EVENT_MULTICAST_JOIN);
+  EXPECT_EQ(e->param.ud.qp_num, 0xffffffu);
+  EXPECT_EQ(e->param.ud.private_data, &ctx);
+  EXPECT_EQ(e->param.ud.ah_attr.grh.dgid.raw[15], 3);
+  rdma_ack_cm_event(e);
+  EXPECT_EQ(rdma_leave_multicast(id, sa(g)), 0);
+  EXPECT_EQ(rdma_leave_multicast(id, sa(g)), -1);
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+}
+
+}  // namespace
