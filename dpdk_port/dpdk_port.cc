@@ -3,6 +3,8 @@
 #include "dpdk_port/dpdk_port.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <rte_bus.h>
 #include <rte_dev.h>
@@ -37,6 +39,29 @@ std::string format_mac(const Mac& m) {
 }
 
 // "0000:03:00.0" (domain:bus:device.function) or the short "03:00.0".
+// A memif server's socket file left by a process that died (killed, crashed) makes the next
+// server's probe fail with "Address already in use". If nobody listens on it any more, it is
+// stale: remove it. Only for role=server with a filesystem socket (socket-abstract=no).
+void remove_stale_memif_socket(const std::string& dev) {
+  if (dev.rfind("net_memif", 0) != 0 || dev.find("role=server") == std::string::npos ||
+      dev.find("socket-abstract=no") == std::string::npos)
+    return;
+  const size_t at = dev.find("socket=");
+  if (at == std::string::npos) return;
+  const std::string path = dev.substr(at + 7, dev.find(',', at) - (at + 7));
+  sockaddr_un a{};
+  if (path.empty() || path.size() >= sizeof a.sun_path) return;
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.c_str(), path.size());
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const bool refused =
+      connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == ECONNREFUSED;
+  close(fd);
+  if (refused && unlink(path.c_str()) == 0)
+    log().info("dpdk: removed the stale memif socket {} (no server listens on it)", path);
+}
+
 bool is_pci_address(const std::string& dev) {
   std::string d = dev.substr(0, dev.find(','));
   size_t colons = 0, dots = 0;
@@ -84,6 +109,7 @@ bool DpdkPort::setup(std::string* err, int port_id) {
     name_ = opt_.dev.substr(0, opt_.dev.find(','));
     uint16_t id;
     if (rte_eth_dev_get_port_by_name(name_.c_str(), &id) != 0) {
+      remove_stale_memif_socket(opt_.dev);
       if (rte_dev_probe(opt_.dev.c_str()) != 0)
         return fail("cannot probe '" + opt_.dev + "': " + rte_strerror(rte_errno) +
                     " (a vdev string such as net_memif0,role=server,socket=/tmp/m.sock, or a PCI "

@@ -20,6 +20,9 @@ struct QpContext {
   uint32_t remote_ip = 0;  // from ah_attr.grh.dgid, host byte order
   uint32_t mtu = 256;      // path MTU, bytes
   uint16_t src_port = 0;   // UDP source port of every packet of this QP
+  // DSCP of this QP's packets: the DSCP bits of the AV's GRH traffic class when one is set (as
+  // RNICs map it, traffic_class = DSCP << 2), else kDscpPortDefault (the port's configured one).
+  uint8_t dscp = kDscpPortDefault;
 };
 
 // UDP source port for a QPN: RoCEv2 leaves it free for ECMP entropy (Annex A17.5.1.2); the top

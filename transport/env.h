@@ -31,6 +31,11 @@ inline constexpr size_t kTxTailroom = 4;
 
 // DSCP value (RFC 2474) meaning "the port's configured default for data packets".
 inline constexpr uint8_t kDscpPortDefault = 0xff;
+// The DSCP a GRH traffic class asks for: RoCEv2 carries the traffic class in the IPv4 TOS byte
+// (Annex A17.4.5.2), so its upper six bits are the DSCP; 0 (no class set) keeps the port's.
+inline constexpr uint8_t dscp_of_traffic_class(uint8_t tclass) {
+  return tclass == 0 ? kDscpPortDefault : static_cast<uint8_t>(tclass >> 2);
+}
 
 // One outgoing IB packet. The transport fills the routing fields and data[0, len); the port
 // layer adds the ICRC at data[len] and whatever framing it needs in front of data (headroom).

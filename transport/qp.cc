@@ -65,6 +65,7 @@ void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_AV) {
     attr.ah_attr = a.ah_attr;
     gid_to_ipv4(a.ah_attr.grh.dgid, &ctx.remote_ip);  // validated by check_modify
+    ctx.dscp = dscp_of_traffic_class(a.ah_attr.grh.traffic_class);
   }
   if (mask & IBV_QP_PATH_MTU) {
     attr.path_mtu = a.path_mtu;

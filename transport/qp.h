@@ -54,6 +54,7 @@ struct SendWqe {
   uint32_t ud_dst_ip = 0;
   uint32_t ud_remote_qpn = 0;
   uint32_t ud_remote_qkey = 0;
+  uint8_t ud_traffic_class = 0;  // the AH's GRH traffic class (its DSCP bits set the packet's)
   // IBV_WR_BIND_MW: the binding (a local operation: no packet, see send_queue.h).
   MwBind bind;
   uint32_t num_sge = 0;

@@ -357,7 +357,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   buf->dst_ip = ctx.remote_ip;
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnEct0;           // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)
-  buf->dscp = kDscpPortDefault;  // every packet, like ecn: a reused buffer keeps no CNP's DSCP
+  buf->dscp = ctx.dscp;  // every packet, like ecn: a reused buffer keeps no CNP's DSCP
   return ack_req;
 }
 

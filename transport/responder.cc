@@ -491,7 +491,7 @@ bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
   buf->dst_ip = ctx.remote_ip;
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnNotEct;
-  buf->dscp = kDscpPortDefault;
+  buf->dscp = ctx.dscp;
   bool fatal = false;
   switch (r.kind) {
     case Response::Kind::kAck:

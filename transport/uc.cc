@@ -100,7 +100,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       buf->dst_ip = ctx.remote_ip;
       buf->src_port = ctx.src_port;
       buf->ecn = kEcnEct0;
-      buf->dscp = kDscpPortDefault;
+      buf->dscp = ctx.dscp;
       tx.tx_commit(buf);
       ++ctx.counters.sent_pkts;
       ++next_psn_;

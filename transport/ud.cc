@@ -94,7 +94,7 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     buf->dst_ip = e.wqe.ud_dst_ip;
     buf->src_port = ctx.src_port;
     buf->ecn = kEcnEct0;
-    buf->dscp = kDscpPortDefault;
+    buf->dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class);
     tx.tx_commit(buf);
     ++ctx.counters.sent_pkts;
     ++next_psn_;

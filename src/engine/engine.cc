@@ -106,6 +106,7 @@ void Engine::wake_by(transport::Time deadline) {
 
 void Engine::arm_timer(transport::Time deadline) {
   armed_ = deadline;
+  due_.store(deadline, std::memory_order_relaxed);
   itimerspec its{};
   if (deadline != transport::kNever) {
     // A deadline of 0 would disarm the timer; anything in the past fires immediately.
@@ -234,6 +235,20 @@ bool Engine::poll_from_app() {
   if (!rx_guard.owns_lock()) return false;
   std::span<const RxPacket> rx = dp_.rx_burst(monotonic_now());
   if (rx.empty()) {
+    // Nothing received; but a timer may be due (a paced QP's next release, a retransmission,
+    // a coalesced ACK): the polling thread runs it now rather than wait for the engine thread
+    // to be scheduled, which on a loaded machine takes milliseconds.
+    const transport::Time now = monotonic_now();
+    if (due_.load(std::memory_order_relaxed) <= now) {
+      std::lock_guard<std::mutex> g(mu_);
+      if (armed_ <= now) {
+        if (app_passes_) app_passes_->add();
+        bool again = false, link_changed = false;
+        arm_timer(pass(rx, now, &again, &link_changed));
+        if (again || link_changed) kick();
+        return true;
+      }
+    }
     // Receive fault injection may have taken what arrived and held it back (UROCE_FAULTS delay,
     // reorder): the engine thread, which no longer sees the socket readable, must wake for it.
     transport::Time held = dp_.rx_fault_deadline();
@@ -246,8 +261,10 @@ bool Engine::poll_from_app() {
   std::lock_guard<std::mutex> g(mu_);
   if (app_passes_) app_passes_->add();
   bool again = false, link_changed = false;
-  transport::Time next = pass(rx, monotonic_now(), &again, &link_changed);
-  if (next < armed_) arm_timer(next);
+  const transport::Time now = monotonic_now();
+  transport::Time next = pass(rx, now, &again, &link_changed);
+  // A timer the pass just ran must not still wake the engine thread.
+  if (next < armed_ || armed_ <= now) arm_timer(next);
   // The engine thread reports link changes (it runs on_link_change without locks).
   if (again || link_changed) kick();
   return true;

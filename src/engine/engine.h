@@ -104,6 +104,8 @@ class Engine {
   bool rx_watched_ = true;
   void watch_rx(bool on);
   transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
+  // A copy of armed_ that poll_from_app reads without the lock, to see whether a timer is due.
+  std::atomic<transport::Time> due_{transport::kNever};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};
   Counter* engine_passes_ = nullptr;  // under the device lock

@@ -124,6 +124,7 @@ int ud_dest(const ibv_context* ctx, const ibv_send_wr& wr, transport::SendWqe& w
   w.ud_dst_ip = to_v(ah)->dst_ip;
   w.ud_remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
   w.ud_remote_qkey = wr.wr.ud.remote_qkey;
+  w.ud_traffic_class = to_v(ah)->attr.grh.traffic_class;
   return 0;
 }
 
@@ -137,6 +138,7 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
   w.ud_dst_ip = to_v(ah)->dst_ip;
   w.ud_remote_qpn = remote_qpn & 0xffffff;
   w.ud_remote_qkey = remote_qkey;
+  w.ud_traffic_class = to_v(ah)->attr.grh.traffic_class;
 }
 
 int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {

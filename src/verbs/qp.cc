@@ -113,6 +113,7 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   w.compare_add = 0;
   w.swap = 0;
   w.ud_dst_ip = w.ud_remote_qpn = w.ud_remote_qkey = 0;
+  w.ud_traffic_class = 0;
   // Local operations on the key table: no data, no destination (mw.cc, send_queue.h). The
   // scatter/gather list of such a WR is ignored, as by rdma-core providers.
   if (wr.opcode == IBV_WR_LOCAL_INV) {

@@ -12,6 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -324,6 +328,27 @@ TEST(DpdkPortTest, AnMtuThePmdCannotCarryIsRefusedNamingItsLimit) {
   auto p = DpdkPort::open(o, c, &err);
   ASSERT_NE(p, nullptr) << err;
   EXPECT_EQ(p->caps().ip_mtu, 1500u);
+}
+
+TEST(DpdkPortTest, AStaleMemifSocketOfADeadServerIsRemoved) {
+  // A memif server killed before it closed leaves its socket file; the next server must start.
+  const char* path = "/tmp/uroce-dpdk-tests-stale.sock";
+  unlink(path);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strcpy(a.sun_path, path);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  close(fd);  // bound, never listening: what a dead server leaves
+  DpdkPortOptions o;
+  o.dev = std::string("net_memif8,role=server,socket=") + path + ",socket-abstract=no";
+  o.ipv4 = 0x0a4d000a;
+  PortCounters c;
+  std::string err;
+  auto p = DpdkPort::open(o, c, &err);
+  EXPECT_NE(p, nullptr) << err;
+  p.reset();
+  unlink(path);
 }
 
 }  // namespace

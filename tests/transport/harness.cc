@@ -138,6 +138,7 @@ void Node::connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uin
   a.max_dest_rd_atomic = p.rd_atomic;
   a.min_rnr_timer = p.min_rnr_timer;
   a.ah_attr = ah_for(remote_ip);
+  a.ah_attr.grh.traffic_class = p.traffic_class;
   ASSERT_EQ(qp->modify(a,
                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
@@ -348,6 +349,7 @@ std::vector<std::unique_ptr<Crafted>> drain(Node& n) {
     c->buf.dst_ip = b.dst_ip;
     c->buf.src_port = b.src_port;
     c->buf.ecn = b.ecn;
+    c->buf.dscp = b.dscp;
     std::memcpy(c->buf.data, b.data, b.len);
     c->pkt = parsed(c->buf);
     out.push_back(std::move(c));
