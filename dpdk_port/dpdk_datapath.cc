@@ -25,7 +25,21 @@ transport::Time clock_ns() {
          static_cast<transport::Time>(ts.tv_nsec);
 }
 
+// The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d, 16 bytes at g); false for any other.
+bool mapped_gid(const uint8_t* g, uint32_t* ip) {
+  for (int i = 0; i < 10; ++i)
+    if (g[i] != 0) return false;
+  if (g[10] != 0xff || g[11] != 0xff) return false;
+  *ip = uint32_t(g[12]) << 24 | uint32_t(g[13]) << 16 | uint32_t(g[14]) << 8 | g[15];
+  return true;
+}
+
 }  // namespace
+
+// The TxBuf of a transmit mbuf: at the start of its data room.
+const transport::TxBuf* DpdkPort::txbuf_of(const rte_mbuf* m) {
+  return static_cast<const transport::TxBuf*>(m->buf_addr);
+}
 
 rte_mbuf* DpdkPort::mbuf_of(transport::TxBuf* b) {
   // rte_pktmbuf_pool_create with no private area puts the data room right after the mbuf.
@@ -103,10 +117,30 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         rx_mbufs_[rx_count_++] = m;  // the frame points into it until the next burst
         continue;
       }
-      case Kind::kRoceV1:
+      case Kind::kRoceV1: {
+        // uroce's RoCE v1 GIDs are IPv4-mapped (::ffff:a.b.c.d): such a GRH names the sender and
+        // receiver; another GID (a link-local fe80::, say) is no peer uroce can answer.
+        uint32_t src = 0, dst = 0;
+        if (!opt_.roce_v1 || !mapped_gid(c.grh + 8, &src) || !mapped_gid(c.grh + 24, &dst)) {
+          counters_.rx_non_roce.add();
+          break;
+        }
+        if (dst != opt_.ipv4) {
+          counters_.rx_not_for_us.add();
+          break;
+        }
         counters_.rx_roce_v1.add();
-        counters_.rx_non_roce.add();  // RoCE v1 reception is not wired to the pipeline yet
-        break;
+        RxFrame fr;
+        fr.data = c.payload;
+        fr.len = static_cast<uint32_t>(c.payload_len);
+        fr.src_ip = src;
+        fr.dst_ip = dst;
+        fr.tos = c.tos;
+        fr.roce_v1 = true;
+        rx_out_.push_back(fr);
+        rx_mbufs_[rx_count_++] = m;
+        continue;
+      }
       case Kind::kArp:
       case Kind::kIcmpEcho:
       case Kind::kPause:
@@ -165,7 +199,9 @@ bool DpdkPort::handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const C
     std::memcpy(rte_pktmbuf_mtod(pm, uint8_t*), arp.sha.data(), 6);
     ctl_queue_.push_back(pm);
     counters_.sent_pkts.add();
-    counters_.sent_bytes.add(rte_pktmbuf_pkt_len(pm) - roce_v2_header_bytes(opt_.vlan != 0));
+    counters_.sent_bytes.add(rte_pktmbuf_pkt_len(pm) -
+                             (txbuf_of(pm)->roce_v1 ? roce_v1_header_bytes(opt_.vlan != 0)
+                                                    : roce_v2_header_bytes(opt_.vlan != 0)));
   }
   if (arp.op == RTE_ARP_OP_REQUEST && for_us && m->nb_segs == 1) {
     // The reply goes back in the request's own buffer.
@@ -219,28 +255,41 @@ int DpdkPort::priority_of(const transport::TxBuf& b) const {
 rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
   rte_mbuf* m = mbuf_of(b);
   const bool vlan = opt_.vlan != 0;
-  const size_t hdr = roce_v2_header_bytes(vlan);
+  const bool v1 = b->roce_v1;
+  const size_t hdr = v1 ? roce_v1_header_bytes(vlan) : roce_v2_header_bytes(vlan);
   const size_t payload = b->len + transport::kTxTailroom;  // the ICRC is in place after data
   // The headers end where the packet begins, inside the TxBuf's headroom.
   uint8_t* start = reinterpret_cast<uint8_t*>(b) + offsetof(transport::TxBuf, data) - hdr;
-  RoceV2Headers h;
-  h.l2.dst = dst;
-  h.l2.src = mac_;
-  h.l2.vlan = opt_.vlan;
-  h.l2.pcp = static_cast<uint8_t>(priority_of(*b));
-  h.src_ip = opt_.ipv4;
-  h.dst_ip = b->dst_ip;
-  h.tos = static_cast<uint8_t>((b->dscp & 0x3f) << 2 | (b->ecn & 3));
-  h.ip_id = b->ip_id;
-  h.src_port = b->src_port;
-  h.ip_checksum = !tx_ip_csum_offload_;
-  write_roce_v2(start, h, payload);
+  const uint8_t tos = static_cast<uint8_t>((b->dscp & 0x3f) << 2 | (b->ecn & 3));
+  L2 l2;
+  l2.dst = dst;
+  l2.src = mac_;
+  l2.vlan = opt_.vlan;
+  l2.pcp = static_cast<uint8_t>(priority_of(*b));
+  if (v1) {
+    RoceV1Headers h;
+    h.l2 = l2;
+    h.src_ip = opt_.ipv4;
+    h.dst_ip = b->dst_ip;
+    h.traffic_class = tos;  // the GRH carries the class RoCEv2 puts in the TOS byte
+    write_roce_v1(start, h, payload);
+  } else {
+    RoceV2Headers h;
+    h.l2 = l2;
+    h.src_ip = opt_.ipv4;
+    h.dst_ip = b->dst_ip;
+    h.tos = tos;
+    h.ip_id = b->ip_id;
+    h.src_port = b->src_port;
+    h.ip_checksum = !tx_ip_csum_offload_;
+    write_roce_v2(start, h, payload);
+  }
   m->data_off = static_cast<uint16_t>(start - static_cast<uint8_t*>(m->buf_addr));
   m->data_len = static_cast<uint16_t>(hdr + payload);
   m->pkt_len = m->data_len;
   m->nb_segs = 1;
   m->next = nullptr;
-  if (tx_ip_csum_offload_) {
+  if (tx_ip_csum_offload_ && !v1) {
     m->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
     m->l2_len = static_cast<uint64_t>(kEthBytes + (vlan ? kVlanBytes : 0));
     m->l3_len = kIpv4Bytes;

@@ -214,6 +214,7 @@ bool DpdkPort::setup(std::string* err, int port_id) {
     if (fd >= 0 && rte_eth_dev_rx_intr_disable(port_id_, 0) == 0) rx_intr_fd_ = fd;
   }
   caps_.ip_mtu = mtu;
+  caps_.roce_v1 = opt_.roce_v1;
   // A memif link is a peer process: down until it connects. uroce reports such a port ACTIVE
   // from the start and follows the link once the peer has connected, so a program that checks
   // the port state at open (perftest) runs whichever side starts first.

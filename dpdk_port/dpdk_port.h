@@ -83,6 +83,7 @@ class DpdkPort : public Port {
 
   // --- datapath (dpdk_datapath.cc) ---
   static rte_mbuf* mbuf_of(transport::TxBuf* b);
+  static const transport::TxBuf* txbuf_of(const rte_mbuf* m);
   // Frames a RoCE packet in place (its dst MAC known) and returns its mbuf.
   rte_mbuf* frame(transport::TxBuf* b, const Mac& dst);
   // The next hop of an address: itself on the subnet (or a group), else the gateway.

@@ -23,6 +23,8 @@ struct QpContext {
   // DSCP of this QP's packets: the DSCP bits of the AV's GRH traffic class when one is set (as
   // RNICs map it, traffic_class = DSCP << 2), else kDscpPortDefault (the port's configured one).
   uint8_t dscp = kDscpPortDefault;
+  // The AV names the RoCE v1 GID (sgid_index kRoceV1GidIndex): the QP's packets go as RoCE v1.
+  bool roce_v1 = false;
 };
 
 // UDP source port for a QPN: RoCEv2 leaves it free for ECMP entropy (Annex A17.5.1.2); the top

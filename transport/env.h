@@ -29,6 +29,10 @@ inline constexpr size_t kTxHeadroom = 64;
 // The ICRC's four bytes, appended in place after the packet by the port layer.
 inline constexpr size_t kTxTailroom = 4;
 
+// The GID index of a device's RoCE v1 GID, where it has one (a DPDK device with roce_v1=1; the
+// same IPv4-mapped value as index 0, the RoCEv2 GID, as ConnectX devices list both types).
+inline constexpr uint8_t kRoceV1GidIndex = 1;
+
 // DSCP value (RFC 2474) meaning "the port's configured default for data packets".
 inline constexpr uint8_t kDscpPortDefault = 0xff;
 // The DSCP a GRH traffic class asks for: RoCEv2 carries the traffic class in the IPv4 TOS byte
@@ -49,6 +53,10 @@ struct TxBuf {
   // class of their own (CNPs, a QP's GRH traffic_class).
   uint8_t dscp = kDscpPortDefault;
   uint32_t len = 0;  // bytes used in data (BTH .. pad), without the ICRC
+  // RoCE v1 (IBTA Annex A16: Ethernet and a GRH, no IP/UDP) instead of RoCEv2: the QP's AV (or
+  // the UD AH) uses the device's RoCE v1 GID (kRoceV1GidIndex). Only ports with
+  // PortCaps::roce_v1 carry it.
+  bool roce_v1 = false;
   // IPv4 Identification the packet leaves with, chosen by the port before the ICRC (which covers
   // it) is computed. Not the transport's business.
   uint16_t ip_id = 0;
@@ -74,6 +82,7 @@ struct RxInfo {
   uint32_t dst_ip = 0;
   uint16_t src_port = 0;
   uint8_t ecn = kEcnNotEct;
+  bool roce_v1 = false;  // it came as RoCE v1 (GRH; src/dst are its GIDs' IPv4 addresses)
 };
 
 // Result of resolving a memory key. Each failure is a distinct cause because the transport maps

@@ -66,6 +66,7 @@ void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
     attr.ah_attr = a.ah_attr;
     gid_to_ipv4(a.ah_attr.grh.dgid, &ctx.remote_ip);  // validated by check_modify
     ctx.dscp = dscp_of_traffic_class(a.ah_attr.grh.traffic_class);
+    ctx.roce_v1 = a.ah_attr.grh.sgid_index == kRoceV1GidIndex;
   }
   if (mask & IBV_QP_PATH_MTU) {
     attr.path_mtu = a.path_mtu;
@@ -183,6 +184,7 @@ void Qp::Impl::write_cnp(TxBuf* buf) {
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnNotEct;  // a CNP is not ECN-capable: marking it would say nothing
   buf->dscp = init.cc.np.cnp_dscp;
+  buf->roce_v1 = ctx.roce_v1;  // Annex A17.9.3 defines the CNP for RoCE v1 too
 }
 
 bool Qp::Impl::paced_work() const {

@@ -55,6 +55,7 @@ struct SendWqe {
   uint32_t ud_remote_qpn = 0;
   uint32_t ud_remote_qkey = 0;
   uint8_t ud_traffic_class = 0;  // the AH's GRH traffic class (its DSCP bits set the packet's)
+  bool ud_roce_v1 = false;       // the AH names the RoCE v1 GID (kRoceV1GidIndex)
   // IBV_WR_BIND_MW: the binding (a local operation: no packet, see send_queue.h).
   MwBind bind;
   uint32_t num_sge = 0;

@@ -101,6 +101,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       buf->src_port = ctx.src_port;
       buf->ecn = kEcnEct0;
       buf->dscp = ctx.dscp;
+      buf->roce_v1 = ctx.roce_v1;
       tx.tx_commit(buf);
       ++ctx.counters.sent_pkts;
       ++next_psn_;

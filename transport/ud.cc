@@ -34,6 +34,20 @@ constexpr uint32_t kIpUdpBytes = 28;
 
 void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]) {
   std::memset(out, 0, kGrhBytes);
+  if (rx.roce_v1) {
+    // RoCE v1 carried a real GRH (IBTA 8.3.1): version 6, the traffic class (its ECN bits are
+    // what the port reports), PayLen (what followed the GRH, ICRC included), NxtHdr 0x1B (the
+    // BTH), a hop limit, and the GIDs — uroce's v1 GIDs are IPv4-mapped (::ffff:a.b.c.d).
+    put32(out, 6u << 28 | uint32_t(rx.ecn & 3) << 20);
+    put16(out + 4, static_cast<uint16_t>(ib_len + wire::kIcrcBytes));
+    out[6] = 0x1b;
+    out[7] = 64;
+    out[18] = out[19] = 0xff;
+    put32(out + 20, rx.src_ip);
+    out[34] = out[35] = 0xff;
+    put32(out + 36, rx.dst_ip);
+    return;
+  }
   uint8_t* ip = out + kGrhIpv4Offset;
   ip[0] = 0x45;        // version 4, 5 words
   ip[1] = rx.ecn & 3;  // DSCP is not visible on the socket datapath; ECN is
@@ -95,6 +109,7 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     buf->src_port = ctx.src_port;
     buf->ecn = kEcnEct0;
     buf->dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class);
+    buf->roce_v1 = e.wqe.ud_roce_v1;
     tx.tx_commit(buf);
     ++ctx.counters.sent_pkts;
     ++next_psn_;

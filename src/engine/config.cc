@@ -221,10 +221,7 @@ bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err)
       c.neighbours.push_back(nb);
     } else if (key == "roce_v1") {
       if (val != "0" && val != "1") return bad("not 0 or 1");
-      // The port parses RoCE v1 frames (and counts them, rx_roce_v1) but the verbs and transport
-      // do not offer a RoCE v1 GID yet: say so rather than accept it and speak only v2.
-      if (val == "1") return bad("RoCE v1 is not implemented yet (docs/verbs.md)");
-      c.roce_v1 = false;
+      c.roce_v1 = val == "1";
     } else {
       if (err)
         *err = "unknown dpdk key '" + std::string(key) +

@@ -114,6 +114,7 @@ std::span<const RxPacket> Datapath::rx_burst(transport::Time now) {
     fr.dont_fragment = f.dont_fragment;
     fr.ip_id = f.ip_id;
     fr.truncated = f.truncated;
+    fr.roce_v1 = f.roce_v1;
     rx_faults_->offer(std::move(fr), now, rx_frames_);
   }
   if (rx_faults_) {
@@ -130,6 +131,7 @@ std::span<const RxPacket> Datapath::rx_burst(transport::Time now) {
       meta.ip_id_known = fr.ip_id_known;
       meta.dont_fragment = fr.dont_fragment;
       meta.ip_id = fr.ip_id;
+      meta.roce_v1 = fr.roce_v1;
       accept(fr.bytes.data(), fr.bytes.size(), meta);
     }
   }
@@ -155,7 +157,9 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
   f.src_port = meta.src_port;
   f.dst_port = meta.dst_port;
   bool icrc_ok;
-  if (meta.ip_id_known) {
+  if (meta.roce_v1) {
+    icrc_ok = wire::icrc_grh(meta.src_ip, meta.dst_ip, {buf, ib_len}) == received;
+  } else if (meta.ip_id_known) {
     f.ip_id = meta.ip_id;
     f.dont_fragment = meta.dont_fragment;
     icrc_ok = wire::icrc(f, {buf, ib_len}) == received;
@@ -164,9 +168,10 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     f.dont_fragment = true;
     icrc_ok = wire::icrc_matches_some_ip_id(f, {buf, ib_len}, received, &f.ip_id);
   }
-  if (pcap_) {
+  if (pcap_ && !meta.roce_v1) {
     // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
-    // a packet no ID validates is written with ID 0, and its ICRC shows as bad.
+    // a packet no ID validates is written with ID 0, and its ICRC shows as bad. (The capture's
+    // records are IPv4 datagrams: RoCE v1 frames are not written; capture the interface.)
     pcap_->write(f, meta.tos, {buf, ib_len}, buf + ib_len);
   }
   if (!icrc_ok) {
@@ -184,6 +189,7 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
   out.info.dst_ip = meta.dst_ip;
   out.info.src_port = meta.src_port;
   out.info.ecn = meta.tos & 3;
+  out.info.roce_v1 = meta.roce_v1;
   out.ip_id = f.ip_id;
   if (f.ip_id != 0) counters_.rx_foreign_ip_id.add();
   if (out.info.ecn == transport::kEcnCe) counters_.rcvd_ecn_ce.add();
@@ -196,7 +202,9 @@ transport::TxBuf* Datapath::tx_alloc() {
 void Datapath::tx_commit(transport::TxBuf* buf) {
   // A length no packet has is a transport bug: refuse it rather than send garbage or read
   // outside the buffer.
-  if (buf->len < wire::kBthBytes || buf->len > transport::kMaxIbPacket) {
+  // RoCE v1 on a port without Ethernet framing cannot be sent (the verbs offer no v1 GID there).
+  if (buf->len < wire::kBthBytes || buf->len > transport::kMaxIbPacket ||
+      (buf->roce_v1 && !port_->caps().roce_v1)) {
     counters_.port.tx_errors.add();
     port_->tx_free(buf);
     return;
@@ -221,6 +229,11 @@ size_t Datapath::tx_flush(transport::Time now) {
   if (queue_.empty()) return 0;
   port_->tx_prepare(queue_, /*batch=*/true);
   for (transport::TxBuf* b : queue_) {
+    if (b->roce_v1) {
+      wire::store_le32(b->data + b->len,
+                       wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}));
+      continue;
+    }
     const wire::Ipv4UdpFraming f = tx_framing(*b);
     wire::store_le32(b->data + b->len, wire::icrc(f, {b->data, b->len}));
     // Captured as sent: each packet with the IP ID its ICRC was computed for.
@@ -244,9 +257,13 @@ size_t Datapath::tx_flush_faulty(transport::Time now) {
     FaultFrame fr;
     fr.bytes.resize(b->len + wire::kIcrcBytes);
     std::memcpy(fr.bytes.data(), b->data, b->len);
-    wire::store_le32(fr.bytes.data() + b->len, wire::icrc(f, {b->data, b->len}));
+    fr.roce_v1 = b->roce_v1;
+    wire::store_le32(fr.bytes.data() + b->len,
+                     b->roce_v1 ? wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len})
+                                : wire::icrc(f, {b->data, b->len}));
     // Captured as uroce sent it, before the injected faults (which stand for the wire).
-    if (pcap_) pcap_->write(f, tos_of(*b), {b->data, b->len}, fr.bytes.data() + b->len);
+    if (pcap_ && !b->roce_v1)
+      pcap_->write(f, tos_of(*b), {b->data, b->len}, fr.bytes.data() + b->len);
     fr.addr = b->dst_ip;
     fr.port = b->src_port;
     fr.tos = tos_of(*b);
@@ -276,6 +293,7 @@ void Datapath::send_frames(std::vector<FaultFrame>& frames) {
       b->src_port = fr.port;
       b->ecn = fr.tos & 3;
       b->dscp = fr.tos >> 2;
+      b->roce_v1 = fr.roce_v1;
       burst.push_back(b);
     }
     if (burst.empty()) break;  // the port has no buffer at all: nothing can be sent

@@ -71,6 +71,8 @@ class Device : private Engine::Client, private transport::EventSink {
   uint64_t guid() const;                       // derived from the address; host byte order
   // GID index 0: the RoCEv2 GID of the address, IPv4-mapped ::ffff:a.b.c.d (Annex A17.4.5.1).
   ibv_gid gid() const;
+  // The port carries RoCE v1 too: the GID table lists gid() again at transport::kRoceV1GidIndex.
+  bool roce_v1() const { return dp_ && dp_->port().caps().roce_v1; }
 
   std::mutex& lock() { return mu_; }
 

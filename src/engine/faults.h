@@ -40,6 +40,7 @@ struct FaultFrame {
   bool dont_fragment = true;
   uint16_t ip_id = 0;
   bool truncated = false;  // rx: the port cut it short (MSG_TRUNC)
+  bool roce_v1 = false;    // RoCE v1 (GRH) rather than RoCEv2
 };
 
 // Counters one injector increments; any may be null. The owner keeps them alive.

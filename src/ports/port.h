@@ -49,6 +49,8 @@ struct PortCaps {
   // arms them, else on a timer). wait_fds() are then receive-interrupt fds, readable only while
   // armed.
   bool poll_mode = false;
+  // The port frames Ethernet itself and carries RoCE v1 (GRH, EtherType 0x8915) besides v2.
+  bool roce_v1 = false;
 };
 
 // One received RoCE datagram: the UDP payload (IB packet, then the ICRC) and what the port knows
@@ -66,6 +68,9 @@ struct RxFrame {
   bool ip_id_known = false;
   bool dont_fragment = true;
   uint16_t ip_id = 0;
+  // RoCE v1: data is BTH .. ICRC after a GRH whose IPv4-mapped GIDs gave src_ip / dst_ip (ports
+  // and IP ID do not apply); tos holds the GRH traffic class.
+  bool roce_v1 = false;
 };
 
 class Port {

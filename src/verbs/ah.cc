@@ -51,9 +51,13 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     return nullptr;
   }
   uint32_t ip = 0;
-  // One port, one GID (index 0); RoCE needs the GRH, and the ports reach IPv4 only.
-  if (!attr->is_global || attr->grh.sgid_index != 0 || !gid_ipv4(attr->grh.dgid, &ip) ||
-      (attr->port_num != 0 && attr->port_num != 1)) {
+  // One port, one GID (index 0; index 1 is the RoCE v1 GID where the port carries v1); RoCE needs
+  // the GRH, and the ports reach IPv4 only.
+  const bool v1_ok = to_v(pd->context)->dev->roce_v1();
+  if (!attr->is_global ||
+      (attr->grh.sgid_index != 0 &&
+       !(v1_ok && attr->grh.sgid_index == transport::kRoceV1GidIndex)) ||
+      !gid_ipv4(attr->grh.dgid, &ip) || (attr->port_num != 0 && attr->port_num != 1)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -93,7 +97,23 @@ int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_
     errno = EINVAL;
     return -1;
   }
-  const uint8_t* ip = reinterpret_cast<const uint8_t*>(grh) + 20;
+  const uint8_t* raw = reinterpret_cast<const uint8_t*>(grh);
+  if ((raw[0] >> 4) == 6) {
+    // RoCE v1: the GRH itself (IBTA 8.3.1). Answer from the v1 GID to its SGID.
+    std::memset(ah_attr, 0, sizeof *ah_attr);
+    ah_attr->dlid = wc->slid;
+    ah_attr->sl = wc->sl;
+    ah_attr->src_path_bits = wc->dlid_path_bits;
+    ah_attr->port_num = port;
+    ah_attr->is_global = 1;
+    std::memcpy(ah_attr->grh.dgid.raw, raw + 8, 16);
+    ah_attr->grh.sgid_index = transport::kRoceV1GidIndex;
+    ah_attr->grh.hop_limit = 0xff;
+    ah_attr->grh.traffic_class = static_cast<uint8_t>((raw[0] << 4) | (raw[1] >> 4));
+    ah_attr->grh.flow_label = (uint32_t(raw[1] & 0xf) << 16) | uint32_t(raw[2]) << 8 | raw[3];
+    return 0;
+  }
+  const uint8_t* ip = raw + 20;
   if (ip[0] != 0x45 || ipv4_sum(ip) != 0) {
     errno = EINVAL;
     return -1;
@@ -125,6 +145,7 @@ int ud_dest(const ibv_context* ctx, const ibv_send_wr& wr, transport::SendWqe& w
   w.ud_remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
   w.ud_remote_qkey = wr.wr.ud.remote_qkey;
   w.ud_traffic_class = to_v(ah)->attr.grh.traffic_class;
+  w.ud_roce_v1 = to_v(ah)->attr.grh.sgid_index == transport::kRoceV1GidIndex;
   return 0;
 }
 
@@ -139,6 +160,7 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
   w.ud_remote_qpn = remote_qpn & 0xffffff;
   w.ud_remote_qkey = remote_qkey;
   w.ud_traffic_class = to_v(ah)->attr.grh.traffic_class;
+  w.ud_roce_v1 = to_v(ah)->attr.grh.sgid_index == transport::kRoceV1GidIndex;
 }
 
 int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {

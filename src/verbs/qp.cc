@@ -46,7 +46,11 @@ Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
     const ibv_ah_attr& ah = a.ah_attr;
     // RoCE addresses by GID: GRH required (Annex A16/A17).
     if (!ah.is_global) return {IBV_QP_AV, "ah_attr.is_global is 0: RoCE needs the GRH"};
-    if (ah.grh.sgid_index != 0) return {IBV_QP_AV, "ah_attr.grh.sgid_index must be 0"};
+    if (ah.grh.sgid_index != 0 &&
+        !(ah.grh.sgid_index == transport::kRoceV1GidIndex && qp->ctx->dev->roce_v1()))
+      return {IBV_QP_AV, qp->ctx->dev->roce_v1()
+                             ? "ah_attr.grh.sgid_index must be 0 (RoCEv2) or 1 (RoCE v1)"
+                             : "ah_attr.grh.sgid_index must be 0"};
     if (!is_v4_mapped(ah.grh.dgid))  // IPv6 GIDs are not configured
       return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
     if (ah.port_num != 0 && ah.port_num != 1) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
@@ -114,6 +118,7 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   w.swap = 0;
   w.ud_dst_ip = w.ud_remote_qpn = w.ud_remote_qkey = 0;
   w.ud_traffic_class = 0;
+  w.ud_roce_v1 = false;
   // Local operations on the key table: no data, no destination (mw.cc, send_queue.h). The
   // scatter/gather list of such a WR is ignored, as by rdma-core providers.
   if (wr.opcode == IBV_WR_LOCAL_INV) {

@@ -20,8 +20,13 @@
 namespace uroce::verbs {
 namespace {
 
-constexpr uint8_t kPort = 1;      // a uroce device has one port
-constexpr int kGidTableLen = 1;   // index 0: the IPv4-mapped RoCEv2 GID of the device address
+constexpr uint8_t kPort = 1;  // a uroce device has one port
+// The GID table: index 0 is the IPv4-mapped RoCEv2 GID of the device address; a device whose port
+// carries RoCE v1 (DPDK, roce_v1=1) lists the same GID again at index 1 (transport's
+// kRoceV1GidIndex) as type RoCE v1, as ConnectX devices list each address once per type.
+int gid_table_len(const VContext* c) {
+  return c->dev->roce_v1() ? 2 : 1;
+}
 constexpr int kPkeyTableLen = 1;  // index 0: the default P_Key (RoCE has no partitions)
 constexpr uint16_t kDefaultPkey = 0xffff;
 constexpr uint8_t kLocalCaAckDelay = 15;   // 4.096 us * 2^15 ≈ 134 ms, IBTA 14.2.5.6
@@ -84,8 +89,8 @@ int fill_device_attr(VContext* c, ibv_device_attr* a) {
   return 0;
 }
 
-bool valid_gid_index(uint8_t port, long index) {
-  return port == kPort && index >= 0 && index < kGidTableLen;
+bool valid_gid_index(const VContext* c, uint8_t port, long index) {
+  return port == kPort && index >= 0 && index < gid_table_len(c);
 }
 
 void fill_gid_entry(VContext* c, uint32_t index, ibv_gid_entry* e) {
@@ -93,7 +98,7 @@ void fill_gid_entry(VContext* c, uint32_t index, ibv_gid_entry* e) {
   e->gid = c->dev->gid();  // ::ffff:a.b.c.d of the device address
   e->gid_index = index;
   e->port_num = kPort;
-  e->gid_type = IBV_GID_TYPE_ROCE_V2;
+  e->gid_type = index == transport::kRoceV1GidIndex ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
   e->ndev_ifindex = c->udev->cfg.netdev.empty() ? 0 : if_nametoindex(c->udev->cfg.netdev.c_str());
 }
 
@@ -133,7 +138,7 @@ int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_
   p.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   p.max_mtu = IBV_MTU_4096;
   p.active_mtu = mtu_enum(c->dev->mtu_bytes());
-  p.gid_tbl_len = kGidTableLen;
+  p.gid_tbl_len = gid_table_len(c);
   // IP-based GIDs: the GID table is derived from the device's IP address (RoCEv2).
   p.port_cap_flags = IBV_PORT_IP_BASED_GIDS;
   p.max_msg_sz = DeviceLimits::kMaxMsgSize;
@@ -148,14 +153,15 @@ int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_
 }
 
 int query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gid* gid) {
-  if (!gid || !valid_gid_index(port, index)) return EINVAL;
+  if (!gid || !valid_gid_index(to_v(ctx), port, index)) return EINVAL;
   *gid = to_v(ctx)->dev->gid();
   return 0;
 }
 
 int query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry,
                  uint32_t flags, size_t entry_size) {
-  if (flags || !entry || port > 0xff || !valid_gid_index(static_cast<uint8_t>(port), index))
+  if (flags || !entry || port > 0xff ||
+      !valid_gid_index(to_v(ctx), static_cast<uint8_t>(port), index))
     return EINVAL;
   ibv_gid_entry e;
   fill_gid_entry(to_v(ctx), index, &e);
@@ -168,20 +174,22 @@ ssize_t query_gid_table(ibv_context* ctx, ibv_gid_entry* entries, size_t max_ent
   if (flags) return -EINVAL;
   // entry_size is the caller's array stride; it must hold at least the fields uroce fills.
   if (!entries || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
-  if (max_entries < static_cast<size_t>(kGidTableLen)) return -EINVAL;
+  const int len = gid_table_len(to_v(ctx));
+  if (max_entries < static_cast<size_t>(len)) return -EINVAL;
   auto* out = reinterpret_cast<uint8_t*>(entries);
-  for (int i = 0; i < kGidTableLen; ++i) {
+  for (int i = 0; i < len; ++i) {
     ibv_gid_entry e;
     fill_gid_entry(to_v(ctx), i, &e);
     std::memset(out + i * entry_size, 0, entry_size);
     std::memcpy(out + i * entry_size, &e, sizeof e);
   }
-  return kGidTableLen;
+  return len;
 }
 
-int query_gid_type_sysfs(ibv_context*, uint8_t port, unsigned index, int* type) {
-  if (!type || !valid_gid_index(port, index)) return EINVAL;
-  *type = 1;  // IBV_GID_TYPE_SYSFS_ROCE_V2 in rdma-core's private enum
+int query_gid_type_sysfs(ibv_context* ctx, uint8_t port, unsigned index, int* type) {
+  if (!type || !valid_gid_index(to_v(ctx), port, index)) return EINVAL;
+  // rdma-core's private enum: IBV_GID_TYPE_SYSFS_IB_ROCE_V1 = 0, IBV_GID_TYPE_SYSFS_ROCE_V2 = 1.
+  *type = index == transport::kRoceV1GidIndex ? 0 : 1;
   return 0;
 }
 

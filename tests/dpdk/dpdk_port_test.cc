@@ -51,8 +51,9 @@ class DpdkRingTest : public ::testing::Test {
     ASSERT_NE(pool_, nullptr);
   }
 
-  // Makes the ring pair and both ports. `tweak` adjusts A's options.
-  void make(void (*tweak_a)(DpdkPortOptions&) = nullptr) {
+  // Makes the ring pair and both ports. `tweak_a` and `tweak_b` adjust each side's options.
+  void make(void (*tweak_a)(DpdkPortOptions&) = nullptr,
+            void (*tweak_b)(DpdkPortOptions&) = nullptr) {
     static int n = 0;
     const std::string id = std::to_string(n++);
     rte_ring* r1 = rte_ring_create(("r1_" + id).c_str(), 1024, SOCKET_ID_ANY, 0);
@@ -70,6 +71,7 @@ class DpdkRingTest : public ::testing::Test {
     ob.has_mac = true;
     ob.mac = kMacB;
     if (tweak_a) tweak_a(oa);
+    if (tweak_b) tweak_b(ob);
     open(a_, oa, pa, r1, r2);
     open(b_, ob, pb, r2, r1);
   }
@@ -87,8 +89,8 @@ class DpdkRingTest : public ::testing::Test {
   }
 
   // Queues one RoCE SEND ONLY from `s` to `dst` with PSN `psn`.
-  static void send(Side& s, uint32_t dst, uint32_t psn,
-                   uint8_t dscp = transport::kDscpPortDefault) {
+  static void send(Side& s, uint32_t dst, uint32_t psn, uint8_t dscp = transport::kDscpPortDefault,
+                   bool roce_v1 = false) {
     transport::TxBuf* b = s.dp->tx_alloc();
     ASSERT_NE(b, nullptr);
     uint8_t payload[64];
@@ -99,6 +101,7 @@ class DpdkRingTest : public ::testing::Test {
     b->src_port = 0xc001;
     b->ecn = transport::kEcnEct0;
     b->dscp = dscp;
+    b->roce_v1 = roce_v1;
     s.dp->tx_commit(b);
     s.dp->tx_flush(monotonic_now());
   }
@@ -288,6 +291,66 @@ TEST_F(DpdkRingTest, VlanTagCarriesThePriority) {
   }
   EXPECT_EQ((out[0][14] << 8 | out[0][15]), 3 << 13 | 42);  // data: the RoCE priority
   EXPECT_EQ((out[1][14] << 8 | out[1][15]), 6 << 13 | 42);  // DSCP 48: priority 6
+}
+
+// RoCE v1 (roce_v1=1): EtherType 0x8915, a GRH with IPv4-mapped GIDs, the ICRC over the GRH; the
+// receiver checks that ICRC exactly and hands the packet up marked as v1.
+TEST_F(DpdkRingTest, RoceV1FramesCarryAGrhAndAnExactIcrc) {
+  auto v1 = [](DpdkPortOptions& o) {
+    o.roce_v1 = true;
+    o.neighbours.push_back({o.ipv4 == kIpA ? kIpB : kIpA, o.ipv4 == kIpA ? kMacB : kMacA});
+  };
+  make(v1, v1);
+  EXPECT_TRUE(a_.port->caps().roce_v1);
+  send(a_, kIpB, 40, 26, /*roce_v1=*/true);
+  auto out = take(a_);
+  ASSERT_EQ(out.size(), 1u);
+  const std::vector<uint8_t>& f = out[0];
+  ASSERT_EQ(f.size(), 14u + 40 + 12 + 64 + 4);
+  EXPECT_EQ(f[12] << 8 | f[13], 0x8915);
+  const uint8_t* g = f.data() + 14;
+  EXPECT_EQ(g[0] >> 4, 6);                                // IPVer
+  EXPECT_EQ((g[0] & 0xf) << 4 | g[1] >> 4, 26 << 2 | 2);  // TClass: DSCP 26, ECT(0)
+  EXPECT_EQ(g[4] << 8 | g[5], 12 + 64 + 4);               // PayLen
+  EXPECT_EQ(g[6], 0x1b);                                  // NxtHdr: BTH
+  const uint8_t mapped_b[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0x4d, 0, 2};
+  EXPECT_EQ(std::memcmp(g + 24, mapped_b, 16), 0);  // DGID ::ffff:10.77.0.2
+  const std::span<const uint8_t> ib(f.data() + 54, 12 + 64);
+  EXPECT_EQ(wire::load_le32(f.data() + 54 + 76), wire::icrc_grh(kIpA, kIpB, ib));
+  inject(b_, f.data(), f.size());
+  auto got = b_.dp->rx_burst(monotonic_now());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].pkt.bth.psn, 40u);
+  EXPECT_TRUE(got[0].info.roce_v1);
+  EXPECT_EQ(got[0].info.src_ip, kIpA);
+  EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 0u);
+  EXPECT_EQ(b_.c.port.rx_roce_v1.get(), 1u);
+  // The same frame with one payload bit flipped is dropped for its ICRC.
+  std::vector<uint8_t> bad = f;
+  bad[54 + 20] ^= 1;
+  inject(b_, bad.data(), bad.size());
+  EXPECT_TRUE(b_.dp->rx_burst(monotonic_now()).empty());
+  EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 1u);
+}
+
+// Without roce_v1 a port neither sends v1 (the packet is counted as a transmit error) nor takes
+// v1 frames up (they count as not RoCE).
+TEST_F(DpdkRingTest, RoceV1IsRefusedOnAPortWithoutIt) {
+  make([](DpdkPortOptions& o) {
+    o.roce_v1 = true;
+    o.neighbours.push_back({kIpB, kMacB});
+  });
+  EXPECT_FALSE(b_.port->caps().roce_v1);
+  send(a_, kIpB, 41, transport::kDscpPortDefault, /*roce_v1=*/true);
+  auto out = take(a_);
+  ASSERT_EQ(out.size(), 1u);
+  inject(b_, out[0].data(), out[0].size());
+  EXPECT_TRUE(b_.dp->rx_burst(monotonic_now()).empty());
+  EXPECT_EQ(b_.c.port.rx_non_roce.get(), 1u);
+  const uint64_t errors = b_.c.port.tx_errors.get();
+  send(b_, kIpA, 42, transport::kDscpPortDefault, /*roce_v1=*/true);
+  EXPECT_EQ(b_.c.port.tx_errors.get(), errors + 1);
+  EXPECT_TRUE(take(b_).empty());
 }
 
 TEST_F(DpdkRingTest, NeighbourThatNeverAnswersFailsAndItsPacketsAreDropped) {

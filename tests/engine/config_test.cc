@@ -279,7 +279,7 @@ TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {
   auto r = parse_devices(
       "u0=dpdk(dev=net_memif0,role=server,socket=/tmp/m.sock;ip=10.9.0.1/24;gw=10.9.0.254;"
       "mac=02:00:00:00:00:aa;vlan=7;prio=5;dscp=24;mtu=9000;neigh=10.9.0.2@02:00:00:00:00:bb;"
-      "eal=--log-level=8 -m 512),u1=127.0.0.2",
+      "roce_v1=1;eal=--log-level=8 -m 512),u1=127.0.0.2",
       &err);
   ASSERT_TRUE(r.has_value()) << err;
   ASSERT_EQ(r->size(), 2u);
@@ -295,6 +295,7 @@ TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {
   EXPECT_EQ(d.dpdk.priority, 5);
   EXPECT_EQ(d.dscp, 24);
   EXPECT_EQ(d.dpdk.mtu, 9000u);
+  EXPECT_TRUE(d.dpdk.roce_v1);
   ASSERT_EQ(d.dpdk.neighbours.size(), 1u);
   EXPECT_EQ(d.dpdk.neighbours[0].ip, 0x0a090002u);
   EXPECT_EQ(d.dpdk.eal_args, (std::vector<std::string>{"--log-level=8", "-m", "512"}));
@@ -324,7 +325,7 @@ TEST(ConfigTest, RejectsBadDpdkFieldsNamingThem) {
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mtu=100)", "mtu='100'");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;colour=blue)",
                        "unknown dpdk key 'colour'");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;roce_v1=1)", "not implemented");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;roce_v1=yes)", "roce_v1='yes'");
 }
 
 }  // namespace

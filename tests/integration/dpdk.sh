@@ -14,7 +14,9 @@
 # packet, valid IPv4 checksums, DSCP 26 / ECT(0) on data, the VLAN priority);
 # PING=1 (the kernel across the veth pings the DPDK device first and must learn its MAC);
 # PAUSE=1 (PFC frames for priority 3 are injected from the far side during the run: the DPDK side
-# must hold its data for them, seen in its counters and as a gap in the capture).
+# must hold its data for them, seen in its counters and as a gap in the capture);
+# ROCE_V1=1 (memif, veth: both DPDK devices with roce_v1=1, the program on GID index 1, so every
+# packet is RoCE v1, EtherType 0x8915 with a GRH; the capture check then reads the GRH).
 # The namespace set-ups need root (exit 77, a skip, without it).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,6 +44,7 @@ dpdk_spec() {  # dpdk_spec DEV IP MAC
   local extra=""
   [[ -n ${VLAN:-} ]] && extra+=";vlan=$VLAN"
   [[ -n ${MTU:-} ]] && extra+=";mtu=$MTU"
+  [[ -n ${ROCE_V1:-} ]] && extra+=";roce_v1=1"
   echo "uroce0=dpdk(dev=$1;ip=$2/24;mac=$3$extra)"
 }
 
@@ -54,8 +57,8 @@ case $setup in
     sock=/tmp/uroce-memif-$idx.sock
     rm -f "$sock"
     # memif's server role creates the socket: it is the side the program's client connects to.
-    export SERVER_DEVICES="uroce0=dpdk(dev=net_memif0,role=server,socket=$sock,socket-abstract=no;ip=$net.1/24${MTU:+;mtu=$MTU})"
-    export CLIENT_DEVICES="uroce0=dpdk(dev=net_memif0,role=client,socket=$sock,socket-abstract=no;ip=$net.2/24${MTU:+;mtu=$MTU})"
+    export SERVER_DEVICES="uroce0=dpdk(dev=net_memif0,role=server,socket=$sock,socket-abstract=no;ip=$net.1/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
+    export CLIENT_DEVICES="uroce0=dpdk(dev=net_memif0,role=client,socket=$sock,socket-abstract=no;ip=$net.2/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
     srv_tcp=127.0.0.1
     ;;
   veth | d2u | u2d)
@@ -187,14 +190,22 @@ if [[ -n ${CAPTURE:-} && -n $cap_pid && -z $fail ]]; then
   [[ $setup == veth || $setup == d2u ]] && dpdk_ips+=("$net.1")
   [[ $setup == veth || $setup == u2d ]] && dpdk_ips+=("$net.2")
   # One pass over the capture: per RoCE or malformed packet its source, opcode, IPv4 checksum
-  # status (tshark: 0 bad, 1 good), DSCP, ECN, VLAN id and priority, and whether it is malformed.
+  # status (tshark: 0 bad, 1 good), DSCP, ECN, VLAN id and priority, whether it is malformed, and
+  # for RoCE v1 the GRH's source GID and traffic class and the EtherType. A v1 packet's source
+  # and DSCP/ECN are then taken from its GRH (column 1, 4, 5), so the checks below read both.
   tshark -r "$cap" -o ip.check_checksum:TRUE -Y "infiniband || _ws.malformed" -T fields \
     -E separator=, -E occurrence=f -e ip.src -e infiniband.bth.opcode -e ip.checksum.status \
     -e ip.dsfield.dscp -e ip.dsfield.ecn -e vlan.id -e vlan.priority -e _ws.malformed \
-    2>/dev/null >"$cap_dir/fields.csv"
+    -e infiniband.grh.sgid -e infiniband.grh.tclass -e eth.type 2>/dev/null |
+    awk -F, -v OFS=, '$1 == "" && $9 ~ /^::ffff:/ {$1 = substr($9, 8); $4 = int($10 / 4); $5 = $10 % 4} 1' \
+      >"$cap_dir/fields.csv"
   n_roce=$(awk -F, '$2 != ""' "$cap_dir/fields.csv" | wc -l)
   echo "capture: $n_roce RoCE packets"
   ((n_roce > 0)) || fail="no RoCE packet in the capture"
+  if [[ -n ${ROCE_V1:-} ]]; then
+    not_v1=$(awk -F, '$2 != "" && $11 != "0x8915"' "$cap_dir/fields.csv" | wc -l)
+    ((not_v1 == 0)) || fail=${fail:-"$not_v1 RoCE packets that are not RoCE v1 (EtherType 0x8915)"}
+  fi
   malformed=$(awk -F, '$8 != ""' "$cap_dir/fields.csv" | wc -l)
   ((malformed == 0)) || fail=${fail:-"$malformed malformed packets in the capture"}
   for ip in "${dpdk_ips[@]}"; do

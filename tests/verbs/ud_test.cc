@@ -75,6 +75,12 @@ TEST_F(UdVerbsTest, AhNeedsAnIpv4MappedGrh) {
   errno = 0;
   EXPECT_EQ(ibv_create_ah(a_.pd, &at), nullptr);
   EXPECT_EQ(errno, EINVAL);
+  at.grh.dgid = b_.gid;
+  at.grh.sgid_index = 1;  // RoCE v1: this (kernel-UDP) device has no GID 1
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(a_.pd, &at), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  at.grh.sgid_index = 0;
   ibv_ah* ah = ah_to(a_, b_);
   ASSERT_NE(ah, nullptr);
   EXPECT_EQ(ah->context, a_.ctx);

@@ -603,6 +603,9 @@ TEST_F(RcPairTest, LifecycleErrors) {
   attr.ah_attr.is_global = 0;  // RoCE needs the GRH
   EXPECT_EQ(ibv_modify_qp(qp, &attr, kRtrMask), EINVAL);
   attr = rtr_attr(b_);
+  attr.ah_attr.grh.sgid_index = 1;  // RoCE v1: only on a DPDK device with roce_v1=1
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, kRtrMask), EINVAL);
+  attr = rtr_attr(b_);
   EXPECT_EQ(ibv_modify_qp(qp, &attr, kRtrMask & ~IBV_QP_DEST_QPN), EINVAL);
   EXPECT_EQ(qp->state, IBV_QPS_INIT);
   attr.qp_state = IBV_QPS_ERR;

@@ -37,14 +37,35 @@ const char* const kFrames[] = {
 uint32_t reference_icrc(const wire::Ipv4UdpFraming& f, std::span<const uint8_t> ib) {
   std::vector<uint8_t> b(8, 0xff);
   const size_t udp_len = 8 + ib.size() + 4, ip_len = 20 + udp_len;
-  const uint8_t ip[20] = {0x45, 0xff, uint8_t(ip_len >> 8), uint8_t(ip_len), uint8_t(f.ip_id >> 8),
-                          uint8_t(f.ip_id), uint8_t(f.dont_fragment ? 0x40 : 0), 0, 0xff, 17, 0xff,
-                          0xff, uint8_t(f.src_ip >> 24), uint8_t(f.src_ip >> 16),
-                          uint8_t(f.src_ip >> 8), uint8_t(f.src_ip), uint8_t(f.dst_ip >> 24),
-                          uint8_t(f.dst_ip >> 16), uint8_t(f.dst_ip >> 8), uint8_t(f.dst_ip)};
+  const uint8_t ip[20] = {0x45,
+                          0xff,
+                          uint8_t(ip_len >> 8),
+                          uint8_t(ip_len),
+                          uint8_t(f.ip_id >> 8),
+                          uint8_t(f.ip_id),
+                          uint8_t(f.dont_fragment ? 0x40 : 0),
+                          0,
+                          0xff,
+                          17,
+                          0xff,
+                          0xff,
+                          uint8_t(f.src_ip >> 24),
+                          uint8_t(f.src_ip >> 16),
+                          uint8_t(f.src_ip >> 8),
+                          uint8_t(f.src_ip),
+                          uint8_t(f.dst_ip >> 24),
+                          uint8_t(f.dst_ip >> 16),
+                          uint8_t(f.dst_ip >> 8),
+                          uint8_t(f.dst_ip)};
   b.insert(b.end(), ip, ip + 20);
-  const uint8_t udp[8] = {uint8_t(f.src_port >> 8), uint8_t(f.src_port), uint8_t(f.dst_port >> 8),
-                          uint8_t(f.dst_port), uint8_t(udp_len >> 8), uint8_t(udp_len), 0xff, 0xff};
+  const uint8_t udp[8] = {uint8_t(f.src_port >> 8),
+                          uint8_t(f.src_port),
+                          uint8_t(f.dst_port >> 8),
+                          uint8_t(f.dst_port),
+                          uint8_t(udp_len >> 8),
+                          uint8_t(udp_len),
+                          0xff,
+                          0xff};
   b.insert(b.end(), udp, udp + 8);
   b.insert(b.end(), ib.begin(), ib.end());
   if (ib.size() > 4) b[36 + 4] = 0xff;
@@ -64,6 +85,47 @@ TEST(Icrc, EqualsTheZlibReferenceForEveryLength) {
     SCOPED_TRACE(len);
     EXPECT_EQ(wire::icrc(f, {ib.data(), len}), reference_icrc(f, {ib.data(), len}));
   }
+}
+
+// The RoCE v1 ICRC the obvious way (IBTA 7.8.1, Annex A16): the LRH stand-in, then the GRH
+// (IPVer 6, TClass, FlowLabel and HopLmt all ones, PayLen, NxtHdr 0x1B, IPv4-mapped GIDs),
+// then the IB packet with resv8a all ones.
+uint32_t reference_icrc_grh(uint32_t src, uint32_t dst, std::span<const uint8_t> ib) {
+  const size_t pay = ib.size() + 4;
+  uint8_t grh[40] = {0x6f, 0xff, 0xff, 0xff, uint8_t(pay >> 8), uint8_t(pay), 0x1b, 0xff};
+  grh[18] = grh[19] = grh[34] = grh[35] = 0xff;
+  for (int i = 0; i < 4; ++i) {
+    grh[20 + i] = uint8_t(src >> (24 - 8 * i));
+    grh[36 + i] = uint8_t(dst >> (24 - 8 * i));
+  }
+  std::vector<uint8_t> b(48 + ib.size(), 0xff);
+  std::copy(grh, grh + 40, b.begin() + 8);
+  std::copy(ib.begin(), ib.end(), b.begin() + 48);
+  if (ib.size() > 4) b[48 + 4] = 0xff;
+  return static_cast<uint32_t>(crc32(0, b.data(), static_cast<uInt>(b.size())));
+}
+
+TEST(IcrcGrh, EqualsTheZlibReferenceForEveryLength) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> ib(4160 + 4);
+  for (auto& x : ib) x = static_cast<uint8_t>(rng());
+  for (size_t len = 0; len <= ib.size(); len += (len < 200 ? 1 : 61)) {
+    SCOPED_TRACE(len);
+    EXPECT_EQ(wire::icrc_grh(0x0a000001, 0x0a000002, {ib.data(), len}),
+              reference_icrc_grh(0x0a000001, 0x0a000002, {ib.data(), len}));
+  }
+}
+
+// The v1 and v2 ICRCs of one IB packet differ (each covers its own network header), and the v1
+// one covers both GIDs.
+TEST(IcrcGrh, CoversTheAddresses) {
+  const Frame f = Frame::load("rxe_rc_send_first.hex");
+  const std::span<const uint8_t> ib = f.ib();
+  const uint32_t base = icrc_grh(0x0a000001, 0x0a000002, ib);
+  EXPECT_NE(base, icrc_ipv4(f.ip_without_icrc()));
+  EXPECT_NE(base, icrc_grh(0x0a000003, 0x0a000002, ib));
+  EXPECT_NE(base, icrc_grh(0x0a000001, 0x0a000003, ib));
+  EXPECT_NE(base, icrc_grh(0x0a000002, 0x0a000001, ib));
 }
 
 TEST(Icrc, KnownAnswerFramesIpv4) {

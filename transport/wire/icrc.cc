@@ -146,6 +146,23 @@ uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib) {
   return crc_ib(crc, ib);
 }
 
+uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib) {
+  uint8_t h[kLrhStandIn + 40];
+  std::memset(h, 0xff, kLrhStandIn);
+  uint8_t* g = h + kLrhStandIn;
+  // IPVer 6; TClass and FlowLabel masked to ones (IBTA 7.8.1: the fields a router may change).
+  put_be32(g, 0x6fffffff);
+  put_be16(g + 4, uint16_t(ib.size() + kIcrcBytes));  // PayLen
+  g[6] = 0x1b;                                        // NxtHdr: the BTH
+  g[7] = 0xff;                                        // HopLmt masked
+  std::memset(g + 8, 0, 32);                          // the GIDs, IPv4-mapped
+  g[18] = g[19] = 0xff;
+  put_be32(g + 20, src_ip);
+  g[34] = g[35] = 0xff;
+  put_be32(g + 36, dst_ip);
+  return crc_ib(crc_update(0, h, sizeof h), ib);
+}
+
 uint32_t icrc_ipv4(std::span<const uint8_t> pkt) {
   // Malformed input cannot crash this: each masked field is masked only if it lies inside `pkt`,
   // and the result simply will not match the received ICRC.
