@@ -19,8 +19,9 @@ READY="rdma_cm: listening on"
 expect_srv= expect_cli=
 case $program in
   rping)
-    server_cmd=("$run" rping -s -v -a "$srv_ip" -p "$port" "$@")
-    client_cmd=("$run" rping -c -v -a "$srv_ip" -p "$port" "$@")
+    # -V: the client checks every ping's data after the RDMA WRITE back.
+    server_cmd=("$run" rping -s -v -V -a "$srv_ip" -p "$port" "$@")
+    client_cmd=("$run" rping -c -v -V -a "$srv_ip" -p "$port" "$@")
     expect_cli="ping data: rdma-ping-" ;;
   ucmatose)
     server_cmd=("$run" ucmatose -p "$port" "$@")
@@ -78,6 +79,24 @@ for attempt in 1 2 3 4 5; do
   perftest_listen_race && ((attempt < 5)) || break
   echo "--- attempt $attempt: perftest connected before its server listened; running again"
 done
+# rping 44.0 (Debian 12) races its own teardown: main destroys the event channel while its CM
+# thread may be about to call rdma_get_cm_event again, which then fails with EBADF and the thread
+# exits the process with status 255 after a successful test (rdma-core commit f3ae6534a, "rping:
+# terminate CM event thread before exiting", fixed it in 2025). It shows when the last CM event
+# (the client's DISCONNECTED) arrives just before that teardown, more often under injected loss.
+# (uroce's CM, like the kernel's, sends the DREP when the passive side calls rdma_disconnect, so
+# the active side's DISCONNECTED comes a server turn-around after its own rdma_disconnect: 1 run in
+# 20 hits the window, without loss too.) That exact outcome, after every ping went through (each
+# checked, -V), is rping's, not uroce's. (The text may sit inside a line: stdout is buffered.)
+rping_teardown_race() {
+  [[ $program == rping ]] && ((cli_rc == 255)) &&
+    grep -q "rdma_get_cm_event: Bad file descriptor" "$log/client.out" &&
+    ! grep -Eq "data mismatch|wait for|cq completion failed|rping client failed" "$log/client.out"
+}
+if rping_teardown_race; then
+  echo "--- the client hit rping 44.0's teardown race (EBADF from rdma_get_cm_event after the test): counted as exit 0"
+  cli_rc=0
+fi
 fail=
 ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
 # Every server listened through uroce's rdma_cm (for rspreload: the sockets really became
