@@ -481,6 +481,14 @@ cm_pair() {
   guest_job=
   cap_stop
   print_sides "$dir" "$srv_rc" "$cli_rc"
+  # rping 44.0's own teardown race (see tests/integration/rdma_cm.sh; fixed upstream in
+  # rdma-core f3ae6534a): EBADF from its CM thread's last rdma_get_cm_event after a good run.
+  if [[ $prog == rping ]] && ((cli_rc == 255)) &&
+    grep -q "rdma_get_cm_event: Bad file descriptor" "$tmp/client.out" &&
+    ! grep -Eq "data mismatch|wait for|cq completion failed|rping client failed" "$tmp/client.out"; then
+    echo "--- the client hit rping 44.0's teardown race (EBADF after the test): counted as exit 0"
+    cli_rc=0
+  fi
   result_fail=
   ((srv_rc != 0 || cli_rc != 0)) && result_fail="server exit $srv_rc, client exit $cli_rc"
   cap_check || result_fail="${result_fail:-the capture failed its checks}"
