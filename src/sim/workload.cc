@@ -1,5 +1,6 @@
 #include "sim/workload.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "transport/context.h"
@@ -20,7 +21,8 @@ Flow::Flow(EventQueue& q, const FlowSpec& spec, uint32_t index, Host& src, Host&
       index_(index),
       src_(src),
       dst_(dst),
-      finished_(finished) {
+      finished_(finished),
+      rng_(s_.seed) {
   if (s_.msg_bytes == 0 || s_.msg_bytes > (uint64_t{1} << 31))
     throw std::runtime_error("flow " + name_ + ": message size must be in [1, 2^31] bytes");
   if (s_.depth == 0) s_.depth = 1;
@@ -42,9 +44,20 @@ uint16_t Flow::src_port() const {
   return transport::src_port_for_qpn(sq_->qpn());
 }
 
+bool Flow::may_start_more(Time now) const {
+  return s_.messages == 0 ? now < s_.stop : posted_ < s_.messages;
+}
+
 void Flow::post_more(Time now) {
-  while (posted_ - completed_ - errors_ < s_.depth &&
-         (s_.messages == 0 ? now < s_.stop : posted_ < s_.messages)) {
+  while (posted_ - completed_ - errors_ < s_.depth) {
+    Time born = now;
+    if (s_.mean_gap != 0) {
+      if (arrivals_.empty()) return;
+      born = arrivals_.front();
+      arrivals_.pop_front();
+    } else if (!may_start_more(now)) {
+      return;
+    }
     transport::SendWqe w;
     w.wr_id = posted_;
     w.opcode = IBV_WR_RDMA_WRITE;
@@ -54,12 +67,22 @@ void Flow::post_more(Time now) {
     w.remote_addr = kBase;
     w.rkey = rkey_;
     if (src_.post(sq_, w) != 0) return;  // the send queue is full or the QP failed
-    post_times_.push_back(now);
+    post_times_.push_back(born);
     ++posted_;
   }
 }
 
 void Flow::on_event(Time now, uint64_t) {
+  if (s_.mean_gap != 0) {
+    // An arrival; the next one after an exponential gap (inverse transform of a uniform).
+    if (s_.messages == 0 ? now < s_.stop : arrived_ < s_.messages) {
+      arrivals_.push_back(now);
+      ++arrived_;
+      const double gap = -std::log(1.0 - rng_.uniform()) * double(s_.mean_gap);
+      if (s_.messages == 0 ? now + Time(gap) < s_.stop : arrived_ < s_.messages)
+        q_.schedule(now + Time(gap), EventClass::kTimer, this);
+    }
+  }
   post_more(now);
 }
 

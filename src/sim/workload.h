@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "sim/event_queue.h"
 #include "sim/host.h"
+#include "sim/rng.h"
 
 namespace uroce::sim {
 
@@ -23,6 +25,12 @@ struct FlowSpec {
   uint32_t depth = 2;     // messages outstanding at once, >= 1
   Time start = 0;         // first post
   Time stop = kNever;     // a stream posts nothing after this
+  // Open loop: messages arrive at exponentially distributed gaps of this mean from `start` (a
+  // Poisson process, seeded by `seed`); each is posted on arrival, or once fewer than `depth`
+  // are outstanding, and its completion time counts from its arrival. 0: closed loop, a new
+  // message as soon as fewer than `depth` are outstanding.
+  Time mean_gap = 0;
+  uint64_t seed = 1;
   // QPNs of the sending and receiving QP (the UDP source port, hence the ECMP path, follows
   // from the sender's: transport/context.h src_port_for_qpn); 0: the fabric assigns them.
   uint32_t src_qpn = 0, dst_qpn = 0;
@@ -59,10 +67,11 @@ class Flow final : public QpUser, public EventHandler {
   bool done() const { return s_.messages != 0 && completed_ == s_.messages; }
 
   void on_completion(const ibv_wc& wc, Time now) override;
-  void on_event(Time now, uint64_t arg) override;  // the start
+  void on_event(Time now, uint64_t arg) override;  // the start, or an open-loop arrival
 
  private:
   void post_more(Time now);
+  bool may_start_more(Time now) const;
 
   EventQueue& q_;
   FlowSpec s_;
@@ -77,8 +86,11 @@ class Flow final : public QpUser, public EventHandler {
   size_t* finished_;
   bool counted_ = false;  // *finished_ was incremented
   uint64_t posted_ = 0, completed_ = 0, errors_ = 0;
-  std::vector<Time> post_times_;  // of outstanding messages, in order (RC completes in order)
-  size_t post_head_ = 0;
+  std::vector<Time> post_times_;  // arrival (open loop) or post time of each posted message
+  size_t post_head_ = 0;          // the oldest not yet completed (RC completes in order)
+  Rng rng_;
+  std::deque<Time> arrivals_;  // open loop: arrived, not yet posted
+  uint64_t arrived_ = 0;
   std::vector<std::pair<Time, Time>> msgs_;
 };
 

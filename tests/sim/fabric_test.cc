@@ -5,15 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <vector>
 
+#include "sim/capture.h"
 #include "sim/ecmp.h"
 #include "sim/egress.h"
 #include "sim/fabric.h"
 #include "sim/switch.h"
 #include "util/red.h"
+#include "wire/icrc.h"
 
 namespace uroce::sim {
 namespace {
@@ -397,6 +402,72 @@ TEST(Fabric, TwoQpsOfOneHostShareItsLinkEvenly) {
   const double b = double(p.f.flows()[1]->goodput_bytes());
   EXPECT_GT(a + b, 0.9 * 2e-3 * 40e9 / 8 * 1024 / 1106);
   EXPECT_NEAR(a / (a + b), 0.5, 0.02);
+}
+
+// A link capture is a pcap of Ethernet frames with virtual timestamps whose every RoCE record
+// carries a valid ICRC, and whose PAUSE frames are 802.1Qbb MAC control frames.
+TEST(Capture, EthernetFramesInVirtualTimeWithValidIcrcs) {
+  const std::string path = ::testing::TempDir() + "/sim_capture_test.pcap";
+  Fabric f(1);
+  HostConfig hc;
+  for (int i = 0; i < 3; ++i) f.add_host("h" + std::to_string(i), hc);
+  SwitchConfig sc;
+  sc.pfc = PfcConfig{.enabled = true, .xoff = 8 * 1024, .xon = 4 * 1024};
+  f.add_switch("s0", sc);
+  for (uint32_t i = 0; i < 3; ++i)
+    f.connect({NodeRef::Kind::kHost, i}, {NodeRef::Kind::kSwitch, 0}, {});
+  f.compute_routes();
+  for (uint32_t i = 0; i < 2; ++i) {
+    FlowSpec s;
+    s.src = i;
+    s.dst = 2;
+    s.msg_bytes = 256 * 1024;
+    s.messages = 1;
+    f.add_flow(s);
+  }
+  const FabricLink& l = f.links()[0];  // h0-s0
+  std::string err;
+  auto cap = LinkCapture::open(path, *l.ab, *l.ba, 0, 3, &err);
+  ASSERT_TRUE(cap) << err;
+  f.run(10 * kMs, true);
+  cap.reset();
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+  ASSERT_GE(b.size(), 24u);
+  auto u32 = [&](size_t o) {
+    return uint32_t(b[o]) | uint32_t(b[o + 1]) << 8 | uint32_t(b[o + 2]) << 16 |
+           uint32_t(b[o + 3]) << 24;
+  };
+  EXPECT_EQ(u32(0), 0xa1b23c4du);  // nanosecond pcap
+  EXPECT_EQ(u32(20), 1u);          // LINKTYPE_ETHERNET
+  size_t roce = 0, pauses = 0;
+  uint64_t last_ts = 0;
+  for (size_t o = 24; o + 16 <= b.size();) {
+    const uint64_t ts = uint64_t(u32(o)) * 1'000'000'000u + u32(o + 4);
+    const uint32_t len = u32(o + 8);
+    ASSERT_LE(o + 16 + len, b.size());
+    const uint8_t* fr = b.data() + o + 16;
+    EXPECT_GE(ts, last_ts);  // virtual time, in order
+    EXPECT_LT(ts, 10 * kMs);
+    last_ts = ts;
+    const uint16_t type = uint16_t(fr[12] << 8 | fr[13]);
+    if (type == 0x0800) {
+      ++roce;
+      const std::span<const uint8_t> ip(fr + 14, len - 14 - 4);
+      EXPECT_EQ(wire::icrc_ipv4(ip), wire::load_le32(fr + len - 4)) << "record at " << o;
+    } else {
+      ASSERT_EQ(type, 0x8808);
+      EXPECT_EQ(fr[14], 0x01);  // opcode 0x0101: PFC
+      EXPECT_EQ(fr[15], 0x01);
+      EXPECT_EQ(fr[17], 1u << 3);  // class 3
+      ++pauses;
+    }
+    o += 16 + len;
+  }
+  EXPECT_GT(roce, 256u);  // the WRITE's packets and the ACKs back
+  EXPECT_GT(pauses, 0u);
+  std::remove(path.c_str());
 }
 
 }  // namespace
