@@ -1,12 +1,12 @@
-// A small streaming JSON writer for the simulator's summaries: objects, arrays, keys, strings
-// escaped per RFC 8259 and numbers that are always valid JSON (NaN and infinities, which JSON
-// cannot express, become null). Two-space indentation, one member per line.
+// A small streaming JSON writer for the simulator's summaries: objects, arrays and keys around
+// the tools' JSON scalars (tools/json.h: strings escaped per RFC 8259, numbers that are always
+// valid JSON). Two-space indentation, one member per line.
 #pragma once
 
-#include <cmath>
-#include <cstdio>
 #include <string>
 #include <vector>
+
+#include "tools/json.h"
 
 namespace uroce::sim {
 
@@ -18,36 +18,14 @@ class JsonWriter {
   JsonWriter& end_array() { return close(']'); }
   JsonWriter& key(const std::string& k) {
     item();
-    out_ += quoted(k) + ": ";
+    out_ += tools::json_string(k) + ": ";
     after_key_ = true;
     return *this;
   }
-  JsonWriter& str(const std::string& v) { return value(quoted(v)); }
-  JsonWriter& num(double v) {
-    if (!std::isfinite(v)) return value("null");
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.10g", v);
-    return value(buf);
-  }
+  JsonWriter& str(const std::string& v) { return value(tools::json_string(v)); }
+  JsonWriter& num(double v) { return value(tools::json_number(v, 10)); }
   JsonWriter& boolean(bool v) { return value(v ? "true" : "false"); }
   std::string str() const { return out_ + "\n"; }
-
-  static std::string quoted(const std::string& s) {
-    std::string o = "\"";
-    for (unsigned char c : s) {
-      if (c == '"' || c == '\\') {
-        o += '\\';
-        o += char(c);
-      } else if (c < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        o += buf;
-      } else {
-        o += char(c);
-      }
-    }
-    return o + "\"";
-  }
 
  private:
   // Before a value or key: the separator and the indentation (nothing right after a key).

@@ -4,6 +4,7 @@
 //   uroce-sim dumbbell --flows N --start sync|stagger --duration-ms D [--window-ms A:B] …
 //   uroce-sim incast --senders N --msg-bytes S …
 //   uroce-sim leafspine --leaves L --spines S --hosts-per-leaf H (--scenario NAME | --workload F) …
+//   uroce-sim plot --csv FILE --x COL --y COL,… --svg FILE [--bars] [--title T] …
 // with the fabric flags (--link-gbps, --delay-us, --mtu, --cc, --preset, --set, --mark, --kmin-kb,
 // --kmax-kb, --pmax, --buffer-kb, --pfc, --xoff-kb, --xon-kb, --seed, --json, --csv, --pcap…).
 // Subcommands and flags: docs/simulator.md.
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/plot.h"
 #include "sim/rp.h"
 #include "sim/scenario.h"
 #include "transport/cc/parse.h"
@@ -394,6 +396,33 @@ int run_leafspine_command(const LeafSpineFlags& f) {
   return 0;
 }
 
+struct PlotFlags {
+  std::string csv, svg;
+  PlotSpec spec;
+  std::string y;
+};
+
+int run_plot_command(PlotFlags f) {
+  std::ifstream in(f.csv);
+  if (!in) return fail("--csv " + f.csv + ": " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::stringstream ys(f.y);
+  for (std::string c; std::getline(ys, c, ',');)
+    if (!c.empty()) f.spec.y.push_back(c);
+  if (f.spec.y.empty()) return fail("--y names no column");
+  if (!std::isfinite(f.spec.x_scale) || f.spec.x_scale <= 0) return fail("--x-scale must be > 0");
+  if (f.spec.xlabel.empty()) f.spec.xlabel = f.spec.x;
+  std::string err;
+  const std::string svg = plot_csv(text.str(), f.spec, &err);
+  if (svg.empty()) return fail("--csv " + f.csv + ": " + err);
+  std::ofstream out(f.svg, std::ios::binary | std::ios::trunc);
+  out << svg;
+  out.close();
+  if (!out) return fail("--svg " + f.svg + ": cannot write");
+  return 0;
+}
+
 }  // namespace
 }  // namespace uroce::sim
 
@@ -453,12 +482,29 @@ int main(int argc, char** argv) {
                    "pfc-spread: spread the elephants' UDP source ports over the spines");
   add_fabric_flags(ls_cmd, ls.fabric, true);
 
+  PlotFlags pl;
+  CLI::App* pl_cmd = app.add_subcommand(
+      "plot", "an SVG plot of a CSV file: time series, or grouped bars (--bars)");
+  pl_cmd->add_option("--csv", pl.csv, "the CSV file (a header line, then rows)")->required();
+  pl_cmd->add_option("--svg", pl.svg, "the SVG file to write")->required();
+  pl_cmd->add_option("--x", pl.spec.x, "the x column (bars: their labels)")->required();
+  pl_cmd->add_option("--y", pl.y, "y columns, comma-separated; '*' matches any text")->required();
+  pl_cmd->add_flag("--bars", pl.spec.bars, "grouped bars instead of lines");
+  pl_cmd->add_option("--title", pl.spec.title, "title");
+  pl_cmd->add_option("--xlabel", pl.spec.xlabel, "x axis label (default: the column)");
+  pl_cmd->add_option("--ylabel", pl.spec.ylabel, "y axis label");
+  pl_cmd->add_option("--x-scale", pl.spec.x_scale, "multiply x by this (0.001: µs to ms)")
+      ->capture_default_str();
+  pl_cmd->add_option("--y-min", pl.spec.y_min, "the y axis starts at or below this")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (rp_cmd->parsed()) return run_rp_command(rp);
     if (db_cmd->parsed()) return run_dumbbell_command(db);
     if (in_cmd->parsed()) return run_incast_command(in);
     if (ls_cmd->parsed()) return run_leafspine_command(ls);
+    if (pl_cmd->parsed()) return run_plot_command(pl);
   } catch (const std::exception& e) {
     return fail(e.what());
   }

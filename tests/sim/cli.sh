@@ -73,6 +73,18 @@ else
   echo "cli: tshark not installed: capture decoding not checked"
 fi
 
+# plot: a well-formed SVG from the dumbbell's CSV (lines) and from a small table (bars).
+"$sim" plot --csv "$tmp/db.csv" --x t_us --x-scale 0.001 --y 'f?_gbps' --svg "$tmp/lines.svg" \
+  --title "two flows" --xlabel "time [ms]" --ylabel "Gb/s"
+printf 'case,fct,ideal\nA,3.5,3.3\nB,5.6,3.3\n' >"$tmp/bars.csv"
+"$sim" plot --csv "$tmp/bars.csv" --x case --y fct,ideal --bars --svg "$tmp/bars.svg"
+for f in lines bars; do
+  python3 -c "import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); \
+    assert d.documentElement.tagName == 'svg'; \
+    assert d.getElementsByTagName('polyline' if sys.argv[2] == 'lines' else 'rect')" \
+    "$tmp/$f.svg" "$f" || fail "$f.svg is not a plot"
+done
+
 # Bad flags: exit status 2 and a message naming the flag.
 bad() {  # expected-substring args…
   local want=$1; shift
@@ -92,4 +104,5 @@ bad "--mtu" incast --senders 2 --msg-bytes 1000 --mtu 1500
 bad "exactly one of" leafspine --leaves 2 --spines 2 --hosts-per-leaf 2
 bad "pfc-spread needs" leafspine --leaves 2 --spines 2 --hosts-per-leaf 2 --scenario pfc-spread
 bad "workload line 2" leafspine --leaves 2 --spines 1 --hosts-per-leaf 1 --workload "$tmp/w.txt"
+bad "no column matches 'nope'" plot --csv "$tmp/bars.csv" --x case --y nope --svg "$tmp/x.svg"
 echo "cli: ok"
