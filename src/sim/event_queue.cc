@@ -17,9 +17,16 @@ void EventQueue::pop() {
 
 Time EventQueue::next_time() {
   while (!heap_.empty()) {
-    const Entry& e = heap_.front();
-    if (e.h->live(e.arg)) return e.at;
+    Entry e = heap_.front();
+    const Time d = e.h->due(e.arg, e.at);
+    if (d == e.at) return e.at;
     pop();
+    if (d == kNever) continue;  // stale
+    // Postponed: the same event, later, ordered among that time's events as if scheduled now.
+    e.at = d;
+    e.order = (e.order & (uint64_t{0xff} << 56)) | seq_++;
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
   }
   return kNever;
 }
@@ -42,14 +49,26 @@ void EventQueue::run_until(Time limit) {
 
 void Timer::arm(Time at) {
   at = std::max(at, q_.now());
-  if (at == armed_) return;
-  ++gen_;
   armed_ = at;
+  if (carrier_ <= at) return;  // the carrier is early enough: due() moves it on
+  ++gen_;
+  carrier_ = at;
   q_.schedule(at, cls_, this, gen_);
 }
 
+Time Timer::due(uint64_t gen, Time at) {
+  if (gen != gen_) return kNever;  // superseded by an earlier carrier
+  if (armed_ == kNever) {          // cancelled
+    carrier_ = kNever;
+    return kNever;
+  }
+  carrier_ = std::max(at, armed_);
+  return carrier_;
+}
+
 void Timer::on_event(Time now, uint64_t gen) {
-  (void)gen;  // live() checked it
+  (void)gen;  // due() checked it
+  carrier_ = kNever;
   armed_ = kNever;
   target_->on_event(now, arg_);
 }

@@ -37,11 +37,13 @@ class EventHandler {
  public:
   virtual ~EventHandler() = default;
   virtual void on_event(Time now, uint64_t arg) = 0;
-  // False when the event is stale (superseded, see Timer): it is then dropped without running
-  // and without counting as a step.
-  virtual bool live(uint64_t arg) const {
+  // When the event scheduled for `at` with `arg` should really run, asked as it reaches the
+  // front of the queue: `at` (run it), a later time (the queue moves it there without running
+  // it: a deadline that was postponed, see Timer), or kNever (stale: dropped). Neither a move
+  // nor a drop counts as a step.
+  virtual Time due(uint64_t arg, Time at) {
     (void)arg;
-    return true;
+    return at;
   }
 };
 
@@ -77,8 +79,11 @@ class EventQueue {
 };
 
 // One pending wake-up of a handler at a time: arm() moves it (earlier or later), cancel() drops
-// it. Superseded queue entries go stale and are dropped unseen (lazy deletion), so re-arming
-// costs one heap push and nothing else.
+// it. The queue holds a "carrier" entry no later than the wake-up: postponing the wake-up
+// pushes nothing (the carrier is moved when it surfaces, EventHandler::due), bringing it
+// forward pushes a new carrier and leaves the old one stale (dropped unseen when it surfaces).
+// So a deadline that keeps moving later — an ACK timer restarted by every ACK — costs no heap
+// entries.
 class Timer final : public EventHandler {
  public:
   Timer(EventQueue& q, EventHandler* target, uint64_t target_arg = 0,
@@ -93,22 +98,20 @@ class Timer final : public EventHandler {
   void arm_by(Time at) {
     if (at < armed_) arm(at);
   }
-  void cancel() {
-    ++gen_;
-    armed_ = kNever;
-  }
+  void cancel() { armed_ = kNever; }
   Time armed() const { return armed_; }  // kNever when not armed
 
   void on_event(Time now, uint64_t gen) override;
-  bool live(uint64_t gen) const override { return gen == gen_; }
+  Time due(uint64_t gen, Time at) override;
 
  private:
   EventQueue& q_;
   EventHandler* target_;
   uint64_t arg_;
   EventClass cls_;
-  uint64_t gen_ = 0;     // the generation of the one live queue entry
-  Time armed_ = kNever;  // when it fires
+  uint64_t gen_ = 0;       // the carrier's generation (older entries are stale)
+  Time carrier_ = kNever;  // when the carrier is queued; kNever: none
+  Time armed_ = kNever;    // when the wake-up fires (>= carrier_); kNever: not armed
 };
 
 }  // namespace uroce::sim

@@ -2,6 +2,8 @@
 // core — event order and tie-breaking, timers, seeded draws, link channels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,14 +73,135 @@ TEST(Timer, RearmingSupersedesAndCancelDrops) {
   EXPECT_EQ(log.seen[0], std::make_pair(Time(50), uint64_t(7)));
   EXPECT_EQ(q.events_run(), 1u);  // the stale entry did not count
   t.arm(200);
-  t.arm(300);  // later: the entry at 200 goes stale
+  t.arm(300);  // later: the entry at 200 is moved to 300 when it surfaces
   q.run_until(kNever);
   EXPECT_EQ(log.seen.back().first, 300u);
+  EXPECT_EQ(q.events_run(), 2u);  // the move did not count
   t.arm(400);
   t.cancel();
   q.run_until(kNever);
   EXPECT_EQ(log.seen.size(), 2u);
   EXPECT_EQ(t.armed(), kNever);
+}
+
+// A deadline that keeps moving later (an ACK timer restarted by every ACK) keeps one queue
+// entry: postponing pushes nothing, the entry is moved once, when it surfaces.
+TEST(Timer, PostponingKeepsOneQueueEntry) {
+  EventQueue q;
+  Log log;
+  Timer t(q, &log, 1);
+  for (Time at = 1000; at < 11000; ++at) t.arm(at);
+  EXPECT_EQ(q.pending(), 1u);
+  EXPECT_EQ(q.next_time(), 10999u);  // the entry at 1000 surfaced and moved
+  EXPECT_EQ(q.pending(), 1u);
+  q.run_until(kNever);
+  ASSERT_EQ(log.seen.size(), 1u);
+  EXPECT_EQ(log.seen[0].first, 10999u);
+  // Cancelled and re-armed later than the old entry: still that one entry, moved.
+  t.arm(20000);
+  t.cancel();
+  t.arm(30000);
+  EXPECT_EQ(q.pending(), 1u);
+  t.arm(25000);  // earlier again, but not earlier than the entry (20000): still the one entry
+  EXPECT_EQ(q.pending(), 1u);
+  // Brought forward past the entry: a new one; the old goes stale and is dropped unseen.
+  t.arm(15000);
+  EXPECT_EQ(q.pending(), 2u);
+  q.run_until(kNever);
+  EXPECT_EQ(log.seen.size(), 2u);
+  EXPECT_EQ(log.seen.back().first, 15000u);
+  EXPECT_EQ(q.pending(), 0u);
+  EXPECT_EQ(q.events_run(), 2u);
+}
+
+// A postponed timer is ordered among the events of its new time as if it had been scheduled
+// when its entry surfaced (at its old time): after what was scheduled for that time before,
+// before what is scheduled later. A function of the run alone, so reruns are identical.
+TEST(Timer, APostponedTimerRunsAsIfScheduledWhenItSurfaced) {
+  EventQueue q;
+  Log log;
+  Timer t(q, &log, 1);
+  struct Later : EventHandler {  // at time 15 schedules tag 3 for time 20
+    EventQueue* q;
+    Log* log;
+    void on_event(Time, uint64_t) override { q->schedule(20, EventClass::kTimer, log, 3); }
+  } later;
+  later.q = &q;
+  later.log = &log;
+  t.arm(10);
+  q.schedule(20, EventClass::kTimer, &log, 2);  // before the entry at 10 surfaces
+  q.schedule(15, EventClass::kTimer, &later);
+  t.arm(20);  // postponed: the entry at 10 moves to 20 when it surfaces
+  q.run_until(kNever);
+  const std::vector<std::pair<Time, uint64_t>> want = {{20, 2}, {20, 1}, {20, 3}};
+  EXPECT_EQ(log.seen, want);
+}
+
+// Timers armed, postponed, brought forward, re-armed at once and cancelled at random by the
+// events themselves, checked against the plain meaning of a timer (fires once at the last
+// time it was armed for, unless cancelled; never early, never late, never twice), and two
+// runs of one seed must fire the same timers at the same times in the same order.
+TEST(Timer, RandomArmingMatchesTheModelAndRerunsAreIdentical) {
+  constexpr int kTimers = 16;
+  struct Driver : EventHandler {
+    EventQueue q;
+    Rng rng;
+    std::vector<std::unique_ptr<Timer>> timers;
+    std::vector<Time> model;  // when each timer should fire; kNever: not armed
+    std::vector<std::pair<Time, uint64_t>> fired;
+    int budget = 20000;  // fires that may re-arm; then the run drains
+    explicit Driver(uint64_t seed) : rng(seed), model(kTimers, kNever) {
+      for (int i = 0; i < kTimers; ++i) timers.push_back(std::make_unique<Timer>(q, this, i));
+    }
+    void touch(int j, Time now) {
+      const Time at = now + rng.next() % 64;  // small: many ties
+      switch (rng.next() % 5) {
+        case 0:
+        case 1:
+          timers[j]->arm(at);
+          model[j] = at;
+          break;
+        case 2:
+          timers[j]->arm_by(at);
+          model[j] = std::min(model[j], at);
+          break;
+        case 3:
+          timers[j]->cancel();
+          model[j] = kNever;
+          break;
+        default:  // plain events interleaved with the timers' entries
+          q.schedule(at, EventClass(rng.next() % 3), this, kTimers);
+      }
+    }
+    void on_event(Time now, uint64_t arg) override {
+      fired.emplace_back(now, arg);
+      if (arg < kTimers) {
+        EXPECT_EQ(model[arg], now) << "timer " << arg;
+        model[arg] = kNever;
+      }
+      for (int j = 0; j < kTimers; ++j) {
+        EXPECT_GE(model[j], now) << "timer " << j << " missed";
+        EXPECT_EQ(timers[j]->armed(), model[j]) << "timer " << j;
+      }
+      if (budget-- <= 0) return;
+      for (int k = int(rng.next() % 3); k >= 0; --k) touch(int(rng.next() % kTimers), now);
+      if (arg == kTimers + 1)  // the heartbeat: the run goes on while there is budget
+        q.schedule(now + 1 + rng.next() % 64, EventClass::kTimer, this, kTimers + 1);
+    }
+  };
+  auto run = [](uint64_t seed) {
+    Driver d(seed);
+    for (int j = 0; j < kTimers; ++j) d.touch(j, 0);
+    d.q.schedule(0, EventClass::kTimer, &d, kTimers + 1);
+    d.q.run_until(kNever);
+    for (int j = 0; j < kTimers; ++j) EXPECT_EQ(d.model[j], kNever) << "timer " << j;
+    EXPECT_EQ(d.q.pending(), 0u);
+    EXPECT_GT(d.fired.size(), 20000u);
+    return d.fired;
+  };
+  const auto a = run(7);
+  EXPECT_EQ(a, run(7));
+  EXPECT_NE(a, run(8));
 }
 
 // Two identical runs schedule identical events: the same sequence, whatever the heap does with
