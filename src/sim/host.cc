@@ -16,6 +16,7 @@ Host::Host(EventQueue& q, FramePool& pool, std::string name, uint32_t id, uint32
       ip_(ip),
       c_(c),
       window_(window),
+      now_(q, this),
       wake_(q, this) {
   auto port = std::make_unique<SimPort>(ip, c.ring, pool, *this, name_);
   port_ = port.get();
@@ -105,7 +106,7 @@ int Host::post(transport::Qp* qp, const transport::SendWqe& wqe) {
   const Time d = dispatch_->after_call(qp, now, &more);
   if (!in_pass_) {
     if (more || port_->ring_full()) waiting_for_ring_ = true;
-    if (more) wake_.arm_by(now);
+    if (more) now_.arm_by(now);
     wake_.arm_by(d);
   }
   return rc;
@@ -124,13 +125,13 @@ void Host::on_frame(Frame* f, Time now) {
     return;
   }
   port_->deliver(f);
-  wake_.arm_by(now);
+  now_.arm_by(now);
 }
 
 void Host::on_dequeue(uint32_t, const Frame&, Time now) {
   if (waiting_for_ring_) {
     waiting_for_ring_ = false;
-    wake_.arm_by(now);
+    now_.arm_by(now);
   }
 }
 
@@ -175,7 +176,13 @@ void Host::pass(Time now) {
   waiting_for_ring_ = port_->ring_full();
   Time next = std::min(dispatch_->next_deadline(), dp_->fault_deadline());
   if (port_->rx_pending() || again) {
-    next = now;
+    // Another pass at this instant; it re-arms `wake_` for whatever deadline it leaves, so a
+    // deadline at `now` is no overdue one here.
+    now_.arm(now);
+    if (next <= now) {
+      wake_.cancel();
+      return;
+    }
   } else if (next <= now) {
     // A deadline the pass did not move past `now` (a transport bug): one pass per nanosecond,
     // counted, rather than a simulation stuck at one instant (the engine bounds it likewise).

@@ -141,6 +141,10 @@ class Host final : public FrameSink, public EgressOwner, public EventHandler, pu
   SimPort* port_ = nullptr;  // owned by dp_
   std::unique_ptr<Datapath> dp_;
   std::unique_ptr<Dispatch> dispatch_;
+  // Two wake-ups: `now_` for a pass at once (frames arrived, a transmit slot freed, work
+  // posted), `wake_` for the dispatch's next deadline. Kept apart so that the deadline, which
+  // mostly moves later (ACK timers restart), is postponed rather than re-queued (Timer).
+  Timer now_;
   Timer wake_;
   Cq cq_;
   std::vector<ibv_wc> completions_;                // taken from cq_ after a pass
