@@ -59,19 +59,20 @@ std::string plot_csv(const std::string& csv, const PlotSpec& spec, std::string* 
     *err = "no column '" + spec.x + "'";
     return "";
   }
+  // Every column some pattern matches, in the patterns' order; a pattern may match none (f??_x
+  // with fewer than ten flows), but together they must match something.
   std::vector<int> yc;
   for (const std::string& pat : spec.y) {
-    bool any = false;
     for (size_t i = 0; i < head.size(); ++i)
       if (int(i) != xc && fnmatch(pat.c_str(), head[i].c_str(), 0) == 0 &&
-          std::find(yc.begin(), yc.end(), int(i)) == yc.end()) {
+          std::find(yc.begin(), yc.end(), int(i)) == yc.end())
         yc.push_back(int(i));
-        any = true;
-      }
-    if (!any) {
-      *err = "no column matches '" + pat + "'";
-      return "";
-    }
+  }
+  if (yc.empty()) {
+    std::string pats;
+    for (const std::string& p : spec.y) pats += (pats.empty() ? "'" : ", '") + p + "'";
+    *err = "no column matches " + pats;
+    return "";
   }
   // The values: y[k][r] for column yc[k], row r.
   std::vector<std::vector<double>> y(yc.size(), std::vector<double>(rows.size()));
