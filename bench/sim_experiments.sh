@@ -4,7 +4,7 @@
 # raw JSON and time series into a scratch directory.
 #   bench/sim_experiments.sh [BUILD_DIR] [OUT_DIR] [SCRATCH_DIR]
 # Deterministic: the same build gives the same tables (but for wall time and events per second,
-# which measure this machine). About a minute of CPU on one core, most of it experiment 5.
+# which measure this machine). About half a minute of CPU, most of it experiment 5.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -134,7 +134,8 @@ for c in "pfc-only none" "dcqcn dcqcn" "entropy none --entropy" "entropy+dcqcn d
   read -r name cc ent <<<"$c"
   j=$raw/exp3_${name}.json
   "$sim" leafspine --leaves 4 --spines 4 --hosts-per-leaf 4 --scenario pfc-spread ${ent:-} --pfc \
-    --cc "$cc" --preset paper --duration-ms 10 --seed 1 --json "$j" --csv "$raw/exp3_${name}.csv"
+    --cc "$cc" --preset paper --duration-ms 10 --seed 1 --sample-us 100 --json "$j" \
+    --csv "$raw/exp3_${name}.csv"
   extra=$(python3 - "$j" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
