@@ -48,7 +48,7 @@ option="max_inflight=32768,initial_alpha_value=64"
 
 case $exp in
 1)  # DCQCN keeps the link busy, the shares fair and the queue near Kmax, marking at either
-    # end; without congestion control the queue grows without bound (unlimited buffer).
+    # end; without congestion control (unlimited buffer) the queue holds the flows' windows.
     dumbbell deq --cc dcqcn --mark dequeue
     dumbbell enq --cc dcqcn --mark enqueue
     dumbbell none --cc none
@@ -58,7 +58,7 @@ for x in d[:2]:
     assert x["queue_max_kib"] <= 250 and x["cnp_per_s"] > 0, "queue bounded near Kmax by CNPs"
     assert x["drops"] == 0
 assert d[2]["queue_mean_kib"] > 4 * d[0]["queue_mean_kib"] and d[2]["queue_mean_kib"] > 500, \
-    "without DCQCN the queue grows"
+    "without DCQCN the queue grows to the windows"
 assert d[2]["cnp_per_s"] == 0
 PY
     ;;
