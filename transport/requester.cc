@@ -133,6 +133,14 @@ void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq) {
   }
 }
 
+uint32_t Requester::limit(const QpContext& ctx) const {
+  const uint64_t cap = ctx.init.cc.max_inflight;
+  if (cap == 0) return window_.limit();
+  // In packets of the path MTU, rounded up, at least one.
+  const uint64_t pkts = std::max<uint64_t>(1, (cap + ctx.mtu - 1) / ctx.mtu);
+  return uint32_t(std::min<uint64_t>(window_.limit(), pkts));
+}
+
 uint32_t Requester::rd_atomic_in_flight(const SendQueue& sq) const {
   uint32_t n = 0;
   for (SendQueue::Seq s = sq.begin(); s < cursor_seq_ && s < sq.end(); ++s) {
@@ -163,7 +171,7 @@ Requester::State Requester::state(Time now, const QpContext& ctx, const SendQueu
   }
   // A READ counts every PSN of its response stream (pump() moves the cursor past them at once),
   // so a READ longer than the window may overshoot it; nothing new starts until it is back under.
-  if (psn_span(unacked_, cursor_psn_) >= window_.limit()) return State::kWindowFull;
+  if (psn_span(unacked_, cursor_psn_) >= limit(ctx)) return State::kWindowFull;
   return State::kSending;
 }
 
@@ -301,7 +309,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   // interval count simple. In a window smaller than two intervals, asking at half of it keeps
   // ACKs coming while the window is open, so it slides rather than stopping and waiting each
   // round trip, and a lost window-end AckReq still leaves the half-window one.
-  const uint32_t limit = window_.limit();
+  const uint32_t limit = this->limit(ctx);
   const uint32_t interval = std::min(kAckReqIntervalPkts, std::max<uint32_t>(1, limit / 2));
   // The first packet of a go-back-N resend asks too. The responder dropped everything behind
   // the gap without a word and NAKs a gap only once (IBTA 9.7.5.2.2); if this packet arrives

@@ -103,6 +103,9 @@ class Requester {
   // The RNR timer's expiry while it runs, else kNever.
   Time wake_time() const { return not_before_ ? not_before_ : kNever; }
 
+  // PSNs the requester may have unacknowledged: the loss-adaptive window, capped by
+  // CcConfig::max_inflight (in packets of the path MTU) when that is set.
+  uint32_t limit(const QpContext& ctx) const;
   Psn next_psn() const { return next_new_psn_; }  // what the next new WQE will start at
   Psn sent_end() const { return sent_end_; }
   const SendWindowCtl& window() const { return window_; }

@@ -257,7 +257,13 @@ transport::Time Dispatch::progress(transport::Time now, bool* again) {
   for (int round = 0; round < kPumpRounds && !pump_list_.empty(); ++round) {
     list.swap(pump_list_);
     pump_list_.clear();
-    for (uint32_t qpn : list) {
+    // Each pass starts one QP further into the list than the last (and the list keeps the order
+    // of pumping), so QPs that compete for a transmit ring with room for few packets take turns,
+    // round robin, as a NIC's QP scheduler serves them; starting at the same QP every time would
+    // let it take every freed buffer.
+    const size_t first = round == 0 && list.size() > 1 ? 1 : 0;
+    for (size_t k = 0; k < list.size(); ++k) {
+      const uint32_t qpn = list[(first + k) % list.size()];
       auto it = qps_.find(qpn);
       if (it == qps_.end()) continue;  // destroyed since it was listed
       it->second.in_pump_list = false;

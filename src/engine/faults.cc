@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "util/red.h"
+
 namespace uroce {
 namespace {
 
@@ -139,13 +141,7 @@ void FaultInjector::release_due(transport::Time now, std::vector<FaultFrame>& ou
 void FaultInjector::red_mark(FaultFrame& f, uint64_t backlog) {
   const uint8_t ecn = f.tos & 3;
   if (ecn != transport::kEcnEct0 && ecn != transport::kEcnEct1) return;  // ECN-capable only
-  double p = 0.0;
-  if (backlog > spec_.queue_kmax) {
-    p = 1.0;
-  } else if (backlog > spec_.queue_kmin) {
-    p = spec_.queue_pmax * double(backlog - spec_.queue_kmin) /
-        double(spec_.queue_kmax - spec_.queue_kmin);
-  }
+  const double p = red_probability(backlog, spec_.queue_kmin, spec_.queue_kmax, spec_.queue_pmax);
   if (p >= 1.0 || chance(p)) {
     f.tos = static_cast<uint8_t>(f.tos | transport::kEcnCe);
     bump(c_.queue_marked);

@@ -36,7 +36,8 @@ uint16_t ipv4_checksum(const uint8_t* h) {
 
 }  // namespace
 
-std::unique_ptr<PcapWriter> PcapWriter::open(const std::string& path, std::string* err) {
+std::unique_ptr<PcapWriter> PcapWriter::open(const std::string& path, std::string* err,
+                                             LinkType link_type) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) {
     if (err) *err = "cannot create capture file '" + path + "': " + std::strerror(errno);
@@ -48,7 +49,7 @@ std::unique_ptr<PcapWriter> PcapWriter::open(const std::string& path, std::strin
     uint16_t major, minor;
     int32_t thiszone;
     uint32_t sigfigs, snaplen, linktype;
-  } hdr{kPcapMagicNanos, 2, 4, 0, 0, kSnapLen, kLinkTypeIpv4};
+  } hdr{kPcapMagicNanos, 2, 4, 0, 0, kSnapLen, static_cast<uint32_t>(link_type)};
   if (std::fwrite(&hdr, sizeof hdr, 1, f) != 1 || std::fflush(f) != 0) {
     if (err) *err = "cannot write capture file '" + path + "': " + std::strerror(errno);
     std::fclose(f);
@@ -61,11 +62,11 @@ PcapWriter::~PcapWriter() {
   std::fclose(file_);
 }
 
-void PcapWriter::write(const wire::Ipv4UdpFraming& f, uint8_t tos, std::span<const uint8_t> ib,
-                       const uint8_t* icrc) {
-  const size_t udp_len = kUdpHeaderBytes + ib.size() + wire::kIcrcBytes;
+void PcapWriter::ipv4_udp_headers(const wire::Ipv4UdpFraming& f, uint8_t tos, size_t ib_len,
+                                  uint8_t out[kIpv4UdpHeaderBytes]) {
+  const size_t udp_len = kUdpHeaderBytes + ib_len + wire::kIcrcBytes;
   const size_t ip_len = kIpv4HeaderBytes + udp_len;
-  uint8_t h[kIpv4HeaderBytes + kUdpHeaderBytes];
+  uint8_t* h = out;
   h[0] = 0x45;  // IPv4, 5-word header
   h[1] = tos;   // DSCP << 2 | ECN
   put16(h + 2, static_cast<uint16_t>(ip_len));
@@ -82,16 +83,28 @@ void PcapWriter::write(const wire::Ipv4UdpFraming& f, uint8_t tos, std::span<con
   put16(u + 2, f.dst_port);
   put16(u + 4, static_cast<uint16_t>(udp_len));
   put16(u + 6, 0);  // no UDP checksum, as RoCEv2 senders do
+}
 
+void PcapWriter::write(const wire::Ipv4UdpFraming& f, uint8_t tos, std::span<const uint8_t> ib,
+                       const uint8_t* icrc) {
+  uint8_t h[kIpv4UdpHeaderBytes];
+  ipv4_udp_headers(f, tos, ib.size(), h);
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  const uint32_t rec[4] = {static_cast<uint32_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec),
-                           static_cast<uint32_t>(ip_len), static_cast<uint32_t>(ip_len)};
+  write_record(uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec),
+               {std::span<const uint8_t>(h, sizeof h), ib, {icrc, wire::kIcrcBytes}});
+}
+
+void PcapWriter::write_record(uint64_t ts_ns,
+                              std::initializer_list<std::span<const uint8_t>> parts) {
+  size_t len = 0;
+  for (const auto& p : parts) len += p.size();
+  const uint32_t rec[4] = {static_cast<uint32_t>(ts_ns / 1'000'000'000u),
+                           static_cast<uint32_t>(ts_ns % 1'000'000'000u),
+                           static_cast<uint32_t>(len), static_cast<uint32_t>(len)};
   std::lock_guard<std::mutex> g(mu_);
   std::fwrite(rec, sizeof rec, 1, file_);
-  std::fwrite(h, sizeof h, 1, file_);
-  std::fwrite(ib.data(), 1, ib.size(), file_);
-  std::fwrite(icrc, 1, wire::kIcrcBytes, file_);
+  for (const auto& p : parts) std::fwrite(p.data(), 1, p.size(), file_);
   std::fflush(file_);
   ++records_;
 }

@@ -84,7 +84,8 @@ TEST(ParseCc, PresetsAndOverrides) {
 TEST(ParseCc, FormatRoundTrips) {
   for (const char* spec : {"none", "none,np=1,cnp_dscp=40", "dcqcn", "dcqcn,preset=paper",
                            "dcqcn,preset=paper,rpg_ai_rate=3,tie=cnp_first,hyper_step=constant",
-                           "timely,timely_beta=0.25,timely_max_rate=5000"}) {
+                           "timely,timely_beta=0.25,timely_max_rate=5000",
+                           "none,max_inflight=32768"}) {
     const CcConfig a = ok(spec);
     const std::string f = format_cc(a);
     const CcConfig b = ok(f);
@@ -92,6 +93,7 @@ TEST(ParseCc, FormatRoundTrips) {
     EXPECT_EQ(b.dcqcn.rpg_ai_rate, a.dcqcn.rpg_ai_rate) << spec;
     EXPECT_EQ(b.np.enabled, a.np.enabled) << spec;
     EXPECT_DOUBLE_EQ(b.timely.beta, a.timely.beta) << spec;
+    EXPECT_EQ(b.max_inflight, a.max_inflight) << spec;
   }
   EXPECT_NE(format_cc(ok("dcqcn")).find("rpg_time_reset=300"), std::string::npos);
   EXPECT_EQ(format_cc(ok("timely")).find("rpg_"), std::string::npos);
@@ -120,6 +122,7 @@ TEST(ParseCc, ErrorsNameTheField) {
       {"dcqcn,cnp_dscp=64", "cnp_dscp 64 is out of range [0, 63]"},
       {"dcqcn,cnp_dscp=300", "cnp_dscp 300 is out of range [0, 255]"},
       {"dcqcn,cnp_802p_prio=8", "cnp_802p_prio 8 is out of range [0, 7]"},
+      {"dcqcn,max_inflight=2000000000", "max_inflight 2000000000 is out of range [0, 1073741824]"},
       {"dcqcn,rpg_max_rate=50,rpg_min_rate=100", "rpg_max_rate 50 is below rpg_min_rate 100"},
       {"dcqcn,clamp_tgt_rate=2", "clamp_tgt_rate '2' is not 0 or 1"},
       {"dcqcn,alpha_update=sometimes", "alpha_update 'sometimes' is not one of per_cnp, periodic"},

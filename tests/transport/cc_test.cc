@@ -380,3 +380,60 @@ TEST(PacedLink, ManyMessagesAtTheCappedRate) {
 
 }  // namespace
 }  // namespace uroce::transport
+
+namespace uroce::transport {
+namespace {
+
+// max_inflight caps what a QP has unacknowledged (CcConfig::max_inflight, requester.h): a
+// 64 KiB WRITE with a 4 KiB cap at path MTU 1024 puts 4 packets on the wire, no more, until
+// an ACK comes back; without the cap the loss-adaptive window (256) lets all 64 go.
+TEST(MaxInflight, CapsThePacketsInFlight) {
+  for (const char* spec : {"none,max_inflight=4096", "dcqcn,max_inflight=4000", "none"}) {
+    Node a{kQpnA, kIpA};
+    with_cc(a, spec);
+    a.connect(kIpB, kQpnB, 0, 0);
+    std::vector<uint8_t> src(64 * 1024, 1);
+    const uint32_t lkey = a.mem.reg(a.pd, src.data(), src.size(), 0);
+    ASSERT_EQ(a.qp->post_send(test::rdma_wqe(1, IBV_WR_RDMA_WRITE, uint64_t(src.data()),
+                                             uint32_t(src.size()), lkey, 0x1000, 0x99),
+                              0),
+              0);
+    const size_t want = std::string(spec) == "none" ? 64 : 4;  // 4000 B round up to 4 packets
+    EXPECT_EQ(a.sink.sent.size(), want) << spec;
+    // The last packet under the cap asks for the ACK that opens it again.
+    EXPECT_TRUE(test::parsed(a.sink.sent.back()).bth.ack_req) << spec;
+    if (want == 4) {
+      // An ACK of the first two packets lets two more go.
+      deliver(a, *test::craft_ack(kQpnA, 1, test::ack_syndrome()), kIpB, 10 * kUs);
+      EXPECT_EQ(a.sink.sent.size(), 6u) << spec;
+    }
+  }
+}
+
+// Over the link, a capped QP still completes its transfer, byte-exact, without resending.
+TEST(MaxInflight, TransferCompletesUnderTheCap) {
+  Node a{kQpnA, kIpA}, b{kQpnB, kIpB};
+  with_cc(a, "dcqcn,max_inflight=8192");
+  a.connect(kIpB, kQpnB, 0, 0);
+  b.connect(kIpA, kQpnA, 0, 0);
+  test::Link link(a, b);
+  constexpr uint32_t kLen = 1 << 20;
+  std::vector<uint8_t> src(kLen), dst(kLen);
+  for (uint32_t i = 0; i < kLen; ++i) src[i] = uint8_t(i * 7);
+  const uint32_t lkey = a.mem.reg(a.pd, src.data(), kLen, 0);
+  const uint32_t rkey =
+      b.mem.reg(b.pd, dst.data(), kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(a.qp->post_send(test::rdma_wqe(1, IBV_WR_RDMA_WRITE, uint64_t(src.data()), kLen, lkey,
+                                           uint64_t(dst.data()), rkey),
+                            0),
+            0);
+  ASSERT_TRUE(link.run_until([&] { return !a.scq.wcs.empty(); }, 1'000'000'000ull));
+  EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(src, dst);
+  EXPECT_EQ(a.qp->counters().retransmitted_pkts, 0u);
+  // 1024 packets, 8 per round trip of 2 × 2 µs: at least 128 round trips.
+  EXPECT_GE(link.now, 128 * 4 * kUs);
+}
+
+}  // namespace
+}  // namespace uroce::transport

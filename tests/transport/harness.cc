@@ -198,23 +198,38 @@ SendWqe atomic_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t laddr, uint32_t lk
   return w;
 }
 
-Link::Link(Node& a, Node& b, LinkParams p) : nodes_{&a, &b}, p_(p), rng_(p.seed) {}
+Link::Link(Node& a, Node& b, LinkParams p) : nodes_{&a, &b}, rng_(p.seed) {
+  const sim::ChannelParams cp{
+      .delay = p.latency, .loss = p.loss, .dup = p.dup, .reorder = p.reorder};
+  for (int i = 0; i < 2; ++i) {
+    ends_[i].link = this;
+    ends_[i].idx = i;
+    to_[i] = std::make_unique<sim::Channel>(q_, pool_, rng_, cp, &ends_[i]);
+    // Frames towards node i were sent by node 1 - i.
+    to_[i]->drop_if = [this, from = 1 - i](const sim::Frame& f) {
+      if (!drop_if) return false;
+      wire::Packet pkt;
+      return wire::parse(f.payload, pkt) == wire::ParseError::kOk && drop_if(from, pkt);
+    };
+    wake_[i] = std::make_unique<sim::Timer>(q_, &ends_[i]);
+  }
+}
 
-void Link::schedule(int dst, const TxBuf& buf, Time delay) {
-  InFlight f;
-  f.at = now + delay;
-  f.seq = seq_++;
-  f.dst = dst;
-  f.buf.len = buf.len;
-  f.buf.dst_ip = buf.dst_ip;
-  f.buf.src_port = buf.src_port;
-  f.buf.ecn = buf.ecn;
-  std::memcpy(f.buf.data, buf.data, buf.len);
-  flight_.push(std::move(f));
+void Link::End::on_frame(sim::Frame* f, Time now) {
+  Node& dst = *link->nodes_[idx];
+  RxPacket p;
+  if (wire::parse(f->payload, p.pkt) == wire::ParseError::kOk) {
+    p.info.src_ip = link->nodes_[1 - idx]->ip;
+    p.info.dst_ip = dst.ip;
+    p.info.src_port = f->src_port;
+    p.info.ecn = f->tos & 3;
+    dst.dispatch.receive({&p, 1}, now);
+    ++link->delivered;
+  }
+  link->pool_.put(f);
 }
 
 void Link::collect() {
-  std::uniform_real_distribution<double> u(0, 1);
   for (int from = 0; from < 2; ++from) {
     auto& sent = nodes_[from]->sink.sent;
     while (!sent.empty()) {
@@ -222,24 +237,20 @@ void Link::collect() {
       wire::Packet pkt;
       if (wire::parse(std::span<const uint8_t>(b.data, b.len), pkt) != wire::ParseError::kOk) {
         ++parse_errors;
-      } else if ((drop_if && drop_if(from, pkt)) || u(rng_) < p_.loss) {
-        ++lost;
       } else {
-        const auto delay = [&] {
-          // Reordering: some packets take a detour of up to 4 latencies.
-          Time d = p_.latency;
-          if (u(rng_) < p_.reorder) d += static_cast<Time>(u(rng_) * 4 * p_.latency);
-          return d;
-        };
-        schedule(1 - from, b, delay());
-        if (u(rng_) < p_.dup) {
-          ++duplicated;
-          schedule(1 - from, b, delay());
-        }
+        sim::Frame* f = pool_.get();
+        f->src_ip = nodes_[from]->ip;
+        f->dst_ip = b.dst_ip;
+        f->src_port = b.src_port;
+        f->tos = b.ecn;
+        f->payload.assign(b.data, b.data + b.len);
+        to_[1 - from]->send(f);
       }
       sent.pop_front();
     }
   }
+  lost = to_[0]->counters().lost + to_[1]->counters().lost;
+  duplicated = to_[0]->counters().duplicated + to_[1]->counters().duplicated;
 }
 
 bool Link::step(Time limit) {
@@ -249,27 +260,19 @@ bool Link::step(Time limit) {
     return false;
   }
   // Tests call their QPs directly (post_send, modify…): let each dispatch see what changed.
-  for (Node* n : nodes_) n->dispatch.touch(n->qp);
-  const Time pkt_at = flight_.empty() ? kNever : flight_.top().at;
-  const Time t0 = nodes_[0]->dispatch.next_deadline(), t1 = nodes_[1]->dispatch.next_deadline();
-  const Time next = std::min({pkt_at, t0, t1});
-  if (next == kNever || next > limit) return false;
-  now = std::max(now, next);
-  if (pkt_at == next) {
-    InFlight f = flight_.top();
-    flight_.pop();
-    Node& dst = *nodes_[f.dst];
-    RxPacket p;
-    if (wire::parse(std::span<const uint8_t>(f.buf.data, f.buf.len), p.pkt) ==
-        wire::ParseError::kOk) {
-      p.info.src_ip = nodes_[1 - f.dst]->ip;
-      p.info.dst_ip = dst.ip;
-      p.info.src_port = f.buf.src_port;
-      p.info.ecn = f.buf.ecn;
-      dst.dispatch.receive({&p, 1}, now);
-      ++delivered;
+  for (int i = 0; i < 2; ++i) {
+    Node& n = *nodes_[i];
+    n.dispatch.touch(n.qp);
+    const Time d = n.dispatch.next_deadline();
+    if (d == kNever) {
+      wake_[i]->cancel();
+    } else {
+      wake_[i]->arm(d);
     }
   }
+  // The earliest event: an arrival (delivered by its End), or a node's deadline.
+  if (!q_.step(limit)) return false;
+  now = q_.now();
   // Due timers and pumping, as an engine pass does them.
   for (Node* n : nodes_) {
     bool again = false;

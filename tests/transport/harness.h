@@ -2,8 +2,8 @@
 // captures, completion/event recorders, QP set-up helpers, and a virtual-time link between two
 // QPs with seeded loss, duplication and reordering. Each node's QP lives in a Dispatch
 // (src/engine/dispatch.h), the engine's own QP table and timer/pump scheduling, so the link runs
-// the code the engine runs; only the wire between the nodes is the harness's. Nothing here reads
-// a clock.
+// the code the engine runs; the wire between the nodes and the clock are the fabric simulator's
+// (src/sim: event queue, channels). Nothing here reads a clock.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,6 +20,10 @@
 #include <vector>
 
 #include "engine/dispatch.h"
+#include "sim/channel.h"
+#include "sim/event_queue.h"
+#include "sim/frame.h"
+#include "sim/rng.h"
 #include "transport/qp.h"
 
 namespace uroce::transport::test {
@@ -167,8 +171,13 @@ struct LinkParams {
   uint64_t seed = 1;
 };
 
-// Two nodes joined by a lossy link in virtual time. Packets a node commits are picked up after
-// each event and scheduled for delivery; QP deadlines are events too.
+// Two nodes joined by a lossy link in virtual time: the fabric simulator's smallest case
+// (src/sim). Its clock and event order are the simulator's EventQueue, each direction is a
+// sim::Channel (propagation delay, seeded loss, duplication and reordering, one Rng for both
+// directions), with infinite rate. Packets a node commits are picked up after each event and
+// handed to the channel; each node's next QP deadline is a Timer. After every event both nodes'
+// dispatches run their due timers and pumps, as an engine pass does (the tests call QPs
+// directly, so the link also touch()es each QP before choosing the next event).
 class Link {
  public:
   Link(Node& a, Node& b, LinkParams p = {});
@@ -187,22 +196,23 @@ class Link {
   uint64_t delivered = 0, lost = 0, duplicated = 0, parse_errors = 0;
 
  private:
-  struct InFlight {
-    Time at;
-    uint64_t seq;
-    int dst;
-    TxBuf buf;
-    bool operator>(const InFlight& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  // Node `idx`'s end of the link: parses what arrives and hands it to the node's dispatch.
+  struct End : sim::FrameSink, sim::EventHandler {
+    Link* link = nullptr;
+    int idx = 0;
+    void on_frame(sim::Frame* f, Time now) override;
+    void on_event(Time, uint64_t) override {}  // a deadline: step() runs the progress
   };
   void collect();
-  void schedule(int dst, const TxBuf& buf, Time delay);
   bool step(Time limit);
 
   Node* nodes_[2];
-  LinkParams p_;
-  std::mt19937_64 rng_;
-  std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>> flight_;
-  uint64_t seq_ = 0;
+  sim::EventQueue q_;
+  sim::FramePool pool_;
+  sim::Rng rng_;
+  End ends_[2];
+  std::unique_ptr<sim::Channel> to_[2];  // to_[i]: towards node i
+  std::unique_ptr<sim::Timer> wake_[2];  // node i's next QP deadline
   uint64_t steps_ = 0;
   static constexpr uint64_t kMaxSteps = 20'000'000;  // a QP that never settles fails, not hangs
 };

@@ -108,6 +108,7 @@ bool validate(const CcConfig& c, std::string* err) {
     return false;
   }
   if (!in_range("pacer_burst", c.pacer_burst, 0, uint64_t{16} << 20, err)) return false;
+  if (!in_range("max_inflight", c.max_inflight, 0, kMaxInflightLimit, err)) return false;
   const TimelyParams& t = c.timely;
   if (!in_range("timely_t_low", t.t_low, 0, kMaxPeriodUs, err) ||
       !in_range("timely_t_high", t.t_high, 1, kMaxPeriodUs, err) ||

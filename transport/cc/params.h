@@ -105,6 +105,14 @@ struct TimelyParams {
 // 10 Gb/s. uroce's own parameter (`pacer_burst`).
 inline constexpr uint64_t kDefaultPacerBurstBytes = 64 * 1024;
 
+// Most bytes of packets a QP may have unacknowledged (`max_inflight`, uroce's own): a cap on the
+// requester's send window in bytes of payload, on top of congestion control. About one
+// bandwidth-delay product lets a lone QP fill its path while bounding what N QPs that start
+// together at line rate can put into a switch queue to N of them — DCQCN's incast start-up
+// overshoot (docs/congestion-control.md, "Experiments", 4). 0: no cap (the window alone,
+// requester.h).
+inline constexpr uint64_t kMaxInflightLimit = uint64_t{1} << 30;
+
 struct CcConfig {
   Algorithm algorithm = Algorithm::kNone;
   Preset preset = Preset::kCx;
@@ -112,6 +120,7 @@ struct CcConfig {
   NpParams np;
   TimelyParams timely;
   uint64_t pacer_burst = kDefaultPacerBurstBytes;  // bytes, <= 16 MiB
+  uint64_t max_inflight = 0;  // bytes of payload unacknowledged; 0 = no cap, <= 1 GiB
 };
 
 // The DCQCN parameters and NP settings of a preset (paper: [DCQCN] at 40 GbE; cx: [NV]).

@@ -16,8 +16,8 @@ namespace {
 
 // Which algorithms a key belongs to: DCQCN's, TIMELY's, the NP's (any algorithm, `none` too:
 // a receiver may answer marks for its peers without limiting itself), the pacer's (any that
-// limits).
-enum class Scope : uint8_t { kDcqcn, kTimely, kNp, kPacer };
+// limits), the send window's (any algorithm).
+enum class Scope : uint8_t { kDcqcn, kTimely, kNp, kPacer, kWindow };
 
 const char* scope_name(Scope s) {
   switch (s) {
@@ -29,6 +29,8 @@ const char* scope_name(Scope s) {
       return "np";
     case Scope::kPacer:
       return "dcqcn or timely";
+    case Scope::kWindow:
+      return "window";
   }
   return "?";
 }
@@ -206,6 +208,9 @@ const std::vector<Key>& keys() {
     // The pacer, for either algorithm.
     v.push_back(uint_key<uint64_t>(
         "pacer_burst", S::kPacer, [](auto& c) -> auto& { return c.pacer_burst; }));
+    // The send window's cap, for any algorithm (uroce's own).
+    v.push_back(uint_key<uint64_t>(
+        "max_inflight", S::kWindow, [](auto& c) -> auto& { return c.max_inflight; }));
     // TIMELY [TIMELY].
     v.push_back(uint_key<uint32_t>("timely_t_low", S::kTimely, t(&TimelyParams::t_low)));
     v.push_back(uint_key<uint32_t>("timely_t_high", S::kTimely, t(&TimelyParams::t_high)));
@@ -223,7 +228,7 @@ const std::vector<Key>& keys() {
 }
 
 bool applies(Scope s, Algorithm a) {
-  return s == Scope::kNp || (s == Scope::kDcqcn && a == Algorithm::kDcqcn) ||
+  return s == Scope::kNp || s == Scope::kWindow || (s == Scope::kDcqcn && a == Algorithm::kDcqcn) ||
          (s == Scope::kTimely && a == Algorithm::kTimely) ||
          (s == Scope::kPacer && a != Algorithm::kNone);
 }

@@ -6,197 +6,22 @@
 #include <fstream>
 
 #include "tools/perf/report.h"
+#include "tools/svg.h"
 
 namespace uroce::perf {
 
 namespace {
 
-constexpr double kW = 800, kH = 500;
-constexpr double kLeft = 90, kRight = 30, kTop = 50, kBottom = 70;
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
-
-// A short label for an axis value: 0.52, 12.3, 4500, 64K, 8M.
-std::string tick_label(double v, bool bytes) {
-  char buf[32];
-  if (bytes) {
-    if (v >= 1048576)
-      std::snprintf(buf, sizeof buf, "%gM", v / 1048576);
-    else if (v >= 1024)
-      std::snprintf(buf, sizeof buf, "%gK", v / 1024);
-    else
-      std::snprintf(buf, sizeof buf, "%g", v);
-  } else {
-    std::snprintf(buf, sizeof buf, "%g", v);
-  }
-  return buf;
-}
-
-// One axis: maps data values to pixels, linearly or logarithmically.
-struct Axis {
-  double lo = 0, hi = 1;
-  bool log = false;
-  double p0 = 0, p1 = 1;  // pixel positions of lo and hi
-
-  double map(double v) const {
-    double f;
-    if (log) {
-      v = std::max(v, lo);
-      f = (std::log(v) - std::log(lo)) / (std::log(hi) - std::log(lo));
-    } else {
-      f = (v - lo) / (hi - lo);
-    }
-    return p0 + f * (p1 - p0);
-  }
-
-  // About five "nice" values inside [lo, hi].
-  std::vector<double> ticks() const {
-    std::vector<double> t;
-    if (log) {
-      const double a = std::floor(std::log10(lo)), b = std::ceil(std::log10(hi));
-      const bool dense = b - a <= 2;
-      for (double e = a; e <= b; ++e)
-        for (double m : dense ? std::vector<double>{1, 2, 5} : std::vector<double>{1}) {
-          double v = m * std::pow(10, e);
-          if (v >= lo * 0.999 && v <= hi * 1.001) t.push_back(v);
-        }
-      return t;
-    }
-    const double range = hi - lo;
-    const double raw = range / 5;
-    const double mag = std::pow(10, std::floor(std::log10(raw)));
-    double step = mag;
-    for (double m : {1.0, 2.0, 5.0, 10.0})
-      if (m * mag >= raw) {
-        step = m * mag;
-        break;
-      }
-    for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(v);
-    return t;
-  }
-};
-
-// Powers of two for a size axis.
-std::vector<double> size_ticks(const Axis& a) {
-  std::vector<double> t;
-  for (double v = 1; v <= a.hi * 1.001; v *= 2)
-    if (v >= a.lo * 0.999) t.push_back(v);
-  while (t.size() > 12) {  // every other power when crowded
-    std::vector<double> half;
-    for (size_t i = 0; i < t.size(); i += 2) half.push_back(t[i]);
-    t = half;
-  }
-  return t;
-}
-
-class Svg {
- public:
-  explicit Svg(const std::string& title) {
-    out_ =
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-        "width=\"" +
-        num(kW) + "\" height=\"" + num(kH) + "\" viewBox=\"0 0 " + num(kW) + " " + num(kH) +
-        "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-    out_ += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-    text(kW / 2, 24, title, "middle", 15);
-  }
-  void text(double x, double y, const std::string& s, const char* anchor = "start", int size = 12,
-            const char* extra = "") {
-    out_ += "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\" text-anchor=\"" + anchor +
-            "\" font-size=\"" + std::to_string(size) + "\" " + extra + ">" + escape(s) +
-            "</text>\n";
-  }
-  void line(double x1, double y1, double x2, double y2, const char* color, double width = 1,
-            const char* dash = nullptr) {
-    out_ += "<line x1=\"" + num(x1) + "\" y1=\"" + num(y1) + "\" x2=\"" + num(x2) + "\" y2=\"" +
-            num(y2) + "\" stroke=\"" + color + "\" stroke-width=\"" + num(width) + "\"" +
-            (dash ? std::string(" stroke-dasharray=\"") + dash + "\"" : "") + "/>\n";
-  }
-  void rect(double x, double y, double w, double h, const char* color) {
-    out_ += "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(std::max(w, 0.5)) +
-            "\" height=\"" + num(std::max(h, 0.0)) + "\" fill=\"" + color + "\"/>\n";
-  }
-  void polyline(const std::vector<std::pair<double, double>>& pts, const char* color,
-                const char* dash = nullptr) {
-    if (pts.empty()) return;
-    out_ += "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"2\"" +
-            (dash ? std::string(" stroke-dasharray=\"") + dash + "\"" : "") + " points=\"";
-    for (auto [x, y] : pts) out_ += num(x) + "," + num(y) + " ";
-    out_ += "\"/>\n";
-    for (auto [x, y] : pts)
-      out_ +=
-          "<circle cx=\"" + num(x) + "\" cy=\"" + num(y) + "\" r=\"3\" fill=\"" + color + "\"/>\n";
-  }
-  void axes(const Axis& x, const Axis& y, const std::vector<double>& xt, bool x_bytes,
-            const std::string& xlabel, const std::string& ylabel) {
-    line(kLeft, kH - kBottom, kW - kRight, kH - kBottom, "black");
-    line(kLeft, kTop, kLeft, kH - kBottom, "black");
-    for (double v : xt) {
-      double px = x.map(v);
-      line(px, kH - kBottom, px, kH - kBottom + 5, "black");
-      text(px, kH - kBottom + 18, tick_label(v, x_bytes), "middle");
-    }
-    for (double v : y.ticks()) {
-      double py = y.map(v);
-      line(kLeft - 5, py, kLeft, py, "black");
-      line(kLeft, py, kW - kRight, py, "#dddddd");
-      text(kLeft - 8, py + 4, tick_label(v, false), "end");
-    }
-    text((kLeft + kW - kRight) / 2, kH - 25, xlabel, "middle");
-    text(20, (kTop + kH - kBottom) / 2, ylabel, "middle", 12,
-         ("transform=\"rotate(-90 20 " + num((kTop + kH - kBottom) / 2) + ")\"").c_str());
-  }
-  void legend(const std::vector<std::pair<std::string, const char*>>& items) {
-    double y = kTop + 10;
-    for (const auto& [name, color] : items) {
-      rect(kW - kRight - 150, y - 9, 14, 10, color);
-      text(kW - kRight - 130, y, name);
-      y += 16;
-    }
-  }
-  std::string done() { return out_ + "</svg>\n"; }
-
- private:
-  std::string out_;
-};
-
-Axis x_axis(double lo, double hi, bool log) {
-  Axis a;
-  a.lo = lo;
-  a.hi = hi;
-  a.log = log;
-  a.p0 = kLeft;
-  a.p1 = kW - kRight;
-  return a;
-}
-Axis y_axis(double lo, double hi, bool log) {
-  Axis a;
-  a.lo = lo;
-  a.hi = hi;
-  a.log = log;
-  a.p0 = kH - kBottom;
-  a.p1 = kTop;
-  return a;
-}
+// The SVG writer is the project's (tools/svg.h); these plots use its canvas.
+using tools::Axis;
+using tools::size_ticks;
+using tools::Svg;
+using tools::tick_label;
+using tools::x_axis;
+using tools::y_axis;
+constexpr double kW = tools::kSvgW, kH = tools::kSvgH;
+constexpr double kLeft = tools::kSvgLeft, kRight = tools::kSvgRight, kTop = tools::kSvgTop,
+                 kBottom = tools::kSvgBottom;
 
 std::string latency_histogram(const Options& o, const SizeResult& r, const std::string& title) {
   const double k = lat_divisor(o) * 1000;  // ns of round trip -> reported usec

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The simulator's experiments (docs/congestion-control.md, "Experiments"), all of them, from
+# uroce-sim: summary tables (CSV, and Markdown on stdout) and plots (SVG) into docs/sim/, the
+# raw JSON and time series into a scratch directory.
+#   bench/sim_experiments.sh [BUILD_DIR] [OUT_DIR] [SCRATCH_DIR]
+# Deterministic: the same build gives the same tables (but for wall time and events per second,
+# which measure this machine). About half a minute of CPU, most of it experiment 5.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=${2:-$root/docs/sim}
+raw=${3:-$build/sim-experiments}
+sim=$build/bin/uroce-sim
+[[ -x $sim ]] || { echo "sim_experiments: no $sim (cmake --build $build --target uroce_sim_cli)" >&2; exit 1; }
+mkdir -p "$out" "$raw"
+
+# get FILE KEY…: the keys' values from a JSON summary, comma-separated.
+get() {
+  python3 - "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+def fmt(v):
+    if isinstance(v, bool): return "yes" if v else "no"
+    if isinstance(v, float): return "%.4g" % v
+    return str(v)
+print(",".join(fmt(d[k]) for k in sys.argv[2:]))
+PY
+}
+
+# table CSV: the CSV as a Markdown table.
+table() {
+  python3 - "$1" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+print("| " + " | ".join(rows[0]) + " |")
+print("|" + " --- |" * len(rows[0]))
+for r in rows[1:]:
+    print("| " + " | ".join(r) + " |")
+print()
+PY
+}
+
+plot() { "$sim" plot "$@"; }
+
+# The option experiment 4 measures: uroce's in-flight cap of about one bandwidth-delay product
+# (the dumbbell's three 40 Gb/s hops of 1 µs: ~6.7 µs, 33 KB), with a gentle first cut.
+option="max_inflight=32768,initial_alpha_value=64"
+
+echo "## Experiment 1: N long flows into one 40 Gb/s bottleneck"
+e1=$out/exp1.csv
+echo "flows,cc,mark,util_pct,jain,queue_mean_kib,queue_p99_kib,queue_max_kib,cnp_per_s" >"$e1"
+for n in 2 4 8 16; do
+  for cc in dcqcn none option; do
+    for mark in dequeue enqueue; do
+      [[ $cc == none && $mark == enqueue ]] && continue  # no NP: the marks change nothing
+      set_args=(--cc dcqcn)
+      [[ $cc == none ]] && set_args=(--cc none)
+      [[ $cc == option ]] && set_args=(--cc dcqcn --set "$option")
+      j=$raw/exp1_${n}_${cc}_${mark}.json
+      "$sim" dumbbell --flows "$n" --start sync --duration-ms 50 --window-ms 25:50 --link-gbps 40 \
+        --delay-us 1 --mtu 1024 "${set_args[@]}" --preset paper --mark "$mark" --kmin-kb 5 \
+        --kmax-kb 200 --pmax 0.01 --seed 1 --json "$j" --csv "$raw/exp1_${n}_${cc}_${mark}.csv"
+      echo "$n,$cc,$([[ $cc == none ]] && echo - || echo "$mark"),$(get "$j" util_pct jain queue_mean_kib queue_p99_kib queue_max_kib cnp_per_s)" >>"$e1"
+    done
+  done
+done
+table "$e1"
+python3 - "$e1" "$raw/exp1_bars.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+with open(sys.argv[2], "w") as f:
+    w = csv.writer(f)
+    w.writerow(["case", "util_pct", "jain_pct", "queue_mean_kib", "queue_max_kib"])
+    for r in rows:
+        name = "N=%s %s%s" % (r["flows"], r["cc"], "" if r["mark"] == "-" else " " + r["mark"][:3])
+        w.writerow([name, r["util_pct"], 100 * float(r["jain"]), r["queue_mean_kib"], r["queue_max_kib"]])
+PY
+grep -v "none" "$raw/exp1_bars.csv" >"$raw/exp1_bars_cc.csv"
+plot --csv "$raw/exp1_bars_cc.csv" --x case --y util_pct,jain_pct --bars --y-min 90 \
+  --title "Experiment 1: utilisation and fairness (Jain x 100), 50 ms, window 25-50 ms" \
+  --xlabel "flows, congestion control, marking" --ylabel "%" --svg "$out/exp1_util_jain.svg"
+plot --csv "$raw/exp1_bars_cc.csv" --x case --y queue_mean_kib,queue_max_kib --bars \
+  --title "Experiment 1: bottleneck queue (Kmin 5 KiB, Kmax 200 KiB)" \
+  --xlabel "flows, congestion control, marking" --ylabel "KiB" --svg "$out/exp1_queue.svg"
+for n in 4 16; do
+  plot --csv "$raw/exp1_${n}_dcqcn_dequeue.csv" --x t_us --x-scale 0.001 --y 'f?_gbps,f??_gbps' \
+    --title "Experiment 1: $n flows, DCQCN (paper), marking at dequeue: goodput" \
+    --xlabel "time [ms]" --ylabel "Gb/s" --svg "$out/exp1_${n}_goodput.svg"
+  plot --csv "$raw/exp1_${n}_dcqcn_dequeue.csv" --x t_us --x-scale 0.001 --y queue_kib \
+    --title "Experiment 1: $n flows, DCQCN (paper), marking at dequeue: bottleneck queue" \
+    --xlabel "time [ms]" --ylabel "KiB" --svg "$out/exp1_${n}_queue.svg"
+done
+
+echo "## Experiment 2: 16:1 incast"
+e2=$out/exp2.csv
+echo "msg_bytes,fabric,cc,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,retransmitted,timeouts,probe_timeouts,pfc_pause_frames,pfc_pause_time_us,cnps,queue_max_kib" >"$e2"
+for size in 65536 262144 1048576; do
+  for fabric in buffer pfc; do
+    for cc in none dcqcn; do
+      fab=(--buffer-kb 512)
+      [[ $fabric == pfc ]] && fab=(--pfc)
+      j=$raw/exp2_${size}_${fabric}_${cc}.json
+      "$sim" incast --senders 16 --msg-bytes "$size" "${fab[@]}" --cc "$cc" --preset paper \
+        --seed 1 --json "$j" --csv "$raw/exp2_${size}_${fabric}_${cc}.csv"
+      label=$([[ $fabric == pfc ]] && echo "PFC (no drop limit)" || echo "512 KiB buffer (no PFC)")
+      v=$(get "$j" fct_max_us fct_mean_us ideal_us)
+      ratio=$(python3 -c "import sys; a=sys.argv[1].split(','); print('%.2f' % (float(a[0]) / float(a[2])))" "$v")
+      echo "$size,$label,$cc,$v,$ratio,$(get "$j" drops retransmitted_packets timeouts probe_timeouts pfc_pause_frames pfc_pause_time_us cnps queue_max_kib)" >>"$e2"
+    done
+  done
+done
+table "$e2"
+python3 - "$e2" "$raw/exp2_bars.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+with open(sys.argv[2], "w") as f:
+    w = csv.writer(f)
+    w.writerow(["case", "fct_max_over_ideal", "fct_mean_over_ideal"])
+    for r in rows:
+        kib = int(r["msg_bytes"]) // 1024
+        fab = "PFC" if r["fabric"].startswith("PFC") else "buf"
+        w.writerow(["%dK %s %s" % (kib, fab, r["cc"]), r["fct_over_ideal"],
+                    "%.3f" % (float(r["fct_mean_us"]) / float(r["ideal_us"]))])
+PY
+plot --csv "$raw/exp2_bars.csv" --x case --y fct_max_over_ideal,fct_mean_over_ideal --bars \
+  --title "Experiment 2: 16:1 incast, completion time / ideal" \
+  --xlabel "message size, fabric (512 KiB buffer or PFC), congestion control" --ylabel "x ideal" \
+  --svg "$out/exp2_fct.svg"
+
+echo "## Experiment 3: PFC pause spreading on a leaf-spine, and what mitigates it"
+e3=$out/exp3.csv
+echo "case,victim_gbps,elephant_gbps_mean,pfc_pause_frames,victim_host_paused_us,spine0_pauses_sent" >"$e3"
+for c in "pfc-only none" "dcqcn dcqcn" "entropy none --entropy" "entropy+dcqcn dcqcn --entropy"; do
+  read -r name cc ent <<<"$c"
+  j=$raw/exp3_${name}.json
+  "$sim" leafspine --leaves 4 --spines 4 --hosts-per-leaf 4 --scenario pfc-spread ${ent:-} --pfc \
+    --cc "$cc" --preset paper --duration-ms 10 --seed 1 --sample-us 100 --json "$j" \
+    --csv "$raw/exp3_${name}.csv"
+  extra=$(python3 - "$j" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ports = {p["port"]: p for p in d["pfc_ports"]}
+host = ports.get("h1->leaf0", {}).get("pause_us", 0)
+spine = sum(p["tx_pause"] for n, p in ports.items() if n.startswith("spine0->"))
+print("%.0f,%d" % (host, spine))
+PY
+)
+  echo "$name,$(get "$j" victim_gbps elephant_gbps_mean pfc_pause_frames),$extra" >>"$e3"
+  python3 - "$j" >"$out/exp3_${name}_ports.md" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("| port | PAUSE sent | XON sent | PAUSE received | paused µs |")
+print("| --- | --- | --- | --- | --- |")
+for p in d["pfc_ports"]:
+    if p["tx_pause"] or p["pause_us"]:
+        print("| %s | %d | %d | %d | %.0f |" % (p["port"], p["tx_pause"], p["tx_resume"], p["rx_pause"], p["pause_us"]))
+print()
+print("| flow | path | goodput Gb/s |")
+print("| --- | --- | --- |")
+for f in d["flows"]:
+    print("| %s | %s | %.2f |" % (f["name"], " ".join(f["path"]), f["goodput_gbps"]))
+PY
+done
+table "$e3"
+cat "$out/exp3_pfc-only_ports.md"
+plot --csv "$e3" --x case --y victim_gbps,elephant_gbps_mean --bars \
+  --title "Experiment 3: the victim flow's goodput (window 5-10 ms)" \
+  --xlabel "PFC on; congestion control and ECMP entropy" --ylabel "Gb/s" --svg "$out/exp3_goodput.svg"
+plot --csv "$raw/exp3_pfc-only.csv" --x t_us --x-scale 0.001 --y 'victim_gbps,elephant?_gbps' \
+  --title "Experiment 3: PFC alone — the victim is paused with the elephants" \
+  --xlabel "time [ms]" --ylabel "Gb/s" --svg "$out/exp3_pfc_only_series.svg"
+
+echo "## Experiment 4: beyond DCQCN — 16:1 incast of 1 MiB"
+e4=$out/exp4.csv
+echo "case,set,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,pfc_pause_frames,cnps,queue_max_kib" >"$e4"
+for c in "dcqcn -" "dcqcn+cap max_inflight=32768" "dcqcn+gentle-alpha initial_alpha_value=64" \
+         "dcqcn+option $option" "none -" "none+cap max_inflight=32768"; do
+  read -r name set <<<"$c"
+  cc=dcqcn
+  [[ $name == none* ]] && cc=none
+  args=(--cc "$cc")
+  [[ $set != - ]] && args+=(--set "$set")
+  j=$raw/exp4_${name}.json
+  "$sim" incast --senders 16 --msg-bytes 1048576 --pfc "${args[@]}" --preset paper --seed 1 \
+    --json "$j" --csv "$raw/exp4_${name}.csv" --sample-us 20
+  v=$(get "$j" fct_max_us fct_mean_us ideal_us)
+  ratio=$(python3 -c "import sys; a=sys.argv[1].split(','); print('%.3f' % (float(a[0]) / float(a[2])))" "$v")
+  echo "$name,${set//,/ },$v,$ratio,$(get "$j" drops pfc_pause_frames cnps queue_max_kib)" >>"$e4"
+done
+table "$e4"
+plot --csv "$e4" --x case --y fct_over_ideal --bars --y-min 0 \
+  --title "Experiment 4: 16:1 incast of 1 MiB with PFC, completion time / ideal" \
+  --xlabel "congestion control and options" --ylabel "x ideal" --svg "$out/exp4_fct.svg"
+for name in dcqcn dcqcn+option; do
+  plot --csv "$raw/exp4_${name}.csv" --x t_us --x-scale 0.001 --y 'f?_rc_gbps,f??_rc_gbps' \
+    --title "Experiment 4: $name — every sender's DCQCN rate" --xlabel "time [ms]" \
+    --ylabel "Gb/s" --svg "$out/exp4_${name}_rates.svg"
+  plot --csv "$raw/exp4_${name}.csv" --x t_us --x-scale 0.001 --y queue_kib \
+    --title "Experiment 4: $name — the receiver's switch port" --xlabel "time [ms]" \
+    --ylabel "KiB" --svg "$out/exp4_${name}_queue.svg"
+done
+
+echo "## Experiment 5: scale — a leaf-spine with a mixed workload"
+e5=$out/exp5.csv
+echo "hosts,leaves,spines,hosts_per_leaf,sim_ms,events,wall_s,events_per_s,goodput_gbps_total,short_messages,short_fct_mean_us,short_fct_p99_us,drops,pfc_pause_frames,cnps,completion_errors" >"$e5"
+for topo in "16 8 16 1" "32 8 16 0.5"; do
+  read -r l s h ms <<<"$topo"
+  j=$raw/exp5_$((l * h)).json
+  "$sim" leafspine --leaves "$l" --spines "$s" --hosts-per-leaf "$h" --scenario mixed --pfc \
+    --cc dcqcn --preset paper --duration-ms "$ms" --seed 1 --sample-us 10 --json "$j"
+  echo "$((l * h)),$l,$s,$h,$ms,$(get "$j" events wall_s events_per_s goodput_gbps_total short_messages short_fct_mean_us short_fct_p99_us drops pfc_pause_frames cnps completion_errors)" >>"$e5"
+done
+table "$e5"
+echo "sim_experiments: tables and plots in $out, raw results in $raw"

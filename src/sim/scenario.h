@@ -1,0 +1,159 @@
+// The experiments `uroce-sim` runs (docs/simulator.md): a topology — dumbbell, N:1 incast,
+// leaf-spine — built from the fabric flags every subcommand shares, a workload, a run, and the
+// results: a summary (JSON), time series (CSV) and a capture of one link (pcap). The CLI
+// (main.cc) parses flags into these options; the CI's small experiment variants
+// (tests/sim/experiments_test.cc) call the same functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/fabric.h"
+
+namespace uroce::sim {
+
+// What every topology shares.
+struct FabricOptions {
+  uint64_t link_bps = 40'000'000'000ull;  // host links (and, unless fabric_bps, every link)
+  uint64_t fabric_bps = 0;                // leaf-spine links; 0 = link_bps
+  Time delay = 1000;                      // per link, ns
+  ibv_mtu mtu = IBV_MTU_1024;
+  transport::cc::CcConfig cc;  // every host's QPs
+  RedConfig red{.enabled = true};
+  uint64_t buffer_bytes = 0;  // per switch (shared) or per egress port; 0 = unlimited
+  BufferMode buffer_mode = BufferMode::kShared;
+  PfcConfig pfc;
+  EcmpHash hash = EcmpHash::kCrc32;
+  uint32_t ring = 16;  // NIC transmit ring, frames
+  uint8_t qp_timeout = 14;
+  uint64_t seed = 1;
+  Time sample = 0;                         // CSV sampling interval; 0 = duration / 1000
+  std::string csv, json, pcap, pcap_link;  // output files ("" = none) and the captured link
+};
+
+// Per-flow results.
+struct FlowResult {
+  std::string name, src, dst;
+  uint16_t src_port = 0;
+  double goodput_gbps = 0;  // in the window
+  uint64_t bytes = 0;       // accepted by the receiver, in the window
+  uint64_t messages = 0;    // completed
+  double fct_us = 0;        // last message's completion time (flows with a message count)
+  uint64_t retransmitted = 0, timeouts = 0, cnps_handled = 0;
+  std::vector<std::string> path;  // switch egress ports the flow's packets take ("leaf0:p17")
+};
+
+// PFC counters of one port and class, `show interface … priority-flow-control`.
+struct PortPause {
+  std::string port;  // "leaf0->spine1", "h3->leaf0"
+  uint64_t tx_pause = 0, rx_pause = 0, tx_resume = 0, rx_resume = 0;
+  double pause_us = 0;
+};
+
+struct LinkUse {
+  std::string from_to;  // "leaf0->spine1"
+  double util_pct = 0;  // of the window
+  double queue_max_kib = 0;
+};
+
+// Totals over a run, the keys every subcommand reports.
+struct RunResult {
+  double duration_us = 0, window_begin_us = 0, window_end_us = 0;
+  uint64_t events = 0;
+  double wall_s = 0, events_per_s = 0;
+  uint64_t drops = 0;
+  uint64_t marks = 0;                                    // CE marks by switches
+  uint64_t cnps = 0;                                     // CNPs sent by NPs
+  uint64_t pfc_pause_frames = 0, pfc_resume_frames = 0;  // sent by switches
+  double pfc_pause_time_us = 0;                          // summed over every paused port and class
+  uint64_t retransmitted_packets = 0, timeouts = 0, probe_timeouts = 0;
+  uint64_t errors = 0;  // completions in error
+  std::vector<FlowResult> flows;
+  std::vector<PortPause> pauses;  // ports that sent or received any PAUSE
+  std::vector<LinkUse> links;     // every direction of every link
+};
+
+struct DumbbellOptions {
+  FabricOptions fabric;
+  uint32_t flows = 2;
+  bool stagger = false;  // flows start one after another (stagger_gap apart)
+  Time stagger_gap = 0;  // 0 = duration / (2 · flows)
+  Time duration = 20 * kMs;
+  Time window_begin = kNever;  // kNever: the second half of the run
+  Time window_end = kNever;
+  uint64_t msg_bytes = 1 << 20;  // each flow streams WRITEs of this size, 2 outstanding
+};
+struct DumbbellResult {
+  RunResult run;
+  double util_pct = 0, jain = 0;
+  double queue_mean_kib = 0, queue_p99_kib = 0, queue_max_kib = 0;
+  double cnp_per_s = 0;
+  std::vector<double> flow_gbps;
+};
+DumbbellResult run_dumbbell(const DumbbellOptions& o);
+
+struct IncastOptions {
+  FabricOptions fabric;
+  uint32_t senders = 16;
+  uint64_t msg_bytes = 1 << 20;
+  Time limit = 1000 * kMs;  // the run stops here if messages are still incomplete
+};
+struct IncastResult {
+  RunResult run;
+  double fct_max_us = 0, fct_mean_us = 0, ideal_us = 0;
+  double queue_max_kib = 0;
+  bool completed = false;  // every message completed
+};
+IncastResult run_incast(const IncastOptions& o);
+
+// A leaf-spine fabric: L leaves, S spines, H hosts per leaf (host l·H + i on leaf l), every
+// leaf linked to every spine. The workload is `flows` (host indices as above), or a built-in
+// scenario:
+//  "pfc-spread" (experiment 3, the troubleshooting case): one elephant from host 0 of every leaf
+//    but leaf 1 to a host of leaf 1, their UDP source ports chosen so that every leaf hashes
+//    them onto spine 0 — its link down to leaf 1 is congested; a victim flow from host 1 of leaf
+//    0 to leaf 2 whose source port also hashes onto spine 0, so it never crosses the congested
+//    link. With `entropy`, elephant k's source port is chosen to hash onto spine k mod S
+//    instead, and the victim's onto the next spine: what using ECMP's entropy well does.
+//    Needs L >= 3, S >= 2, H >= 2.
+//  "mixed" (experiment 5, scale): every even host streams 256 KiB WRITEs to the host H places
+//    on (another leaf); every odd host sends 16 KiB messages to a random host, open loop at
+//    20 % of its link; and leaf 0's hosts write 64 KiB each to host H−1 of the last leaf
+//    (an incast) at a quarter of the run. Needs L >= 2.
+struct LeafSpineOptions {
+  FabricOptions fabric;
+  uint32_t leaves = 4, spines = 2, hosts_per_leaf = 4;
+  Time duration = 10 * kMs;
+  Time window_begin = kNever, window_end = kNever;  // default: the second half
+  std::vector<FlowSpec> flows;
+  std::string scenario;  // "", "pfc-spread" or "mixed"
+  bool entropy = false;  // pfc-spread: spread the elephants' source ports
+};
+struct LeafSpineResult {
+  RunResult run;
+  int64_t victim = -1;  // pfc-spread: the victim's index in run.flows
+  // mixed: completion times of the short messages, µs.
+  double short_fct_mean_us = 0, short_fct_p99_us = 0;
+  uint64_t short_messages = 0;
+};
+LeafSpineResult run_leafspine(const LeafSpineOptions& o);
+// Whether `name` is a built-in scenario that fits the topology; false and *err if not.
+bool check_leafspine_scenario(const std::string& name, uint32_t leaves, uint32_t spines,
+                              uint32_t hosts_per_leaf, std::string* err);
+// Reads a workload file (docs/simulator.md): one flow per line,
+//   name src dst msg_bytes messages depth start_us [mean_gap_us]
+// (messages 0: a stream to the end of the run; '#' starts a comment). false and *err naming
+// the line on a malformed one or a host outside [0, hosts).
+bool parse_workload(const std::string& text, uint32_t hosts, std::vector<FlowSpec>* flows,
+                    std::string* err);
+
+// The summaries, as `uroce-sim … --json` writes them.
+std::string to_json(const DumbbellOptions& o, const DumbbellResult& r);
+std::string to_json(const IncastOptions& o, const IncastResult& r);
+std::string to_json(const LeafSpineOptions& o, const LeafSpineResult& r);
+
+// Jain's fairness index of `x` (1 = equal shares).
+double jain_index(const std::vector<double>& x);
+
+}  // namespace uroce::sim
