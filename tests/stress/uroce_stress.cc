@@ -63,6 +63,7 @@ struct Options {
   int timeout = 14, retry_cnt = 7;  // IBTA: local ACK timeout 4.096 us * 2^timeout
   int mtu = 0;                      // 0: the port's active MTU
   double stall_timeout = 30;
+  uint32_t rd_atomic = 0;  // max_rd_atomic / max_dest_rd_atomic; 0: what the device offers
   // Client only: flips one byte of the first non-empty WRITE of QP 0 after filling it, so a test
   // can show that the server's checks catch corrupted data.
   bool inject_corruption = false;
@@ -336,7 +337,11 @@ void create_qp(const Options& o, Device& d, Conn& c, size_t buf_len, int access,
 }
 
 void connect_qp(const Options& o, Device& d, Conn& c) {
-  const uint8_t rd_atomic = static_cast<uint8_t>(std::min(16, d.attr.max_qp_rd_atom));
+  // As many outstanding READs/atomics as both devices offer (--rd-atomic caps it; uroce and rxe
+  // offer 128, the window bounds what is outstanding anyway).
+  const int offered = std::min(d.attr.max_qp_rd_atom, d.attr.max_qp_init_rd_atom);
+  const uint8_t rd_atomic = static_cast<uint8_t>(
+      std::clamp(o.rd_atomic ? std::min<int>(o.rd_atomic, offered) : offered, 1, 255));
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = o.mtu == 1024   ? IBV_MTU_1024
@@ -370,6 +375,13 @@ void connect_qp(const Options& o, Device& d, Conn& c) {
     fail_setup("QP RTR->RTS failed");
 }
 
+// Creating the QPs (each with its MR and CQ, to INIT) took since `t0`.
+void print_created(std::chrono::steady_clock::time_point t0, uint32_t qps) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("setup: created %u QPs (MR, CQ, QP, RESET->INIT each) in %.3f s, %.0f QPs/s\n", qps,
+              s, s > 0 ? qps / s : 0.0);
+}
+
 // Exchanges the options both sides must agree on, then every QP's endpoint, then brings the QPs
 // to RTS and waits until the peer's are too.
 int handshake(const Options& o, Device& d, std::vector<Conn>& conns) {
@@ -381,12 +393,38 @@ int handshake(const Options& o, Device& d, std::vector<Conn>& conns) {
   tcp_read(fd, peer, sizeof peer);
   peer[sizeof peer - 1] = '\0';
   if (std::strcmp(cfg, peer) != 0) fail_setup("options differ: here '%s', peer '%s'", cfg, peer);
+  const auto t0 = std::chrono::steady_clock::now();
   for (Conn& c : conns) c.remote = exchange(fd, c.local);
+  const auto t1 = std::chrono::steady_clock::now();
   for (Conn& c : conns) connect_qp(o, d, c);
+  const auto t2 = std::chrono::steady_clock::now();
   uint8_t ready = 0;
   tcp_write(fd, &ready, 1);
   tcp_read(fd, &ready, 1);
+  const double xchg = std::chrono::duration<double>(t1 - t0).count();
+  const double conn = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("setup: exchanged %zu endpoints in %.3f s; connected (INIT->RTR->RTS) in %.3f s, "
+              "%.0f QPs/s\n",
+              conns.size(), xchg, conn, conn > 0 ? conns.size() / conn : 0.0);
   return fd;
+}
+
+// Resident memory of this process from /proc/self/status (`field`: VmRSS, VmHWM), KiB; 0 if
+// unknown. For the scale and soak runs (docs/hardening.md).
+long status_kib(const char* field) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long kib = 0;
+  const size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') kib = std::strtol(line + n + 1, nullptr, 10);
+  std::fclose(f);
+  return kib;
+}
+void print_memory(const char* when) {
+  std::printf("memory %s: rss %ld KiB, peak %ld KiB\n", when, status_kib("VmRSS"),
+              status_kib("VmHWM"));
 }
 
 using Clock = std::chrono::steady_clock;
@@ -441,6 +479,7 @@ int run_server(const Options& o) {
   Device d(o);
   const uint32_t slots = o.window, slot_size = o.max_size;
   std::vector<Conn> conns(o.qps);
+  const auto created0 = std::chrono::steady_clock::now();
   for (uint32_t q = 0; q < o.qps; ++q) {
     Conn& c = conns[q];
     c.index = q;
@@ -456,8 +495,10 @@ int run_server(const Options& o) {
     const uint32_t want = static_cast<uint32_t>(c.sched.recv_seqs.size());
     while (c.recv_posted < std::min(want, slots)) post_recv(c, slots, slot_size);
   }
+  print_created(created0, o.qps);
   const int fd = handshake(o, d, conns);
   std::printf("connected: %u QPs, %u operations each\n", o.qps, o.ops);
+  print_memory("connected");
   std::fflush(stdout);
 
   Tally t;
@@ -588,6 +629,7 @@ int run_server(const Options& o) {
               o.qps, t.bytes, t.lost, t.duplicated, t.corrupted, t.bad_status, t.other, secs);
   if (client_errors) report("server: the client reported discrepancies");
   const bool ok = !t.errors() && !client_errors;
+  print_memory("at the end");
   std::printf("%s\n", ok ? "OK" : "FAILED");
   return ok ? kExitOk : kExitMismatch;
 }
@@ -718,18 +760,21 @@ void complete_op(const Options& o, Conn& c, const ibv_wc& wc, Tally& t) {
 int run_client(const Options& o) {
   Device d(o);
   std::vector<Conn> conns(o.qps);
+  const auto created0 = std::chrono::steady_clock::now();
   for (uint32_t q = 0; q < o.qps; ++q) {
     conns[q].index = q;
     conns[q].sched = make_schedule(o, q);
     create_qp(o, d, conns[q], static_cast<size_t>(o.window) * o.max_size, IBV_ACCESS_LOCAL_WRITE,
               o.window);
   }
+  print_created(created0, o.qps);
   const int fd = handshake(o, d, conns);
   for (Conn& c : conns)
     if (c.remote.len < c.sched.mr_len)
       fail_setup("QP %u: the server registered %" PRIu64 " bytes, the schedule needs %" PRIu64,
                  c.index, c.remote.len, c.sched.mr_len);
   std::printf("connected: %u QPs, %u operations each\n", o.qps, o.ops);
+  print_memory("connected");
   std::fflush(stdout);
 
   Tally t;
@@ -806,6 +851,7 @@ int run_client(const Options& o) {
   close(fd);
   if (server_verdict) report("client: the server found discrepancies");
   const bool ok = !t.errors() && !server_verdict;
+  print_memory("at the end");
   std::printf("%s\n", ok ? "OK" : "FAILED");
   return ok ? kExitOk : kExitMismatch;
 }
@@ -819,7 +865,7 @@ int main(int argc, char** argv) {
   app.add_option("-d,--device", o.device, "RDMA device (default: the first one)");
   app.add_option("-p,--port", o.tcp_port, "TCP port for the set-up")->capture_default_str();
   app.add_option("-g,--gid-index", o.gid_index, "local GID index")->capture_default_str();
-  app.add_option("--qps", o.qps, "RC QPs")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--qps", o.qps, "RC QPs")->check(CLI::Range(1, 16384))->capture_default_str();
   app.add_option("--ops", o.ops, "operations per QP")
       ->check(CLI::Range(1, 10'000'000))
       ->capture_default_str();
@@ -828,6 +874,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-size", o.max_size, "largest message in bytes")
       ->check(CLI::Range(64, 1 << 22))
+      ->capture_default_str();
+  app.add_option("--rd-atomic", o.rd_atomic,
+                 "outstanding READs/atomics per QP (0: what the devices offer)")
+      ->check(CLI::Range(0, 255))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the schedule")->capture_default_str();
   app.add_option("--mtu", o.mtu, "path MTU (0: the port's active MTU)")
