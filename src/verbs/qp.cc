@@ -98,7 +98,9 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   const auto refuse = [&](int err, const char* why) {
     return refuse_wr(qp, "ibv_post_send", wr.wr_id, err, why);
   };
-  if (wr.opcode < IBV_WR_RDMA_WRITE || wr.opcode > IBV_WR_ATOMIC_WRITE)
+  // Read as the int the C caller stored (transport::stored_int; found by fuzz_post_wr): loading
+  // a value outside the enum as ibv_wr_opcode is undefined in C++.
+  if (const int op = transport::stored_int(wr.opcode); op < IBV_WR_RDMA_WRITE || op > IBV_WR_ATOMIC_WRITE)
     return refuse(EINVAL, "opcode is not an ibv_wr_opcode");
   if (!send_opcode_supported(wr.opcode))
     return refuse(EOPNOTSUPP, "opcode not implemented (docs/verbs.md)");

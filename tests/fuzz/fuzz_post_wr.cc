@@ -165,10 +165,10 @@ struct World {
 
   void drain() {
     ibv_wc wc[64];
-    while (ibv_poll_cq(cq, 64, wc) > 0) {
-      for (const ibv_wc& w : wc)
-        if (w.status > IBV_WC_TM_RNDV_INCOMPLETE) fail("completion status not an ibv_wc_status");
-    }
+    for (int n; (n = ibv_poll_cq(cq, 64, wc)) > 0;)
+      for (int i = 0; i < n; ++i)
+        if (wc[i].status > IBV_WC_TM_RNDV_INCOMPLETE)
+          fail("completion status not an ibv_wc_status");
   }
 };
 
@@ -205,7 +205,8 @@ void store_int(E* field, uint32_t v) {
 void read_send_wr(Reader& r, World& w, ibv_qp* q, ibv_send_wr& wr, std::vector<ibv_sge>& sges) {
   wr.wr_id = r.u8();
   const uint8_t op = r.u8();
-  store_int(&wr.opcode, op < 0xf0 ? op % 17 : r.u32());
+  const uint32_t opcode = op < 0xf0 ? op % 17 : r.u32();
+  store_int(&wr.opcode, opcode);
   const uint8_t fl = r.u8();
   wr.send_flags = fl < 0xf0 ? fl & 0x1f : r.u32();
   wr.num_sge = int8_t(r.u8());
@@ -220,7 +221,7 @@ void read_send_wr(Reader& r, World& w, ibv_qp* q, ibv_send_wr& wr, std::vector<i
     wr.wr.rdma.rkey = w.mr->rkey;
     wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(w.buf.data()) + (r.u16() & ~7u);
   }
-  if (wr.opcode == IBV_WR_BIND_MW) {
+  if (opcode == IBV_WR_BIND_MW) {
     wr.bind_mw.mw = (list & 8) ? nullptr : (list & 16) ? w.mw2 : w.mw1;
     wr.bind_mw.rkey = r.u32();
     wr.bind_mw.bind_info.mr = (list & 32) ? nullptr : w.mr;
@@ -291,8 +292,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   World& w = world();
   w.reset();
   Reader r(data, size);
-  // Exactly kSges entries on the heap: a read past them is an ASan report.
-  std::vector<ibv_sge> sges(kSges);
+  // Each WR of a chain has its own list of exactly kSges entries on the heap: a read past them is
+  // an ASan report.
+  std::vector<std::vector<ibv_sge>> lists(4, std::vector<ibv_sge>(kSges));
   while (!r.empty()) {
     const uint8_t kind = r.u8() % 4;
     switch (kind) {
@@ -301,7 +303,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<ibv_send_wr> wrs(r.u8() % 4 + 1);
         for (size_t i = 0; i < wrs.size(); ++i) {
           wrs[i] = {};
-          read_send_wr(r, w, q, wrs[i], sges);
+          read_send_wr(r, w, q, wrs[i], lists[i]);
           wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
         }
         ibv_send_wr* bad = nullptr;
@@ -317,7 +319,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<ibv_recv_wr> wrs(r.u8() % 4 + 1);
         for (size_t i = 0; i < wrs.size(); ++i) {
           wrs[i] = {};
-          read_recv_wr(r, w, wrs[i], sges);
+          read_recv_wr(r, w, wrs[i], lists[i]);
           wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
         }
         ibv_recv_wr* bad = nullptr;
