@@ -35,9 +35,10 @@ constexpr uint16_t kSrcPort = 0xc000;
 // come from a ring and go nowhere.
 class FakePort : public uroce::Port {
  public:
-  explicit FakePort(bool exact) : bufs_(new transport::TxBuf[kRing]) {
+  explicit FakePort(bool exact) {
     caps_.exact_icrc = exact;
-    for (size_t i = 0; i < kRing; ++i) free_.push_back(&bufs_[i]);
+    static auto* bufs = new transport::TxBuf[kRing];  // one ring per process (one port at a time)
+    for (size_t i = 0; i < kRing; ++i) free_.push_back(&bufs[i]);
   }
   const uroce::PortCaps& caps() const override { return caps_; }
   uint32_t ipv4() const override { return QpWorld::kLocalIp; }
@@ -71,7 +72,6 @@ class FakePort : public uroce::Port {
  private:
   static constexpr size_t kRing = 16;
   uroce::PortCaps caps_;
-  std::unique_ptr<transport::TxBuf[]> bufs_;
   std::vector<transport::TxBuf*> free_;
   std::vector<uroce::RxFrame> queued_, handed_;
   // Each frame's bytes on the heap, exactly its length (ASan sees any overread).

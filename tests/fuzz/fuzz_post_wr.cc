@@ -250,14 +250,14 @@ void write_seeds(const std::string& dir) {
                        uint8_t(IBV_WR_ATOMIC_FETCH_AND_ADD), uint8_t(IBV_WR_LOCAL_INV),
                        uint8_t(IBV_WR_BIND_MW), uint8_t(IBV_WR_SEND_WITH_IMM)}) {
       const bool atomic = op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-      const uint8_t flags = op == IBV_WR_SEND_WITH_IMM ? IBV_SEND_INLINE | IBV_SEND_SIGNALED
-                                                       : IBV_SEND_SIGNALED;
-      w.u8(0).u8(q).u8(0);                           // post_send, one WR
-      w.u8(1).u8(op).u8(flags).u8(1).u8(4);          // wr_id, opcode, flags, num_sge, rkey=mr
+      const uint8_t flags =
+          op == IBV_WR_SEND_WITH_IMM ? IBV_SEND_INLINE | IBV_SEND_SIGNALED : IBV_SEND_SIGNALED;
+      w.u8(0).u8(q).u8(0);                   // post_send, one WR
+      w.u8(1).u8(op).u8(flags).u8(1).u8(4);  // wr_id, opcode, flags, num_sge, rkey=mr
       w.u8(1).u8(0).u16(atomic ? 64 : 0).u8(atomic ? 8 : 100);  // one SGE in the MR
-      w.u32(0x01020304);                             // imm
+      w.u32(0x01020304);                                        // imm
       for (size_t i = 0; i < sizeof(ibv_send_wr::wr); ++i) w.u8(0);
-      w.u16(256);                                    // remote offset
+      w.u16(256);  // remote offset
       if (op == IBV_WR_BIND_MW) w.u32(0x1234).u16(0).u32(4096).u32(IBV_ACCESS_REMOTE_WRITE);
     }
     w.u8(1).u8(q).u8(1).u8(9).u8(2).u8(0).u8(1).u8(0).u16(0).u8(200);  // two receives

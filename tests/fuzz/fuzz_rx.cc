@@ -43,7 +43,9 @@ void write_seeds(const std::string& dir) {
   using O = wire::Opcode;
   const std::vector<uint8_t> p64(64, 0xab), p1k(1024, 0xcd), p100(100, 0x11);
   int n = 0;
-  auto save = [&](const Writer& w) { uroce::fuzz::write_seed(dir, "seed-" + std::to_string(n++), w.out); };
+  auto save = [&](const Writer& w) {
+    uroce::fuzz::write_seed(dir, "seed-" + std::to_string(n++), w.out);
+  };
   auto one = [&](int role, const wire::Packet& p, std::span<const uint8_t> pay = {}) {
     Writer w;
     QpWorld::packet_record(w, role, p, pay, 0x40);

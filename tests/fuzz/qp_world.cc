@@ -24,8 +24,11 @@ uint8_t* fuzz_memory() {
   return mem;
 }
 
-RingSink::RingSink() : bufs_(new transport::TxBuf[kBuffers]) {
-  for (size_t i = 0; i < kBuffers; ++i) free_.push_back(&bufs_[i]);
+RingSink::RingSink() {
+  // One ring per process, reused by every input: allocating 32 packet buffers per input would
+  // cost more than the input itself.
+  static auto* bufs = new transport::TxBuf[kBuffers];
+  for (size_t i = 0; i < kBuffers; ++i) free_.push_back(&bufs[i]);
 }
 
 transport::TxBuf* RingSink::tx_alloc() {
@@ -82,12 +85,12 @@ QpWorld::QpWorld(Transmitter& tx, RingSink* sink)
   const uint64_t l = kMemBase + 8192;
   q->post_send(t::rdma_wqe(next_wr_id_++, IBV_WR_RDMA_READ, l, kReadBytes, kKeyRw, 0x9000, 0x77),
                now);
-  q->post_send(t::atomic_wqe(next_wr_id_++, IBV_WR_ATOMIC_CMP_AND_SWP, l + 4096, kKeyRw, 0x9100,
-                             0x77, 1, 2),
-               now);
-  q->post_send(t::atomic_wqe(next_wr_id_++, IBV_WR_ATOMIC_FETCH_AND_ADD, l + 4104, kKeyRw, 0x9108,
-                             0x77, 5),
-               now);
+  q->post_send(
+      t::atomic_wqe(next_wr_id_++, IBV_WR_ATOMIC_CMP_AND_SWP, l + 4096, kKeyRw, 0x9100, 0x77, 1, 2),
+      now);
+  q->post_send(
+      t::atomic_wqe(next_wr_id_++, IBV_WR_ATOMIC_FETCH_AND_ADD, l + 4104, kKeyRw, 0x9108, 0x77, 5),
+      now);
   q->post_send(t::rdma_wqe(next_wr_id_++, IBV_WR_RDMA_WRITE, l, 2000, kKeyRw, 0x9200, 0x77), now);
   q->post_send(t::send_wqe(next_wr_id_++, l, 100, kKeyRw), now);
   dispatch_.touch(q);
@@ -256,10 +259,14 @@ void QpWorld::app_action(uint8_t op, Reader& r) {
       break;
     }
     case 1: {  // post a send of some opcode
-      static constexpr ibv_wr_opcode kOps[] = {
-          IBV_WR_SEND,      IBV_WR_SEND_WITH_IMM,       IBV_WR_RDMA_WRITE,
-          IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_ATOMIC_CMP_AND_SWP,
-          IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_SEND_WITH_INV};
+      static constexpr ibv_wr_opcode kOps[] = {IBV_WR_SEND,
+                                               IBV_WR_SEND_WITH_IMM,
+                                               IBV_WR_RDMA_WRITE,
+                                               IBV_WR_RDMA_READ,
+                                               IBV_WR_RDMA_WRITE_WITH_IMM,
+                                               IBV_WR_ATOMIC_CMP_AND_SWP,
+                                               IBV_WR_ATOMIC_FETCH_AND_ADD,
+                                               IBV_WR_SEND_WITH_INV};
       const ibv_wr_opcode opcode = kOps[r.u8() % 8];
       const uint32_t len = r.u16() % 10000;
       const uint8_t flags = r.u8();
@@ -267,8 +274,8 @@ void QpWorld::app_action(uint8_t op, Reader& r) {
       if (!q) break;
       SendWqe w;
       if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-        w = t::atomic_wqe(next_wr_id_, opcode, kMemBase + 8 * (len % 64), kKeyRw, raddr, 0x77,
-                          len, flags);
+        w = t::atomic_wqe(next_wr_id_, opcode, kMemBase + 8 * (len % 64), kKeyRw, raddr, 0x77, len,
+                          flags);
       else
         w = t::rdma_wqe(next_wr_id_, opcode, kMemBase + (len % 4096), len, kKeyRw, raddr, 0x77);
       ++next_wr_id_;

@@ -33,8 +33,7 @@ class RingSink : public Transmitter {
   int64_t budget = -1;  // buffers tx_alloc may still hand out; -1 = no limit but the ring's
 
  private:
-  std::unique_ptr<transport::TxBuf[]> bufs_;
-  std::vector<transport::TxBuf*> free_;
+  std::vector<transport::TxBuf*> free_;  // of the process's one ring (one RingSink at a time)
   size_t committed_ = 0;
 };
 
