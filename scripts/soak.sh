@@ -30,7 +30,12 @@ run=$build/bin/uroce-run stress=$build/bin/uroce_stress
 srv_ip=127.0.$net.1 cli_ip=127.0.$net.2 port=$((19400 + net))
 faults="loss=0.01,reorder=0.05:depth=4,dup=0.02,corrupt=0.01:bits=2"
 faults+=",tx.loss=0.005,tx.reorder=0.02:depth=3,tx.dup=0.01,tx.corrupt=0.005"
-args=(--qps "$qps" --ops 300 --max-size 8192 --window 8 --stall-timeout 30 --duration "$duration")
+# ACK timeout 4.096 us * 2^17 = 0.54 s, 8 attempts: a loss is repaired by the early-retransmission
+# probe within a few round trips, so the long timer costs nothing while the run is healthy, and only
+# a peer gone for 4 s ends a QP — not a scheduling stall of a loaded machine (the first ten-minute
+# run with the default 67 ms lost 10 QPs to RETRY_EXC_ERR at load 16 on 2 cores).
+args=(--qps "$qps" --ops 300 --max-size 8192 --window 8 --timeout 17 --retry-cnt 7
+      --stall-timeout 30 --duration "$duration")
 log=$(mktemp -d /tmp/uroce-soak.XXXXXX)
 cleanup() {
   [[ -n ${srv:-} ]] && kill "$srv" 2>/dev/null
