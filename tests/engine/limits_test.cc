@@ -1,5 +1,5 @@
 // A device holds DeviceLimits::kMaxQp QPs (16384; issue 12, "Scale and endurance"), refuses the
-// next with ENOMEM, and takes QPs again once some are destroyed. Device on 127.47.2.1.
+// next with ENOMEM, and takes QPs again once some are destroyed. Device on 127.48.2.1.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -17,7 +17,7 @@ TEST(LimitsTest, ADeviceHoldsMaxQpQueuePairs) {
   // The CQ outlives the device, whose QPs complete into it until they go.
   CompChannel channel;
   Cq cq(1024, &channel, nullptr);
-  auto dev = test::open_device(test::config("lim", test::loopback(47, 2, 1)));
+  auto dev = test::open_device(test::config("lim", test::loopback(48, 2, 1)));
   ASSERT_NE(dev, nullptr);
   transport::QpInit init;
   init.type = IBV_QPT_RC;
