@@ -223,15 +223,17 @@ Classified classify(const uint8_t* f, size_t len, const Identity& me) {
 
 bool parse_arp(const uint8_t* f, size_t len, const Classified& c, Arp* out) {
   if (len < c.l2_bytes + sizeof(rte_arp_hdr)) return false;
-  const auto* a = reinterpret_cast<const rte_arp_hdr*>(f + c.l2_bytes);
-  if (rte_be_to_cpu_16(a->arp_hardware) != RTE_ARP_HRD_ETHER ||
-      rte_be_to_cpu_16(a->arp_protocol) != kEtherTypeIpv4 || a->arp_hlen != 6 || a->arp_plen != 4)
+  // Copied out: rte_arp_hdr is 2-byte aligned, and a frame's bytes need not be (fuzz_frames).
+  rte_arp_hdr a;
+  std::memcpy(&a, f + c.l2_bytes, sizeof a);
+  if (rte_be_to_cpu_16(a.arp_hardware) != RTE_ARP_HRD_ETHER ||
+      rte_be_to_cpu_16(a.arp_protocol) != kEtherTypeIpv4 || a.arp_hlen != 6 || a.arp_plen != 4)
     return false;
-  out->op = rte_be_to_cpu_16(a->arp_opcode);
-  std::memcpy(out->sha.data(), a->arp_data.arp_sha.addr_bytes, 6);
-  std::memcpy(out->tha.data(), a->arp_data.arp_tha.addr_bytes, 6);
-  out->spa = rte_be_to_cpu_32(a->arp_data.arp_sip);
-  out->tpa = rte_be_to_cpu_32(a->arp_data.arp_tip);
+  out->op = rte_be_to_cpu_16(a.arp_opcode);
+  std::memcpy(out->sha.data(), a.arp_data.arp_sha.addr_bytes, 6);
+  std::memcpy(out->tha.data(), a.arp_data.arp_tha.addr_bytes, 6);
+  out->spa = rte_be_to_cpu_32(a.arp_data.arp_sip);
+  out->tpa = rte_be_to_cpu_32(a.arp_data.arp_tip);
   return true;
 }
 
@@ -259,9 +261,9 @@ size_t write_arp(uint8_t* p, const L2& l2, const Arp& arp) {
 
 void make_echo_reply(uint8_t* f, size_t len, const Classified& c, const Mac& mine) {
   (void)len;
-  auto* eth = reinterpret_cast<rte_ether_hdr*>(f);
-  std::memcpy(eth->dst_addr.addr_bytes, eth->src_addr.addr_bytes, 6);
-  std::memcpy(eth->src_addr.addr_bytes, mine.data(), 6);
+  // The MACs as bytes: rte_ether_hdr is 2-byte aligned, the frame need not be.
+  std::memcpy(f, f + 6, 6);  // the destination becomes the sender
+  std::memcpy(f + 6, mine.data(), 6);
   auto* ip = reinterpret_cast<rte_ipv4_hdr*>(f + c.l2_bytes);
   const size_t ihl = (ip->version_ihl & 0xf) * 4u;
   const size_t total = rte_be_to_cpu_16(ip->total_length);

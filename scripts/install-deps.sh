@@ -13,6 +13,7 @@ packages=(
   tshark iproute2 procps ethtool iputils-ping python3
   qemu-system-x86 kmod cpio                          # the Linux rxe guest for the interop tests
   python3-pyverbs                                    # rdma-core's pyverbs and its test suite (tests/conformance)
+  clang libclang-rt-14-dev                           # libFuzzer and its sanitizers (tests/fuzz, scripts/fuzz.sh)
 )
 
 missing=()

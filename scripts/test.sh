@@ -2,7 +2,8 @@
 # Installs what uroce needs, builds it, and runs the whole test suite:
 #   1. a release build (RelWithDebInfo): unit, engine, verbs and integration tests (ctest);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the tests that link uroce directly;
-#   3. a ThreadSanitizer build of the engine, verbs and rdma_cm tests (the threaded parts);
+#   3. a libFuzzer build (clang, ASan+UBSan) whose harnesses each run 10 s (scripts/fuzz.sh);
+#   4. a ThreadSanitizer build of the engine, verbs and rdma_cm tests (the threaded parts);
 # and, in the release build, the wire-interop tests against Linux rxe in a qemu guest.
 # Tests that need root (packet capture, network namespaces) skip with a reason when not root.
 set -euo pipefail
@@ -25,6 +26,9 @@ echo "== ASan+UBSan build"
 # runtime does not support (label "integration"); the sanitizer run covers every test that links
 # uroce itself.
 ctest --test-dir "$root/build-asan" -j"$jobs" --output-on-failure --timeout 600 -LE integration
+
+echo "== fuzzing: every libFuzzer harness briefly, from its seeds (clang, ASan+UBSan; docs/hardening.md)"
+"$root/scripts/fuzz.sh" --seconds 10 --build "$root/build-fuzz"
 
 echo "== ThreadSanitizer build: the engine thread, the verbs layer and the CM thread over it"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=thread \

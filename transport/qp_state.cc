@@ -129,7 +129,8 @@ BadValue check_values(const ibv_qp_attr& a, int mask) {
     return {IBV_QP_ACCESS_FLAGS,
             "qp_access_flags has a flag other than LOCAL_WRITE, "
             "REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC"};
-  if ((mask & IBV_QP_PATH_MTU) && mtu_bytes(a.path_mtu) == 0)
+  if ((mask & IBV_QP_PATH_MTU) &&
+      (stored_int(a.path_mtu) < IBV_MTU_256 || stored_int(a.path_mtu) > IBV_MTU_4096))
     return {IBV_QP_PATH_MTU, "path_mtu is not an ibv_mtu (IBV_MTU_256..IBV_MTU_4096)"};
   if ((mask & IBV_QP_DEST_QPN) && a.dest_qp_num > 0xffffff)
     return {IBV_QP_DEST_QPN, "dest_qp_num is wider than 24 bits"};
@@ -144,7 +145,7 @@ BadValue check_values(const ibv_qp_attr& a, int mask) {
     return {IBV_QP_MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic above the device's max_qp_rd_atom"};
   // No automatic path migration: there is one path, always "migrated" (IBTA 17.2.8).
   if (mask & IBV_QP_ALT_PATH) return {IBV_QP_ALT_PATH, "no alternate path (one port, one path)"};
-  if ((mask & IBV_QP_PATH_MIG_STATE) && a.path_mig_state != IBV_MIG_MIGRATED)
+  if ((mask & IBV_QP_PATH_MIG_STATE) && stored_int(a.path_mig_state) != IBV_MIG_MIGRATED)
     return {IBV_QP_PATH_MIG_STATE, "path_mig_state must be IBV_MIG_MIGRATED (one path)"};
   if (mask & IBV_QP_AV) {
     // RoCE addresses by GID only (Annex A16/A17): the AH must carry a GRH whose DGID is an
@@ -178,13 +179,14 @@ ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& 
   if (mask & IBV_QP_CUR_STATE) {
     // The caller's view of the current state must match ours (IBTA 11.2.5.2: "the current state
     // is an optional input"; a mismatch is an invalid modifier).
-    if (attr.cur_qp_state != cur)
+    if (stored_int(attr.cur_qp_state) != cur)
       return refuse("cur_qp_state is not the QP's current state", IBV_QP_CUR_STATE);
   }
-  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+  const int next_value = (mask & IBV_QP_STATE) ? stored_int(attr.qp_state) : int(cur);
   if (type_index(type) < 0) return refuse("the transport has no such QP type", 0);
-  if ((mask & IBV_QP_STATE) && (next < 0 || next >= kNumStates))
+  if (next_value < 0 || next_value >= kNumStates)
     return refuse("qp_state is not an ibv_qp_state", IBV_QP_STATE);
+  const auto next = static_cast<ibv_qp_state>(next_value);
   const TransitionMasks m = transition_masks(type, cur, next);
   if (!m.valid) return refuse("no such transition for this QP type (IBTA 10.3.1)", 0);
   if ((mask & m.required) != m.required)

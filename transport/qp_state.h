@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace uroce::transport {
@@ -34,6 +35,18 @@ struct TransitionMasks {
 TransitionMasks transition_masks(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next);
 
 const char* to_string(ibv_qp_state s);
+
+// The value a C caller stored in an enum field of ibv_qp_attr (qp_state, cur_qp_state, path_mtu,
+// path_mig_state). C lets any int stand there; in C++ loading one outside the enum's range as the
+// enum is undefined (UBSan's -fsanitize=enum; found by tests/fuzz/fuzz_modify_qp), so such fields
+// are checked as the ints they are before anything reads them as enums.
+template <typename E>
+int stored_int(const E& field) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v;
+  std::memcpy(&v, &field, sizeof v);
+  return v;
+}
 // The names of the IBV_QP_* bits of `mask`, "IBV_QP_SQ_PSN|IBV_QP_TIMEOUT" (unknown bits in hex).
 std::string attr_mask_to_string(int mask);
 

@@ -43,8 +43,8 @@ class Publisher;
 // Identity and limits a device reports through ibv_query_device / ibv_query_port.
 struct DeviceLimits {
   static constexpr uint32_t kVendorId = 0x1af4;  // uroce reports a fixed, documented vendor id
-  static constexpr uint32_t kMaxQp = 4096;
-  static constexpr uint32_t kMaxCq = 4096;
+  static constexpr uint32_t kMaxQp = 16384;      // Dispatch::Limits::max_qp; QPNs are 24 bits
+  static constexpr uint32_t kMaxCq = 16384;      // reported; one CQ per QP must fit
   static constexpr uint32_t kMaxCqe = 65536;
   static constexpr uint32_t kMaxMr = 65536;
   static constexpr uint32_t kMaxMw = 65536;

@@ -91,7 +91,10 @@ std::optional<bool> LinkWatch::link_state_in(const void* buf, size_t len, int if
   std::optional<bool> state;
   // NLMSG_OK checks that a whole header fits and that nlmsg_len stays within what is left.
   int left = static_cast<int>(std::min<size_t>(len, 1u << 30));
-  for (auto* h = static_cast<const nlmsghdr*>(buf); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+  // NLMSG_NEXT may take `left` below 0 (the last message's alignment); NLMSG_OK then gets an
+  // exact unsigned (comparing nlmsg_len with a signed int is what clang's -Wsign-compare flags).
+  for (auto* h = static_cast<const nlmsghdr*>(buf);
+       left > 0 && NLMSG_OK(h, static_cast<unsigned>(left)); h = NLMSG_NEXT(h, left)) {
     if (h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) continue;
     if (h->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) break;  // malformed: stop here
     const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(h));

@@ -73,7 +73,11 @@ Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
 // UROCE_LOG=debug: which attribute an ibv_modify_qp refused, and why.
 void log_refused_modify(VQp* qp, ibv_qp_state cur, const ibv_qp_attr& a, int mask,
                         const Refused& r) {
-  const char* next = (mask & IBV_QP_STATE) ? transport::to_string(a.qp_state) : "same state";
+  // Read as the int the caller stored: the refusal may be that it is no ibv_qp_state.
+  const char* next = (mask & IBV_QP_STATE)
+                         ? transport::to_string(ibv_qp_state(std::clamp(
+                               transport::stored_int(a.qp_state), 0, int(IBV_QPS_UNKNOWN))))
+                         : "same state";
   log().debug("ibv_modify_qp(QP {:#x}, {} -> {}, mask {}): EINVAL: {}{}{}", qp->qpx.qp_base.qp_num,
               transport::to_string(cur), next, transport::attr_mask_to_string(mask),
               r.attr ? transport::attr_mask_to_string(r.attr) : "", r.attr ? ": " : "", r.why);
@@ -98,7 +102,10 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   const auto refuse = [&](int err, const char* why) {
     return refuse_wr(qp, "ibv_post_send", wr.wr_id, err, why);
   };
-  if (wr.opcode < IBV_WR_RDMA_WRITE || wr.opcode > IBV_WR_ATOMIC_WRITE)
+  // Read as the int the C caller stored (transport::stored_int; found by fuzz_post_wr): loading
+  // a value outside the enum as ibv_wr_opcode is undefined in C++.
+  if (const int op = transport::stored_int(wr.opcode);
+      op < IBV_WR_RDMA_WRITE || op > IBV_WR_ATOMIC_WRITE)
     return refuse(EINVAL, "opcode is not an ibv_wr_opcode");
   if (!send_opcode_supported(wr.opcode))
     return refuse(EOPNOTSUPP, "opcode not implemented (docs/verbs.md)");

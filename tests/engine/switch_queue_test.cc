@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -236,8 +237,15 @@ QueueRun write_through_queue(uint8_t sub, const char* cc) {
   const std::vector<ibv_wc> wc = test::poll_n(*a.scq, 1, std::chrono::seconds(60));
   r.delivered = wc.size() == 1 && wc[0].status == IBV_WC_SUCCESS &&
                 std::memcmp(a.buf.data(), b.buf.data(), kLen) == 0;
-  r.qa = a.qp->counters();
-  r.qb = b.qp->counters();
+  // The QPs' counters and rate belong to the engine threads, which keep running: read them under
+  // the device locks (Device::lock), as the verbs layer does.
+  double rate_gbps;
+  {
+    std::scoped_lock g(a.dev->lock(), b.dev->lock());
+    r.qa = a.qp->counters();
+    r.qb = b.qp->counters();
+    rate_gbps = double(a.qp->cc_rate_bps()) / 1e9;
+  }
   a.dev->counters().for_each([&](const char* n, uint64_t v) { r.a[n] = v; });
   b.dev->counters().for_each([&](const char* n, uint64_t v) { r.b[n] = v; });
   // For docs/congestion-control.md (informational: nothing below is asserted on).
@@ -247,7 +255,7 @@ QueueRun write_through_queue(uint8_t sub, const char* cc) {
       cc, (unsigned long long)r.b["fault_rx_queue_marked"],
       (unsigned long long)r.b["fault_rx_queue_drops"], (unsigned long long)r.qb.np_cnp_sent,
       (unsigned long long)r.qa.rp_cnp_handled, (unsigned long long)r.qa.retransmitted_pkts,
-      double(a.qp->cc_rate_bps()) / 1e9);
+      rate_gbps);
   return r;
 }
 

@@ -12,7 +12,9 @@
 #            must come within DETECT_BOUND seconds (default 1.5) of the last success.
 # Environment: FAULTS (UROCE_FAULTS for both sides), SERVER_FAULTS, CLIENT_FAULTS (for one side,
 #              instead of FAULTS), TIMEOUT (seconds, default 90),
-#              KILL_AFTER (seconds after the client connects, default 1), KILL_BOUND.
+#              KILL_AFTER (seconds after the client connects, default 1), KILL_BOUND,
+#              MAX_RSS_KIB (run: the peak resident memory of server and client together must
+#              stay below it, as each reports "memory at the end: … peak N KiB").
 set -uo pipefail
 mode=$1 run=$2 srv_ip=$3 cli_ip=$4 port=$5 program=$6
 shift 6
@@ -60,6 +62,13 @@ if [[ $mode == run || $mode == mismatch ]]; then
     done
     grep -q "lost=0 duplicated=0 corrupted=0 bad_status=0 other=0" "$log/client.out" ||
       fail="${fail:-the client summary shows discrepancies}"
+    if [[ -n ${MAX_RSS_KIB:-} ]]; then
+      peak() { sed -n 's/^memory at the end: .* peak \([0-9]*\) KiB$/\1/p' "$log/$1.out"; }
+      total=$(($(peak server) + $(peak client)))
+      echo "resident memory: server and client peaks together $total KiB (bound $MAX_RSS_KIB KiB)"
+      ((total > 0 && total <= MAX_RSS_KIB)) ||
+        fail="${fail:-peak resident memory $total KiB above $MAX_RSS_KIB KiB}"
+    fi
   fi
 elif [[ $mode == kill ]]; then
   UROCE_DEVICES=uroce0=$cli_ip UROCE_FAULTS=${CLIENT_FAULTS:-${FAULTS:-}} \

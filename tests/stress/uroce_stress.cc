@@ -63,6 +63,10 @@ struct Options {
   int timeout = 14, retry_cnt = 7;  // IBTA: local ACK timeout 4.096 us * 2^timeout
   int mtu = 0;                      // 0: the port's active MTU
   double stall_timeout = 30;
+  uint32_t rd_atomic = 0;  // max_rd_atomic / max_dest_rd_atomic; 0: what the device offers
+  // Client: after a round, run the schedule again over the same connected QPs, with fresh data,
+  // until this many seconds have passed (0: one round). The soak (scripts/soak.sh) runs on this.
+  double duration = 0;
   // Client only: flips one byte of the first non-empty WRITE of QP 0 after filling it, so a test
   // can show that the server's checks catch corrupted data.
   bool inject_corruption = false;
@@ -123,12 +127,15 @@ struct Schedule {
   uint64_t counter_init = 0, counter_final = 0, swap_init = 0, swap_final = 0;
 };
 
-Schedule make_schedule(const Options& o, uint32_t qp) {
+// Round r > 0 of a --duration run repeats round 0's operations (kinds, sizes, offsets: the same
+// memory layout) with other data: payload patterns and atomic values are salted with the round.
+Schedule make_schedule(const Options& o, uint32_t qp, uint32_t round = 0) {
   Schedule s;
+  const uint64_t salt = round ? mix(0x726f'756e'6400'0000ull ^ round) : 0;
   s.arena_off = (kReadOff + o.max_size + 63) / 64 * 64;
   uint64_t arena = s.arena_off;
-  s.counter_init = s.counter_final = key(o.seed, qp, ~0ull - 1);
-  s.swap_init = s.swap_final = key(o.seed, qp, ~0ull - 2);
+  s.counter_init = s.counter_final = key(o.seed, qp, ~0ull - 1) ^ salt;
+  s.swap_init = s.swap_final = key(o.seed, qp, ~0ull - 2) ^ salt;
   const uint64_t read_region_key = key(o.seed, qp, ~0ull);
   bool have_write = false;
   Op last_write{};
@@ -136,7 +143,7 @@ Schedule make_schedule(const Options& o, uint32_t qp) {
   for (uint32_t seq = 0; seq < o.ops; ++seq) {
     const uint64_t h = key(o.seed, qp, seq), h2 = mix(h);
     Op op{};
-    op.data = h;
+    op.data = h ^ salt;
     // Sizes: a quarter tiny (0–64 B, zero included), half up to 4 KiB, a quarter up to max_size.
     const uint32_t r = static_cast<uint32_t>(h2 >> 32);
     switch (h2 & 3) {
@@ -336,7 +343,11 @@ void create_qp(const Options& o, Device& d, Conn& c, size_t buf_len, int access,
 }
 
 void connect_qp(const Options& o, Device& d, Conn& c) {
-  const uint8_t rd_atomic = static_cast<uint8_t>(std::min(16, d.attr.max_qp_rd_atom));
+  // As many outstanding READs/atomics as both devices offer (--rd-atomic caps it; uroce and rxe
+  // offer 128, the window bounds what is outstanding anyway).
+  const int offered = std::min(d.attr.max_qp_rd_atom, d.attr.max_qp_init_rd_atom);
+  const uint8_t rd_atomic = static_cast<uint8_t>(
+      std::clamp(o.rd_atomic ? std::min<int>(o.rd_atomic, offered) : offered, 1, 255));
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = o.mtu == 1024   ? IBV_MTU_1024
@@ -370,6 +381,13 @@ void connect_qp(const Options& o, Device& d, Conn& c) {
     fail_setup("QP RTR->RTS failed");
 }
 
+// Creating the QPs (each with its MR and CQ, to INIT) took since `t0`.
+void print_created(std::chrono::steady_clock::time_point t0, uint32_t qps) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("setup: created %u QPs (MR, CQ, QP, RESET->INIT each) in %.3f s, %.0f QPs/s\n", qps,
+              s, s > 0 ? qps / s : 0.0);
+}
+
 // Exchanges the options both sides must agree on, then every QP's endpoint, then brings the QPs
 // to RTS and waits until the peer's are too.
 int handshake(const Options& o, Device& d, std::vector<Conn>& conns) {
@@ -381,12 +399,40 @@ int handshake(const Options& o, Device& d, std::vector<Conn>& conns) {
   tcp_read(fd, peer, sizeof peer);
   peer[sizeof peer - 1] = '\0';
   if (std::strcmp(cfg, peer) != 0) fail_setup("options differ: here '%s', peer '%s'", cfg, peer);
+  const auto t0 = std::chrono::steady_clock::now();
   for (Conn& c : conns) c.remote = exchange(fd, c.local);
+  const auto t1 = std::chrono::steady_clock::now();
   for (Conn& c : conns) connect_qp(o, d, c);
+  const auto t2 = std::chrono::steady_clock::now();
   uint8_t ready = 0;
   tcp_write(fd, &ready, 1);
   tcp_read(fd, &ready, 1);
+  const double xchg = std::chrono::duration<double>(t1 - t0).count();
+  const double conn = std::chrono::duration<double>(t2 - t1).count();
+  std::printf(
+      "setup: exchanged %zu endpoints in %.3f s; connected (INIT->RTR->RTS) in %.3f s, "
+      "%.0f QPs/s\n",
+      conns.size(), xchg, conn, conn > 0 ? conns.size() / conn : 0.0);
   return fd;
+}
+
+// Resident memory of this process from /proc/self/status (`field`: VmRSS, VmHWM), KiB; 0 if
+// unknown. For the scale and soak runs (docs/hardening.md).
+long status_kib(const char* field) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long kib = 0;
+  const size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':')
+      kib = std::strtol(line + n + 1, nullptr, 10);
+  std::fclose(f);
+  return kib;
+}
+void print_memory(const char* when) {
+  std::printf("memory %s: rss %ld KiB, peak %ld KiB\n", when, status_kib("VmRSS"),
+              status_kib("VmHWM"));
 }
 
 using Clock = std::chrono::steady_clock;
@@ -441,6 +487,7 @@ int run_server(const Options& o) {
   Device d(o);
   const uint32_t slots = o.window, slot_size = o.max_size;
   std::vector<Conn> conns(o.qps);
+  const auto created0 = std::chrono::steady_clock::now();
   for (uint32_t q = 0; q < o.qps; ++q) {
     Conn& c = conns[q];
     c.index = q;
@@ -456,138 +503,163 @@ int run_server(const Options& o) {
     const uint32_t want = static_cast<uint32_t>(c.sched.recv_seqs.size());
     while (c.recv_posted < std::min(want, slots)) post_recv(c, slots, slot_size);
   }
+  print_created(created0, o.qps);
   const int fd = handshake(o, d, conns);
   std::printf("connected: %u QPs, %u operations each\n", o.qps, o.ops);
+  print_memory("connected");
   std::fflush(stdout);
 
   Tally t;
-  auto last_progress = Clock::now();
   const auto start = Clock::now();
-  double stall_limit = o.stall_timeout;
-  bool client_done = false;
   uint8_t client_errors = 0;
-  size_t open = 0;
-  for (Conn& c : conns) open += c.sched.recv_seqs.empty() ? 0 : 1;
-  while (open > 0) {
-    bool progress = false;
-    for (Conn& c : conns) {
-      const uint32_t want = static_cast<uint32_t>(c.sched.recv_seqs.size());
-      if (c.recv_done >= want || c.dead) continue;
-      ibv_wc wcs[16];
-      const int n = ibv_poll_cq(c.cq, 16, wcs);
-      if (n < 0) fail_setup("ibv_poll_cq failed");
-      for (int i = 0; i < n; ++i) {
-        const ibv_wc& wc = wcs[i];
-        progress = true;
-        if (wc.status != IBV_WC_SUCCESS) {
-          ++t.bad_status;
-          report("QP %u receive %" PRIu64 ": status %s (%d)", c.index, wc.wr_id,
-                 ibv_wc_status_str(wc.status), wc.status);
-          c.dead = true;
-          --open;
-          break;
-        }
-        if (!check_sequence(t, c.index, "receive", wc.wr_id, c.recv_done)) {
-          c.recv_done = static_cast<uint32_t>(std::max<uint64_t>(wc.wr_id + 1, c.recv_done));
-        } else {
-          const Op& op = c.sched.ops[c.sched.recv_seqs[c.recv_done]];
-          const uint32_t seq = c.sched.recv_seqs[c.recv_done];
-          const bool imm = op.kind == Kind::WriteImm;
-          const uint8_t* data =
-              imm ? c.buf->p + op.off
-                  : c.buf->p + c.sched.mr_len + static_cast<uint64_t>(wc.wr_id % slots) * slot_size;
-          const ibv_wc_opcode opcode = imm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-          if (wc.opcode != opcode || !(wc.wc_flags & IBV_WC_WITH_IMM) != !imm ||
-              (imm && ntohl(wc.imm_data) != op.imm) || wc.byte_len != op.size ||
-              wc.qp_num != c.local.qpn) {
-            ++t.other;
-            report(
-                "QP %u seq %u %s: completion opcode %d flags 0x%x imm 0x%08x len %u, expected "
-                "opcode %d imm 0x%08x len %u",
-                c.index, seq, name(op.kind), wc.opcode, wc.wc_flags, ntohl(wc.imm_data),
-                wc.byte_len, opcode, op.imm, op.size);
+  for (uint32_t round = 0;; ++round) {
+    if (round > 0) {
+      // The client asked for another round: every QP's memory and receives as at the start.
+      for (Conn& c : conns) {
+        c.sched = make_schedule(o, c.index, round);
+        uint8_t* m = c.buf->p;
+        std::memcpy(m + kCounterOff, &c.sched.counter_init, 8);
+        std::memcpy(m + kSwapOff, &c.sched.swap_init, 8);
+        std::memset(m + c.sched.arena_off, 0, c.sched.mr_len - c.sched.arena_off);
+        c.recv_posted = c.recv_done = 0;
+        const uint32_t want = static_cast<uint32_t>(c.sched.recv_seqs.size());
+        while (c.recv_posted < std::min(want, slots)) post_recv(c, slots, slot_size);
+      }
+      const uint8_t go = 1;
+      tcp_write(fd, &go, 1);
+    }
+    auto last_progress = Clock::now();
+    double stall_limit = o.stall_timeout;
+    bool client_done = false;
+    size_t open = 0;
+    for (Conn& c : conns) open += c.sched.recv_seqs.empty() ? 0 : 1;
+    while (open > 0) {
+      bool progress = false;
+      for (Conn& c : conns) {
+        const uint32_t want = static_cast<uint32_t>(c.sched.recv_seqs.size());
+        if (c.recv_done >= want || c.dead) continue;
+        ibv_wc wcs[16];
+        const int n = ibv_poll_cq(c.cq, 16, wcs);
+        if (n < 0) fail_setup("ibv_poll_cq failed");
+        for (int i = 0; i < n; ++i) {
+          const ibv_wc& wc = wcs[i];
+          progress = true;
+          if (wc.status != IBV_WC_SUCCESS) {
+            ++t.bad_status;
+            report("QP %u receive %" PRIu64 ": status %s (%d)", c.index, wc.wr_id,
+                   ibv_wc_status_str(wc.status), wc.status);
+            c.dead = true;
+            --open;
+            break;
           }
-          if (size_t at = check(data, op.data, op.size); at != op.size) {
-            ++t.corrupted;
-            report("QP %u seq %u %s (%u B): byte %zu is 0x%02x, expected 0x%02x", c.index, seq,
-                   name(op.kind), op.size, at, data[at], pattern(op.data, at));
+          if (!check_sequence(t, c.index, "receive", wc.wr_id, c.recv_done)) {
+            c.recv_done = static_cast<uint32_t>(std::max<uint64_t>(wc.wr_id + 1, c.recv_done));
+          } else {
+            const Op& op = c.sched.ops[c.sched.recv_seqs[c.recv_done]];
+            const uint32_t seq = c.sched.recv_seqs[c.recv_done];
+            const bool imm = op.kind == Kind::WriteImm;
+            const uint8_t* data = imm ? c.buf->p + op.off
+                                      : c.buf->p + c.sched.mr_len +
+                                            static_cast<uint64_t>(wc.wr_id % slots) * slot_size;
+            const ibv_wc_opcode opcode = imm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+            if (wc.opcode != opcode || !(wc.wc_flags & IBV_WC_WITH_IMM) != !imm ||
+                (imm && ntohl(wc.imm_data) != op.imm) || wc.byte_len != op.size ||
+                wc.qp_num != c.local.qpn) {
+              ++t.other;
+              report(
+                  "QP %u seq %u %s: completion opcode %d flags 0x%x imm 0x%08x len %u, expected "
+                  "opcode %d imm 0x%08x len %u",
+                  c.index, seq, name(op.kind), wc.opcode, wc.wc_flags, ntohl(wc.imm_data),
+                  wc.byte_len, opcode, op.imm, op.size);
+            }
+            if (size_t at = check(data, op.data, op.size); at != op.size) {
+              ++t.corrupted;
+              report("QP %u seq %u %s (%u B): byte %zu is 0x%02x, expected 0x%02x", c.index, seq,
+                     name(op.kind), op.size, at, data[at], pattern(op.data, at));
+            }
+            ++c.recv_done;
+            t.bytes += op.size;
           }
-          ++c.recv_done;
-          t.bytes += op.size;
-        }
-        if (c.recv_posted < want) post_recv(c, slots, slot_size);
-        if (c.recv_done >= want) {
-          --open;
-          break;
+          if (c.recv_posted < want) post_recv(c, slots, slot_size);
+          if (c.recv_done >= want) {
+            --open;
+            break;
+          }
         }
       }
-    }
-    if (progress) {
-      last_progress = Clock::now();
-      continue;
-    }
-    // The client tells when it gives up (a QP failed), so the server need not wait for a stall.
-    if (uint8_t b; !client_done && recv(fd, &b, 1, MSG_DONTWAIT) == 1) {
-      if (b == kClientAborted) {
-        report("server: the client gave up (a QP failed on its side); %u QPs unfinished",
-               static_cast<unsigned>(open));
-        return kExitMismatch;
+      if (progress) {
+        last_progress = Clock::now();
+        continue;
       }
-      // Its verdict, while receives are still missing: they were lost; give them a moment.
-      client_done = true;
-      client_errors = b;
-      last_progress = Clock::now();
-      stall_limit = std::min(stall_limit, 2.0);
+      // The client tells when it gives up (a QP failed), so the server need not wait for a stall.
+      if (uint8_t b; !client_done && recv(fd, &b, 1, MSG_DONTWAIT) == 1) {
+        if (b == kClientAborted) {
+          report("server: the client gave up (a QP failed on its side); %u QPs unfinished",
+                 static_cast<unsigned>(open));
+          return kExitMismatch;
+        }
+        // Its verdict, while receives are still missing: they were lost; give them a moment.
+        client_done = true;
+        client_errors = b;
+        last_progress = Clock::now();
+        stall_limit = std::min(stall_limit, 2.0);
+      }
+      if (seconds_since(last_progress) > stall_limit) {
+        report("server: no receive completed for %.0f s", stall_limit);
+        for (Conn& c : conns)
+          report("  QP %u: %u of %zu receives", c.index, c.recv_done, c.sched.recv_seqs.size());
+        return kExitStall;
+      }
     }
-    if (seconds_since(last_progress) > stall_limit) {
-      report("server: no receive completed for %.0f s", stall_limit);
-      for (Conn& c : conns)
-        report("  QP %u: %u of %zu receives", c.index, c.recv_done, c.sched.recv_seqs.size());
-      return kExitStall;
-    }
-  }
 
-  // The client reports once all its WRs completed: every WRITE and atomic has been executed by
-  // now (an ACK or response means the responder did it), so memory must hold the final state.
-  if (!client_done) tcp_read(fd, &client_errors, 1);
-  const double secs = seconds_since(start);
-  for (Conn& c : conns) {
-    const uint8_t* m = c.buf->p;
-    uint64_t counter, swap;
-    std::memcpy(&counter, m + kCounterOff, 8);
-    std::memcpy(&swap, m + kSwapOff, 8);
-    if (counter != c.sched.counter_final || swap != c.sched.swap_final) {
-      ++t.corrupted;
-      report("QP %u: counter 0x%016" PRIx64 " swap word 0x%016" PRIx64 ", expected 0x%016" PRIx64
-             " and 0x%016" PRIx64,
-             c.index, counter, swap, c.sched.counter_final, c.sched.swap_final);
-    }
-    if (size_t at = check(m + kReadOff, key(o.seed, c.index, ~0ull), o.max_size);
-        at != o.max_size) {
-      ++t.corrupted;
-      report("QP %u: the read-only region changed at byte %zu", c.index, at);
-    }
-    for (uint32_t seq = 0; seq < o.ops; ++seq) {
-      const Op& op = c.sched.ops[seq];
-      if (op.kind != Kind::Write && op.kind != Kind::WriteImm) continue;
-      if (size_t at = check(m + op.off, op.data, op.size); at != op.size) {
+    // The client reports once all its WRs completed: every WRITE and atomic has been executed by
+    // now (an ACK or response means the responder did it), so memory must hold the final state.
+    if (!client_done) tcp_read(fd, &client_errors, 1);
+    for (Conn& c : conns) {
+      const uint8_t* m = c.buf->p;
+      uint64_t counter, swap;
+      std::memcpy(&counter, m + kCounterOff, 8);
+      std::memcpy(&swap, m + kSwapOff, 8);
+      if (counter != c.sched.counter_final || swap != c.sched.swap_final) {
         ++t.corrupted;
-        report("QP %u seq %u %s (%u B at offset %" PRIu64 "): byte %zu is 0x%02x, expected 0x%02x",
-               c.index, seq, name(op.kind), op.size, op.off, at, m[op.off + at],
-               pattern(op.data, at));
+        report("QP %u: counter 0x%016" PRIx64 " swap word 0x%016" PRIx64 ", expected 0x%016" PRIx64
+               " and 0x%016" PRIx64,
+               c.index, counter, swap, c.sched.counter_final, c.sched.swap_final);
       }
-      t.bytes += op.kind == Kind::Write ? op.size : 0;
+      if (size_t at = check(m + kReadOff, key(o.seed, c.index, ~0ull), o.max_size);
+          at != o.max_size) {
+        ++t.corrupted;
+        report("QP %u: the read-only region changed at byte %zu", c.index, at);
+      }
+      for (uint32_t seq = 0; seq < o.ops; ++seq) {
+        const Op& op = c.sched.ops[seq];
+        if (op.kind != Kind::Write && op.kind != Kind::WriteImm) continue;
+        if (size_t at = check(m + op.off, op.data, op.size); at != op.size) {
+          ++t.corrupted;
+          report("QP %u seq %u %s (%u B at offset %" PRIu64
+                 "): byte %zu is 0x%02x, expected 0x%02x",
+                 c.index, seq, name(op.kind), op.size, op.off, at, m[op.off + at],
+                 pattern(op.data, at));
+        }
+        t.bytes += op.kind == Kind::Write ? op.size : 0;
+      }
     }
-  }
-  const uint8_t verdict = t.errors() ? 1 : 0;
-  tcp_write(fd, &verdict, 1);
+    const uint8_t verdict = t.errors() ? 1 : 0;
+    tcp_write(fd, &verdict, 1);
+    uint8_t more = 0;
+    tcp_read(fd, &more, 1);
+    if (!more || verdict || client_errors) break;
+    if (round % 16 == 15) print_memory(("after round " + std::to_string(round + 1)).c_str());
+  }  // rounds
   close(fd);
+  const double secs = seconds_since(start);
   std::printf("server: %u QPs, receives checked, memory of %" PRIu64
               " written bytes checked, lost=%" PRIu64 " duplicated=%" PRIu64 " corrupted=%" PRIu64
               " bad_status=%" PRIu64 " other=%" PRIu64 ", %.2f s\n",
               o.qps, t.bytes, t.lost, t.duplicated, t.corrupted, t.bad_status, t.other, secs);
   if (client_errors) report("server: the client reported discrepancies");
   const bool ok = !t.errors() && !client_errors;
+  print_memory("at the end");
   std::printf("%s\n", ok ? "OK" : "FAILED");
   return ok ? kExitOk : kExitMismatch;
 }
@@ -718,94 +790,116 @@ void complete_op(const Options& o, Conn& c, const ibv_wc& wc, Tally& t) {
 int run_client(const Options& o) {
   Device d(o);
   std::vector<Conn> conns(o.qps);
+  const auto created0 = std::chrono::steady_clock::now();
   for (uint32_t q = 0; q < o.qps; ++q) {
     conns[q].index = q;
     conns[q].sched = make_schedule(o, q);
     create_qp(o, d, conns[q], static_cast<size_t>(o.window) * o.max_size, IBV_ACCESS_LOCAL_WRITE,
               o.window);
   }
+  print_created(created0, o.qps);
   const int fd = handshake(o, d, conns);
   for (Conn& c : conns)
     if (c.remote.len < c.sched.mr_len)
       fail_setup("QP %u: the server registered %" PRIu64 " bytes, the schedule needs %" PRIu64,
                  c.index, c.remote.len, c.sched.mr_len);
   std::printf("connected: %u QPs, %u operations each\n", o.qps, o.ops);
+  print_memory("connected");
   std::fflush(stdout);
 
   Tally t;
   const auto start = Clock::now();
-  auto last_progress = start;
-  Clock::time_point first_error{}, last_success = start;
-  size_t open = conns.size();
-  while (open > 0) {
-    bool progress = false;
-    for (Conn& c : conns) {
-      if (c.completed >= o.ops) continue;
-      while (!c.dead && c.posted < o.ops && c.posted - c.completed < o.window) post_op(o, c);
-      ibv_wc wcs[16];
-      const int n = ibv_poll_cq(c.cq, 16, wcs);
-      if (n < 0) fail_setup("ibv_poll_cq failed");
-      for (int i = 0; i < n; ++i) {
-        const bool was_dead = c.dead;
-        complete_op(o, c, wcs[i], t);
-        if (!c.dead) last_success = Clock::now();
-        if (c.dead && !was_dead && first_error == Clock::time_point{}) first_error = Clock::now();
+  uint32_t rounds = 0;
+  bool ok = false;
+  for (uint32_t round = 0;; ++round) {
+    if (round > 0) {
+      for (Conn& c : conns) {
+        c.sched = make_schedule(o, c.index, round);
+        c.posted = c.completed = 0;
       }
-      progress |= n > 0;
-      // A failed QP is finished once everything it had posted has come back.
-      if (c.dead && c.completed >= c.posted) c.completed = o.ops;
-      if (c.completed >= o.ops) --open;
+      uint8_t go = 0;
+      tcp_read(fd, &go, 1);  // the server has reset its memory and posted the receives
     }
-    if (progress) {
-      last_progress = Clock::now();
-    } else if (seconds_since(last_progress) > o.stall_timeout) {
-      report("client: no completion for %.0f s", o.stall_timeout);
-      for (Conn& c : conns)
-        report("  QP %u: %u posted, %u completed", c.index, c.posted, c.completed);
-      return kExitStall;
+    auto last_progress = Clock::now();
+    Clock::time_point first_error{}, last_success = Clock::now();
+    size_t open = conns.size();
+    while (open > 0) {
+      bool progress = false;
+      for (Conn& c : conns) {
+        if (c.completed >= o.ops) continue;
+        while (!c.dead && c.posted < o.ops && c.posted - c.completed < o.window) post_op(o, c);
+        ibv_wc wcs[16];
+        const int n = ibv_poll_cq(c.cq, 16, wcs);
+        if (n < 0) fail_setup("ibv_poll_cq failed");
+        for (int i = 0; i < n; ++i) {
+          const bool was_dead = c.dead;
+          complete_op(o, c, wcs[i], t);
+          if (!c.dead) last_success = Clock::now();
+          if (c.dead && !was_dead && first_error == Clock::time_point{}) first_error = Clock::now();
+        }
+        progress |= n > 0;
+        // A failed QP is finished once everything it had posted has come back.
+        if (c.dead && c.completed >= c.posted) c.completed = o.ops;
+        if (c.completed >= o.ops) --open;
+      }
+      if (progress) {
+        last_progress = Clock::now();
+      } else if (seconds_since(last_progress) > o.stall_timeout) {
+        report("client: no completion for %.0f s", o.stall_timeout);
+        for (Conn& c : conns)
+          report("  QP %u: %u posted, %u completed", c.index, c.posted, c.completed);
+        return kExitStall;
+      }
     }
-  }
-  const double secs = seconds_since(start);
+    const double secs = seconds_since(start);
 
-  uint32_t retry_exc = 0, other_fail = 0, flushed = 0;
-  for (Conn& c : conns) {
-    flushed += c.flushed;
-    if (c.first_error == IBV_WC_RETRY_EXC_ERR)
-      ++retry_exc;
-    else if (c.dead)
-      ++other_fail;
-  }
-  std::printf("client: %" PRIu64 " ops, %" PRIu64 " bytes, lost=%" PRIu64 " duplicated=%" PRIu64
-              " corrupted=%" PRIu64 " bad_status=%" PRIu64 " other=%" PRIu64
-              ", %.2f s, %.1f MB/s, %.0f ops/s\n",
-              t.ops, t.bytes, t.lost, t.duplicated, t.corrupted, t.bad_status, t.other, secs,
-              t.bytes / secs / 1e6, t.ops / secs);
-  if (retry_exc > 0) {
-    // The peer stopped answering: each QP's oldest outstanding WR ran out of retries and the
-    // rest were flushed. This is the expected outcome when the server is killed.
-    std::printf(
-        "PEER LOST: %u of %u QPs ended with IBV_WC_RETRY_EXC_ERR, %u WRs flushed with "
-        "IBV_WC_WR_FLUSH_ERR; the first error came %.3f s after the last success, the last "
-        "QP drained %.3f s after it\n",
-        retry_exc, o.qps, flushed,
-        std::chrono::duration<double>(first_error - last_success).count(),
-        seconds_since(first_error));
-    // Best effort: a server still alive (its replies were lost, not it) stops waiting.
-    const uint8_t abort = kClientAborted;
-    (void)!send(fd, &abort, 1, MSG_NOSIGNAL);
-    close(fd);
-    const bool clean = t.errors() == 0 && other_fail == 0;
-    if (!clean) std::printf("FAILED: discrepancies besides the lost peer\n");
-    return clean ? kExitPeerLost : kExitMismatch;
-  }
-  // Nothing to tell the server if a QP failed some other way: it will stall and say so.
-  const uint8_t errors = t.errors() ? 1 : 0;
-  tcp_write(fd, &errors, 1);
-  uint8_t server_verdict = 1;
-  tcp_read(fd, &server_verdict, 1);
+    uint32_t retry_exc = 0, other_fail = 0, flushed = 0;
+    for (Conn& c : conns) {
+      flushed += c.flushed;
+      if (c.first_error == IBV_WC_RETRY_EXC_ERR)
+        ++retry_exc;
+      else if (c.dead)
+        ++other_fail;
+    }
+    std::printf("client: %" PRIu64 " ops, %" PRIu64 " bytes, lost=%" PRIu64 " duplicated=%" PRIu64
+                " corrupted=%" PRIu64 " bad_status=%" PRIu64 " other=%" PRIu64
+                ", %.2f s, %.1f MB/s, %.0f ops/s\n",
+                t.ops, t.bytes, t.lost, t.duplicated, t.corrupted, t.bad_status, t.other, secs,
+                t.bytes / secs / 1e6, t.ops / secs);
+    if (retry_exc > 0) {
+      // The peer stopped answering: each QP's oldest outstanding WR ran out of retries and the
+      // rest were flushed. This is the expected outcome when the server is killed.
+      std::printf(
+          "PEER LOST: %u of %u QPs ended with IBV_WC_RETRY_EXC_ERR, %u WRs flushed with "
+          "IBV_WC_WR_FLUSH_ERR; the first error came %.3f s after the last success, the last "
+          "QP drained %.3f s after it\n",
+          retry_exc, o.qps, flushed,
+          std::chrono::duration<double>(first_error - last_success).count(),
+          seconds_since(first_error));
+      // Best effort: a server still alive (its replies were lost, not it) stops waiting.
+      const uint8_t abort = kClientAborted;
+      (void)!send(fd, &abort, 1, MSG_NOSIGNAL);
+      close(fd);
+      const bool clean = t.errors() == 0 && other_fail == 0;
+      if (!clean) std::printf("FAILED: discrepancies besides the lost peer\n");
+      return clean ? kExitPeerLost : kExitMismatch;
+    }
+    // Nothing to tell the server if a QP failed some other way: it will stall and say so.
+    const uint8_t errors = t.errors() ? 1 : 0;
+    tcp_write(fd, &errors, 1);
+    uint8_t server_verdict = 1;
+    tcp_read(fd, &server_verdict, 1);
+    if (server_verdict) report("client: the server found discrepancies");
+    ok = !t.errors() && !server_verdict;
+    ++rounds;
+    const uint8_t more = ok && seconds_since(start) < o.duration;
+    tcp_write(fd, &more, 1);
+    if (!more) break;
+    if (round % 16 == 15) print_memory(("after round " + std::to_string(round + 1)).c_str());
+  }  // rounds
   close(fd);
-  if (server_verdict) report("client: the server found discrepancies");
-  const bool ok = !t.errors() && !server_verdict;
+  if (rounds > 1) std::printf("client: %u rounds in %.1f s\n", rounds, seconds_since(start));
+  print_memory("at the end");
   std::printf("%s\n", ok ? "OK" : "FAILED");
   return ok ? kExitOk : kExitMismatch;
 }
@@ -819,7 +913,7 @@ int main(int argc, char** argv) {
   app.add_option("-d,--device", o.device, "RDMA device (default: the first one)");
   app.add_option("-p,--port", o.tcp_port, "TCP port for the set-up")->capture_default_str();
   app.add_option("-g,--gid-index", o.gid_index, "local GID index")->capture_default_str();
-  app.add_option("--qps", o.qps, "RC QPs")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--qps", o.qps, "RC QPs")->check(CLI::Range(1, 16384))->capture_default_str();
   app.add_option("--ops", o.ops, "operations per QP")
       ->check(CLI::Range(1, 10'000'000))
       ->capture_default_str();
@@ -828,6 +922,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-size", o.max_size, "largest message in bytes")
       ->check(CLI::Range(64, 1 << 22))
+      ->capture_default_str();
+  app.add_option("--rd-atomic", o.rd_atomic,
+                 "outstanding READs/atomics per QP (0: what the devices offer)")
+      ->check(CLI::Range(0, 255))
+      ->capture_default_str();
+  app.add_option("--duration", o.duration,
+                 "client: repeat the schedule with fresh data until this many seconds passed")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the schedule")->capture_default_str();
   app.add_option("--mtu", o.mtu, "path MTU (0: the port's active MTU)")
