@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Latency of uroce RC SEND ping-pong (the unmodified ibv_rc_pingpong over uroce) against a raw UDP
-# ping-pong (bench/udp_pingpong) between the same two loopback addresses, run side by side, one size
-# after the other. Prints a Markdown table of microseconds per round trip and the ratio.
+# Latency of uroce RC SEND ping-pong (the unmodified ibv_rc_pingpong over uroce, which busy-polls
+# its CQ) against raw UDP ping-pongs (bench/udp_pingpong, blocking and busy-polling) and a kernel
+# TCP busy-poll ping-pong (udp_pingpong --tcp --busy-poll, TCP_NODELAY) between the same two
+# loopback addresses, run side by side, one size after the other. Prints a Markdown table of
+# microseconds per round trip and the ratios against the busy-polling baselines.
 #   bench/latency.sh [BUILD_DIR] [ITERS] [REPEATS]
 # Each figure is the median of REPEATS runs (default 5), uroce and UDP interleaved, so that a burst
 # of load from elsewhere on the machine moves one sample, not the result.
@@ -30,29 +32,37 @@ uroce_lat() {
   usec_per_iter "$out"; rm -f "$out"
 }
 
+# udp_lat SIZE [udp_pingpong flags…]: --busy-poll, --tcp.
 udp_lat() {
   local size=$1 out; out=$(mktemp)
-  "$udp" --bind $srv -p 19000 -s "$size" -m $mtu -n "$iters" >/dev/null &
+  shift
+  "$udp" --bind $srv -p 19000 -s "$size" -m $mtu -n "$iters" "$@" >/dev/null &
   local pid=$!
   sleep 0.2
-  "$udp" --bind $cli --peer $srv -p 19000 -s "$size" -m $mtu -n "$iters" >"$out"
+  "$udp" --bind $cli --peer $srv -p 19000 -s "$size" -m $mtu -n "$iters" "$@" >"$out"
   wait $pid
   usec_per_iter "$out"; rm -f "$out"
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
-echo "| size (B) | uroce RC SEND (us/iter) | raw UDP (us/iter) | uroce / UDP |"
-echo "| ---: | ---: | ---: | ---: |"
+ratio() { awk -v u="$1" -v b="$2" 'BEGIN { if (b > 0 && u != "") printf "%.2f", u / b; else print "n/a" }'; }
+
+echo "| size (B) | uroce RC SEND | raw UDP, blocking | raw UDP, busy-poll | TCP, busy-poll | uroce / UDP busy-poll | uroce / TCP busy-poll |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for size in 2 64 1024 4096 16384 65536; do
-  us=() bs=()
+  us=() bs=() ps=() ts=()
   for _ in $(seq "$repeats"); do
     us+=("$(uroce_lat "$size")")
     bs+=("$(udp_lat "$size")")
+    ps+=("$(udp_lat "$size" --busy-poll)")
+    ts+=("$(udp_lat "$size" --tcp --busy-poll)")
   done
   # A failed uroce run leaves an empty sample; the median is over the runs that finished.
   u=$(printf '%s\n' "${us[@]}" | grep . | median)
   b=$(printf '%s\n' "${bs[@]}" | grep . | median)
-  ratio=$(awk -v u="$u" -v b="$b" 'BEGIN { if (b > 0 && u != "") printf "%.2f", u / b; else print "n/a" }')
-  echo "| $size | ${u:-failed} | $b | $ratio |"
+  p=$(printf '%s\n' "${ps[@]}" | grep . | median)
+  t=$(printf '%s\n' "${ts[@]}" | grep . | median)
+  echo "| $size | ${u:-failed} | $b | $p | $t | $(ratio "$u" "$p") | $(ratio "$u" "$t") |"
 done
+echo "(µs per round trip, medians of $repeats runs of $iters iterations, interleaved)"
