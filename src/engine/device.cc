@@ -38,8 +38,8 @@ constexpr transport::Time kPublishInterval = 100'000'000;  // ns
 // The published file of a device, its device counters bound into it (they are then live there).
 // Never fails the open: without /dev/shm the device works, unobserved, and says so.
 std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, uint16_t mtu,
-                                                     DeviceCounters& counters,
-                                                     size_t* qp_slot_base) {
+                                                     DeviceCounters& counters, size_t* qp_slot_base,
+                                                     size_t* cc_slot_base) {
   std::string why;
   if (!stats_shm::publishing_enabled(&why)) {
     if (!why.empty()) log().warn("{}", why);
@@ -60,6 +60,9 @@ std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, ui
   *qp_slot_base = names.size();
   stats_shm::for_each_qp_counter(
       transport::QpCounters{}, [&names](const char* name, uint64_t) { names.emplace_back(name); });
+  *cc_slot_base = names.size();
+  for (size_t s = 0; s < stats_shm::kCcQpSlots; ++s)
+    for (size_t f = 0; f < 3; ++f) names.push_back(stats_shm::cc_slot_name(s, f));
   auto pub = stats_shm::Publisher::create(id, names, &why);
   if (!pub) {
     log().warn("{}: not publishing statistics for `uroce stats`: {}", cfg.name, why);
@@ -86,7 +89,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   }
   d->mtu_ = ib_mtu_for(port->caps().ip_mtu);
   // Before anything can count: binding moves the counters into the file.
-  d->publisher_ = make_publisher(cfg, d->mtu_, d->counters_, &d->qp_slot_base_);
+  d->publisher_ = make_publisher(cfg, d->mtu_, d->counters_, &d->qp_slot_base_, &d->cc_slot_base_);
   DatapathOptions dopt;
   dopt.faults = cfg.faults;
   dopt.pcap_path = cfg.pcap_path;
@@ -301,6 +304,28 @@ transport::Time Device::publish(transport::Time now, bool force) {
   size_t i = qp_slot_base_;
   stats_shm::for_each_qp_counter(dispatch_->counter_totals(),
                                  [&](const char*, uint64_t v) { publisher_->set(i++, v); });
+  if (cfg_.cc.algorithm != transport::cc::Algorithm::kNone) {
+    // The reaction points' state, the RC QPs with the lowest QPNs first (stats_shm.h).
+    struct Row {
+      uint32_t qpn;
+      uint64_t rate_kbps, alpha_ppm;
+    };
+    std::vector<Row> rows;
+    dispatch_->for_each_qp([&](const transport::Qp& q) {
+      if (q.type() != IBV_QPT_RC) return;
+      const double alpha = std::clamp(q.cc_alpha(now), 0.0, 1.0);
+      rows.push_back({q.qpn(), q.cc_rate_bps() / 1000, static_cast<uint64_t>(alpha * 1e6 + 0.5)});
+    });
+    const size_t n = std::min(rows.size(), stats_shm::kCcQpSlots);
+    std::partial_sort(rows.begin(), rows.begin() + static_cast<ptrdiff_t>(n), rows.end(),
+                      [](const Row& a, const Row& b) { return a.qpn < b.qpn; });
+    for (size_t s = 0; s < stats_shm::kCcQpSlots; ++s) {
+      const Row r = s < n ? rows[s] : Row{0, 0, 0};
+      publisher_->set(cc_slot_base_ + 3 * s, r.qpn);
+      publisher_->set(cc_slot_base_ + 3 * s + 1, r.rate_kbps);
+      publisher_->set(cc_slot_base_ + 3 * s + 2, r.alpha_ppm);
+    }
+  }
   publisher_->set_port_active(port_active());
   publisher_->set_snapshot_ns(now);
   next_publish_ = now + kPublishInterval;

@@ -173,6 +173,7 @@ class Device : private Engine::Client, private transport::EventSink {
   // counters_ and the port: the counters live in its mapping, so it must outlive their writers.
   std::unique_ptr<stats_shm::Publisher> publisher_;
   size_t qp_slot_base_ = 0;           // index of the first QP-total entry
+  size_t cc_slot_base_ = 0;           // index of the first ccqpNN_* entry (stats_shm::kCcQpSlots)
   transport::Time next_publish_ = 0;  // earliest time of the next QP snapshot (mu_)
   std::mutex mu_;
   DeviceCounters counters_;

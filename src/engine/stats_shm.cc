@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -275,6 +276,26 @@ void Publisher::set_port_active(bool active) {
 
 void Publisher::set_snapshot_ns(uint64_t ns) {
   store_u64(&static_cast<Header*>(base_)->snapshot_ns, ns);
+}
+
+std::string cc_slot_name(size_t slot, size_t field) {
+  char b[kNameLen];
+  std::snprintf(b, sizeof b, "ccqp%02zu_%s", slot, kCcQpFields[field]);
+  return b;
+}
+
+bool parse_cc_slot_name(const std::string& name, size_t* slot, size_t* field) {
+  if (name.size() < 8 || name.compare(0, 4, "ccqp") != 0 || name[6] != '_') return false;
+  if (name[4] < '0' || name[4] > '9' || name[5] < '0' || name[5] > '9') return false;
+  const size_t n = size_t(name[4] - '0') * 10 + size_t(name[5] - '0');
+  if (n >= kCcQpSlots) return false;
+  for (size_t f = 0; f < 3; ++f)
+    if (name.compare(7, std::string::npos, kCcQpFields[f]) == 0) {
+      *slot = n;
+      *field = f;
+      return true;
+    }
+  return false;
 }
 
 }  // namespace uroce::stats_shm

@@ -155,6 +155,19 @@ class Publisher {
   size_t n_;
 };
 
+// Per-QP congestion-control state (docs/congestion-control.md, "Counters"): while a device runs
+// congestion control, the first kCcQpSlots of its RC QPs by QPN, each in three entries
+// "ccqpNN_qpn" (0: the slot is unused — QPN 0 is never an RC QP), "ccqpNN_rate_kbps" (the
+// reaction point's current rate Rc) and "ccqpNN_alpha_ppm" (DCQCN's alpha × 10^6), NN = 00…63.
+// Written with the QP totals (snapshot_ns); the three values of a slot are stored one after the
+// other, so a reader may see a slot half-way through a change of QP — the next snapshot is whole.
+inline constexpr size_t kCcQpSlots = 64;
+inline constexpr const char* kCcQpFields[3] = {"qpn", "rate_kbps", "alpha_ppm"};
+// "ccqp07_rate_kbps" for slot 7, field 1.
+std::string cc_slot_name(size_t slot, size_t field);
+// Whether `name` is one of those entries; *slot and *field say which.
+bool parse_cc_slot_name(const std::string& name, size_t* slot, size_t* field);
+
 // The per-QP transport counters a device publishes, with their names (print_stats uses the same).
 template <typename F>
 void for_each_qp_counter(const transport::QpCounters& q, F&& f) {

@@ -183,6 +183,32 @@ std::optional<double> rate_of(const Prev* prev, const std::string& name, uint64_
   return double(v - it->second) / elapsed;
 }
 
+// The per-QP congestion-control slots of a snapshot (stats_shm.h: ccqpNN_*), the used ones, in
+// slot order (lowest QPN first).
+struct CcQp {
+  uint32_t qpn = 0;
+  uint64_t rate_kbps = 0, alpha_ppm = 0;
+};
+std::vector<CcQp> cc_qps(const shm::Snapshot& s) {
+  std::vector<CcQp> slots(shm::kCcQpSlots);
+  for (const auto& [name, v] : s.counters) {
+    size_t slot, field;
+    if (!shm::parse_cc_slot_name(name, &slot, &field)) continue;
+    if (field == 0) slots[slot].qpn = static_cast<uint32_t>(v);
+    if (field == 1) slots[slot].rate_kbps = v;
+    if (field == 2) slots[slot].alpha_ppm = v;
+  }
+  std::vector<CcQp> used;
+  for (const CcQp& q : slots)
+    if (q.qpn != 0) used.push_back(q);
+  return used;
+}
+
+bool is_cc_slot(const std::string& name) {
+  size_t slot, field;
+  return shm::parse_cc_slot_name(name, &slot, &field);
+}
+
 void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
                  const std::map<std::string, Prev>& prev, double elapsed, const StatsOptions& o) {
   if (devs.empty()) {
@@ -194,7 +220,7 @@ void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
   size_t w = 8;
   for (const auto& [path, s] : devs)
     for (const auto& [name, v] : s.counters)
-      if (o.all || v != 0) w = std::max(w, name.size());
+      if ((o.all || v != 0) && !is_cc_slot(name)) w = std::max(w, name.size());
   bool rates = !prev.empty() || elapsed > 0;
   for (const auto& [path, s] : devs) {
     std::printf("%s  pid %d (%s)  %s  netdev %s  mtu %u  port %s\n", s.id.device.c_str(),
@@ -207,7 +233,7 @@ void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     if (rates) std::printf("  %-*s %20s %14s\n", int(w), "COUNTER", "VALUE", "PER SECOND");
     bool any = false;
     for (const auto& [name, v] : s.counters) {
-      if (!o.all && v == 0) continue;
+      if ((!o.all && v == 0) || is_cc_slot(name)) continue;
       any = true;
       std::printf("  %-*s %20" PRIu64, int(w), name.c_str(), v);
       if (rates) {
@@ -220,6 +246,14 @@ void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
       std::printf("\n");
     }
     if (!any) std::printf("  (all counters zero)\n");
+    // The reaction point of each RC QP (congestion control on; the first 64 QPs by QPN).
+    const std::vector<CcQp> qps = cc_qps(s);
+    if (!qps.empty()) {
+      std::printf("  %-10s %14s %10s\n", "QP", "RATE (Gb/s)", "ALPHA");
+      for (const CcQp& q : qps)
+        std::printf("  0x%06x   %14.3f %10.4f\n", q.qpn, double(q.rate_kbps) / 1e6,
+                    double(q.alpha_ppm) / 1e6);
+    }
     std::printf("\n");
   }
 }
@@ -243,7 +277,7 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     std::string rates;
     bool first = true;
     for (const auto& [name, v] : s.counters) {
-      if (!o.all && v == 0) continue;
+      if ((!o.all && v == 0) || is_cc_slot(name)) continue;
       out += (first ? "" : ",") + json_string(name) + ":" + std::to_string(v);
       if (auto r = rate_of(p, name, v, elapsed)) {
         char buf[64];
@@ -252,7 +286,16 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
       }
       first = false;
     }
-    out += "}";
+    out += "},\"cc_qps\":[";
+    bool first_qp = true;
+    for (const CcQp& q : cc_qps(s)) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "%s{\"qpn\":%u,\"rate_kbps\":%" PRIu64 ",\"alpha\":%.6f}",
+                    first_qp ? "" : ",", q.qpn, q.rate_kbps, double(q.alpha_ppm) / 1e6);
+      out += buf;
+      first_qp = false;
+    }
+    out += "]";
     if (p) out += ",\"interval_seconds\":" + std::to_string(elapsed) + ",\"rates\":{" + rates + "}";
     out += "}";
   }

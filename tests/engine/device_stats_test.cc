@@ -12,7 +12,9 @@
 
 #include "engine/device.h"
 #include "engine/stats_shm.h"
+#include "rc_side.h"
 #include "test_util.h"
+#include "transport/cc/parse.h"
 
 namespace uroce {
 namespace {
@@ -106,6 +108,61 @@ TEST(DeviceStatsTest, PublishesLiveCountersWhileOpen) {
 
   dev.reset();
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "the file outlives its device";
+}
+
+// With congestion control on, every RC QP's reaction point (rate, alpha) is published in the
+// ccqpNN_* slots, lowest QPN first (docs/congestion-control.md, "Counters"); without, none is.
+TEST(DeviceStatsTest, PublishesEachQpsRateAndAlphaWithCongestionControl) {
+  PublishEnv env(nullptr);
+  for (bool cc_on : {true, false}) {
+    SCOPED_TRACE(cc_on ? "dcqcn" : "none");
+    std::string name = std::string(cc_on ? "sc" : "sn") + std::to_string(getpid());
+    DeviceConfig c = config(name, loopback(71, 1, cc_on ? 6 : 7));
+    std::string err;
+    if (cc_on) c.cc = *transport::cc::parse_cc("dcqcn", &err);
+    auto dev = Device::open(c, &err);
+    ASSERT_NE(dev, nullptr) << err;
+    test::Side a, b;
+    ASSERT_TRUE(a.attach(*dev, 4096));
+    ASSERT_TRUE(b.attach(*dev, 4096));
+    const uint32_t lo = std::min(a.qp->qpn(), b.qp->qpn()), hi = std::max(a.qp->qpn(), b.qp->qpn());
+    // A snapshot is taken within kPublishInterval (100 ms) of a verb call: wait for it.
+    std::optional<stats_shm::Snapshot> s;
+    for (int i = 0; i < 400; ++i) {
+      s = stats_shm::read_file(path_of(name), &err);
+      ASSERT_TRUE(s) << err;
+      if (!cc_on || value(*s, "ccqp01_qpn") != 0) break;
+      ibv_qp_attr m{};
+      m.qp_state = IBV_QPS_RESET;
+      dev->modify_qp(a.qp, m, IBV_QP_STATE);  // a verb call: the device publishes
+      std::this_thread::sleep_for(10ms);
+    }
+    if (!cc_on) {
+      for (size_t slot = 0; slot < stats_shm::kCcQpSlots; ++slot)
+        EXPECT_EQ(value(*s, stats_shm::cc_slot_name(slot, 0)), 0u) << "slot " << slot;
+      continue;
+    }
+    EXPECT_EQ(value(*s, "ccqp00_qpn"), lo);
+    EXPECT_EQ(value(*s, "ccqp01_qpn"), hi);
+    EXPECT_EQ(value(*s, "ccqp02_qpn"), 0u);
+    // Untouched by any CNP: at the line rate, alpha at its initial value.
+    EXPECT_EQ(value(*s, "ccqp00_rate_kbps"), a.qp->cc_rate_bps() / 1000);
+    EXPECT_GT(value(*s, "ccqp00_rate_kbps"), 0u);
+    const double alpha = a.qp->cc_alpha(0);
+    EXPECT_NEAR(double(value(*s, "ccqp00_alpha_ppm")) / 1e6, alpha, 1e-3);
+  }
+}
+
+TEST(StatsShmSlotNames, RoundTrip) {
+  size_t slot = 99, field = 99;
+  EXPECT_EQ(stats_shm::cc_slot_name(7, 1), "ccqp07_rate_kbps");
+  EXPECT_TRUE(stats_shm::parse_cc_slot_name("ccqp63_alpha_ppm", &slot, &field));
+  EXPECT_EQ(slot, 63u);
+  EXPECT_EQ(field, 2u);
+  EXPECT_FALSE(stats_shm::parse_cc_slot_name("ccqp64_qpn", &slot, &field));
+  EXPECT_FALSE(stats_shm::parse_cc_slot_name("ccqp0x_qpn", &slot, &field));
+  EXPECT_FALSE(stats_shm::parse_cc_slot_name("ccqp01_rate", &slot, &field));
+  EXPECT_FALSE(stats_shm::parse_cc_slot_name("qp_sent_pkts", &slot, &field));
 }
 
 TEST(DeviceStatsTest, PublishZeroPublishesNothing) {
