@@ -219,6 +219,8 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   // from the start and follows the link once the peer has connected, so a program that checks
   // the port state at open (perftest) runs whichever side starts first.
   up_until_first_link_ = driver == "net_memif";
+  memif_server_ = driver == "net_memif" && opt_.dev.find("role=client") == std::string::npos &&
+                  opt_.dev.find("role=slave") == std::string::npos;
   for (const auto& n : opt_.neighbours) neigh_.add_static(n.ip, n.mac);
   check_link(0);
   log().info("dpdk {}: port {} mac {} ip {}/{} mtu {}{}{}", name_, port_id_, format_mac(mac_),
@@ -240,6 +242,24 @@ DpdkPort::~DpdkPort() {
       if (backlog_.empty() && std::chrono::steady_clock::now() - last_tx_ > kCloseLinger) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     } while (std::chrono::steady_clock::now() < until);
+    // DPDK 22.11's memif PMD races itself when both ends close at once: the interrupt thread,
+    // handling the peer's DISCONNECT, runs memif_disconnect() on the device while
+    // rte_eth_dev_close() runs it too — both free the rings and regions (seen as a SIGSEGV in
+    // the interrupt thread during close, about one program exit in 50 when the two processes of
+    // a memif pair end together). So the two ends close one after the other: the server lets a
+    // connected client go first (its DISCONNECT handled here while the device is still whole),
+    // then gives the interrupt thread a moment to finish with it.
+    if (memif_server_) {
+      rte_eth_link l{};
+      const auto peer_until = std::chrono::steady_clock::now() + kMemifPeerWait;
+      bool waited = false;
+      while (rte_eth_link_get_nowait(port_id_, &l) == 0 && l.link_status == RTE_ETH_LINK_UP &&
+             std::chrono::steady_clock::now() < peer_until) {
+        waited = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (waited) std::this_thread::sleep_for(kMemifSettle);
+    }
     rte_eth_dev_stop(port_id_);
   }
   for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);

@@ -46,6 +46,10 @@ class DpdkPort : public Port {
   static constexpr int kStartAttempts = 100;  // rte_eth_dev_start tries, 100 ms apart
   // On close, frames sent this recently get this long to leave the PMD's ring (see ~DpdkPort).
   static constexpr std::chrono::milliseconds kCloseLinger{100};
+  // On close, a memif server waits this long at most for its connected client to disconnect
+  // first, then this long more for DPDK's interrupt thread to finish that disconnect (~DpdkPort).
+  static constexpr std::chrono::milliseconds kMemifPeerWait{250};
+  static constexpr std::chrono::milliseconds kMemifSettle{20};
 
   // Opens the port named by opt.dev, or (port_id >= 0) an ethdev someone else created, e.g. a
   // test's net_ring pair. nullptr and *err on failure.
@@ -120,6 +124,7 @@ class DpdkPort : public Port {
   bool intr_armed_ = false;
   std::atomic<bool> link_up_{false};
   bool up_until_first_link_ = false;  // report up before the link first comes up (memif)
+  bool memif_server_ = false;         // net_memif in the server role (the default role)
   bool seen_link_up_ = false;
   transport::Time next_link_check_ = 0;
 
