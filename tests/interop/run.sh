@@ -335,8 +335,12 @@ pingpong_pair() {
   local prog=$1 dir=$2
   shift 2
   require_vm
-  local port=${PORT:-18515} attempt
+  local port=${PORT:-18515} attempt faults0=${FAULTS:-}
   for attempt in 1 2 3; do
+    # A rerun draws new losses (seed + attempt - 1): the same seed replays the same ones.
+    if [[ $faults0 =~ (^|,)seed=([0-9]+) ]]; then
+      FAULTS=${faults0/seed=${BASH_REMATCH[2]}/seed=$((BASH_REMATCH[2] + attempt - 1))}
+    fi
     run_pair "$dir" 'local address' "$port" "$prog" -p "$port" "$@" -- -d uroce0 -g 0 -- \
       -d rxe0 -g "$GUEST_GID_INDEX"
     # The pingpongs end without a final handshake: under injected loss the ACK of one side's last
