@@ -570,7 +570,8 @@ cmd_all() {
     one rdma_cm.$dir.udaddy rdma_cm $dir udaddy
     one rdma_cm.$dir.rdma_server_client rdma_cm $dir rdma_server
     one rdma_cm.$dir.perftest.write_bw rdma_cm $dir ib_write_bw -s 65536 -n 100
-    one rdma_cm.$dir.perftest.read_lat rdma_cm $dir ib_read_lat -s 64 -n 100
+    # u2r: perftest's own listen race, lost nearly every time (tests/interop/CMakeLists.txt).
+    [[ $dir == r2u ]] && one rdma_cm.$dir.perftest.read_lat rdma_cm $dir ib_read_lat -s 64 -n 100
   done
   [[ -z ${KEEP_VM:-} ]] && cmd_stop
   echo "$pass passed, $fail failed"
