@@ -11,7 +11,6 @@ namespace uroce {
 namespace {
 
 constexpr uint32_t kPcapMagicNanos = 0xa1b23c4d;  // pcap with nanosecond timestamps
-constexpr uint32_t kLinkTypeIpv4 = 228;           // LINKTYPE_IPV4: records start at the IP header
 constexpr uint32_t kSnapLen = 65535;
 constexpr size_t kIpv4HeaderBytes = 20;
 constexpr size_t kUdpHeaderBytes = 8;
