@@ -32,16 +32,29 @@ int main(int argc, char** argv) {
   CLI::App app{"raw DPDK memif baseline"};
   std::string mode, role, socket;
   unsigned size = 64, iters = 100000;
-  app.add_option("mode", mode, "pingpong or bulk")->required()->check(CLI::IsMember({"pingpong", "bulk"}));
-  app.add_option("--role", role, "server or client")->required()->check(CLI::IsMember({"server", "client"}));
+  app.add_option("mode", mode, "pingpong or bulk")
+      ->required()
+      ->check(CLI::IsMember({"pingpong", "bulk"}));
+  app.add_option("--role", role, "server or client")
+      ->required()
+      ->check(CLI::IsMember({"server", "client"}));
   app.add_option("--socket", socket, "memif socket path")->required();
   app.add_option("-s", size, "frame bytes")->check(CLI::Range(60u, 1514u));
-  app.add_option("-n", iters, "round trips (pingpong) or frames (bulk)")->check(CLI::PositiveNumber);
+  app.add_option("-n", iters, "round trips (pingpong) or frames (bulk)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   std::string prefix = "--file-prefix=memifraw" + std::to_string(getpid());
-  std::vector<std::string> args = {"memif_raw", "--no-huge", "-m", "256", "--no-pci",
-                                   "--no-telemetry", "-l", "0", "--no-shconf", prefix,
+  std::vector<std::string> args = {"memif_raw",
+                                   "--no-huge",
+                                   "-m",
+                                   "256",
+                                   "--no-pci",
+                                   "--no-telemetry",
+                                   "-l",
+                                   "0",
+                                   "--no-shconf",
+                                   prefix,
                                    "--log-level=lib.eal:error"};
   std::vector<char*> av;
   for (auto& a : args) av.push_back(a.data());
@@ -56,8 +69,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot probe %s\n", dev.c_str());
     return 1;
   }
-  rte_mempool* mp = rte_pktmbuf_pool_create("raw", 8191, 256, 0, 2048 + RTE_PKTMBUF_HEADROOM,
-                                            SOCKET_ID_ANY);
+  rte_mempool* mp =
+      rte_pktmbuf_pool_create("raw", 8191, 256, 0, 2048 + RTE_PKTMBUF_HEADROOM, SOCKET_ID_ANY);
   rte_eth_conf conf{};
   if (!mp || rte_eth_dev_configure(port, 1, 1, &conf) != 0 ||
       rte_eth_rx_queue_setup(port, 0, 1024, SOCKET_ID_ANY, nullptr, mp) != 0 ||
@@ -91,7 +104,17 @@ int main(int argc, char** argv) {
         }
       }
       uint16_t n;
+      // A frame can be lost (memif drops what a full ring cannot take, and nothing resends it),
+      // and the peer can be gone: give up after 5 s rather than spin for ever.
+      const auto wait_from = std::chrono::steady_clock::now();
       while ((n = rte_eth_rx_burst(port, 0, burst, 32)) == 0) {
+        if (seconds_since(wait_from) > 5) {
+          std::fprintf(stderr,
+                       "memif_raw: no frame for 5 s at round trip %u (lost, or the peer is gone)\n",
+                       i);
+          rte_eth_dev_stop(port);
+          return 1;
+        }
       }
       if (!client) {
         // Echo the first frame back; drop any others (there are none in a ping-pong).
@@ -110,7 +133,8 @@ int main(int argc, char** argv) {
       unsigned k = std::min(32u, iters - sent);
       for (unsigned j = 0; j < k; ++j) burst[j] = frame();
       unsigned done = 0;
-      while (done < k) done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(k - done));
+      while (done < k)
+        done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(k - done));
       sent += k;
     }
     sleep(1);  // the server drains
