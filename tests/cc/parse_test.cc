@@ -82,10 +82,10 @@ TEST(ParseCc, PresetsAndOverrides) {
 }
 
 TEST(ParseCc, FormatRoundTrips) {
-  for (const char* spec : {"none", "none,np=1,cnp_dscp=40", "dcqcn", "dcqcn,preset=paper",
-                           "dcqcn,preset=paper,rpg_ai_rate=3,tie=cnp_first,hyper_step=constant",
-                           "timely,timely_beta=0.25,timely_max_rate=5000",
-                           "none,max_inflight=32768"}) {
+  for (const char* spec :
+       {"none", "none,np=1,cnp_dscp=40", "dcqcn", "dcqcn,preset=paper",
+        "dcqcn,preset=paper,rpg_ai_rate=3,tie=cnp_first,hyper_step=constant",
+        "timely,timely_beta=0.25,timely_max_rate=5000", "none,max_inflight=32768"}) {
     const CcConfig a = ok(spec);
     const std::string f = format_cc(a);
     const CcConfig b = ok(f);

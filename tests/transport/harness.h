@@ -97,7 +97,7 @@ struct PathParams {
   uint8_t min_rnr_timer = 1;  // 10 us
   // qp_access_flags (what remote peers may do through this QP).
   int access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  uint8_t rd_atomic = 1;  // max_rd_atomic and max_dest_rd_atomic
+  uint8_t rd_atomic = 1;      // max_rd_atomic and max_dest_rd_atomic
   uint8_t traffic_class = 0;  // ah_attr.grh.traffic_class (its DSCP bits set the packets')
 };
 
