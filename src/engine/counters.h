@@ -52,6 +52,11 @@ struct DeviceCounters {
   Counter fault_rx_queue_marked;  // marked CE by the switch queue (rx.queue), RED
   Counter fault_rx_queue_drops;   // dropped by the switch queue: its buffer was full (not in
                                   // fault_drops: a congestion drop, not an injected loss)
+  // The backlog each datagram the switch queue takes in finds, by RED's thresholds: how much of
+  // the time (as arrivals see it) the queue sits below Kmin, on the marking ramp, above Kmax.
+  Counter fault_rx_queue_below_kmin;
+  Counter fault_rx_queue_in_ramp;
+  Counter fault_rx_queue_above_kmax;
   Counter fault_tx_drops;         // never sent (loss and burst)
   Counter fault_tx_burst_drops;   // of fault_tx_drops, dropped inside a burst
   Counter fault_tx_corrupted;
@@ -108,6 +113,9 @@ struct DeviceCounters {
     f("fault_rx_delayed", s.fault_rx_delayed);
     f("fault_rx_queue_marked", s.fault_rx_queue_marked);
     f("fault_rx_queue_drops", s.fault_rx_queue_drops);
+    f("fault_rx_queue_below_kmin", s.fault_rx_queue_below_kmin);
+    f("fault_rx_queue_in_ramp", s.fault_rx_queue_in_ramp);
+    f("fault_rx_queue_above_kmax", s.fault_rx_queue_above_kmax);
     f("fault_tx_drops", s.fault_tx_drops);
     f("fault_tx_burst_drops", s.fault_tx_burst_drops);
     f("fault_tx_corrupted", s.fault_tx_corrupted);

@@ -62,7 +62,8 @@ std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, ui
       transport::QpCounters{}, [&names](const char* name, uint64_t) { names.emplace_back(name); });
   *cc_slot_base = names.size();
   for (size_t s = 0; s < stats_shm::kCcQpSlots; ++s)
-    for (size_t f = 0; f < 3; ++f) names.push_back(stats_shm::cc_slot_name(s, f));
+    for (size_t f = 0; f < stats_shm::kCcQpFieldCount; ++f)
+      names.push_back(stats_shm::cc_slot_name(s, f));
   auto pub = stats_shm::Publisher::create(id, names, &why);
   if (!pub) {
     log().warn("{}: not publishing statistics for `uroce stats`: {}", cfg.name, why);
@@ -308,22 +309,25 @@ transport::Time Device::publish(transport::Time now, bool force) {
     // The reaction points' state, the RC QPs with the lowest QPNs first (stats_shm.h).
     struct Row {
       uint32_t qpn;
-      uint64_t rate_kbps, alpha_ppm;
+      uint64_t rate_kbps, alpha_ppm, sent_pkts;
     };
     std::vector<Row> rows;
     dispatch_->for_each_qp([&](const transport::Qp& q) {
       if (q.type() != IBV_QPT_RC) return;
       const double alpha = std::clamp(q.cc_alpha(now), 0.0, 1.0);
-      rows.push_back({q.qpn(), q.cc_rate_bps() / 1000, static_cast<uint64_t>(alpha * 1e6 + 0.5)});
+      rows.push_back({q.qpn(), q.cc_rate_bps() / 1000, static_cast<uint64_t>(alpha * 1e6 + 0.5),
+                      q.counters().sent_pkts});
     });
     const size_t n = std::min(rows.size(), stats_shm::kCcQpSlots);
     std::partial_sort(rows.begin(), rows.begin() + static_cast<ptrdiff_t>(n), rows.end(),
                       [](const Row& a, const Row& b) { return a.qpn < b.qpn; });
     for (size_t s = 0; s < stats_shm::kCcQpSlots; ++s) {
-      const Row r = s < n ? rows[s] : Row{0, 0, 0};
-      publisher_->set(cc_slot_base_ + 3 * s, r.qpn);
-      publisher_->set(cc_slot_base_ + 3 * s + 1, r.rate_kbps);
-      publisher_->set(cc_slot_base_ + 3 * s + 2, r.alpha_ppm);
+      const Row r = s < n ? rows[s] : Row{0, 0, 0, 0};
+      const size_t at = cc_slot_base_ + stats_shm::kCcQpFieldCount * s;
+      publisher_->set(at, r.qpn);
+      publisher_->set(at + 1, r.rate_kbps);
+      publisher_->set(at + 2, r.alpha_ppm);
+      publisher_->set(at + 3, r.sent_pkts);
     }
   }
   publisher_->set_port_active(port_active());

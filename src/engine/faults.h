@@ -53,6 +53,10 @@ struct FaultCounterRefs {
   Counter* delayed = nullptr;       // datagrams that went through the delay line
   Counter* queue_marked = nullptr;  // marked CE by the switch queue
   Counter* queue_drops = nullptr;   // dropped by the switch queue (buffer full)
+  // Datagrams the switch queue took in, by the backlog they found: ≤ Kmin, on the ramp, > Kmax.
+  Counter* queue_below_kmin = nullptr;
+  Counter* queue_in_ramp = nullptr;
+  Counter* queue_above_kmax = nullptr;
 };
 
 class FaultInjector {

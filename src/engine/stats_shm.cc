@@ -289,7 +289,7 @@ bool parse_cc_slot_name(const std::string& name, size_t* slot, size_t* field) {
   if (name[4] < '0' || name[4] > '9' || name[5] < '0' || name[5] > '9') return false;
   const size_t n = size_t(name[4] - '0') * 10 + size_t(name[5] - '0');
   if (n >= kCcQpSlots) return false;
-  for (size_t f = 0; f < 3; ++f)
+  for (size_t f = 0; f < kCcQpFieldCount; ++f)
     if (name.compare(7, std::string::npos, kCcQpFields[f]) == 0) {
       *slot = n;
       *field = f;

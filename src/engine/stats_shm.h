@@ -156,13 +156,17 @@ class Publisher {
 };
 
 // Per-QP congestion-control state (docs/congestion-control.md, "Counters"): while a device runs
-// congestion control, the first kCcQpSlots of its RC QPs by QPN, each in three entries
+// congestion control, the first kCcQpSlots of its RC QPs by QPN, each in four entries
 // "ccqpNN_qpn" (0: the slot is unused — QPN 0 is never an RC QP), "ccqpNN_rate_kbps" (the
-// reaction point's current rate Rc) and "ccqpNN_alpha_ppm" (DCQCN's alpha × 10^6), NN = 00…63.
-// Written with the QP totals (snapshot_ns); the three values of a slot are stored one after the
-// other, so a reader may see a slot half-way through a change of QP — the next snapshot is whole.
+// reaction point's current rate Rc), "ccqpNN_alpha_ppm" (DCQCN's alpha × 10^6) and
+// "ccqpNN_sent_pkts" (the QP's packets sent, retransmissions included: how a bottleneck's share
+// went to each QP), NN = 00…63. Written with the QP totals (snapshot_ns); the values of a slot
+// are stored one after the other, so a reader may see a slot half-way through a change of QP —
+// the next snapshot is whole.
 inline constexpr size_t kCcQpSlots = 64;
-inline constexpr const char* kCcQpFields[3] = {"qpn", "rate_kbps", "alpha_ppm"};
+inline constexpr size_t kCcQpFieldCount = 4;
+inline constexpr const char* kCcQpFields[kCcQpFieldCount] = {"qpn", "rate_kbps", "alpha_ppm",
+                                                             "sent_pkts"};
 // "ccqp07_rate_kbps" for slot 7, field 1.
 std::string cc_slot_name(size_t slot, size_t field);
 // Whether `name` is one of those entries; *slot and *field say which.

@@ -187,7 +187,7 @@ std::optional<double> rate_of(const Prev* prev, const std::string& name, uint64_
 // slot order (lowest QPN first).
 struct CcQp {
   uint32_t qpn = 0;
-  uint64_t rate_kbps = 0, alpha_ppm = 0;
+  uint64_t rate_kbps = 0, alpha_ppm = 0, sent_pkts = 0;
 };
 std::vector<CcQp> cc_qps(const shm::Snapshot& s) {
   std::vector<CcQp> slots(shm::kCcQpSlots);
@@ -197,6 +197,7 @@ std::vector<CcQp> cc_qps(const shm::Snapshot& s) {
     if (field == 0) slots[slot].qpn = static_cast<uint32_t>(v);
     if (field == 1) slots[slot].rate_kbps = v;
     if (field == 2) slots[slot].alpha_ppm = v;
+    if (field == 3) slots[slot].sent_pkts = v;
   }
   std::vector<CcQp> used;
   for (const CcQp& q : slots)
@@ -249,10 +250,10 @@ void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     // The reaction point of each RC QP (congestion control on; the first 64 QPs by QPN).
     const std::vector<CcQp> qps = cc_qps(s);
     if (!qps.empty()) {
-      std::printf("  %-10s %14s %10s\n", "QP", "RATE (Gb/s)", "ALPHA");
+      std::printf("  %-10s %14s %10s %14s\n", "QP", "RATE (Gb/s)", "ALPHA", "SENT PKTS");
       for (const CcQp& q : qps)
-        std::printf("  0x%06x   %14.3f %10.4f\n", q.qpn, double(q.rate_kbps) / 1e6,
-                    double(q.alpha_ppm) / 1e6);
+        std::printf("  0x%06x   %14.3f %10.4f %14" PRIu64 "\n", q.qpn, double(q.rate_kbps) / 1e6,
+                    double(q.alpha_ppm) / 1e6, q.sent_pkts);
     }
     std::printf("\n");
   }
@@ -289,9 +290,12 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     out += "},\"cc_qps\":[";
     bool first_qp = true;
     for (const CcQp& q : cc_qps(s)) {
-      char buf[128];
-      std::snprintf(buf, sizeof buf, "%s{\"qpn\":%u,\"rate_kbps\":%" PRIu64 ",\"alpha\":%.6f}",
-                    first_qp ? "" : ",", q.qpn, q.rate_kbps, double(q.alpha_ppm) / 1e6);
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "%s{\"qpn\":%u,\"rate_kbps\":%" PRIu64 ",\"alpha\":%.6f,\"sent_pkts\":%" PRIu64
+                    "}",
+                    first_qp ? "" : ",", q.qpn, q.rate_kbps, double(q.alpha_ppm) / 1e6,
+                    q.sent_pkts);
       out += buf;
       first_qp = false;
     }

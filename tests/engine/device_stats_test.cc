@@ -126,15 +126,30 @@ TEST(DeviceStatsTest, PublishesEachQpsRateAndAlphaWithCongestionControl) {
     ASSERT_TRUE(a.attach(*dev, 4096));
     ASSERT_TRUE(b.attach(*dev, 4096));
     const uint32_t lo = std::min(a.qp->qpn(), b.qp->qpn()), hi = std::max(a.qp->qpn(), b.qp->qpn());
-    // A snapshot is taken within kPublishInterval (100 ms) of a verb call: wait for it.
+    // One WRITE from a to b, so that a's slot counts packets sent.
+    test::connect(a, b);
+    test::connect(b, a);
+    transport::SendWqe w;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.sge[0] = {reinterpret_cast<uintptr_t>(a.buf.data()), 4096, a.lkey};
+    w.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+    w.rkey = b.rkey;
+    size_t bad;
+    ASSERT_EQ(dev->post_send(a.qp, &w, 1, &bad), 0);
+    ASSERT_EQ(test::poll_n(*a.scq, 1, std::chrono::seconds(20)).size(), 1u);
+    const std::string a_sent = stats_shm::cc_slot_name(a.qp->qpn() == lo ? 0 : 1, 3);
+    // A snapshot is taken within kPublishInterval (100 ms) of a verb call: wait for one that
+    // holds both QPs and a's WRITE.
     std::optional<stats_shm::Snapshot> s;
     for (int i = 0; i < 400; ++i) {
       s = stats_shm::read_file(path_of(name), &err);
       ASSERT_TRUE(s) << err;
-      if (!cc_on || value(*s, "ccqp01_qpn") != 0) break;
+      if (!cc_on || (value(*s, "ccqp01_qpn") != 0 && value(*s, a_sent) != 0)) break;
       ibv_qp_attr m{};
       m.qp_state = IBV_QPS_RESET;
-      dev->modify_qp(a.qp, m, IBV_QP_STATE);  // a verb call: the device publishes
+      dev->modify_qp(b.qp, m, IBV_QP_STATE);  // a verb call: the device publishes
       std::this_thread::sleep_for(10ms);
     }
     if (!cc_on) {
@@ -150,6 +165,14 @@ TEST(DeviceStatsTest, PublishesEachQpsRateAndAlphaWithCongestionControl) {
     EXPECT_GT(value(*s, "ccqp00_rate_kbps"), 0u);
     const double alpha = a.qp->cc_alpha(0);
     EXPECT_NEAR(double(value(*s, "ccqp00_alpha_ppm")) / 1e6, alpha, 1e-3);
+    // a sent the WRITE's 4 KiB (1 packet or more, by the path MTU); b only ACKs.
+    EXPECT_GE(value(*s, a_sent), 1u);
+    uint64_t sent;
+    {
+      std::lock_guard<std::mutex> g(dev->lock());  // the engine thread owns the QP's counters
+      sent = a.qp->counters().sent_pkts;
+    }
+    EXPECT_EQ(value(*s, a_sent), sent);
   }
 }
 

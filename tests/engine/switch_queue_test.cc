@@ -43,11 +43,14 @@ uint32_t seq_of(const FaultFrame& f) {
 }
 
 struct QueueCounters {
-  Counter marked, drops;
+  Counter marked, drops, below, ramp, above;
   FaultCounterRefs refs() {
     FaultCounterRefs r;
     r.queue_marked = &marked;
     r.queue_drops = &drops;
+    r.queue_below_kmin = &below;
+    r.queue_in_ramp = &ramp;
+    r.queue_above_kmax = &above;
     return r;
   }
 };
@@ -93,6 +96,11 @@ TEST(SwitchQueue, DelaysByTheBacklogDropsWhenFullMarksAboveKmax) {
   EXPECT_EQ(out[6].tos & 3, transport::kEcnCe);
   EXPECT_GE(c.marked.get(), 1u);
   EXPECT_LE(c.marked.get(), 5u);
+  // Where the queue sat as the 7 datagrams taken in found it: 0 and 1046 at most Kmin; 2092 …
+  // 5230 on the ramp; 6276 above Kmax. Dropped datagrams are not counted there.
+  EXPECT_EQ(c.below.get(), 2u);
+  EXPECT_EQ(c.ramp.get(), 4u);
+  EXPECT_EQ(c.above.get(), 1u);
 }
 
 TEST(SwitchQueue, DequeueMarkingJudgesTheQueueLeftBehind) {
@@ -250,9 +258,12 @@ QueueRun write_through_queue(uint8_t sub, const char* cc) {
   b.dev->counters().for_each([&](const char* n, uint64_t v) { r.b[n] = v; });
   // For docs/congestion-control.md (informational: nothing below is asserted on).
   std::printf(
-      "%s: marked %llu, queue drops %llu, CNPs sent %llu, handled %llu, resent %llu, "
-      "rate at the end %.3f Gb/s\n",
-      cc, (unsigned long long)r.b["fault_rx_queue_marked"],
+      "%s: queue found below Kmin / on the ramp / above Kmax %llu / %llu / %llu, marked %llu, "
+      "queue drops %llu, CNPs sent %llu, handled %llu, resent %llu, rate at the end %.3f Gb/s\n",
+      cc, (unsigned long long)r.b["fault_rx_queue_below_kmin"],
+      (unsigned long long)r.b["fault_rx_queue_in_ramp"],
+      (unsigned long long)r.b["fault_rx_queue_above_kmax"],
+      (unsigned long long)r.b["fault_rx_queue_marked"],
       (unsigned long long)r.b["fault_rx_queue_drops"], (unsigned long long)r.qb.np_cnp_sent,
       (unsigned long long)r.qa.rp_cnp_handled, (unsigned long long)r.qa.retransmitted_pkts,
       rate_gbps);
