@@ -57,8 +57,8 @@ struct DeviceCounters {
   Counter fault_rx_queue_below_kmin;
   Counter fault_rx_queue_in_ramp;
   Counter fault_rx_queue_above_kmax;
-  Counter fault_tx_drops;         // never sent (loss and burst)
-  Counter fault_tx_burst_drops;   // of fault_tx_drops, dropped inside a burst
+  Counter fault_tx_drops;        // never sent (loss and burst)
+  Counter fault_tx_burst_drops;  // of fault_tx_drops, dropped inside a burst
   Counter fault_tx_corrupted;
   Counter fault_tx_duplicated;
   Counter fault_tx_reordered;

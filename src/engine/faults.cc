@@ -169,7 +169,7 @@ void FaultInjector::queue_stage(FaultFrame&& f, transport::Time at, std::vector<
     return;
   }
   // Where the queue sits, as arrivals see it (the same boundaries as red_probability's).
-  bump(backlog <= spec_.queue_kmin   ? c_.queue_below_kmin
+  bump(backlog <= spec_.queue_kmin  ? c_.queue_below_kmin
        : backlog > spec_.queue_kmax ? c_.queue_above_kmax
                                     : c_.queue_in_ramp);
   // RED on the queue the datagram finds (DCQCN §2: Kmin, Kmax, Pmax), or at dequeue on the one

@@ -291,11 +291,10 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     bool first_qp = true;
     for (const CcQp& q : cc_qps(s)) {
       char buf[160];
-      std::snprintf(buf, sizeof buf,
-                    "%s{\"qpn\":%u,\"rate_kbps\":%" PRIu64 ",\"alpha\":%.6f,\"sent_pkts\":%" PRIu64
-                    "}",
-                    first_qp ? "" : ",", q.qpn, q.rate_kbps, double(q.alpha_ppm) / 1e6,
-                    q.sent_pkts);
+      std::snprintf(
+          buf, sizeof buf,
+          "%s{\"qpn\":%u,\"rate_kbps\":%" PRIu64 ",\"alpha\":%.6f,\"sent_pkts\":%" PRIu64 "}",
+          first_qp ? "" : ",", q.qpn, q.rate_kbps, double(q.alpha_ppm) / 1e6, q.sent_pkts);
       out += buf;
       first_qp = false;
     }
