@@ -7,7 +7,9 @@
 # the two QPs shared the bottleneck: a timed run (`-D SECONDS`, default 8), so each QP sends what
 # the transport lets it, and each QP's packets sent (from `uroce stats --json`, sampled during
 # the run; published only while congestion control is on) with Jain's index of the two. docs/congestion-control.md ("Measured") has the
-# figures and how to read them.
+# figures and how to read them. A second table does the same for the unreliable services:
+# `ib_send_bw -c UD` and `-c UC` (one QP, 4 KiB messages), with congestion control off and with
+# the last CC spec, where the sender's and the receiver's bandwidth show what the queue dropped.
 #   bench/cc_loopback.sh [BUILD_DIR] [SECONDS] [CC…]
 #     QUEUE=rx.queue=…   the switch queue (default: 500 Mb/s, 512 KiB, Kmin 5 KiB, Kmax 100 KiB,
 #                        Pmax 0.1, marking at dequeue)
@@ -72,4 +74,25 @@ EOF
 )
   s=$tmp/srv c=$tmp/cli
   echo "| \`$cc\` | ${bw:-?} MB/s | $(counter fault_rx_queue_below_kmin $s) / $(counter fault_rx_queue_in_ramp $s) / $(counter fault_rx_queue_above_kmax $s) | $(counter fault_rx_queue_marked $s) | $(counter fault_rx_queue_drops $s) | $(counter np_cnp_sent $s) / $(counter rp_cnp_handled $c) | $(counter retransmitted_pkts $c) $share"
+done
+
+# UD and UC: nothing retransmits, so what the queue drops is simply lost — the receiver's
+# bandwidth against the sender's says how much.
+echo
+echo "| service | \`UROCE_CC\` | sender BW | receiver BW | queue found: below Kmin / ramp / above Kmax | queue drops | CNPs sent / handled |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for conn in UD UC; do
+  for cc in none "${specs[-1]}"; do
+    port=$((port + 1))
+    UROCE_STATS=1 UROCE_CC=$cc UROCE_FAULTS=$queue UROCE_DEVICES=uroce0=$srv timeout 300 \
+      "$run" ib_send_bw -d uroce0 -c $conn -s 4096 -D "$secs" -p $port >"$tmp/srv" 2>&1 &
+    spid=$!
+    wait_tcp $port
+    UROCE_STATS=1 UROCE_CC=$cc UROCE_DEVICES=uroce0=$cli timeout 300 \
+      "$run" ib_send_bw -d uroce0 -c $conn -s 4096 -D "$secs" -p $port $srv >"$tmp/cli" 2>&1 || true
+    wait $spid || true
+    bw() { grep -A1 '#bytes' "$1" | tail -n 1 | awk '{ print $4 }'; }
+    s=$tmp/srv c=$tmp/cli
+    echo "| $conn | \`$cc\` | $(bw $c) MB/s | $(bw $s) MB/s | $(counter fault_rx_queue_below_kmin $s) / $(counter fault_rx_queue_in_ramp $s) / $(counter fault_rx_queue_above_kmax $s) | $(counter fault_rx_queue_drops $s) | $(counter np_cnp_sent $s) / $(counter rp_cnp_handled $c) |"
+  done
 done

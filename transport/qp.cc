@@ -153,14 +153,16 @@ void Qp::Impl::handle(const RequesterOutcome& o, Time now) {
 }
 
 void Qp::Impl::on_cnp(const RxInfo& rx, Time now) {
-  // A CNP names this QP as the sender of marked packets (Annex A17.9.3). Only the connected
-  // peer can say so; from anyone else it is a bogus packet.
-  if (init.type == IBV_QPT_RC && rx.src_ip != ctx.remote_ip) {
+  // A CNP names this QP as the sender of marked packets (Annex A17.9.3). For a connected QP only
+  // the peer can say so; from anyone else it is a bogus packet. A UD QP sends to anyone, so any
+  // host may report congestion on the way to it (as on a NIC).
+  if (init.type != IBV_QPT_UD && rx.src_ip != ctx.remote_ip) {
     ++counters.dropped_pkts;
     return;
   }
-  // Rate control runs for RC QPs that send (UD/UC QPs are not rate-controlled yet).
-  if (init.type == IBV_QPT_RC && sending_state() && rate->on_cnp(now)) {
+  // Every service is rate-controlled per QP (a UD QP's rate covers all its destinations, as a
+  // ConnectX reaction point's does).
+  if (sending_state() && rate->on_cnp(now)) {
     ++counters.rp_cnp_handled;
     sync_pacer();
   } else {
@@ -168,27 +170,44 @@ void Qp::Impl::on_cnp(const RxInfo& rx, Time now) {
   }
 }
 
-void Qp::Impl::on_marked(Time now) {
+void Qp::Impl::on_marked(const wire::Packet& pkt, const RxInfo& rx, Time now) {
   ++counters.np_ecn_marked_roce_packets;
   // NP: a CNP to the QP that sent the marked packet, at most one per min_time_between_cnps.
-  if (init.cc.np.enabled && init.type == IBV_QPT_RC &&
-      np.on_marked(now, Time{init.cc.np.min_time_between_cnps} * cc::kUsNs)) {
-    cnp_pending = true;
-  }
+  // A UD QP hears from many senders: the first marked one in an interval gets the CNP.
+  if (!init.cc.np.enabled || cnp_pending ||
+      !np.on_marked(now, Time{init.cc.np.min_time_between_cnps} * cc::kUsNs))
+    return;
+  cnp_pending = true;
+  if (init.type == IBV_QPT_UD)
+    cnp_to = {rx.src_ip, pkt.deth.src_qp, rx.roce_v1};
+  else
+    cnp_to = {ctx.remote_ip, attr.dest_qp_num, ctx.roce_v1};
 }
 
 void Qp::Impl::write_cnp(TxBuf* buf) {
-  buf->len =
-      static_cast<uint32_t>(wire::build_headers(wire::cnp_packet(attr.dest_qp_num), buf->data));
-  buf->dst_ip = ctx.remote_ip;
+  buf->len = static_cast<uint32_t>(wire::build_headers(wire::cnp_packet(cnp_to.qpn), buf->data));
+  buf->dst_ip = cnp_to.ip;
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnNotEct;  // a CNP is not ECN-capable: marking it would say nothing
   buf->dscp = init.cc.np.cnp_dscp;
-  buf->roce_v1 = ctx.roce_v1;  // Annex A17.9.3 defines the CNP for RoCE v1 too
+  buf->roce_v1 = cnp_to.roce_v1;  // Annex A17.9.3 defines the CNP for RoCE v1 too
+}
+
+bool Qp::Impl::send_pending_cnp() {
+  if (!cnp_pending) return true;
+  TxBuf* buf = tx.tx_alloc();
+  if (buf == nullptr) return false;
+  write_cnp(buf);
+  tx.tx_commit(buf);
+  cnp_pending = false;
+  ++counters.np_cnp_sent;
+  ++counters.sent_pkts;
+  return true;
 }
 
 bool Qp::Impl::paced_work() const {
   if (!pacer.limiting()) return false;
+  if (init.type != IBV_QPT_RC) return unreliable_has_work(*this);
   const Time at = pacer.release_time();
   return responder.next_response_is_data() ||
          (sending_state() &&
@@ -220,6 +239,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       q.sync_pacer();
       q.np = cc::CnpLimiter{};
       q.cnp_pending = false;
+      q.cnp_to = {};
       q.state = IBV_QPS_RESET;
       break;
     case IBV_QPS_INIT:
@@ -336,7 +356,8 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
     return;
   }
   if (q.init.type != IBV_QPT_RC) {
-    unreliable_receive(q, pkt, rx);  // UD/UC responders send nothing back
+    unreliable_receive(q, pkt, rx, now);  // UD/UC responders send nothing back but CNPs
+    if (q.cnp_pending) pump(now);
     return;
   }
   // Cheapest checks first; each refusal is a counted drop (IBTA 9.6: silently dropped packets).
@@ -348,7 +369,7 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
     return;
   }
   ++q.counters.rcvd_pkts;
-  if (rx.ecn == kEcnCe) q.on_marked(now);
+  if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
   const uint32_t flags = pkt.info->flags;
   if (flags & wire::kRequest) {
     // With an SRQ, the message takes its receive WQE from it when it starts at the expected
@@ -373,19 +394,11 @@ void Qp::pump(Time now) {
   Impl& q = *impl_;
   CheckCqsOnReturn check{q};
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return;
-  if (q.init.type != IBV_QPT_RC) {
-    unreliable_pump(q);
-    return;
-  }
   // A CNP first: congestion news is worth more the sooner it arrives.
-  if (q.cnp_pending) {
-    TxBuf* buf = q.tx.tx_alloc();
-    if (buf == nullptr) return;
-    q.write_cnp(buf);
-    q.tx.tx_commit(buf);
-    q.cnp_pending = false;
-    ++q.counters.np_cnp_sent;
-    ++q.counters.sent_pkts;
+  if (!q.send_pending_cnp()) return;
+  if (q.init.type != IBV_QPT_RC) {
+    unreliable_pump(q, now);
+    return;
   }
   // Responses next, in request order (ACKs, READ response streams, ATOMIC ACKs). READ response
   // packets are data and leave at the QP's rate; an ACK behind them waits with them.
@@ -427,8 +440,9 @@ void Qp::pump(Time now) {
 bool Qp::wants_pump() const {
   const Impl& q = *impl_;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return false;
-  if (q.init.type != IBV_QPT_RC) return unreliable_wants_pump(q);
   if (q.cnp_pending) return true;
+  // A packet held by the pacer is not something to send now (as below).
+  if (q.init.type != IBV_QPT_RC) return !q.pacer.limiting() && unreliable_has_work(q);
   // A packet held by the pacer is not something to send now: next_deadline() says when.
   if (q.responder.has_response() && !(q.responder.next_response_is_data() && q.pacer.limiting()))
     return true;

@@ -81,11 +81,16 @@ struct Qp::Impl {
   // Congestion control (transport/cc, docs/congestion-control.md). `rate` is this QP's reaction
   // point (DCQCN, TIMELY or none) and `pacer` holds its requests and READ responses to the rate
   // it allows; `np` decides which CE marks are answered with a CNP, and `cnp_pending` is a CNP
-  // waiting for a transmit buffer (it is sent once, never retransmitted).
+  // waiting for a transmit buffer (it is sent once, never retransmitted). RC and UC QPs send it
+  // to their connected peer; a UD QP to the source of the marked datagram, which cnp_to holds.
   std::unique_ptr<cc::RateControl> rate;
   cc::Pacer pacer;
   cc::CnpLimiter np;
   bool cnp_pending = false;
+  struct CnpTarget {
+    uint32_t ip = 0, qpn = 0;
+    bool roce_v1 = false;
+  } cnp_to;
 
   // Dispatcher steps (qp.cc).
   void apply_attrs(const ibv_qp_attr& a, int mask);
@@ -101,8 +106,11 @@ struct Qp::Impl {
   bool sending_state() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
   // Congestion control steps (qp.cc).
   void on_cnp(const RxInfo& rx, Time now);
-  void on_marked(Time now);
+  // A CE-marked packet accepted by the QP; `pkt` and `rx` say who sent it (UD: DETH's source QP).
+  void on_marked(const wire::Packet& pkt, const RxInfo& rx, Time now);
   void write_cnp(TxBuf* buf);
+  // Sends a pending CNP; false when the port has no buffer for it (it stays pending).
+  bool send_pending_cnp();
   // After any rate-control hook: the pacer follows the rate.
   void sync_pacer() { pacer.set_rate(rate->rate_bps(), rate->limiting()); }
   // Whether a paced packet waits for its release time.

@@ -32,7 +32,7 @@ void UcSender::reset(Psn sq_psn) {
 }
 
 UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx,
-                                 bool may_start) {
+                                 bool may_start, cc::Pacer& pacer, Time now) {
   UnreliableOutcome out;
   while (!sq.empty()) {
     SendEntry& e = sq.front();
@@ -66,6 +66,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
         out.send_error = true;
         return out;
       }
+      if (!pacer.may_send(now)) return out;  // the QP's rate: its release time wakes it
       TxBuf* buf = tx.tx_alloc();
       if (buf == nullptr) {
         out.blocked_by_port = true;
@@ -102,7 +103,10 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       buf->ecn = kEcnEct0;
       buf->dscp = ctx.dscp;
       buf->roce_v1 = ctx.roce_v1;
+      const uint64_t frame = cc::frame_bytes(buf->len);
       tx.tx_commit(buf);
+      pacer.on_sent(now, frame);
+      out.frame_bytes += frame;
       ++ctx.counters.sent_pkts;
       ++next_psn_;
       ++sent_;

@@ -25,8 +25,10 @@ class UcSender {
   // RTR→RTS: the first PSN is sq_psn.
   void reset(Psn sq_psn);
   // Sends packets of the WQEs at the front of `sq` and completes each WQE after its last packet.
-  // `may_start` is false in SQD: a WQE already started finishes, new ones wait.
-  UnreliableOutcome pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx, bool may_start);
+  // `may_start` is false in SQD: a WQE already started finishes, new ones wait. Each packet
+  // waits for `pacer` (congestion control) as it would for a transmit buffer.
+  UnreliableOutcome pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx, bool may_start,
+                         cc::Pacer& pacer, Time now);
   // True while a WQE has some but not all of its packets sent.
   bool in_progress(const SendQueue& sq) const {
     return !sq.empty() && active_seq_ == sq.begin() && sent_ > 0;

@@ -60,7 +60,8 @@ void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]) {
   put16(ip + 10, ipv4_checksum(ip, 20));
 }
 
-UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx) {
+UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx,
+                                 cc::Pacer& pacer, Time now) {
   UnreliableOutcome out;
   while (!sq.empty()) {
     SendEntry& e = sq.front();
@@ -78,6 +79,7 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       out.send_error = true;
       return out;
     }
+    if (!pacer.may_send(now)) return out;  // the QP's rate: its release time wakes it
     TxBuf* buf = tx.tx_alloc();
     if (buf == nullptr) {
       out.blocked_by_port = true;
@@ -110,7 +112,10 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     buf->ecn = kEcnEct0;
     buf->dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class);
     buf->roce_v1 = e.wqe.ud_roce_v1;
+    const uint64_t frame = cc::frame_bytes(buf->len);
     tx.tx_commit(buf);
+    pacer.on_sent(now, frame);
+    out.frame_bytes += frame;
     ++ctx.counters.sent_pkts;
     ++next_psn_;
     complete_front_send(ctx, sq, IBV_WC_SUCCESS);

@@ -42,8 +42,10 @@ class UdSender {
   // no acknowledgement to wait for). A message longer than the port MTU completes with
   // IBV_WC_LOC_LEN_ERR without a packet (mlx5's behaviour; IBTA C10-93.1.1 forbids the packet),
   // an SGE that does not resolve with IBV_WC_LOC_PROT_ERR; either stops the pump and reports
-  // send_error (the QP enters SQE).
-  UnreliableOutcome pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx);
+  // send_error (the QP enters SQE). Each packet waits for `pacer` (congestion control: one rate
+  // for the QP, whatever the destination) as it would for a transmit buffer.
+  UnreliableOutcome pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx, cc::Pacer& pacer,
+                         Time now);
 
  private:
   Psn next_psn_;

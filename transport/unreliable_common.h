@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "transport/cc/pacer.h"
 #include "transport/context.h"
 #include "transport/send_queue.h"
 
@@ -14,6 +15,7 @@ struct UnreliableOutcome {
   // and UD QPs do not go to ERR for a local send error) and flush the rest of its send queue.
   bool send_error = false;
   bool blocked_by_port = false;  // tx_alloc() returned nullptr
+  uint64_t frame_bytes = 0;  // sent, on the wire (cc::frame_bytes): the rate control's byte count
 };
 
 // Completes the send WQE at the front of `sq` with `status` (successes only when signaled) and

@@ -52,7 +52,7 @@ void unreliable_on_modify(Qp::Impl& q, ibv_qp_state cur, ibv_qp_state next) {
   }
 }
 
-void unreliable_receive(Qp::Impl& q, const wire::Packet& pkt, const RxInfo& rx) {
+void unreliable_receive(Qp::Impl& q, const wire::Packet& pkt, const RxInfo& rx, Time now) {
   const wire::Service want = q.init.type == IBV_QPT_UD ? wire::Service::kUd : wire::Service::kUc;
   // Cheapest checks first; each refusal is a counted drop (IBTA 9.6).
   if (pkt.info == nullptr || !accepting(q.state) || wire::service_of(pkt.bth.opcode) != want ||
@@ -61,6 +61,9 @@ void unreliable_receive(Qp::Impl& q, const wire::Packet& pkt, const RxInfo& rx) 
     ++q.counters.dropped_pkts;
     return;
   }
+  // The NP answers a mark on any datagram that reached the QP, whatever the receive side then
+  // does with it (a Q_Key violation, no receive WQE): the path to it is congested either way.
+  if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
   if (q.init.type == IBV_QPT_UD) {
     ud_receive(pkt, rx, q.ctx, q.rq, q.init.srq);
     return;
@@ -71,15 +74,19 @@ void unreliable_receive(Qp::Impl& q, const wire::Packet& pkt, const RxInfo& rx) 
   q.unreliable.uc_rx.on_packet(pkt, q.ctx, q.rq, q.init.srq);
 }
 
-void unreliable_pump(Qp::Impl& q) {
+void unreliable_pump(Qp::Impl& q, Time now) {
   if (!q.sending_state()) return;
   UnreliableRoles& u = q.unreliable;
   const bool may_start = q.state == IBV_QPS_RTS;
   UnreliableOutcome o;
   if (q.init.type == IBV_QPT_UD) {
-    if (may_start) o = u.ud_tx.pump(q.ctx, q.sq, q.tx);
+    if (may_start) o = u.ud_tx.pump(q.ctx, q.sq, q.tx, q.pacer, now);
   } else {
-    o = u.uc_tx.pump(q.ctx, q.sq, q.tx, may_start);
+    o = u.uc_tx.pump(q.ctx, q.sq, q.tx, may_start, q.pacer, now);
+  }
+  if (o.frame_bytes != 0 && q.rate->wants_bytes()) {
+    q.rate->on_bytes_sent(now, o.frame_bytes);  // DCQCN's byte counter
+    q.sync_pacer();
   }
   if (o.send_error) {
     enter_sqe(q);
@@ -93,7 +100,7 @@ void unreliable_pump(Qp::Impl& q) {
   }
 }
 
-bool unreliable_wants_pump(const Qp::Impl& q) {
+bool unreliable_has_work(const Qp::Impl& q) {
   if (!q.sending_state() || q.sq.empty()) return false;
   return q.state == IBV_QPS_RTS ||
          (q.init.type == IBV_QPT_UC && q.unreliable.uc_tx.in_progress(q.sq));

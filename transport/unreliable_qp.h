@@ -23,10 +23,13 @@ struct UnreliableRoles {
 bool unreliable_wqe_ok(ibv_qp_type type, const SendWqe& wqe);
 // Called by Qp::modify after the attributes are applied and before the state changes.
 void unreliable_on_modify(Qp::Impl& q, ibv_qp_state cur, ibv_qp_state next);
-// Qp::receive for UD/UC: state, service, P_Key and (UC) source checks, then the receiver.
-void unreliable_receive(Qp::Impl& q, const wire::Packet& pkt, const RxInfo& rx);
-// Qp::pump for UD/UC in RTS/SQD: sends and completes; a send error moves the QP to SQE.
-void unreliable_pump(Qp::Impl& q);
-bool unreliable_wants_pump(const Qp::Impl& q);
+// Qp::receive for UD/UC: state, service, P_Key and (UC) source checks, then the NP (a CE mark)
+// and the receiver.
+void unreliable_receive(Qp::Impl& q, const wire::Packet& pkt, const RxInfo& rx, Time now);
+// Qp::pump for UD/UC in RTS/SQD: sends and completes, as far as the port and the QP's pacer
+// allow; a send error moves the QP to SQE.
+void unreliable_pump(Qp::Impl& q, Time now);
+// Whether the send queue holds packets the QP may send in its state (the pacer aside).
+bool unreliable_has_work(const Qp::Impl& q);
 
 }  // namespace uroce::transport

@@ -306,14 +306,13 @@ transport::Time Device::publish(transport::Time now, bool force) {
   stats_shm::for_each_qp_counter(dispatch_->counter_totals(),
                                  [&](const char*, uint64_t v) { publisher_->set(i++, v); });
   if (cfg_.cc.algorithm != transport::cc::Algorithm::kNone) {
-    // The reaction points' state, the RC QPs with the lowest QPNs first (stats_shm.h).
+    // The reaction points' state, the QPs with the lowest QPNs first (stats_shm.h).
     struct Row {
       uint32_t qpn;
       uint64_t rate_kbps, alpha_ppm, sent_pkts;
     };
     std::vector<Row> rows;
     dispatch_->for_each_qp([&](const transport::Qp& q) {
-      if (q.type() != IBV_QPT_RC) return;
       const double alpha = std::clamp(q.cc_alpha(now), 0.0, 1.0);
       rows.push_back({q.qpn(), q.cc_rate_bps() / 1000, static_cast<uint64_t>(alpha * 1e6 + 0.5),
                       q.counters().sent_pkts});

@@ -156,9 +156,9 @@ class Publisher {
 };
 
 // Per-QP congestion-control state (docs/congestion-control.md, "Counters"): while a device runs
-// congestion control, the first kCcQpSlots of its RC QPs by QPN, each in four entries
-// "ccqpNN_qpn" (0: the slot is unused — QPN 0 is never an RC QP), "ccqpNN_rate_kbps" (the
-// reaction point's current rate Rc), "ccqpNN_alpha_ppm" (DCQCN's alpha × 10^6) and
+// congestion control, the first kCcQpSlots of its QPs by QPN (RC, UC, UD), each in four entries
+// "ccqpNN_qpn" (0: the slot is unused — QPN 0 is the SMI's, never a uroce QP's), "ccqpNN_rate_kbps"
+// (the reaction point's current rate Rc), "ccqpNN_alpha_ppm" (DCQCN's alpha × 10^6) and
 // "ccqpNN_sent_pkts" (the QP's packets sent, retransmissions included: how a bottleneck's share
 // went to each QP), NN = 00…63. Written with the QP totals (snapshot_ns); the values of a slot
 // are stored one after the other, so a reader may see a slot half-way through a change of QP —

@@ -1,7 +1,8 @@
 // Congestion control in the QP (transport/qp.cc with transport/cc): the NP answers CE-marked
 // packets with CNPs to the sending QP, at most one per interval; the RP reacts to CNPs (uroce's
 // and the ConnectX-4 Lx frame of tests/wire/vectors) and the pacer then releases the QP's
-// packets at its rate; TIMELY follows the round trips the completer measures. Virtual time.
+// packets at its rate; TIMELY follows the round trips the completer measures; UC and UD QPs run
+// the same NP and RP. Virtual time.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -433,6 +434,179 @@ TEST(MaxInflight, TransferCompletesUnderTheCap) {
   EXPECT_EQ(a.qp->counters().retransmitted_pkts, 0u);
   // 1024 packets, 8 per round trip of 2 × 2 µs: at least 128 round trips.
   EXPECT_GE(link.now, 128 * 4 * kUs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// UC and UD: the same NP and RP per QP. A UC QP answers and hears only its connected peer; a UD
+// QP answers the source of each marked datagram (DETH's source QP at its address) and is
+// rate-controlled as a whole, whatever the destination.
+
+constexpr uint32_t kIpC = 0x0a000003;
+constexpr uint32_t kQkey = 0x11111111;
+
+void make_ud(Node& n, const char* spec) {
+  n.init.type = IBV_QPT_UD;
+  n.init.port_mtu = 1024;
+  n.init.cc = config(spec);
+  n.rebuild();
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = kQkey;
+  ASSERT_EQ(n.qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0), 0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(n.qp->modify(a, IBV_QP_STATE, 0), 0);
+  a.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(n.qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN, 0), 0);
+}
+
+// A UD SEND ONLY to `dest_qpn` from source QP `src_qpn`.
+std::unique_ptr<test::Crafted> ud_datagram(uint32_t dest_qpn, uint32_t src_qpn) {
+  wire::Packet h;
+  h.bth.opcode = uint8_t(wire::Opcode::kUdSendOnly);
+  h.bth.pkey = wire::kDefaultPkey;
+  h.bth.dest_qp = dest_qpn;
+  h.deth.qkey = kQkey;
+  h.deth.src_qp = src_qpn;
+  const uint8_t payload[16] = {};
+  return test::craft_headers(h, payload);
+}
+
+test::Crafted cnp_to(uint32_t qpn) {
+  test::Crafted c;
+  c.buf.len = uint32_t(wire::build_headers(wire::cnp_packet(qpn), c.buf.data));
+  EXPECT_EQ(wire::parse({c.buf.data, c.buf.len}, c.pkt), wire::ParseError::kOk);
+  return c;
+}
+
+TEST(UcNp, MarkedPacketIsAnsweredWithACnpToThePeer) {
+  Node b{kQpnB, kIpB};
+  b.init.cc = config("dcqcn");
+  test::connect_uc(b, kIpA, kQpnA, 0, 0);
+  std::vector<uint8_t> buf(1024);
+  const uint32_t key = b.mem.reg(b.pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(b.qp->post_recv(test::recv_wqe(1, uint64_t(buf.data()), 1024, key)), 0);
+  const uint8_t payload[16] = {};
+  receive(b, *test::craft(wire::Opcode::kUcSendOnly, kQpnB, 0, false, payload), kIpA, kUs, kEcnCe);
+  EXPECT_EQ(b.rcq.wcs.size(), 1u);  // received as usual
+  const std::vector<const TxBuf*> c = cnps_in(b);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(b.sink.sent.size(), 1u);  // UC answers nothing else
+  EXPECT_EQ(c[0]->dst_ip, kIpA);
+  EXPECT_EQ(c[0]->dscp, cc::kCnpDscp);
+  EXPECT_EQ(c[0]->ecn, kEcnNotEct);
+  EXPECT_EQ(test::parsed(*c[0]).bth.dest_qp, kQpnA);
+  EXPECT_EQ(b.qp->counters().np_ecn_marked_roce_packets, 1u);
+  EXPECT_EQ(b.qp->counters().np_cnp_sent, 1u);
+  // From a stranger the packet is dropped before the NP sees it: no CNP goes to a forged source.
+  receive(b, *test::craft(wire::Opcode::kUcSendOnly, kQpnB, 1, false, payload), kIpC, 100 * kUs,
+          kEcnCe);
+  EXPECT_EQ(cnps_in(b).size(), 1u);
+  EXPECT_EQ(b.qp->counters().np_ecn_marked_roce_packets, 1u);
+}
+
+TEST(UdNp, EachMarkedSourceIsAnsweredAtMostOncePerInterval) {
+  Node b{kQpnB, kIpB};
+  make_ud(b, "dcqcn");  // cx: min_time_between_cnps 4 µs
+  std::vector<uint8_t> buf(8 * 1024);
+  const uint32_t key = b.mem.reg(b.pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  for (int i = 0; i < 8; ++i)
+    ASSERT_EQ(b.qp->post_recv(test::recv_wqe(i, uint64_t(buf.data()) + 1024 * i, 1024, key)), 0);
+  receive(b, *ud_datagram(kQpnB, 0x33), kIpA, 10 * kUs, kEcnCe);
+  // Another sender 1 µs later, inside the interval: counted, not answered.
+  receive(b, *ud_datagram(kQpnB, 0x44), kIpC, 11 * kUs, kEcnCe);
+  // The same one after the interval: answered.
+  receive(b, *ud_datagram(kQpnB, 0x44), kIpC, 20 * kUs, kEcnCe);
+  receive(b, *ud_datagram(kQpnB, 0x55), kIpC, 30 * kUs, kEcnEct0);  // unmarked: nothing
+  EXPECT_EQ(b.rcq.wcs.size(), 4u);
+  const std::vector<const TxBuf*> c = cnps_in(b);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0]->dst_ip, kIpA);
+  EXPECT_EQ(test::parsed(*c[0]).bth.dest_qp, 0x33u);
+  EXPECT_EQ(c[1]->dst_ip, kIpC);
+  EXPECT_EQ(test::parsed(*c[1]).bth.dest_qp, 0x44u);
+  EXPECT_EQ(b.qp->counters().np_ecn_marked_roce_packets, 3u);
+  EXPECT_EQ(b.qp->counters().np_cnp_sent, 2u);
+  // A marked datagram the receive side then drops (no receive WQE left) is still answered: the
+  // path to this QP is congested either way.
+  for (int i = 0; i < 4; ++i) receive(b, *ud_datagram(kQpnB, 0x33), kIpA, 40 * kUs, kEcnEct0);
+  receive(b, *ud_datagram(kQpnB, 0x66), kIpA, 50 * kUs, kEcnCe);
+  EXPECT_EQ(b.qp->counters().out_of_buffer, 1u);
+  ASSERT_EQ(cnps_in(b).size(), 3u);
+  EXPECT_EQ(test::parsed(*cnps_in(b)[2]).bth.dest_qp, 0x66u);
+}
+
+// The gaps between the first `n` packets `a` sends when each release is run at its deadline.
+std::vector<Time> paced_departures(Node& a, size_t n, Time start) {
+  std::vector<Time> at = {start};
+  while (a.sink.sent.size() < n) {
+    const Time t = a.qp->next_deadline();
+    EXPECT_LT(t, start + 1'000'000 * kUs);
+    if (t >= start + 1'000'000 * kUs) break;
+    const size_t before = a.sink.sent.size();
+    a.qp->on_timer(t);
+    EXPECT_EQ(a.sink.sent.size(), before + 1) << "one packet per release";
+    at.push_back(t);
+  }
+  return at;
+}
+
+TEST(UcRp, CnpFromThePeerCutsTheRateAndThePacerSpacesPackets) {
+  Node a{kQpnA, kIpA};
+  a.init.cc = config("dcqcn,preset=paper,pacer_burst=0");
+  test::connect_uc(a, kIpB, kQpnB, 0, 0);
+  std::vector<uint8_t> data(100 * 1024);
+  const uint32_t key = a.mem.reg(a.pd, data.data(), data.size(), 0);
+  receive(a, cnp_to(kQpnA), kIpC, 0, kEcnNotEct);  // not from the peer: a bogus packet
+  EXPECT_EQ(a.qp->counters().dropped_pkts, 1u);
+  EXPECT_FALSE(a.qp->cc_limiting());
+  receive(a, cnp_to(kQpnA), kIpB, 0, kEcnNotEct);
+  EXPECT_EQ(a.qp->counters().rp_cnp_handled, 1u);
+  EXPECT_EQ(a.qp->cc_rate_bps(), kDefaultLineRateBps / 2);
+  ASSERT_EQ(a.qp->post_send(test::send_wqe(1, uint64_t(data.data()), 100 * 1024, key), 10 * kUs),
+            0);
+  ASSERT_EQ(a.sink.sent.size(), 1u);  // the first at once, the rest held by the pacer
+  EXPECT_FALSE(a.qp->wants_pump());
+  const std::vector<Time> at = paced_departures(a, 50, 10 * kUs);
+  ASSERT_EQ(at.size(), 50u);
+  // UC SEND MIDDLE: 1024 B of payload + BTH = 1036 B, 1086 B framed: 695.04 ns at 12.5 Gb/s.
+  const double frame_ns = double(cc::frame_bytes(1036)) * 8 / 12.5;
+  for (size_t i = 1; i < at.size(); ++i) EXPECT_NEAR(double(at[i] - at[i - 1]), frame_ns, 1.0);
+  // The whole message goes out and completes (UC: when sent), the rate recovering meanwhile.
+  for (int i = 0; i < 1000 && a.scq.wcs.empty(); ++i) a.qp->on_timer(a.qp->next_deadline());
+  ASSERT_EQ(a.scq.wcs.size(), 1u);
+  EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a.sink.sent.size(), 100u);
+}
+
+TEST(UdRp, CnpFromAnySourceCutsTheQpsRateForEveryDestination) {
+  Node a{kQpnA, kIpA};
+  make_ud(a, "dcqcn,preset=paper,pacer_burst=0");
+  std::vector<uint8_t> data(1024);
+  const uint32_t key = a.mem.reg(a.pd, data.data(), data.size(), 0);
+  // A UD QP has no peer: whoever it sends to may report congestion.
+  receive(a, cnp_to(kQpnA), kIpC, 0, kEcnNotEct);
+  EXPECT_EQ(a.qp->counters().rp_cnp_handled, 1u);
+  EXPECT_EQ(a.qp->cc_rate_bps(), kDefaultLineRateBps / 2);
+  for (uint64_t i = 0; i < 20; ++i) {
+    SendWqe w = test::send_wqe(i, uint64_t(data.data()), 1024, key);
+    w.ud_dst_ip = i % 2 ? kIpB : kIpC;  // alternating destinations share the one rate
+    w.ud_remote_qpn = kQpnB;
+    w.ud_remote_qkey = kQkey;
+    ASSERT_EQ(a.qp->post_send(w, 10 * kUs), 0);
+  }
+  ASSERT_EQ(a.sink.sent.size(), 1u);
+  const std::vector<Time> at = paced_departures(a, 20, 10 * kUs);
+  ASSERT_EQ(at.size(), 20u);
+  // UD SEND ONLY: 1024 B of payload + BTH + DETH = 1044 B, 1094 B framed: 700.16 ns at 12.5 Gb/s.
+  const double frame_ns = double(cc::frame_bytes(1044)) * 8 / 12.5;
+  for (size_t i = 1; i < at.size(); ++i) EXPECT_NEAR(double(at[i] - at[i - 1]), frame_ns, 1.0);
+  EXPECT_EQ(a.scq.wcs.size(), 20u);
+  // It recovers through its timers, as an RC QP does.
+  for (int i = 0; i < 200 && a.qp->cc_limiting(); ++i) a.qp->on_timer(a.qp->next_deadline());
+  EXPECT_FALSE(a.qp->cc_limiting());
+  EXPECT_EQ(a.qp->next_deadline(), kNever);
 }
 
 }  // namespace
