@@ -248,6 +248,7 @@ uint32_t DpdkPort::next_hop(uint32_t ip) const {
 }
 
 int DpdkPort::priority_of(const transport::TxBuf& b) const {
+  if (b.pcp != transport::kPcpPortDefault) return b.pcp & 7;  // its own (a CNP: cnp_802p_prio)
   if (opt_.vlan != 0 && b.dscp == opt_.data_dscp) return opt_.priority;
   return (b.dscp >> 3) & 7;
 }

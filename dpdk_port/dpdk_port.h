@@ -92,8 +92,9 @@ class DpdkPort : public Port {
   rte_mbuf* frame(transport::TxBuf* b, const Mac& dst);
   // The next hop of an address: itself on the subnet (or a group), else the gateway.
   uint32_t next_hop(uint32_t ip) const;
-  // 802.1p priority a packet is paused by: the configured priority for data packets on a VLAN,
-  // else DSCP >> 3 (the usual DSCP-to-priority trust map: DSCP 26 → 3, CNPs' 48 → 6).
+  // 802.1p priority a packet is tagged with and paused by: the packet's own (TxBuf::pcp: a
+  // CNP's cnp_802p_prio), else the configured priority for data packets on a VLAN, else
+  // DSCP >> 3 (the usual DSCP-to-priority trust map: DSCP 26 → 3, 48 → 6).
   int priority_of(const transport::TxBuf& b) const;
   // Hands frames to the PMD; what it does not take now waits in backlog_ (in order).
   void transmit(rte_mbuf** ms, uint16_t n);

@@ -35,6 +35,8 @@ inline constexpr uint8_t kRoceV1GidIndex = 1;
 
 // DSCP value (RFC 2474) meaning "the port's configured default for data packets".
 inline constexpr uint8_t kDscpPortDefault = 0xff;
+// TxBuf::pcp when the packet has no 802.1p priority of its own: a tagging port picks one.
+inline constexpr uint8_t kPcpPortDefault = 0xff;
 // The DSCP a GRH traffic class asks for: RoCEv2 carries the traffic class in the IPv4 TOS byte
 // (Annex A17.4.5.2), so its upper six bits are the DSCP; 0 (no class set) keeps the port's.
 inline constexpr uint8_t dscp_of_traffic_class(uint8_t tclass) {
@@ -52,6 +54,9 @@ struct TxBuf {
   // DSCP of the packet, or kDscpPortDefault. Set by the transport for packets with a traffic
   // class of their own (CNPs, a QP's GRH traffic_class).
   uint8_t dscp = kDscpPortDefault;
+  // 802.1p priority for a port that tags its frames (DPDK with a VLAN), or kPcpPortDefault. Set
+  // for CNPs (cnp_802p_prio); a port that does not tag ignores it.
+  uint8_t pcp = kPcpPortDefault;
   uint32_t len = 0;  // bytes used in data (BTH .. pad), without the ICRC
   // RoCE v1 (IBTA Annex A16: Ethernet and a GRH, no IP/UDP) instead of RoCEv2: the QP's AV (or
   // the UD AH) uses the device's RoCE v1 GID (kRoceV1GidIndex). Only ports with

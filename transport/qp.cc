@@ -190,6 +190,7 @@ void Qp::Impl::write_cnp(TxBuf* buf) {
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnNotEct;  // a CNP is not ECN-capable: marking it would say nothing
   buf->dscp = init.cc.np.cnp_dscp;
+  buf->pcp = init.cc.np.cnp_802p_prio;
   buf->roce_v1 = cnp_to.roce_v1;  // Annex A17.9.3 defines the CNP for RoCE v1 too
 }
 

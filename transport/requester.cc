@@ -366,6 +366,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnEct0;   // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)
   buf->dscp = ctx.dscp;  // every packet, like ecn: a reused buffer keeps no CNP's DSCP
+  buf->pcp = kPcpPortDefault;
   buf->roce_v1 = ctx.roce_v1;
   return ack_req;
 }

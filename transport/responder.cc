@@ -492,6 +492,7 @@ bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnNotEct;
   buf->dscp = ctx.dscp;
+  buf->pcp = kPcpPortDefault;
   buf->roce_v1 = ctx.roce_v1;
   bool fatal = false;
   switch (r.kind) {

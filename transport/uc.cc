@@ -102,6 +102,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       buf->src_port = ctx.src_port;
       buf->ecn = kEcnEct0;
       buf->dscp = ctx.dscp;
+      buf->pcp = kPcpPortDefault;
       buf->roce_v1 = ctx.roce_v1;
       const uint64_t frame = cc::frame_bytes(buf->len);
       tx.tx_commit(buf);

@@ -111,6 +111,7 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     buf->src_port = ctx.src_port;
     buf->ecn = kEcnEct0;
     buf->dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class);
+    buf->pcp = kPcpPortDefault;
     buf->roce_v1 = e.wqe.ud_roce_v1;
     const uint64_t frame = cc::frame_bytes(buf->len);
     tx.tx_commit(buf);

@@ -63,7 +63,7 @@ size_t SimPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
     f->src_port = b->src_port;
     f->dst_port = udp_dst_port();
     f->tos = uint8_t(b->dscp << 2 | (b->ecn & 3));
-    f->prio = dscp_class(b->dscp);
+    f->prio = b->pcp != transport::kPcpPortDefault ? uint8_t(b->pcp & 7) : dscp_class(b->dscp);
     f->ip_id = b->ip_id;
     f->dont_fragment = true;
     f->payload.assign(b->data, b->data + b->len + wire::kIcrcBytes);

@@ -90,7 +90,7 @@ class DpdkRingTest : public ::testing::Test {
 
   // Queues one RoCE SEND ONLY from `s` to `dst` with PSN `psn`.
   static void send(Side& s, uint32_t dst, uint32_t psn, uint8_t dscp = transport::kDscpPortDefault,
-                   bool roce_v1 = false) {
+                   bool roce_v1 = false, uint8_t pcp = transport::kPcpPortDefault) {
     transport::TxBuf* b = s.dp->tx_alloc();
     ASSERT_NE(b, nullptr);
     uint8_t payload[64];
@@ -102,6 +102,7 @@ class DpdkRingTest : public ::testing::Test {
     b->ecn = transport::kEcnEct0;
     b->dscp = dscp;
     b->roce_v1 = roce_v1;
+    b->pcp = pcp;
     s.dp->tx_commit(b);
     s.dp->tx_flush(monotonic_now());
   }
@@ -282,8 +283,9 @@ TEST_F(DpdkRingTest, VlanTagCarriesThePriority) {
   });
   send(a_, kIpB, 1);
   send(a_, kIpB, 2, 48);
+  send(a_, kIpB, 3, 48, false, 5);  // a CNP with cnp_802p_prio=5
   auto out = take(a_);
-  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out.size(), 3u);
   for (const auto& f : out) {
     ASSERT_GE(f.size(), 18u);
     EXPECT_EQ(f[12], 0x81);
@@ -291,6 +293,7 @@ TEST_F(DpdkRingTest, VlanTagCarriesThePriority) {
   }
   EXPECT_EQ((out[0][14] << 8 | out[0][15]), 3 << 13 | 42);  // data: the RoCE priority
   EXPECT_EQ((out[1][14] << 8 | out[1][15]), 6 << 13 | 42);  // DSCP 48: priority 6
+  EXPECT_EQ((out[2][14] << 8 | out[2][15]), 5 << 13 | 42);  // its own priority
 }
 
 // RoCE v1 (roce_v1=1): EtherType 0x8915, a GRH with IPv4-mapped GIDs, the ICRC over the GRH; the

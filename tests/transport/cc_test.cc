@@ -93,6 +93,10 @@ TEST_F(Np, MarkedPacketIsAnsweredWithACnpToTheSendingQp) {
   EXPECT_EQ(b.sink.sent[0].dscp, kDscpPortDefault);
   EXPECT_EQ(b.sink.sent[1].dscp, cc::kCnpDscp);
   EXPECT_EQ(b.sink.sent[2].dscp, kDscpPortDefault);
+  // And its own 802.1p priority, for a port that tags (cnp_802p_prio, default 6).
+  EXPECT_EQ(b.sink.sent[0].pcp, kPcpPortDefault);
+  EXPECT_EQ(b.sink.sent[1].pcp, cc::kCnpPrio);
+  EXPECT_EQ(b.sink.sent[2].pcp, kPcpPortDefault);
   wire::Packet p;
   ASSERT_EQ(wire::parse({cnp.data, cnp.len}, p), wire::ParseError::kOk);
   EXPECT_EQ(p.bth.dest_qp, kQpnA);  // the QP that sent the marked packet
@@ -101,6 +105,15 @@ TEST_F(Np, MarkedPacketIsAnsweredWithACnpToTheSendingQp) {
   EXPECT_EQ(b.qp->counters().np_cnp_sent, 1u);
   // The marked SEND itself was received and acknowledged as usual.
   EXPECT_EQ(b.rcq.wcs.size(), 2u);
+}
+
+TEST_F(Np, CnpDscpAndPriorityAreConfigurable) {
+  setup("dcqcn,cnp_dscp=40,cnp_802p_prio=3");
+  send(0, 10 * kUs, kEcnCe);
+  const std::vector<const TxBuf*> c = cnps_in(b);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0]->dscp, 40);
+  EXPECT_EQ(c[0]->pcp, 3);
 }
 
 TEST_F(Np, AtMostOneCnpPerInterval) {

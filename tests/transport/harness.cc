@@ -76,6 +76,8 @@ void CaptureSink::tx_commit(TxBuf* buf) {
   t.src_port = buf->src_port;
   t.ecn = buf->ecn;
   t.dscp = buf->dscp;
+  t.pcp = buf->pcp;
+  t.roce_v1 = buf->roce_v1;
   t.len = buf->len;
   std::memcpy(t.data, buf->data, buf->len);
 }
@@ -353,6 +355,7 @@ std::vector<std::unique_ptr<Crafted>> drain(Node& n) {
     c->buf.src_port = b.src_port;
     c->buf.ecn = b.ecn;
     c->buf.dscp = b.dscp;
+    c->buf.pcp = b.pcp;
     std::memcpy(c->buf.data, b.data, b.len);
     c->pkt = parsed(c->buf);
     out.push_back(std::move(c));

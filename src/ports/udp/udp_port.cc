@@ -301,6 +301,7 @@ transport::TxBuf* UdpPort::tx_alloc() {
   b->src_port = 0;
   b->ecn = transport::kEcnNotEct;
   b->dscp = transport::kDscpPortDefault;
+  b->pcp = transport::kPcpPortDefault;
   b->len = 0;
   b->ip_id = 0;
   return b;
