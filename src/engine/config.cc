@@ -531,6 +531,10 @@ bool parse_fault_entry(const std::string& name, const std::string& kind,
     return parse_probability(name, value, loss, err) &&
            params_ok({}, [](const std::string&, const std::string&) { return true; });
   }
+  if (kind == "ce") {
+    return parse_probability(name, value, &spec.ce, err) &&
+           params_ok({}, [](const std::string&, const std::string&) { return true; });
+  }
   if (kind == "dup") {
     return parse_probability(name, value, &spec.dup, err) &&
            params_ok({}, [](const std::string&, const std::string&) { return true; });
@@ -587,7 +591,7 @@ bool parse_fault_entry(const std::string& name, const std::string& kind,
   }
   set_err(err, kFaultsVar,
           "unknown key '" + name + "' (known: [rx.|tx.]loss, burst, corrupt, dup, reorder, " +
-              "delay; rx.queue; seed)");
+              "delay; rx.queue, rx.ce; seed)");
   return false;
 }
 
@@ -642,6 +646,10 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
     if (tx && kind == "queue") {
       set_err(err, kFaultsVar,
               "'" + key + "': the switch queue models a device's receive side (rx.queue)");
+      return std::nullopt;
+    }
+    if (tx && kind == "ce") {
+      set_err(err, kFaultsVar, "'" + key + "': CE marking is applied on receive (rx.ce)");
       return std::nullopt;
     }
     FaultSpec& s = tx ? f.tx : f.rx;

@@ -29,6 +29,10 @@ struct FaultSpec {
   uint32_t reorder_depth = 3;  // >= 1
   uint64_t delay_ns = 0;       // hold every datagram this long...
   uint64_t jitter_ns = 0;      // ...plus uniform [0, jitter_ns); order is kept
+  // Receive only (`rx.ce`): set ECN CE on this fraction of datagrams whatever their ECN field —
+  // a remarking middlebox, not a conforming switch (RFC 3168 marks only ECT packets). It is how
+  // a peer that sends Not-ECT (Linux rxe) can be made to receive CNPs.
+  double ce = 0.0;
   // The switch queue (receive only, `rx.queue`): the egress queue of a switch port in front of
   // the device, drained at queue_bps. A datagram that finds queue_buffer bytes (or more than
   // fit) queued is dropped; one that finds between queue_kmin and queue_kmax queued is marked CE
@@ -44,7 +48,7 @@ struct FaultSpec {
   bool queue_mark_dequeue = false;   // mark=enqueue (default) or mark=dequeue
   bool enabled() const {
     return loss > 0.0 || burst > 0.0 || corrupt > 0.0 || dup > 0.0 || reorder > 0.0 ||
-           delay_ns > 0 || jitter_ns > 0 || queue_bps > 0;
+           delay_ns > 0 || jitter_ns > 0 || queue_bps > 0 || ce > 0.0;
   }
 };
 

@@ -57,6 +57,7 @@ struct DeviceCounters {
   Counter fault_rx_queue_below_kmin;
   Counter fault_rx_queue_in_ramp;
   Counter fault_rx_queue_above_kmax;
+  Counter fault_rx_ce_set;  // set CE by rx.ce (whatever the datagram's ECN field was)
   Counter fault_tx_drops;        // never sent (loss and burst)
   Counter fault_tx_burst_drops;  // of fault_tx_drops, dropped inside a burst
   Counter fault_tx_corrupted;
@@ -116,6 +117,7 @@ struct DeviceCounters {
     f("fault_rx_queue_below_kmin", s.fault_rx_queue_below_kmin);
     f("fault_rx_queue_in_ramp", s.fault_rx_queue_in_ramp);
     f("fault_rx_queue_above_kmax", s.fault_rx_queue_above_kmax);
+    f("fault_rx_ce_set", s.fault_rx_ce_set);
     f("fault_tx_drops", s.fault_tx_drops);
     f("fault_tx_burst_drops", s.fault_tx_burst_drops);
     f("fault_tx_corrupted", s.fault_tx_corrupted);

@@ -51,7 +51,7 @@ Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, Devic
                          &counters.fault_rx_reordered, &counters.fault_rx_delayed,
                          &counters.fault_rx_queue_marked, &counters.fault_rx_queue_drops,
                          &counters.fault_rx_queue_below_kmin, &counters.fault_rx_queue_in_ramp,
-                         &counters.fault_rx_queue_above_kmax});
+                         &counters.fault_rx_queue_above_kmax, &counters.fault_rx_ce_set});
   if (opt.faults.tx.enabled())
     tx_faults_ = std::make_unique<FaultInjector>(
         opt.faults.tx, opt.faults.seed ^ kTxSeedSalt,

@@ -69,6 +69,10 @@ void FaultInjector::offer(FaultFrame&& f, transport::Time now, std::vector<Fault
     corrupt(f.bytes);
     bump(c_.corrupted);
   }
+  if (chance(spec_.ce) && (f.tos & 3) != transport::kEcnCe) {
+    f.tos = static_cast<uint8_t>(f.tos | transport::kEcnCe);
+    bump(c_.ce_set);
+  }
   if (chance(spec_.dup)) {
     bump(c_.duplicated);
     FaultFrame copy = f;

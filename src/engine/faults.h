@@ -57,6 +57,7 @@ struct FaultCounterRefs {
   Counter* queue_below_kmin = nullptr;
   Counter* queue_in_ramp = nullptr;
   Counter* queue_above_kmax = nullptr;
+  Counter* ce_set = nullptr;  // datagrams `ce` set CE on (that were not CE already)
 };
 
 class FaultInjector {

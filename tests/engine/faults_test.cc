@@ -286,6 +286,43 @@ void expect_error(const std::string& spec, const std::string& token) {
   EXPECT_NE(err.find(token), std::string::npos) << "'" << token << "' not in: " << err;
 }
 
+// rx.ce sets CE whatever the ECN field held (Not-ECT included: a remarking middlebox), counts
+// what it changed, and leaves the rest of the datagram alone.
+TEST(FaultInjectorTest, CeMarksEveryEcnCodepoint) {
+  FaultSpec s;
+  s.ce = 1.0;
+  Counter set;
+  FaultCounterRefs r;
+  r.ce_set = &set;
+  FaultInjector inj(s, 1, r);
+  std::vector<FaultFrame> out;
+  for (uint8_t ecn = 0; ecn < 4; ++ecn) {
+    FaultFrame f = frame(ecn);
+    f.tos = static_cast<uint8_t>(26 << 2 | ecn);
+    inj.offer(std::move(f), 1000, out);
+  }
+  ASSERT_EQ(out.size(), 4u);
+  for (uint8_t ecn = 0; ecn < 4; ++ecn) {
+    EXPECT_EQ(out[ecn].tos, 26 << 2 | transport::kEcnCe) << int(ecn);  // the DSCP kept
+    EXPECT_EQ(out[ecn].bytes, frame(ecn).bytes);
+  }
+  EXPECT_EQ(set.get(), 3u);  // the one already CE is not counted
+  // A fraction: about that many of 10 000 (binomial, sd 50).
+  FaultSpec half;
+  half.ce = 0.5;
+  Counter n;
+  FaultCounterRefs rh;
+  rh.ce_set = &n;
+  FaultInjector h(half, 7, rh);
+  out.clear();
+  for (uint32_t i = 0; i < 10000; ++i) h.offer(frame(i), 1000 + i, out);
+  EXPECT_NEAR(double(n.get()), 5000.0, 300.0);
+  auto parsed = parse_faults("rx.ce=0.25", nullptr);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_DOUBLE_EQ(parsed->rx.ce, 0.25);
+  EXPECT_TRUE(parsed->rx_spec().enabled());
+}
+
 TEST(FaultConfigTest, ParsesEveryKindAndDirection) {
   std::string err;
   auto f = parse_faults(
@@ -343,6 +380,8 @@ TEST(FaultConfigTest, RejectsMalformedValuesNamingTheToken) {
   expect_error("up.loss=0.1", "unknown key 'up.loss'");
   expect_error("loss=0.1,rx.loss=0.2", "'rx.loss' given twice");
   expect_error("tx.dup=0.1,tx.dup=0.1", "'tx.dup' given twice");
+  expect_error("ce=1.5", "ce '1.5' is out of range");
+  expect_error("tx.ce=0.1", "'tx.ce': CE marking is applied on receive (rx.ce)");
   expect_error("tx.seed=3", "unknown key 'tx.seed'");
 }
 

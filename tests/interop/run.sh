@@ -13,7 +13,8 @@
 #                                                   rdma_server, perftest -R): IB CM on QP1
 #   run.sh [-B BUILD_DIR] all                      start, the whole matrix, stop; prints a summary
 #
-# Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side. UROCE_DPDK=1 puts the uroce side
+# Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side, CC=… its UROCE_CC; EXPECT_CNP=1
+# then requires that uroce sent CNPs (np_cnp_sent) and that the capture holds them, decoded. UROCE_DPDK=1 puts the uroce side
 # on the DPDK port instead of the kernel-UDP one: net_af_packet on the tap, address DPDK_IP
 # (default 192.0.2.3) with a MAC of its own, beside the namespace's kernel address (which still
 # carries the programs' TCP set-up). TIMEOUT (s, default 240) bounds each
@@ -201,7 +202,8 @@ cleanup() {
 trap cleanup EXIT
 
 uroce() { # uroce PROGRAM ARGS…: run in the namespace through uroce-run
-  ip netns exec "$NS" env UROCE_DEVICES="$UROCE_DEV" UROCE_FAULTS="${FAULTS:-}" UROCE_STATS=1 \
+  ip netns exec "$NS" env UROCE_DEVICES="$UROCE_DEV" UROCE_FAULTS="${FAULTS:-}" \
+    UROCE_CC="${CC:-}" UROCE_STATS=1 \
     UROCE_PCAP="${UROCE_DPDK:+$pcap}" \
     timeout "$TIMEOUT" "$UROCE_RUN" "$@"
 }
@@ -310,7 +312,25 @@ run_pair() {
   local uout=$tmp/client.out
   [[ $dir == r2u ]] && uout=$tmp/server.out
   stats_check "$uout" || fail="${fail:-uroce dropped packets from rxe as invalid}"
+  if [[ -n ${EXPECT_CNP:-} ]]; then
+    cnp_check "$uout" || fail="${fail:-no CNP from uroce in its counters and on the wire}"
+  fi
   result_fail=$fail
+}
+
+# cnp_check FILE: uroce (its counters in FILE) answered CE marks with CNPs, and the capture shows
+# them as tshark decodes them: BTH opcode 0x81 (129), from uroce, BECN set, none malformed
+# (cap_check). tshark 4.0 knows no CNP by name: it shows "Unknown OpCode" with the BTH decoded, and
+# the FECN/BECN byte as "Reserved" (infiniband.reserved; BECN is its 0x40). rxe ignores CNPs; the
+# transfer's completion (run_pair's exit codes) shows that it still works with them.
+cnp_check() {
+  local f=$1 sent on_wire becn cnp="infiniband.bth.opcode == 129 && ip.src == $UROCE_IP"
+  sent=$(awk '$1 == "np_cnp_sent" { print $2 }' "$f" | tail -n 1)
+  on_wire=$(ts -r "$pcap" -Y "$cnp" | wc -l)
+  becn=$(ts -r "$pcap" -Y "$cnp && infiniband.reserved[0] & 0x40" | wc -l)
+  echo "CNPs: uroce counted ${sent:-0} sent; the capture holds $on_wire from uroce (BTH opcode 129)," \
+    "$becn of them with BECN"
+  ((${sent:-0} > 0 && on_wire == ${sent:-0} && becn == on_wire))
 }
 
 # stats_check FILE: the counters uroce prints when its device closes (UROCE_STATS=1, only non-zero
@@ -564,6 +584,8 @@ cmd_all() {
     one perftest.$dir.send_lat perftest $dir ib_send_lat -m $m -s 64 -n 200
     one perftest.$dir.write_lat perftest $dir ib_write_lat -m $m -s 64 -n 200
     one perftest.$dir.read_lat perftest $dir ib_read_lat -m $m -s 64 -n 200
+    [[ $dir == r2u ]] && CC=dcqcn EXPECT_CNP=1 F=rx.ce=0.02 \
+      one perftest.$dir.write_bw.cnp perftest $dir ib_write_bw -m $m -s 65536 -n 100
     one rdma_cm.$dir.rping rdma_cm $dir rping -C 100
     F=loss=0.05,seed=7 one rdma_cm.$dir.rping.loss5 rdma_cm $dir rping -C 100
     one rdma_cm.$dir.ucmatose rdma_cm $dir ucmatose
