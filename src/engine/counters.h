@@ -57,7 +57,7 @@ struct DeviceCounters {
   Counter fault_rx_queue_below_kmin;
   Counter fault_rx_queue_in_ramp;
   Counter fault_rx_queue_above_kmax;
-  Counter fault_rx_ce_set;  // set CE by rx.ce (whatever the datagram's ECN field was)
+  Counter fault_rx_ce_set;       // set CE by rx.ce (whatever the datagram's ECN field was)
   Counter fault_tx_drops;        // never sent (loss and burst)
   Counter fault_tx_burst_drops;  // of fault_tx_drops, dropped inside a burst
   Counter fault_tx_corrupted;
