@@ -5,11 +5,15 @@
 // pingpong: the client sends a frame, the server echoes it; prints "N iters in S seconds = U
 // usec/iter" (ibv_rc_pingpong's format) on the client. bulk: the client sends frames as fast as
 // the ring takes them, the server counts; the server prints "N bytes in S seconds = R MB/sec".
-// The EAL runs as uroce runs it (no hugepages, one lcore, no PCI scan).
+// The EAL runs as uroce runs it (no hugepages, one lcore, no PCI scan), and as uroce does
+// (dpdk_port/eal.cc) the process gets back the CPU affinity rte_eal_init took: `-l 0` pins the
+// main thread to CPU 0, and two busy-polling processes pinned to one CPU make every round trip
+// wait for a scheduler time slice (milliseconds: a 20 000-iteration ping-pong then takes minutes).
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -58,10 +62,13 @@ int main(int argc, char** argv) {
                                    "--log-level=lib.eal:error"};
   std::vector<char*> av;
   for (auto& a : args) av.push_back(a.data());
+  cpu_set_t affinity;
+  const bool have_affinity = sched_getaffinity(0, sizeof affinity, &affinity) == 0;
   if (rte_eal_init(static_cast<int>(av.size()), av.data()) < 0) {
     std::fprintf(stderr, "EAL init failed\n");
     return 1;
   }
+  if (have_affinity) sched_setaffinity(0, sizeof affinity, &affinity);
   rmdir(rte_eal_get_runtime_dir());
   const std::string dev = "net_memif0,role=" + role + ",socket=" + socket + ",socket-abstract=no";
   uint16_t port;
