@@ -12,6 +12,9 @@ source "$(dirname "$0")/lib.sh"
 run=$1 srv_ip=$2 cli_ip=$3 port=$4
 shift 4
 program=${PROGRAM:-/usr/bin/ibv_rc_pingpong}
+# Each side prints its device's counters when it exits (retransmissions, drops by cause, injected
+# faults), so that a failed run's log says what the transport saw.
+export UROCE_STATS=${UROCE_STATS:-1}
 
 cap_pid=
 if [[ -n ${CAPTURE:-} ]]; then
