@@ -286,15 +286,20 @@ void expect_error(const std::string& spec, const std::string& token) {
   EXPECT_NE(err.find(token), std::string::npos) << "'" << token << "' not in: " << err;
 }
 
+// An injector that only marks CE, with probability p, counting into `set`.
+FaultInjector ce_injector(double p, uint64_t seed, Counter& set) {
+  FaultSpec s;
+  s.ce = p;
+  FaultCounterRefs r;
+  r.ce_set = &set;
+  return FaultInjector(s, seed, r);
+}
+
 // rx.ce sets CE whatever the ECN field held (Not-ECT included: a remarking middlebox), counts
 // what it changed, and leaves the rest of the datagram alone.
 TEST(FaultInjectorTest, CeMarksEveryEcnCodepoint) {
-  FaultSpec s;
-  s.ce = 1.0;
   Counter set;
-  FaultCounterRefs r;
-  r.ce_set = &set;
-  FaultInjector inj(s, 1, r);
+  FaultInjector inj = ce_injector(1.0, 1, set);
   std::vector<FaultFrame> out;
   for (uint8_t ecn = 0; ecn < 4; ++ecn) {
     FaultFrame f = frame(ecn);
@@ -308,12 +313,8 @@ TEST(FaultInjectorTest, CeMarksEveryEcnCodepoint) {
   }
   EXPECT_EQ(set.get(), 3u);  // the one already CE is not counted
   // A fraction: about that many of 10 000 (binomial, sd 50).
-  FaultSpec half;
-  half.ce = 0.5;
   Counter n;
-  FaultCounterRefs rh;
-  rh.ce_set = &n;
-  FaultInjector h(half, 7, rh);
+  FaultInjector h = ce_injector(0.5, 7, n);
   out.clear();
   for (uint32_t i = 0; i < 10000; ++i) h.offer(frame(i), 1000 + i, out);
   EXPECT_NEAR(double(n.get()), 5000.0, 300.0);
