@@ -13,7 +13,7 @@
 #                                                   rdma_server, perftest -R): IB CM on QP1
 #   run.sh [-B BUILD_DIR] all                      start, the whole matrix, stop; prints a summary
 #
-# Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side, CC=… its UROCE_CC; EXPECT_CNP=1
+# Environment: FAULTS=… becomes UROCE_FAULTS on the uroce side, CC_SPEC=… its UROCE_CC; EXPECT_CNP=1
 # then requires that uroce sent CNPs (np_cnp_sent) and that the capture holds them, decoded. UROCE_DPDK=1 puts the uroce side
 # on the DPDK port instead of the kernel-UDP one: net_af_packet on the tap, address DPDK_IP
 # (default 192.0.2.3) with a MAC of its own, beside the namespace's kernel address (which still
@@ -203,7 +203,7 @@ trap cleanup EXIT
 
 uroce() { # uroce PROGRAM ARGS…: run in the namespace through uroce-run
   ip netns exec "$NS" env UROCE_DEVICES="$UROCE_DEV" UROCE_FAULTS="${FAULTS:-}" \
-    UROCE_CC="${CC:-}" UROCE_STATS=1 \
+    UROCE_CC="${CC_SPEC:-}" UROCE_STATS=1 \
     UROCE_PCAP="${UROCE_DPDK:+$pcap}" \
     timeout "$TIMEOUT" "$UROCE_RUN" "$@"
 }
@@ -584,7 +584,7 @@ cmd_all() {
     one perftest.$dir.send_lat perftest $dir ib_send_lat -m $m -s 64 -n 200
     one perftest.$dir.write_lat perftest $dir ib_write_lat -m $m -s 64 -n 200
     one perftest.$dir.read_lat perftest $dir ib_read_lat -m $m -s 64 -n 200
-    [[ $dir == r2u ]] && CC=dcqcn EXPECT_CNP=1 F=rx.ce=0.02 \
+    [[ $dir == r2u ]] && CC_SPEC=dcqcn EXPECT_CNP=1 F=rx.ce=0.02 \
       one perftest.$dir.write_bw.cnp perftest $dir ib_write_bw -m $m -s 65536 -n 100
     one rdma_cm.$dir.rping rdma_cm $dir rping -C 100
     F=loss=0.05,seed=7 one rdma_cm.$dir.rping.loss5 rdma_cm $dir rping -C 100
