@@ -104,10 +104,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       buf->dscp = ctx.dscp;
       buf->pcp = kPcpPortDefault;
       buf->roce_v1 = ctx.roce_v1;
-      const uint64_t frame = cc::frame_bytes(buf->len);
-      tx.tx_commit(buf);
-      pacer.on_sent(now, frame);
-      out.frame_bytes += frame;
+      commit_paced(tx, buf, pacer, now, out);
       ++ctx.counters.sent_pkts;
       ++next_psn_;
       ++sent_;

@@ -113,10 +113,7 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     buf->dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class);
     buf->pcp = kPcpPortDefault;
     buf->roce_v1 = e.wqe.ud_roce_v1;
-    const uint64_t frame = cc::frame_bytes(buf->len);
-    tx.tx_commit(buf);
-    pacer.on_sent(now, frame);
-    out.frame_bytes += frame;
+    commit_paced(tx, buf, pacer, now, out);
     ++ctx.counters.sent_pkts;
     ++next_psn_;
     complete_front_send(ctx, sq, IBV_WC_SUCCESS);

@@ -18,6 +18,16 @@ struct UnreliableOutcome {
   uint64_t frame_bytes = 0;  // sent, on the wire (cc::frame_bytes): the rate control's byte count
 };
 
+// Hands a filled buffer to the port and accounts for it at the QP's pacer and in `out`'s byte
+// count (the rate control's byte counter): what every UD/UC packet does as it leaves.
+inline void commit_paced(PacketSink& tx, TxBuf* buf, cc::Pacer& pacer, Time now,
+                         UnreliableOutcome& out) {
+  const uint64_t frame = cc::frame_bytes(buf->len);
+  tx.tx_commit(buf);
+  pacer.on_sent(now, frame);
+  out.frame_bytes += frame;
+}
+
 // Completes the send WQE at the front of `sq` with `status` (successes only when signaled) and
 // pops it.
 inline void complete_front_send(const QpContext& ctx, SendQueue& sq, ibv_wc_status status) {
