@@ -229,6 +229,11 @@ wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
 size_t Datapath::tx_flush(transport::Time now) {
   if (tx_faults_) return tx_flush_faulty(now);
   if (queue_.empty()) return 0;
+  if (hold_ && queue_.size() <= kMaxHeld) {
+    held_.store(true, std::memory_order_relaxed);
+    return queue_.size();
+  }
+  held_.store(false, std::memory_order_relaxed);
   port_->tx_prepare(queue_, /*batch=*/true);
   for (transport::TxBuf* b : queue_) {
     if (b->roce_v1) {

@@ -20,6 +20,7 @@
 // transmit side (PacketSink, tx_flush, tx_fault_deadline) and multicast under the device lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -79,6 +80,20 @@ class Datapath : public Transmitter {
   // injector dropped or held what they sent).
   size_t tx_flush(transport::Time now) override;
   size_t tx_queued() const { return queue_.size(); }
+
+  // Holding (device lock). While on, a flush of at most kMaxHeld packets keeps them queued and
+  // reports them as sent; a larger one, or any flush once holding is off, sends everything
+  // queued, held packets first. The engine holds during a receive pass an application thread runs
+  // (Engine::poll_from_app): the ACKs that pass produces then leave with what the application
+  // posts next — typically its reply — in one burst (one sendmmsg, one DPDK tx burst) instead of
+  // two, and the peer takes both in one receive. Whoever next touches the device flushes them:
+  // the application's next post or poll, or the engine thread when the application stops polling
+  // (at most Engine's handoff time later). Not with transmit faults on (their timing is seeded).
+  static constexpr size_t kMaxHeld = 8;
+  void set_hold(bool on) { hold_ = on; }
+  // Packets are held: a thread that may be the next to act takes the device lock and flushes.
+  // Any thread, no lock (a hint: read again under the lock).
+  bool holding() const { return held_.load(std::memory_order_relaxed); }
   // Returns an allocated-but-uncommitted buffer to the port.
   void tx_abort(transport::TxBuf* buf) { port_->tx_free(buf); }
 
@@ -117,6 +132,8 @@ class Datapath : public Transmitter {
   std::unique_ptr<PcapWriter> pcap_;  // null when not capturing
   std::vector<RxPacket> rx_out_;
   std::vector<transport::TxBuf*> queue_;  // committed, in commit order
+  bool hold_ = false;                     // set_hold(); device lock
+  std::atomic<bool> held_{false};         // queue_ holds packets a held flush kept
 };
 
 }  // namespace uroce

@@ -146,6 +146,7 @@ void Device::on_link_change() {
 Device::~Device() {
   if (engine_) engine_->stop();
   if (!dispatch_) return;  // open() failed before the device was whole
+  flush();                 // what an application pass held (Datapath::set_hold) still leaves
   if (publisher_) {
     // The final totals, for a reader that looks before the file goes (a destructor below).
     std::lock_guard<std::mutex> g(mu_);
@@ -386,6 +387,11 @@ AsyncEventQueue& Device::async_events() {
 
 const DeviceCounters& Device::counters() const {
   return counters_;
+}
+
+void Device::flush() {
+  std::lock_guard<std::mutex> g(mu_);
+  dp_->tx_flush(monotonic_now());
 }
 
 bool Device::poll_progress() {

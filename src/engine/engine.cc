@@ -245,6 +245,11 @@ bool Engine::poll_from_app() {
   // application spins in, and three reads were a third of it (memif profile).
   const transport::Time now = monotonic_now();
   last_app_poll_.store(now, std::memory_order_relaxed);
+  if (dp_.holding()) {
+    // What the last application pass held (its ACKs) leaves now: this thread did not post.
+    std::lock_guard<std::mutex> g(mu_);
+    dp_.tx_flush(now);
+  }
   std::unique_lock<std::mutex> rx_guard(rx_mu_, std::try_to_lock);
   if (!rx_guard.owns_lock()) return false;
   std::span<const RxPacket> rx = dp_.rx_burst(now);
@@ -275,7 +280,11 @@ bool Engine::poll_from_app() {
   if (app_passes_) app_passes_->add();
   bool again = false, link_changed = false;
   const transport::Time t = monotonic_now();
+  // The few packets this pass produces (ACKs) wait for this thread's next call, which is
+  // typically the reply it posts: one burst, not two (Datapath::set_hold).
+  dp_.set_hold(true);
   transport::Time next = pass(rx, t, &again, &link_changed);
+  dp_.set_hold(false);
   // A timer the pass just ran must not still wake the engine thread.
   if (next < armed_ || armed_ <= t) arm_timer(next);
   // The engine thread reports link changes (it runs on_link_change without locks).

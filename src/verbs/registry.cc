@@ -57,7 +57,8 @@ void load() {
 // transmitted the NAK telling the requester why. Lost, that NAK leaves the peer to retry until
 // IBV_WC_RETRY_EXC_ERR instead of completing with IBV_WC_REM_INV_REQ_ERR at once (seen in about
 // one run in ten of `ibv_rc_pingpong -e` on a loaded host). An engine pass ends with its transmit
-// flush and runs under the device lock, so taking that lock once per device lets the pass finish.
+// flush and runs under the device lock, so taking that lock once per device lets the pass finish;
+// the flush then sends what a pass the application ran itself held back (Datapath::set_hold).
 void drain_at_exit() {
   const auto* list = g_devices.load(std::memory_order_acquire);
   if (!list) return;
@@ -97,9 +98,7 @@ void VDevice::drain() {
     if (opened_by_ != getpid()) return;
     d = open_.lock();
   }
-  if (d) {
-    std::lock_guard<std::mutex> g(d->lock());
-  }
+  if (d) d->flush();
 }
 
 const std::vector<VDevice*>& devices() {
