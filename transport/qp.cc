@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
 
 #include "transport/dma.h"
 #include "transport/qp_impl.h"
@@ -12,6 +15,28 @@
 #include "transport/unreliable_qp.h"
 
 namespace uroce::transport {
+
+void copy_used(SendWqe& dst, const SendWqe& src) {
+  static_assert(std::is_trivially_copyable_v<SendWqe> && std::is_standard_layout_v<SendWqe>);
+  static_assert(offsetof(SendWqe, sge) < offsetof(SendWqe, inline_len) &&
+                offsetof(SendWqe, inline_len) < offsetof(SendWqe, inline_data));
+  // Every field before the SGE array (trivially copyable: checked above).
+  std::memcpy(static_cast<void*>(&dst), &src, offsetof(SendWqe, sge));
+  const size_t n = std::min<size_t>(src.num_sge, kMaxSge);
+  std::memcpy(dst.sge.data(), src.sge.data(), n * sizeof(Sge));
+  dst.inline_len = src.inline_len;
+  std::memcpy(dst.inline_data.data(), src.inline_data.data(),
+              std::min<size_t>(src.inline_len, kMaxInlineData));
+}
+
+void copy_used(RecvWqe& dst, const RecvWqe& src) {
+  static_assert(std::is_trivially_copyable_v<RecvWqe>);
+  dst.wr_id = src.wr_id;
+  dst.num_sge = src.num_sge;
+  const size_t n = std::min<size_t>(src.num_sge, kMaxSge);
+  std::memcpy(dst.sge.data(), src.sge.data(), n * sizeof(Sge));
+}
+
 namespace {
 
 // Largest message (IBTA: 2^31 bytes), as the device reports in max_msg_sz.
@@ -325,11 +350,11 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
     return 0;
   }
   if (q.sq.size() >= q.init.max_send_wr) return ENOMEM;
-  SendEntry e;
-  e.wqe = wqe;
-  e.length = static_cast<uint32_t>(length);
+  SendEntry& e = q.sq.push_slot();
+  copy_used(e.wqe, wqe);
+  e.reset_state();
   e.signaled = q.init.sq_sig_all || (wqe.send_flags & IBV_SEND_SIGNALED);
-  q.sq.push(e);
+  e.length = static_cast<uint32_t>(length);
   pump(now);
   return 0;
 }
@@ -345,7 +370,7 @@ int Qp::post_recv(const RecvWqe& wqe) {
     return 0;
   }
   if (q.rq.size() >= q.init.max_recv_wr) return ENOMEM;
-  q.rq.push_back(wqe);
+  copy_used(q.rq.push_slot(), wqe);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "transport/cc/params.h"
 #include "transport/env.h"
+#include "transport/ring.h"
 #include "wire/wire.h"
 
 namespace uroce::transport {
@@ -70,6 +71,16 @@ struct RecvWqe {
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sge{};
 };
+
+// Copy the part of a WQE that is in use — its fields, its first num_sge SGEs and (a SendWqe) its
+// first inline_len bytes — rather than the whole ~600 (270) bytes: posting copies a WQE into its
+// queue, and most of one is empty SGE slots and inline-data room. The bytes past what is in use
+// are left as they were; nothing reads them. Counts above the arrays' sizes are clamped (the
+// caller refuses such a WQE anyway).
+void copy_used(SendWqe& dst, const SendWqe& src);
+void copy_used(RecvWqe& dst, const RecvWqe& src);
+// A QP's (or an SRQ's) posted receive WQEs, oldest first.
+using RecvQueue = Ring<RecvWqe>;
 
 struct QpInit {
   ibv_qp_type type = IBV_QPT_RC;

@@ -5,7 +5,6 @@
 
 #include <infiniband/verbs.h>
 
-#include <deque>
 #include <memory>
 
 #include "transport/cc/np.h"
@@ -69,8 +68,8 @@ struct Qp::Impl {
   QpCounters counters;
   QpContext ctx;  // refers to init, attr, mem, counters; path fields set by modify()
 
-  SendQueue sq;            // posted send WQEs, oldest first
-  std::deque<RecvWqe> rq;  // posted receive WQEs, oldest first
+  SendQueue sq;  // posted send WQEs, oldest first
+  RecvQueue rq;  // posted receive WQEs, oldest first
   Requester requester;
   Responder responder;
   Completer completer;

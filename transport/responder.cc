@@ -84,8 +84,8 @@ void Responder::nak(Nak nak, Psn psn, const QpContext& ctx) {
   queue_ack(syndrome(nak, ctx.attr.min_rnr_timer), psn);
 }
 
-void Responder::fail(Nak n, Psn psn, const QpContext& ctx, std::deque<RecvWqe>& rq,
-                     ResponderOutcome& out, ibv_wc_status recv_status) {
+void Responder::fail(Nak n, Psn psn, const QpContext& ctx, RecvQueue& rq, ResponderOutcome& out,
+                     ibv_wc_status recv_status) {
   if (msg_ == Msg::kSend) complete_recv(ctx, rq, recv_status, IBV_WC_RECV, msg_offset_, nullptr);
   msg_ = Msg::kNone;
   nak(n, psn, ctx);
@@ -93,7 +93,7 @@ void Responder::fail(Nak n, Psn psn, const QpContext& ctx, std::deque<RecvWqe>& 
 }
 
 ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext& ctx,
-                                       std::deque<RecvWqe>& rq) {
+                                       RecvQueue& rq) {
   ResponderOutcome out;
   if (!seen_request_) {
     seen_request_ = true;
@@ -147,7 +147,7 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
   return out;
 }
 
-void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                              ResponderOutcome& out) {
   const Psn psn(pkt.bth.psn);
   const uint32_t flags = pkt.info->flags;
@@ -210,8 +210,8 @@ void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, std:
   if (pkt.bth.ack_req) ack(ctx);
 }
 
-void Responder::execute_write(const wire::Packet& pkt, const QpContext& ctx,
-                              std::deque<RecvWqe>& rq, ResponderOutcome& out) {
+void Responder::execute_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
+                              ResponderOutcome& out) {
   const Psn psn(pkt.bth.psn);
   const uint32_t flags = pkt.info->flags;
   const bool first = flags & wire::kFirst, last = flags & wire::kLast;
@@ -312,7 +312,7 @@ void Responder::remember(const Resource& r, const QpContext& ctx) {
   res_head_ = (res_head_ + 1) % cap;
 }
 
-void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                              ResponderOutcome& out) {
   const Psn psn(pkt.bth.psn);
   if (msg_ != Msg::kNone) {
@@ -387,8 +387,8 @@ void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
   ++ctx.counters.dropped_pkts;
 }
 
-void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx,
-                               std::deque<RecvWqe>& rq, ResponderOutcome& out) {
+void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
+                               ResponderOutcome& out) {
   const Psn psn(pkt.bth.psn);
   if (msg_ != Msg::kNone) {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
@@ -456,7 +456,7 @@ void Responder::duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx) 
   ++ctx.counters.dropped_pkts;
 }
 
-void Responder::complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv_wc_status status,
+void Responder::complete_recv(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,
                               ibv_wc_opcode opcode, uint32_t byte_len, const wire::Packet* last) {
   msg_ = Msg::kNone;
   if (rq.empty()) return;

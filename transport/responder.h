@@ -48,8 +48,7 @@ class Responder {
   void reset(Psn rq_psn);
 
   // A request (opcode with kRequest) addressed to this QP in RTR/RTS/SQD.
-  ResponderOutcome on_request(const wire::Packet& pkt, const QpContext& ctx,
-                              std::deque<RecvWqe>& rq);
+  ResponderOutcome on_request(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq);
 
   // Whether a response packet waits to be sent.
   bool has_response() const { return !responses_.empty(); }
@@ -105,15 +104,15 @@ class Responder {
   void queue_ack(uint8_t syndrome, Psn psn);
   // Refuses the request at `psn` with a fatal NAK: completes a SEND in progress with `recv_status`
   // and reports QpFatal.
-  void fail(Nak nak, Psn psn, const QpContext& ctx, std::deque<RecvWqe>& rq, ResponderOutcome& out,
+  void fail(Nak nak, Psn psn, const QpContext& ctx, RecvQueue& rq, ResponderOutcome& out,
             ibv_wc_status recv_status = IBV_WC_REM_INV_REQ_ERR);
-  void execute_send(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+  void execute_send(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                     ResponderOutcome& out);
-  void execute_write(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+  void execute_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                      ResponderOutcome& out);
-  void execute_read(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+  void execute_read(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                     ResponderOutcome& out);
-  void execute_atomic(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
+  void execute_atomic(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                       ResponderOutcome& out);
   void duplicate_read(const wire::Packet& pkt, const QpContext& ctx);
   void duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx);
@@ -122,7 +121,7 @@ class Responder {
   // Removes the front response, keeping rd_atomic_queued_ in step.
   void pop_response();
   // Completes the receive WQE at the front of `rq` and pops it.
-  void complete_recv(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv_wc_status status,
+  void complete_recv(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,
                      ibv_wc_opcode opcode, uint32_t byte_len, const wire::Packet* last);
 
   Psn epsn_;          // next expected request PSN

@@ -9,10 +9,10 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
-#include <deque>
 
 #include "transport/psn.h"
 #include "transport/qp.h"
+#include "transport/ring.h"
 
 namespace uroce::transport {
 
@@ -76,6 +76,16 @@ struct SendEntry {
 
   Psn last_psn() const { return first_psn + (npkts - 1); }
   Psn end_psn() const { return first_psn + npkts; }
+  // Every field but `wqe` to its initial value, for a reused slot of the queue
+  // (SendQueue::push_slot). Keep in step with the fields above.
+  void reset_state() {
+    state = WqeState::kQueued;
+    signaled = false;
+    length = 0;
+    first_psn = Psn{};
+    npkts = 0;
+    error = IBV_WC_SUCCESS;
+  }
 };
 
 class SendQueue {
@@ -86,11 +96,12 @@ class SendQueue {
   size_t size() const { return q_.size(); }
   Seq begin() const { return base_; }
   Seq end() const { return base_ + q_.size(); }
-  SendEntry& at(Seq s) { return q_[s - base_]; }
-  const SendEntry& at(Seq s) const { return q_[s - base_]; }
+  SendEntry& at(Seq s) { return q_[static_cast<size_t>(s - base_)]; }
+  const SendEntry& at(Seq s) const { return q_[static_cast<size_t>(s - base_)]; }
   SendEntry& front() { return q_.front(); }
 
-  void push(const SendEntry& e) { q_.push_back(e); }
+  // A new entry at the back, its fields stale: the caller sets each one (Qp::post_send).
+  SendEntry& push_slot() { return q_.push_slot(); }
   void pop_front() {
     q_.pop_front();
     ++base_;
@@ -102,7 +113,7 @@ class SendQueue {
   }
 
  private:
-  std::deque<SendEntry> q_;
+  Ring<SendEntry> q_;
   Seq base_ = 0;
 };
 

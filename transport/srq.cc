@@ -17,7 +17,7 @@ int Srq::check_init(const SrqInit& init) {
 int Srq::post_recv(const RecvWqe& wqe) {
   if (wqe.num_sge > init_.max_sge) return EINVAL;
   if (q_.size() >= init_.max_wr) return ENOMEM;
-  q_.push_back(wqe);
+  copy_used(q_.push_slot(), wqe);
   return 0;
 }
 
@@ -43,9 +43,9 @@ void Srq::query(ibv_srq_attr& attr) const {
   attr.srq_limit = limit_;
 }
 
-bool Srq::take(std::deque<RecvWqe>& rq) {
+bool Srq::take(RecvQueue& rq) {
   if (q_.empty()) return false;
-  rq.push_back(q_.front());
+  copy_used(rq.push_slot(), q_.front());
   q_.pop_front();
   // IBTA 11.5.2.4: the event fires when the count drops below the armed limit, once; the limit
   // is disarmed until the consumer sets it again.

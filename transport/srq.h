@@ -15,7 +15,6 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
-#include <deque>
 
 #include "transport/qp.h"
 #include "wire/wire.h"
@@ -57,7 +56,7 @@ class Srq {
 
   // Moves the oldest WQE to the back of `rq` (a QP's private queue) and fires the limit event
   // when due. False when the SRQ is empty.
-  bool take(std::deque<RecvWqe>& rq);
+  bool take(RecvQueue& rq);
 
   size_t size() const { return q_.size(); }
   uint32_t max_wr() const { return init_.max_wr; }
@@ -65,9 +64,9 @@ class Srq {
   uint32_t limit() const { return limit_; }
 
  private:
-  SrqInit init_;           // max_wr is updated by resizes
-  uint32_t limit_ = 0;     // armed limit; 0 when disarmed (also after the event fired)
-  std::deque<RecvWqe> q_;  // oldest first
+  SrqInit init_;        // max_wr is updated by resizes
+  uint32_t limit_ = 0;  // armed limit; 0 when disarmed (also after the event fired)
+  RecvQueue q_;         // oldest first
 };
 
 // True when `pkt`, a request at the responder's expected PSN, is the packet at which the message

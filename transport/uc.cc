@@ -131,8 +131,7 @@ void UcReceiver::drop(const QpContext& ctx) {
   ++ctx.counters.dropped_pkts;
 }
 
-void UcReceiver::on_packet(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
-                           Srq* srq) {
+void UcReceiver::on_packet(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq, Srq* srq) {
   const uint32_t f = pkt.info->flags;
   const Psn psn(pkt.bth.psn);
   if (f & wire::kFirst) {
@@ -163,8 +162,7 @@ void UcReceiver::on_packet(const wire::Packet& pkt, const QpContext& ctx, std::d
   }
 }
 
-void UcReceiver::on_send(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
-                         Srq* srq) {
+void UcReceiver::on_send(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq, Srq* srq) {
   const uint32_t f = pkt.info->flags;
   if (f & wire::kFirst) {
     if (rq.empty() && srq != nullptr) srq->take(rq);
@@ -194,8 +192,7 @@ void UcReceiver::on_send(const wire::Packet& pkt, const QpContext& ctx, std::deq
   }
 }
 
-void UcReceiver::on_write(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq,
-                          Srq* srq) {
+void UcReceiver::on_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq, Srq* srq) {
   const uint32_t f = pkt.info->flags;
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
   if (f & wire::kFirst) {
@@ -240,7 +237,7 @@ void UcReceiver::on_write(const wire::Packet& pkt, const QpContext& ctx, std::de
   complete(ctx, rq, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, write_len_, pkt);
 }
 
-void UcReceiver::complete(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv_wc_status status,
+void UcReceiver::complete(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,
                           ibv_wc_opcode op, uint32_t byte_len, const wire::Packet& last) {
   msg_ = Msg::kNone;
   ibv_wc wc{};

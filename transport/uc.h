@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 
 #include "transport/context.h"
 #include "transport/psn.h"
@@ -46,7 +45,7 @@ class UcReceiver {
   void reset(Psn rq_psn);
   // A UC packet for this QP (already checked: UC opcode, P_Key, source address, QP state).
   // With an SRQ (`srq` non-null) a SEND takes its receive WQE from it.
-  void on_packet(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq, Srq* srq);
+  void on_packet(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq, Srq* srq);
 
   Psn expected_psn() const { return epsn_; }
 
@@ -55,10 +54,10 @@ class UcReceiver {
   // Abandons the message in progress (counted when one was), dropping its remaining packets.
   void abandon(const QpContext& ctx);
   void drop(const QpContext& ctx);
-  void on_send(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq, Srq* srq);
-  void on_write(const wire::Packet& pkt, const QpContext& ctx, std::deque<RecvWqe>& rq, Srq* srq);
-  void complete(const QpContext& ctx, std::deque<RecvWqe>& rq, ibv_wc_status status,
-                ibv_wc_opcode op, uint32_t byte_len, const wire::Packet& last);
+  void on_send(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq, Srq* srq);
+  void on_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq, Srq* srq);
+  void complete(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status, ibv_wc_opcode op,
+                uint32_t byte_len, const wire::Packet& last);
 
   Psn epsn_;
   Msg msg_ = Msg::kNone;   // the message in progress; kNone: waiting for a FIRST/ONLY

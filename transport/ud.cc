@@ -121,8 +121,8 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
   return out;
 }
 
-void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
-                std::deque<RecvWqe>& rq, Srq* srq) {
+void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx, RecvQueue& rq,
+                Srq* srq) {
   // IBTA C10-15 / 9.6.1.4: a datagram whose Q_Key is not the QP's is silently dropped.
   if (pkt.deth.qkey != ctx.attr.qkey) {
     ++ctx.counters.qkey_violation;

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 
 #include "transport/context.h"
 #include "transport/psn.h"
@@ -56,7 +55,7 @@ class UdSender {
 // writes GRH area and payload and completes it with IBV_WC_GRH, src_qp and the payload length
 // plus 40. With an SRQ (`srq` non-null) the WQE is taken from it. A buffer too small completes
 // the WQE with IBV_WC_LOC_LEN_ERR, a bad lkey with IBV_WC_LOC_PROT_ERR; the QP stays usable.
-void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
-                std::deque<RecvWqe>& rq, Srq* srq);
+void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx, RecvQueue& rq,
+                Srq* srq);
 
 }  // namespace uroce::transport

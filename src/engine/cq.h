@@ -4,12 +4,14 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <vector>
 
 #include "transport/env.h"
+#include "transport/ring.h"
 
 namespace uroce {
 
@@ -35,11 +37,16 @@ class CompChannel {
 class AsyncEventQueue;
 
 // A CQ: a bounded ring of ibv_wc. push() is called by the engine with the device lock held.
+// An empty poll — the loop a busy-polling application spins in — takes no lock: it reads an
+// atomic count.
 class Cq : public transport::CompletionSink {
  public:
   // `cookie` is the ibv_cq* the application knows: it names the CQ in completion events and in
-  // the IBV_EVENT_CQ_ERR raised on `errors` (may be null) when the CQ overruns.
-  Cq(uint32_t cqe, CompChannel* channel, void* cookie, AsyncEventQueue* errors = nullptr);
+  // the IBV_EVENT_CQ_ERR raised on `errors` (may be null) when the CQ overruns. `timestamps`:
+  // stamp each completion with the clock when it is queued (ibv_create_cq_ex with
+  // IBV_WC_EX_WITH_COMPLETION_TIMESTAMP); a CQ that cannot report them reads no clock.
+  Cq(uint32_t cqe, CompChannel* channel, void* cookie, AsyncEventQueue* errors = nullptr,
+     bool timestamps = false);
   // A completion. When the ring already holds `capacity()` entries the CQ overruns (IBTA C11-37):
   // the completion is lost, IBV_EVENT_CQ_ERR is raised once, and from then on the CQ takes no
   // completion at all — the QP that completes into it sees overrun() and enters ERR (C9-218,
@@ -50,7 +57,7 @@ class Cq : public transport::CompletionSink {
   int poll(int n, ibv_wc* out);  // returns count, never blocks
   // The same, also giving each completion's timestamp (ts_ns[i], may be null): CLOCK_MONOTONIC
   // in nanoseconds, read when push() queued it (ibv_wc_read_completion_ts; the device clock is
-  // this 1 GHz clock).
+  // this 1 GHz clock), or 0 for a CQ made without `timestamps`.
   int poll(int n, ibv_wc* out, uint64_t* ts_ns);
   // Arms one notification (ibv_req_notify_cq): 0, or EINVAL when the CQ has no channel.
   int req_notify(bool solicited_only);
@@ -68,15 +75,18 @@ class Cq : public transport::CompletionSink {
   mutable std::mutex mu_;
   struct Entry {
     ibv_wc wc;
-    uint64_t ts_ns;  // CLOCK_MONOTONIC when pushed
+    uint64_t ts_ns;  // CLOCK_MONOTONIC when pushed (0 without timestamps)
   };
-  std::deque<Entry> ring_;
+  transport::Ring<Entry> ring_;  // grows to the CQ's working depth, at most cqe_ entries
+  // ring_.size(), written under mu_ after every change, read without it by poll() and size().
+  std::atomic<size_t> count_{0};
   uint32_t cqe_;
   CompChannel* channel_;
   void* cookie_;
   AsyncEventQueue* errors_;
+  const bool stamp_;
   enum class Arm { kNone, kNext, kSolicited } arm_ = Arm::kNone;
-  bool overrun_ = false;
+  std::atomic<bool> overrun_{false};  // written under mu_; read without it (overrun())
 };
 
 // The device's async event queue (ibv_get_async_event), with a pollable eventfd.

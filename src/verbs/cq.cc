@@ -95,7 +95,7 @@ VChannel* channel_of(ibv_context* ctx, ibv_comp_channel* ch, int* err) {
 }
 
 VCq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel* ibch,
-             uint32_t comp_vector) {
+             uint32_t comp_vector, bool timestamps = false) {
   VContext* c = to_v(ctx);
   if (cqe < 1 || cqe > DeviceLimits::kMaxCqe || comp_vector >= 1) {
     errno = EINVAL;
@@ -108,7 +108,7 @@ VCq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel*
     return nullptr;
   }
   try {
-    auto* cq = new VCq(c, cqe, ch);
+    auto* cq = new VCq(c, cqe, ch, timestamps);
     cq->cq.cq_context = cq_context;
     std::lock_guard<std::mutex> g(c->mu);
     if (ch) ++ch->ch.refcnt;
@@ -122,8 +122,11 @@ VCq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel*
 
 }  // namespace
 
-VCq::VCq(VContext* c, uint32_t cqe, VChannel* ch)
-    : CqAbi{}, ctx(c), channel(ch), impl(cqe, ch ? &ch->impl : nullptr, to_ibv(this), &c->async) {
+VCq::VCq(VContext* c, uint32_t cqe, VChannel* ch, bool timestamps)
+    : CqAbi{},
+      ctx(c),
+      channel(ch),
+      impl(cqe, ch ? &ch->impl : nullptr, to_ibv(this), &c->async, timestamps) {
   ibv_cq_ex& x = cq;
   x.context = &c->vctx.context;
   x.channel = ch ? &ch->ch : nullptr;
@@ -214,7 +217,10 @@ ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  VCq* cq = make_cq(ctx, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector);
+  // Only a CQ that can be asked for timestamps reads the clock per completion.
+  const bool timestamps = attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK);
+  VCq* cq = make_cq(ctx, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector, timestamps);
   return cq ? &cq->cq : nullptr;
 }
 

@@ -168,7 +168,8 @@ static_assert(std::is_standard_layout_v<CqAbi>);
 
 class VCq : public CqAbi {
  public:
-  VCq(VContext* ctx, uint32_t cqe, VChannel* channel);
+  // `timestamps`: the CQ reports completion timestamps (ibv_create_cq_ex, engine/cq.h).
+  VCq(VContext* ctx, uint32_t cqe, VChannel* channel, bool timestamps);
 
   VContext* const ctx;
   VChannel* const channel;

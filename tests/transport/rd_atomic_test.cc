@@ -141,7 +141,7 @@ class ResourceStorage : public ::testing::Test {
   QpCounters counters;
   QpContext ctx{init, attr, mem, counters};
   test::CqRecorder rcq;
-  std::deque<RecvWqe> rq;
+  RecvQueue rq;
   std::vector<uint8_t> target;
   uint32_t rkey = 0;
   Responder r;

@@ -50,7 +50,7 @@ TEST(Srq, PostIsBoundedAndTakeIsFifo) {
   EXPECT_EQ(srq.post_recv(wqe(1)), 0);
   EXPECT_EQ(srq.post_recv(wqe(2, 2)), 0);
   EXPECT_EQ(srq.post_recv(wqe(3)), ENOMEM);
-  std::deque<RecvWqe> a, b;
+  RecvQueue a, b;
   EXPECT_TRUE(srq.take(a));
   EXPECT_TRUE(srq.take(b));
   EXPECT_FALSE(srq.take(a));
@@ -65,7 +65,7 @@ TEST(Srq, LimitFiresOnceWhenCountDropsBelowItAndModifyRearms) {
   LimitRecorder ev;
   Srq srq({.max_wr = 8, .max_sge = 1, .srq_limit = 2, .events = &ev});
   for (uint64_t i = 0; i < 4; ++i) ASSERT_EQ(srq.post_recv(wqe(i)), 0);
-  std::deque<RecvWqe> rq;
+  RecvQueue rq;
   srq.take(rq);  // 3 left
   srq.take(rq);  // 2 left: not below the limit
   EXPECT_EQ(ev.fired, 0);
