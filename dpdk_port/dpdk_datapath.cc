@@ -25,6 +25,14 @@ transport::Time clock_ns() {
          static_cast<transport::Time>(ts.tv_nsec);
 }
 
+// A clock of scheduler-tick resolution that costs next to nothing, for the close linger.
+transport::Time coarse_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<transport::Time>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<transport::Time>(ts.tv_nsec);
+}
+
 // The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d, 16 bytes at g); false for any other.
 bool mapped_gid(const uint8_t* g, uint32_t* ip) {
   for (int i = 0; i < 10; ++i)
@@ -77,9 +85,8 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
   rte_mbuf* ms[kRxBurst];
   const uint16_t n = rte_eth_rx_burst(port_id_, 0, ms, kRxBurst);
   if (n == 0) return rx_out_;
-  const transport::Time now = clock_ns();
-  std::vector<uint32_t> groups;
-  {
+  std::vector<uint32_t> groups;  // copied only when there are any: they are rare
+  if (has_groups_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(ctl_mu_);
     groups = groups_;
   }
@@ -144,7 +151,8 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
       case Kind::kArp:
       case Kind::kIcmpEcho:
       case Kind::kPause:
-        if (handle_control(m, f, len, c, now)) continue;  // it kept the mbuf
+        ctl_dirty_.store(true, std::memory_order_release);
+        if (handle_control(m, f, len, c, clock_ns())) continue;  // it kept the mbuf
         break;
       case Kind::kNotForUs:
         counters_.rx_not_for_us.add();
@@ -301,7 +309,9 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
 }
 
 size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
-  const transport::Time now = clock_ns();
+  // Read only when a packet needs it: a neighbour not resolved, a priority that was paused.
+  transport::Time now = 0;
+  const auto clock = [&now] { return now != 0 ? now : (now = clock_ns()); };
   rte_mbuf* out[256];
   uint16_t n = 0;
   size_t sent = 0;
@@ -314,9 +324,12 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       if ((b->dst_ip >> 28) == 0xe) {
         dst = multicast_mac(b->dst_ip);
         resolved = true;
+      } else if (neigh_.lookup(hop, &dst)) {
+        resolved = true;
       } else {
+        ctl_dirty_.store(true, std::memory_order_release);
         bool request = false;
-        switch (neigh_.resolve(hop, now, &dst, &request)) {
+        switch (neigh_.resolve(hop, clock(), &dst, &request)) {
           case NeighbourTable::Lookup::kResolved:
             resolved = true;
             break;
@@ -340,7 +353,8 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       const uint64_t bytes = b->len + transport::kTxTailroom;
       rte_mbuf* m = frame(b, dst);
       // Behind packets already held for its priority, or held itself while it is paused.
-      if (!held_[prio].empty() || pause_.paused(prio, now)) {
+      if (!held_[prio].empty() || (pause_.ever_paused(prio) && pause_.paused(prio, clock()))) {
+        ctl_dirty_.store(true, std::memory_order_release);
         if (held_count_ >= kMaxHeld) {
           counters_.tx_pause_drops.add();
           rte_pktmbuf_free(m);
@@ -367,12 +381,13 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
 }
 
 void DpdkPort::transmit(rte_mbuf** ms, uint16_t n) {
-  last_tx_ = std::chrono::steady_clock::now();
+  last_tx_ = coarse_ns();
   flush_backlog();
   uint16_t done = backlog_.empty() ? rte_eth_tx_burst(port_id_, 0, ms, n) : 0;
   // The PMD's ring is full: keep the rest, in order, for the next pass (they hold pool mbufs,
   // so a stuck peer ends in tx_alloc() backpressure, not in unbounded memory).
   for (uint16_t i = done; i < n; ++i) backlog_.push_back(ms[i]);
+  if (done < n) ctl_dirty_.store(true, std::memory_order_release);
 }
 
 void DpdkPort::flush_backlog() {
@@ -440,9 +455,14 @@ void DpdkPort::release_held(transport::Time now) {
 }
 
 bool DpdkPort::poll(transport::Time now) {
-  send_control(now);
-  release_held(now);
-  flush_backlog();
+  if (ctl_dirty_.load(std::memory_order_acquire) || now >= ctl_due_) {
+    // Cleared first: a change from now on marks it again, and the next pass looks again.
+    ctl_dirty_.store(false, std::memory_order_relaxed);
+    send_control(now);
+    release_held(now);
+    flush_backlog();
+    ctl_due_ = compute_deadline();
+  }
   if (now < next_link_check_) return false;
   const bool was = link_up();
   check_link(now);
@@ -450,7 +470,12 @@ bool DpdkPort::poll(transport::Time now) {
 }
 
 transport::Time DpdkPort::next_deadline() const {
-  transport::Time t = next_link_check_;
+  if (!ctl_dirty_.load(std::memory_order_acquire)) return std::min(ctl_due_, next_link_check_);
+  return std::min(compute_deadline(), next_link_check_);
+}
+
+transport::Time DpdkPort::compute_deadline() const {
+  transport::Time t = transport::kNever;
   std::lock_guard<std::mutex> g(ctl_mu_);
   t = std::min(t, neigh_.next_deadline());
   if (!ctl_queue_.empty()) t = 0;
@@ -467,12 +492,14 @@ int DpdkPort::join_group(uint32_t group) {
   // plain way (no IGMP report is sent: documented in docs/configuration.md).
   if (groups_.empty()) rte_eth_allmulticast_enable(port_id_);
   groups_.push_back(group);
+  has_groups_.store(true, std::memory_order_release);
   return 0;
 }
 
 void DpdkPort::leave_group(uint32_t group) {
   std::lock_guard<std::mutex> g(ctl_mu_);
   std::erase(groups_, group);
+  has_groups_.store(!groups_.empty(), std::memory_order_release);
   if (groups_.empty()) rte_eth_allmulticast_disable(port_id_);
 }
 

@@ -14,6 +14,7 @@
 #include <rte_mempool.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <thread>
 
@@ -239,7 +240,11 @@ DpdkPort::~DpdkPort() {
     const auto until = std::chrono::steady_clock::now() + kCloseLinger;
     do {
       flush_backlog();
-      if (backlog_.empty() && std::chrono::steady_clock::now() - last_tx_ > kCloseLinger) break;
+      timespec ts;
+      clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+      const auto since = std::chrono::nanoseconds(static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 +
+                                                  ts.tv_nsec - static_cast<int64_t>(last_tx_));
+      if (backlog_.empty() && since > kCloseLinger) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     } while (std::chrono::steady_clock::now() < until);
     // DPDK 22.11's memif PMD races itself when both ends close at once: the interrupt thread,

@@ -139,7 +139,7 @@ class DpdkPort : public Port {
   // Transmit side (device lock): frames the PMD did not take yet, and packets held by PAUSE,
   // per priority, in order.
   std::deque<rte_mbuf*> backlog_;
-  std::chrono::steady_clock::time_point last_tx_{};  // the last frame handed to the PMD
+  transport::Time last_tx_ = 0;  // the last frame handed to the PMD (CLOCK_MONOTONIC_COARSE)
   std::deque<rte_mbuf*> held_[8];
   size_t held_count_ = 0;
 
@@ -147,8 +147,18 @@ class DpdkPort : public Port {
   mutable std::mutex ctl_mu_;
   NeighbourTable neigh_;
   PauseState pause_;
-  std::vector<rte_mbuf*> ctl_queue_;  // control frames to send
-  std::vector<uint32_t> groups_;      // joined multicast groups (host order)
+  std::vector<rte_mbuf*> ctl_queue_;     // control frames to send
+  std::vector<uint32_t> groups_;         // joined multicast groups (host order)
+  std::atomic<bool> has_groups_{false};  // !groups_.empty(), read without ctl_mu_
+
+  // Housekeeping (poll, next_deadline; device lock): when it is next due, valid while
+  // ctl_dirty_ is clear. Anything that changes the control state (a control frame received, a
+  // neighbour looked up the slow way, a packet held or left in the backlog) sets ctl_dirty_, and
+  // the next poll() does the whole work and computes ctl_due_ again; until then a pass asks
+  // the port nothing that needs ctl_mu_ or a clock (about 100 ns a pass on memif).
+  std::atomic<bool> ctl_dirty_{true};
+  transport::Time ctl_due_ = 0;
+  transport::Time compute_deadline() const;  // ctl_mu_ not held
   std::vector<void*> scratch_released_, scratch_dropped_;
   std::vector<uint32_t> scratch_requests_;
 };

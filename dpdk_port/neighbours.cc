@@ -5,6 +5,13 @@
 
 namespace uroce::dpdk {
 
+bool NeighbourTable::lookup(uint32_t ip, Mac* mac) const {
+  auto it = entries_.find(ip);
+  if (it == entries_.end() || it->second.state != State::kResolved) return false;
+  *mac = it->second.mac;
+  return true;
+}
+
 NeighbourTable::Lookup NeighbourTable::resolve(uint32_t ip, Time now, Mac* mac,
                                                bool* send_request) {
   *send_request = false;

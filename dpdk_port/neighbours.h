@@ -51,6 +51,8 @@ class NeighbourTable {
   // A packet wants to go to `ip` at `now`. On kPending, *send_request tells whether the caller
   // must send an ARP request now (the first packet for an unknown neighbour).
   Lookup resolve(uint32_t ip, Time now, Mac* mac, bool* send_request);
+  // The common case of resolve(), needing no time: true and *mac when `ip` is resolved.
+  bool lookup(uint32_t ip, Mac* mac) const;
   // Keeps a packet (an opaque handle the caller owns again when it is released or dropped)
   // until `ip` resolves. false when the entry is not incomplete or its queue is full: the
   // caller drops the packet.
@@ -93,6 +95,9 @@ class PauseState {
   // resumes the priority at once (XON). Link PAUSE (802.3x) is mask 0xff with one time for all.
   void on_pause(uint8_t mask, const uint16_t quanta[8], double quantum_ns, Time now);
   bool paused(int prio, Time now) const { return until_[prio] > now; }
+  // False when `prio` was never paused or its pause ended by XON: then no clock is needed to
+  // know it is not paused (the transmit path asks per packet).
+  bool ever_paused(int prio) const { return until_[prio] != 0; }
   // The earliest end of a pause still running at `now`; kNever when none.
   Time next_expiry(Time now) const;
 
