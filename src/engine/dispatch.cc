@@ -39,13 +39,35 @@ Dispatch::Dispatch(Transmitter& tx, transport::MemoryAccess& mem, DeviceCounters
 
 Dispatch::~Dispatch() = default;
 
+Dispatch::QpEntry& Dispatch::QpTable::emplace(uint32_t qpn, QpEntry e) {
+  auto& leaf = leaves_[(qpn >> kLeafBits) & (kLeaves - 1)];
+  if (!leaf) leaf = std::make_unique<Leaf>();
+  live_.reserve(live_.size() + 1);  // so that nothing below can throw once the entry is in
+  auto& slot = (*leaf)[qpn & (kLeafSize - 1)];
+  e.live_index = live_.size();
+  slot = std::make_unique<QpEntry>(std::move(e));
+  live_.push_back(qpn);
+  return *slot;
+}
+
+void Dispatch::QpTable::erase(uint32_t qpn) {
+  auto& slot = (*leaves_[(qpn >> kLeafBits) & (kLeaves - 1)])[qpn & (kLeafSize - 1)];
+  // The last live QPN takes the erased one's place in live_.
+  const size_t i = slot->live_index;
+  live_[i] = live_.back();
+  find(live_[i])->live_index = i;
+  live_.pop_back();
+  // Leaves stay allocated (32 KiB each): QPNs are handed out in order and come back there.
+  slot.reset();
+}
+
 uint32_t Dispatch::alloc_qpn() {
   // QPNs are 24 bits; skip 0 and 1 (special QPs) and any still in use after a wrap.
   for (;;) {
     uint32_t q = next_qpn_;
     next_qpn_ = (next_qpn_ + 1) & wire::kQpnMask;
     if (next_qpn_ < 2) next_qpn_ = 2;
-    if (q >= 2 && qps_.count(q) == 0) return q;
+    if (q >= 2 && !qps_.contains(q)) return q;
   }
 }
 
@@ -61,7 +83,7 @@ transport::Qp* Dispatch::create_qp(transport::QpInit init, int* err) {
   } else if (init.qpn > wire::kQpnMask || init.qpn == kMulticastQpn) {
     *err = EINVAL;
     return nullptr;
-  } else if (qps_.count(init.qpn)) {
+  } else if (qps_.contains(init.qpn)) {
     *err = EBUSY;
     return nullptr;
   }
@@ -82,36 +104,34 @@ transport::Qp* Dispatch::create_qp(transport::QpInit init, int* err) {
 }
 
 int Dispatch::destroy_qp(transport::Qp* qp, uint32_t* pd) {
-  auto it = qps_.find(qp->qpn());
-  if (it == qps_.end() || it->second.qp.get() != qp) return EINVAL;
-  if (pd) *pd = it->second.pd;
+  QpEntry* e = qps_.find(qp->qpn());
+  if (!e || e->qp.get() != qp) return EINVAL;
+  if (pd) *pd = e->pd;
   add_qp_counters(retired_, qp->counters());
-  detach_all_mcast(it->first);
-  qps_.erase(it);
+  detach_all_mcast(qp->qpn());
+  qps_.erase(qp->qpn());
   return 0;
 }
 
 transport::Qp* Dispatch::find(uint32_t qpn) {
-  auto it = qps_.find(qpn);
-  return it == qps_.end() ? nullptr : it->second.qp.get();
+  QpEntry* e = qps_.find(qpn);
+  return e ? e->qp.get() : nullptr;
 }
 
 void Dispatch::set_cookie(transport::Qp* qp, void* cookie) {
-  auto it = qps_.find(qp->qpn());
-  if (it != qps_.end() && it->second.qp.get() == qp) it->second.cookie = cookie;
+  QpEntry* e = qps_.find(qp->qpn());
+  if (e && e->qp.get() == qp) e->cookie = cookie;
 }
 
 void* Dispatch::cookie(uint32_t qpn) const {
-  auto it = qps_.find(qpn);
-  return it == qps_.end() ? nullptr : it->second.cookie;
+  const QpEntry* e = qps_.find(qpn);
+  return e ? e->cookie : nullptr;
 }
 
 int Dispatch::attach_mcast(transport::Qp* qp, uint32_t group) {
-  auto it = qps_.find(qp->qpn());
+  const QpEntry* e = qps_.find(qp->qpn());
   // Only UD QPs take part in multicast (IBTA 10.5.2.2); 224.0.0.0/4 is IPv4's multicast range.
-  if (it == qps_.end() || it->second.qp.get() != qp || qp->type() != IBV_QPT_UD ||
-      (group >> 28) != 0xe)
-    return EINVAL;
+  if (!e || e->qp.get() != qp || qp->type() != IBV_QPT_UD || (group >> 28) != 0xe) return EINVAL;
   auto g = mcast_.find(group);
   if (g == mcast_.end()) {
     if (mcast_.size() >= limits_.max_mcast_grp) return ENOMEM;
@@ -170,22 +190,23 @@ void Dispatch::track(uint32_t qpn, QpEntry& e) {
   // entries behind; rebuild from the live deadlines when they dominate the heap.
   if (timers_.size() > 4 * qps_.size() + 64) {
     timers_.clear();
-    for (auto& [q, x] : qps_)
+    qps_.for_each([this](uint32_t q, const QpEntry& x) {
       if (x.armed != transport::kNever) timers_.emplace_back(x.armed, q);
+    });
     std::make_heap(timers_.begin(), timers_.end(), std::greater<>());
   }
 }
 
 void Dispatch::touch(transport::Qp* qp) {
-  auto it = qps_.find(qp->qpn());
-  if (it != qps_.end() && it->second.qp.get() == qp) track(it->first, it->second);
+  QpEntry* e = qps_.find(qp->qpn());
+  if (e && e->qp.get() == qp) track(qp->qpn(), *e);
 }
 
 transport::Time Dispatch::next_deadline() {
   while (!timers_.empty()) {
     auto [d, qpn] = timers_.front();
-    auto it = qps_.find(qpn);
-    if (it != qps_.end() && it->second.armed == d) return d;
+    const QpEntry* e = qps_.find(qpn);
+    if (e && e->armed == d) return d;
     std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
     timers_.pop_back();
   }
@@ -196,11 +217,11 @@ transport::Time Dispatch::after_call(transport::Qp* qp, transport::Time now, boo
   if (qp->wants_pump()) qp->pump(now);
   tx_.tx_flush(now);
   *more = false;
-  auto it = qps_.find(qp->qpn());
-  if (it == qps_.end()) return transport::kNever;
-  track(it->first, it->second);
-  *more = it->second.in_pump_list;
-  return it->second.armed;
+  QpEntry* e = qps_.find(qp->qpn());
+  if (!e) return transport::kNever;
+  track(qp->qpn(), *e);
+  *more = e->in_pump_list;
+  return e->armed;
 }
 
 void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
@@ -217,19 +238,19 @@ void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
       }
       // Each attached QP checks the Q_Key (and its state) itself, counting what it drops.
       for (uint32_t qpn : g->second) {
-        QpEntry& e = qps_.find(qpn)->second;  // destroy_qp detaches first
+        QpEntry& e = *qps_.find(qpn);  // destroy_qp detaches first
         e.qp->receive(p.pkt, p.info, now);
         track(qpn, e);
       }
       continue;
     }
-    auto it = qps_.find(p.pkt.bth.dest_qp);
-    if (it == qps_.end()) {
+    QpEntry* e = qps_.find(p.pkt.bth.dest_qp);
+    if (!e) {
       counters_.rx_unknown_qp.add();
       continue;
     }
-    it->second.qp->receive(p.pkt, p.info, now);
-    track(it->first, it->second);
+    e->qp->receive(p.pkt, p.info, now);
+    track(p.pkt.bth.dest_qp, *e);
   }
 }
 
@@ -242,11 +263,11 @@ transport::Time Dispatch::progress(transport::Time now, bool* again) {
     uint32_t qpn = timers_.front().second;
     std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
     timers_.pop_back();
-    qps_.find(qpn)->second.armed = transport::kNever;  // next_deadline() checked it exists
+    qps_.find(qpn)->armed = transport::kNever;  // next_deadline() checked it exists
     due.push_back(qpn);
   }
   for (uint32_t qpn : due) {
-    QpEntry& e = qps_.find(qpn)->second;
+    QpEntry& e = *qps_.find(qpn);
     e.qp->on_timer(now);
     track(qpn, e);
   }
@@ -264,11 +285,11 @@ transport::Time Dispatch::progress(transport::Time now, bool* again) {
     const size_t first = round == 0 && list.size() > 1 ? 1 : 0;
     for (size_t k = 0; k < list.size(); ++k) {
       const uint32_t qpn = list[(first + k) % list.size()];
-      auto it = qps_.find(qpn);
-      if (it == qps_.end()) continue;  // destroyed since it was listed
-      it->second.in_pump_list = false;
-      if (it->second.qp->wants_pump()) it->second.qp->pump(now);
-      track(qpn, it->second);
+      QpEntry* e = qps_.find(qpn);
+      if (!e) continue;  // destroyed since it was listed
+      e->in_pump_list = false;
+      if (e->qp->wants_pump()) e->qp->pump(now);
+      track(qpn, *e);
     }
     list.clear();
     if (tx_.tx_flush(now) == 0) break;
@@ -279,7 +300,7 @@ transport::Time Dispatch::progress(transport::Time now, bool* again) {
 
 transport::QpCounters Dispatch::counter_totals() const {
   transport::QpCounters sum = retired_;
-  for (const auto& [qpn, e] : qps_) add_qp_counters(sum, e.qp->counters());
+  qps_.for_each([&sum](uint32_t, const QpEntry& e) { add_qp_counters(sum, e.qp->counters()); });
   return sum;
 }
 

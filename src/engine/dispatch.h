@@ -13,10 +13,10 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <array>
 #include <map>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -73,7 +73,7 @@ class Dispatch {
   size_t qp_count() const { return qps_.size(); }
   template <typename F>
   void for_each_qp(F&& f) const {
-    for (const auto& [qpn, e] : qps_) f(*e.qp);
+    qps_.for_each([&](uint32_t, const QpEntry& e) { f(*e.qp); });
   }
 
   // Multicast (ibv_attach_mcast): a UD QP attached to the IPv4 group `group` (host order)
@@ -114,10 +114,40 @@ class Dispatch {
     // The QP's next_deadline() as of the last call on it; kNever when none.
     transport::Time armed = transport::kNever;
     bool in_pump_list = false;  // listed in pump_list_
+    size_t live_index = 0;      // its place in QpTable::live_
   };
   // A timer: (deadline, QPN). Entries whose deadline no longer equals the QP's `armed` are stale
   // and skipped when they surface (lazy deletion).
   using Timer = std::pair<transport::Time, uint32_t>;
+
+  // QPs by QPN: a two-level table indexed by the QPN's bits (QPNs are 24 bits and handed out
+  // in order, so they fill a few leaves), found with two loads instead of hashing — a
+  // packet looks its QP up several times on its way through (receive, timers, pumping) — and a
+  // list of the live QPNs for the rare walks over all of them.
+  class QpTable {
+   public:
+    QpEntry* find(uint32_t qpn) {
+      const auto& leaf = leaves_[(qpn >> kLeafBits) & (kLeaves - 1)];
+      return leaf ? (*leaf)[qpn & (kLeafSize - 1)].get() : nullptr;
+    }
+    const QpEntry* find(uint32_t qpn) const { return const_cast<QpTable*>(this)->find(qpn); }
+    bool contains(uint32_t qpn) const { return find(qpn) != nullptr; }
+    // Adds the QP (qpn < 2^24, not present). Throws std::bad_alloc.
+    QpEntry& emplace(uint32_t qpn, QpEntry e);
+    void erase(uint32_t qpn);  // present
+    size_t size() const { return live_.size(); }
+    template <typename F>  // f(qpn, entry)
+    void for_each(F&& f) const {
+      for (uint32_t q : live_) f(q, *const_cast<QpTable*>(this)->find(q));
+    }
+
+   private:
+    static constexpr uint32_t kLeafBits = 12, kLeafSize = 1u << kLeafBits;
+    static constexpr uint32_t kLeaves = 1u << (24 - kLeafBits);
+    using Leaf = std::array<std::unique_ptr<QpEntry>, kLeafSize>;
+    std::array<std::unique_ptr<Leaf>, kLeaves> leaves_;
+    std::vector<uint32_t> live_;  // the QPNs present, in no particular order
+  };
 
   uint32_t alloc_qpn();
   void track(uint32_t qpn, QpEntry& e);
@@ -127,7 +157,7 @@ class Dispatch {
   transport::MemoryAccess& mem_;
   DeviceCounters& counters_;
   Limits limits_;
-  std::unordered_map<uint32_t, QpEntry> qps_;  // by QPN
+  QpTable qps_;
   // Multicast group (host order) → QPNs attached to it; the port is a member while non-empty.
   std::map<uint32_t, std::vector<uint32_t>> mcast_;
   std::vector<Timer> timers_;        // min-heap on deadline (std::greater)

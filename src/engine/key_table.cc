@@ -116,6 +116,7 @@ int KeyTable::dereg_mr(uint32_t lkey) {
   // windows would name freed memory.
   if (it->second.bound_mws != 0) return EBUSY;
   pd_unref(it->second.pd);
+  cached_mr_[0] = cached_mr_[1] = nullptr;
   mrs_.erase(it);
   return 0;
 }
@@ -304,12 +305,18 @@ MemRef KeyTable::resolve(uint32_t key, uint32_t pd, uint64_t addr, uint64_t len,
     r.status = MemStatus::kBadKey;
     return r;
   }
-  auto it = mrs_.find(key);
-  if (it == mrs_.end()) {
-    r.status = MemStatus::kBadKey;
-    return r;
+  const Mr* found = cached_mr_[remote];
+  if (!found || cached_key_[remote] != key) {
+    auto it = mrs_.find(key);
+    if (it == mrs_.end()) {
+      r.status = MemStatus::kBadKey;
+      return r;
+    }
+    found = &it->second;
+    cached_key_[remote] = key;
+    cached_mr_[remote] = found;
   }
-  const Mr& mr = it->second;
+  const Mr& mr = *found;
   if (mr.pd != pd) {
     r.status = MemStatus::kBadPd;
     return r;

@@ -36,7 +36,9 @@ class KeyPermutation {
 
 class KeyTable : public transport::MemoryAccess {
  public:
-  KeyTable();  // draws the permutations' secret (getrandom)
+  KeyTable();                          // draws the permutations' secret (getrandom)
+  KeyTable(const KeyTable&) = delete;  // the lookup cache points into its own map
+  KeyTable& operator=(const KeyTable&) = delete;
   // For tests that need the same keys from run to run.
   explicit KeyTable(uint64_t secret);
 
@@ -120,7 +122,12 @@ class KeyTable : public transport::MemoryAccess {
 
   std::unordered_map<uint32_t, uint32_t> pds_;  // PD → references (MRs + QPs)
   std::unordered_map<uint32_t, Mr> mrs_;        // key → region
-  std::unordered_map<uint32_t, Mw> mws_;        // window index → window
+  // The last region each side resolved (local SGEs, remote requests), found again without
+  // hashing: a flow's packets name the same key one after the other. Node pointers of mrs_
+  // survive other insertions; dereg_mr clears the cache. Device lock, like the table.
+  mutable uint32_t cached_key_[2] = {};
+  mutable const Mr* cached_mr_[2] = {};
+  std::unordered_map<uint32_t, Mw> mws_;  // window index → window
   uint32_t next_pd_ = 1;
   // MR keys: mr_perm_(mr_count_) for the next counter value whose image is a valid MR key
   // (0x100 ≤ key < kMwKeyBit: away from 0, which some applications take for "none", and out of
