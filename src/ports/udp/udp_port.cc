@@ -84,6 +84,12 @@ UdpPort::UdpPort(const UdpPortOptions& opt, PortCounters& counters)
       tx_bufs_(new transport::TxBuf[kTxRing]),
       tx_route_(new int[kTxRing]) {
   rx_out_.reserve(opt.gso ? kGroRxBatch * kGsoMaxSegments : kRxBatch);
+  rx_slot_.reset(new RxSlot[rx_slots_]);
+  rx_msgs_.reset(new mmsghdr[rx_slots_]);
+  for (size_t i = 0; i < rx_slots_; ++i) {
+    rx_slot_[i].iov = {rx_bufs_.get() + i * rx_slot_bytes_, rx_slot_bytes_};
+    reset_rx_slot(i);
+  }
   free_.reserve(kTxRing);
   for (size_t i = kTxRing; i-- > 0;) free_.push_back(static_cast<uint16_t>(i));
   caps_.ip_mtu = netdev_mtu(opt.netdev);
@@ -180,41 +186,48 @@ std::span<const RxFrame> UdpPort::rx_burst() {
   return rx_out_;
 }
 
+void UdpPort::reset_rx_slot(size_t i) {
+  msghdr& h = rx_msgs_[i].msg_hdr;
+  h = {};
+  h.msg_name = &rx_slot_[i].from;
+  h.msg_namelen = sizeof rx_slot_[i].from;
+  h.msg_iov = &rx_slot_[i].iov;
+  h.msg_iovlen = 1;
+  h.msg_control = rx_slot_[i].ctrl;
+  h.msg_controllen = sizeof rx_slot_[i].ctrl;
+  rx_msgs_[i].msg_len = 0;
+}
+
 size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
   const size_t max = rx_slots_ - slot;
-  mmsghdr msgs[kRxBatch];
-  iovec iov[kRxBatch];
-  sockaddr_in from[kRxBatch];
-  // Room for IP_TOS (one int at most), UDP_GRO (an int) and whatever else the kernel may add.
-  alignas(cmsghdr) uint8_t ctrl[kRxBatch][CMSG_SPACE(sizeof(int)) * 3];
-  for (size_t i = 0; i < max; ++i) {
-    iov[i] = {rx_bufs_.get() + (slot + i) * rx_slot_bytes_, rx_slot_bytes_};
-    msgs[i].msg_hdr = {};
-    msgs[i].msg_hdr.msg_name = &from[i];
-    msgs[i].msg_hdr.msg_namelen = sizeof from[i];
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
-    msgs[i].msg_hdr.msg_control = ctrl[i];
-    msgs[i].msg_hdr.msg_controllen = sizeof ctrl[i];
-    msgs[i].msg_len = 0;
-  }
+  mmsghdr* msgs = rx_msgs_.get() + slot;
   int n;
   do {
     n = recvmmsg(fd, msgs, static_cast<unsigned>(max), MSG_DONTWAIT, nullptr);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return 0;
+  // The frames point into the slots' buffers, which stay put; their headers are ready for the
+  // next call once read (below).
+  struct Reset {
+    UdpPort* port;
+    size_t first, count;
+    ~Reset() {
+      for (size_t i = 0; i < count; ++i) port->reset_rx_slot(first + i);
+    }
+  } reset{this, slot, static_cast<size_t>(n)};
 
   for (int i = 0; i < n; ++i) {
     const msghdr& h = msgs[i].msg_hdr;
-    const uint8_t* buf = static_cast<const uint8_t*>(iov[i].iov_base);
+    const sockaddr_in& from = rx_slot_[slot + static_cast<size_t>(i)].from;
+    const uint8_t* buf = static_cast<const uint8_t*>(h.msg_iov->iov_base);
     size_t len = msgs[i].msg_len;
     if (h.msg_namelen < sizeof(sockaddr_in)) {
       counters_.rx_port_errors.add();
       continue;
     }
     RxFrame f;
-    f.src_ip = ntohl(from[i].sin_addr.s_addr);
-    f.src_port = ntohs(from[i].sin_port);
+    f.src_ip = ntohl(from.sin_addr.s_addr);
+    f.src_port = ntohs(from.sin_port);
     // Each socket is bound to one address (the device's, or a group), so only datagrams for it
     // arrive there.
     f.dst_ip = dst_ip;
