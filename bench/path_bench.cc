@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -318,4 +319,25 @@ void BM_PollCq(benchmark::State& state) {
 }
 BENCHMARK(BM_PollCq);
 
+}  // namespace
+
+// PATH_BENCH_FIXED=N: the same benchmarks again with exactly N iterations each (names "fixed/…"),
+// for instruction counts under callgrind, which a timed run cannot give (its iteration count
+// adapts): `valgrind --tool=callgrind --toggle-collect='*BM_*' path_bench
+// --benchmark_filter=fixed/RcSendRoundTrip/2` then divide by N. Instructions are repeatable where
+// wall time on a shared 2-core machine is not.
+namespace {
+const bool kFixedRegistered = [] {
+  const char* n = std::getenv("PATH_BENCH_FIXED");
+  if (!n) return false;
+  const auto iters = static_cast<benchmark::IterationCount>(std::strtoll(n, nullptr, 10));
+  benchmark::RegisterBenchmark("fixed/RcSendRoundTrip/2", BM_RcSendRoundTrip)
+      ->Arg(2)
+      ->Iterations(iters);
+  benchmark::RegisterBenchmark("fixed/RcWriteStream/64", BM_RcWriteStream)
+      ->Arg(64)
+      ->Iterations(iters);
+  benchmark::RegisterBenchmark("fixed/PostSend", BM_PostSend)->Iterations(iters);
+  return true;
+}();
 }  // namespace
