@@ -262,7 +262,9 @@ bool Engine::poll_from_app() {
       if (armed_ <= now) {
         if (app_passes_) app_passes_->add();
         bool again = false, link_changed = false;
-        arm_timer(pass(rx, now, &again, &link_changed));
+        // Never later than the handoff: should this thread stop polling, the engine thread must
+        // wake to take the receive side back (and send what a pass held).
+        arm_timer(std::min(pass(rx, now, &again, &link_changed), now + kHandoffNs));
         if (again || link_changed) kick();
         return true;
       }
@@ -285,7 +287,12 @@ bool Engine::poll_from_app() {
   dp_.set_hold(true);
   transport::Time next = pass(rx, t, &again, &link_changed);
   dp_.set_hold(false);
-  // A timer the pass just ran must not still wake the engine thread.
+  // A timer the pass just ran must not still wake the engine thread; but it must wake by the
+  // handoff time. An application that stops calling uroce without saying so (ib_write_lat spins
+  // on memory) leaves the receive side to the engine, which no longer watches the sockets while
+  // an application polls: were its timer pushed out to a QP's ACK timeout, arrivals (and held
+  // ACKs) would wait that long, and the peer's retries could run out.
+  next = std::min(next, t + kHandoffNs);
   if (next < armed_ || armed_ <= t) arm_timer(next);
   // The engine thread reports link changes (it runs on_link_change without locks).
   if (again || link_changed) kick();
