@@ -3,7 +3,8 @@
 // The sender sends as fast as the kernel takes datagrams (sendmmsg batches, as uroce's socket
 // datapath does); the receiver (recvmmsg) measures what arrived, from the first datagram to the
 // end marker, and reports it the way perftest does: MB/sec with MB = 2^20 bytes. UDP has no flow
-// control, so datagrams the receiver could not take are lost and reported, not counted.
+// control, so datagrams the receiver could not take are lost and reported, not counted. With
+// --tcp, one kernel TCP stream carries the same bytes instead.
 //
 //   udp_bulk --bind 127.0.0.1 --port 19100                                      # receiver
 //   udp_bulk --bind 127.0.0.2 --peer 127.0.0.1 --port 19100 -s 65536 -n 5000   # sender
@@ -148,6 +149,76 @@ int receive_bulk(int fd, size_t mtu) {
   return started ? 0 : 1;
 }
 
+// --tcp: the same transfer over one kernel TCP stream (the baseline a user compares RDMA with):
+// the sender writes `size`-byte messages `iters` times and closes; the receiver reads until EOF
+// and reports like receive_bulk (nothing is lost: TCP has flow control and retransmission).
+int tcp_send(const std::string& bind_ip, const sockaddr_in& to, size_t size, long iters) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in me = make_addr(bind_ip, 0);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me) ||
+      connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to)) {
+    std::perror("udp_bulk --tcp: connect");
+    return 2;
+  }
+  std::vector<char> buf(size, 'u');
+  const auto start = std::chrono::steady_clock::now();
+  for (long i = 0; i < iters; ++i) {
+    for (size_t off = 0; off < size;) {
+      const ssize_t k = send(fd, buf.data() + off, size - off, 0);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        std::perror("udp_bulk --tcp: send");
+        return 1;
+      }
+      off += static_cast<size_t>(k);
+    }
+  }
+  shutdown(fd, SHUT_WR);
+  char c;
+  while (recv(fd, &c, 1, 0) > 0) {
+  }  // the receiver's close: everything was read
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(fd);
+  std::printf("sent %.0f bytes in %.3f s (%.2f MB/sec)\n", static_cast<double>(size) * iters, secs,
+              static_cast<double>(size) * iters / secs / (1 << 20));
+  return 0;
+}
+
+int tcp_receive(const std::string& ip, uint16_t port) {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  int on = 1;
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in a = make_addr(ip, port);
+  if (ls < 0 || bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(ls, 1)) {
+    std::fprintf(stderr, "udp_bulk --tcp: listen %s:%u: %s\n", ip.c_str(), port,
+                 std::strerror(errno));
+    return 2;
+  }
+  int fd = accept(ls, nullptr, nullptr);
+  close(ls);
+  if (fd < 0) {
+    std::perror("udp_bulk --tcp: accept");
+    return 2;
+  }
+  std::vector<char> buf(1 << 20);
+  uint64_t bytes = 0;
+  std::chrono::steady_clock::time_point first{}, last{};
+  for (;;) {
+    const ssize_t k = recv(fd, buf.data(), buf.size(), 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    last = std::chrono::steady_clock::now();
+    if (bytes == 0) first = last;
+    bytes += static_cast<uint64_t>(k);
+  }
+  close(fd);
+  const double secs = std::chrono::duration<double>(last - first).count();
+  std::printf("received %" PRIu64 " bytes in 1 stream, 0 lost (0.00%%), %.3f s\n", bytes, secs);
+  std::printf("BW average: %.2f MB/sec\n", secs > 0 ? bytes / secs / (1 << 20) : 0.0);
+  return bytes > 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,7 +234,13 @@ int main(int argc, char** argv) {
   app.add_option("-m,--mtu", mtu, "datagram payload (uroce: the path MTU)")
       ->check(CLI::Range(static_cast<int>(kEndMarker) + 1, 65000));
   app.add_option("-n,--iters", iters, "messages")->check(CLI::PositiveNumber);
+  bool tcp = false;
+  app.add_flag("--tcp", tcp, "one kernel TCP stream instead of UDP datagrams");
   CLI11_PARSE(app, argc, argv);
+
+  if (tcp)
+    return peer_ip.empty() ? tcp_receive(bind_ip, port)
+                           : tcp_send(bind_ip, make_addr(peer_ip, port), size, iters);
 
   int fd = bound_socket(bind_ip, peer_ip.empty() ? port : 0);
   int rc = peer_ip.empty() ? receive_bulk(fd, mtu)

@@ -773,15 +773,17 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
   }
   const char* gso = std::getenv(std::string(kGsoVar).c_str());
   std::string_view gv = gso ? gso : "";
-  if (gv != "" && gv != "0" && gv != "1") {
-    set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0 or 1");
+  if (gv != "" && gv != "0" && gv != "1" && gv != "auto") {
+    set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0, 1 or auto");
     return std::nullopt;
   }
   const char* ccv = std::getenv(std::string(kCcVar).c_str());
   if (ccv && *ccv && !apply_cc(ccv, out, err)) return std::nullopt;
   const char* pcap = std::getenv(std::string(kPcapVar).c_str());
   for (auto& d : out) {
-    d.gso = gv == "1";
+    d.gso = gv == "1"   ? DeviceConfig::Gso::kOn
+            : gv == "0" ? DeviceConfig::Gso::kOff
+                        : DeviceConfig::Gso::kAuto;
     d.print_stats = sv == "1";
     d.early_retransmit = erv != "0";
     if (pcap && *pcap) d.pcap_path = expand_pcap_path(pcap, d.name, out.size() > 1);

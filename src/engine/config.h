@@ -111,10 +111,15 @@ struct DeviceConfig {
   // UROCE_EARLY_RETRANSMIT=0|1 (default 1): RC QPs probe for a lost tail before the ACK timeout
   // (transport QpInit::early_retransmit). 0 leaves only the IBTA local ACK timer.
   bool early_retransmit = true;
-  // UROCE_GSO=0|1 (default 0): the UDP port batches sends with UDP GSO and receives with UDP
-  // GRO (UdpPortOptions::gso). Off by default: captures on the host (dumpcap on lo or a veth)
-  // then show the unsegmented super-datagrams, not RoCE packets (docs/configuration.md).
-  bool gso = false;
+  // UROCE_GSO=0|1|auto (default auto): the UDP port batches sends with UDP GSO and receives
+  // with UDP GRO (UdpPortOptions::gso). auto: on when the device's interface is a loopback one,
+  // where the kernel hands each batch to the receiving socket whole (64 KiB RDMA WRITE about
+  // 5x faster, docs/performance.md); off on other interfaces, where a raw-frame reader on the
+  // interface (dumpcap, a DPDK af_packet port on a veth) would see unsegmented super-frames.
+  // Captures on lo show them too; uroce's own (UROCE_PCAP) stays one packet per record
+  // (docs/configuration.md).
+  enum class Gso : uint8_t { kAuto, kOff, kOn };
+  Gso gso = Gso::kAuto;
   // DSCP (RFC 2474) of data packets: 0 on the UDP port unless dscp= is given, 26 on DPDK (RoCE
   // deployments' class; the QP's GRH traffic_class overrides it).
   uint8_t dscp = 0;

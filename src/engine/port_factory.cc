@@ -1,11 +1,33 @@
 #include "engine/port_factory.h"
 
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "ports/udp/udp_port.h"
 #if UROCE_HAVE_DPDK
 #include "dpdk_port/dpdk.h"
 #endif
 
 namespace uroce {
+namespace {
+
+// The interface is a loopback one (IFF_LOOPBACK); false when unknown.
+bool is_loopback(const std::string& netdev) {
+  if (netdev.empty() || netdev.size() >= IFNAMSIZ) return false;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, netdev.data(), netdev.size());
+  const bool lo = ioctl(fd, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_LOOPBACK);
+  close(fd);
+  return lo;
+}
+
+}  // namespace
 
 std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters, std::string* err) {
   if (cfg.port == PortKind::kDpdk) {
@@ -41,7 +63,9 @@ std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters,
   UdpPortOptions opt;
   opt.ipv4 = cfg.ipv4;
   opt.netdev = cfg.netdev;
-  opt.gso = cfg.gso;
+  // UROCE_GSO=auto batches on loopback only (DeviceConfig::gso says why).
+  opt.gso = cfg.gso == DeviceConfig::Gso::kOn ||
+            (cfg.gso == DeviceConfig::Gso::kAuto && is_loopback(cfg.netdev));
   return UdpPort::open(opt, counters, err);
 }
 

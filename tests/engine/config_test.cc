@@ -1,4 +1,5 @@
 #include "engine/config.h"
+#include "engine/port_factory.h"
 
 #include <gtest/gtest.h>
 
@@ -251,27 +252,54 @@ TEST(ConfigTest, EarlyRetransmitSwitch) {
   }
 }
 
-// UROCE_GSO batches the socket datapath; opt-in (docs/configuration.md says why).
+// UROCE_GSO batches the socket datapath: auto (on loopback interfaces) unless 0 or 1 says
+// otherwise (docs/configuration.md says why).
 TEST(ConfigTest, GsoSwitch) {
   ScopedEnv d("UROCE_DEVICES", "u0=127.0.0.1");
   std::string err;
-  for (const char* v : {static_cast<const char*>(nullptr), "", "0"}) {
+  for (const char* v : {static_cast<const char*>(nullptr), "", "auto"}) {
     ScopedEnv e("UROCE_GSO", v);
     auto c = load_device_config(&err);
     ASSERT_TRUE(c.has_value()) << err;
-    EXPECT_FALSE((*c)[0].gso) << (v ? v : "unset");
+    EXPECT_EQ((*c)[0].gso, DeviceConfig::Gso::kAuto) << (v ? v : "unset");
+  }
+  {
+    ScopedEnv e("UROCE_GSO", "0");
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_EQ((*c)[0].gso, DeviceConfig::Gso::kOff);
   }
   {
     ScopedEnv e("UROCE_GSO", "1");
     auto c = load_device_config(&err);
     ASSERT_TRUE(c.has_value()) << err;
-    EXPECT_TRUE((*c)[0].gso);
+    EXPECT_EQ((*c)[0].gso, DeviceConfig::Gso::kOn);
   }
   {
     ScopedEnv e("UROCE_GSO", "yes");
     EXPECT_FALSE(load_device_config(&err).has_value());
     EXPECT_NE(err.find("UROCE_GSO"), std::string::npos) << err;
   }
+}
+
+// auto batches on a loopback interface only; an interface uroce cannot name stays unbatched.
+TEST(ConfigTest, GsoAutoBatchesOnLoopbackOnly) {
+  DeviceConfig cfg;
+  cfg.name = "u0";
+  cfg.ipv4 = 0x7f4d0001;  // 127.77.0.1: an address of lo no other test binds
+  const auto batching = [&cfg](DeviceConfig::Gso g, const std::string& netdev) {
+    cfg.gso = g;
+    cfg.netdev = netdev;
+    PortCounters counters;
+    std::string err;
+    auto port = open_port(cfg, counters, &err);
+    EXPECT_TRUE(port) << err;
+    return port && port->caps().tx_batching;
+  };
+  EXPECT_TRUE(batching(DeviceConfig::Gso::kAuto, "lo"));
+  EXPECT_FALSE(batching(DeviceConfig::Gso::kOff, "lo"));
+  EXPECT_FALSE(batching(DeviceConfig::Gso::kAuto, ""));
+  EXPECT_TRUE(batching(DeviceConfig::Gso::kOn, ""));
 }
 
 TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {

@@ -17,9 +17,13 @@ case $mode in
       echo "SKIP: capturing on lo needs root"
       exit 77
     fi
-    CAPTURE=$dir/lo.pcapng "$here/pingpong.sh" "$@" -m 1024 -s 4096 -n 50 || exit 1
+    # A capture on lo sees what each send handed to the stack: with UDP GSO (UROCE_GSO's default
+    # on loopback) one super-datagram per batch. One datagram per packet is what is on a wire.
+    UROCE_GSO=0 CAPTURE=$dir/lo.pcapng "$here/pingpong.sh" "$@" -m 1024 -s 4096 -n 50 || exit 1
     ;;
   uroce)
+    # uroce's own capture is one packet per record whatever the batching: here with the default
+    # (GSO on loopback).
     UROCE_PCAP=$dir/uroce.%p.pcap "$here/pingpong.sh" "$@" -m 1024 -s 4096 -n 50 || exit 1
     ;;
   *)
