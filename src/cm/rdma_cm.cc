@@ -279,6 +279,9 @@ int bind_to(IdObj* o, CmPort* p, uint32_t ip, uint16_t port) {
   set_sin(o->id.route.addr.src_storage, ip, port);
   if (p) {
     o->id.verbs = p->ctx;
+    // librdmacm gives every id of a device that device's PD (ucma_get_device), and programs use
+    // it: UCX's rdmacm CM creates a QP on id->pd before it connects.
+    o->id.pd = p->pd;
     o->id.port_num = 1;
     o->id.route.addr.addr.ibaddr.sgid = p->gid;
     o->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
@@ -450,6 +453,7 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   c->id.ps = l->id.ps;
   c->id.qp_type = l->id.qp_type;
   c->id.verbs = p.ctx;
+  c->id.pd = p.pd;
   c->id.port_num = 1;
   if (l->chan->sync) {
     // A synchronous listener's requests become synchronous ids (librdmacm migrates them).

@@ -161,6 +161,9 @@ TEST(RdmaCm, ResolvedIdNamesItsDeviceAndRoute) {
   rdma_cm_id* id = p.client;
   ASSERT_NE(id->verbs, nullptr);
   EXPECT_STREQ(ibv_get_device_name(id->verbs->device), "uroce1");  // the source's device
+  // The device's PD, as librdmacm gives it (UCX creates a QP on it before connecting).
+  ASSERT_NE(id->pd, nullptr);
+  EXPECT_EQ(id->pd->context, id->verbs);
   EXPECT_EQ(id->port_num, 1);
   EXPECT_EQ(id->ps, RDMA_PS_TCP);
   EXPECT_EQ(id->qp_type, IBV_QPT_RC);
@@ -218,6 +221,8 @@ TEST(RdmaCm, ConnectAcceptSendDisconnect) {
   EXPECT_EQ(ntohl(peer->sin_addr.s_addr), kClientIp);
   EXPECT_EQ(peer->sin_port, rdma_get_src_port(p.client));
   EXPECT_STREQ(ibv_get_device_name(p.child->verbs->device), "uroce0");
+  ASSERT_NE(p.child->pd, nullptr);
+  EXPECT_EQ(p.child->pd->context, p.child->verbs);
 
   ibv_qp_init_attr sa2 = qp_attr();
   ASSERT_EQ(rdma_create_qp(p.child, nullptr, &sa2), 0);
