@@ -198,6 +198,15 @@ bool get_sin(const sockaddr* a, uint32_t* ip, uint16_t* port) {
   return true;
 }
 
+// A malloc'ed copy of an address (rdma_freeaddrinfo frees it); false when out of memory.
+bool copy_addr(const sockaddr* from, socklen_t len, sockaddr** to, socklen_t* to_len) {
+  *to = static_cast<sockaddr*>(std::malloc(len));
+  if (!*to) return false;
+  std::memcpy(*to, from, len);
+  *to_len = len;
+  return true;
+}
+
 // ---- events ---------------------------------------------------------------------------------
 
 EventObj* new_event(IdObj* o, rdma_cm_event_type type, int status) {
@@ -287,6 +296,22 @@ int bind_to(IdObj* o, CmPort* p, uint32_t ip, uint16_t port) {
     o->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
   }
   return 0;
+}
+
+// rdma_bind_addr (and the source of rdma_resolve_addr): the device whose address `ip` is. A
+// loopback address (127.0.0.0/8) no uroce device has binds no device, like INADDR_ANY: the
+// kernel's CM counts loopback addresses as "any" (cma_any_addr), so such an id gets no device
+// (verbs NULL), a listener listens on every device, and rdma_get_local_addr still says
+// 127.0.0.1. libfabric's verbs provider relies on it: without a node it binds "localhost" and
+// then takes the addresses of the devices' interfaces. Any other address is EADDRNOTAVAIL.
+int bind_addr(IdObj* o, uint32_t ip, uint16_t port) {
+  CmPort* p = nullptr;
+  if (ip != INADDR_ANY) {
+    int err = 0;
+    p = svc().port_by_ip(ip, &err);
+    if (!p && (err != 0 || (ip >> 24) != 127)) return err ? err : EADDRNOTAVAIL;
+  }
+  return bind_to(o, p, ip, port);
 }
 
 // The device an active id without a source address uses to reach `dst`: the one whose address
@@ -1113,13 +1138,7 @@ UROCE_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (!get_sin(addr, &ip, &port)) return fail(addr ? EAFNOSUPPORT : EINVAL);
   std::lock_guard<std::mutex> g(svc().mu());
   if (o->state != IdState::kIdle) return fail(EINVAL);
-  CmPort* p = nullptr;
-  if (ip != INADDR_ANY) {
-    int err = 0;
-    p = svc().port_by_ip(ip, &err);
-    if (!p) return fail(err ? err : EADDRNOTAVAIL);
-  }
-  if (int rc = bind_to(o, p, ip, port)) return fail(rc);
+  if (int rc = bind_addr(o, ip, port)) return fail(rc);
   return 0;
 }
 
@@ -1169,13 +1188,7 @@ UROCE_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr*
     std::lock_guard<std::mutex> g(svc().mu());
     if (src_addr && o->state == IdState::kIdle) {
       if (!get_sin(src_addr, &sip, &sport)) return fail(EAFNOSUPPORT);
-      CmPort* p = nullptr;
-      if (sip != INADDR_ANY) {
-        int err = 0;
-        p = svc().port_by_ip(sip, &err);
-        if (!p) return fail(err ? err : EADDRNOTAVAIL);
-      }
-      if (int rc = bind_to(o, p, sip, sport)) return fail(rc);
+      if (int rc = bind_addr(o, sip, sport)) return fail(rc);
     }
     if (o->state == IdState::kIdle && bind_to(o, nullptr, 0, 0) != 0) return fail(EADDRINUSE);
     if (o->state != IdState::kBound) return fail(EINVAL);
@@ -1595,32 +1608,17 @@ UROCE_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {
 
 // rdma_getaddrinfo: IPv4 names and numbers through the system resolver; the RDMA fields as
 // librdmacm fills them for an IP address (port space from the hints, TCP by default).
+// As librdmacm's: with a node or a service, getaddrinfo's first IPv4 answer is the source
+// (RAI_PASSIVE) or the destination; without either, the addresses come from the hints alone
+// (libfabric's verbs provider asks so, with only a source address). A source in the hints fills
+// a result that has none.
 UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                   rdma_addrinfo** res) {
-  if (!res || (!node && !service)) return fail(EINVAL);
+  if (!res || (!node && !service && !hints)) return fail(EINVAL);
   if (hints && hints->ai_family && hints->ai_family != AF_INET) return fail(EAFNOSUPPORT);
   const int flags = hints ? hints->ai_flags : 0;
-  addrinfo h{};
-  h.ai_family = AF_INET;
-  h.ai_socktype = SOCK_STREAM;
-  if (flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
-  if (flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
-  addrinfo* ai = nullptr;
-  int rc = getaddrinfo(node, service, &h, &ai);
-  if (rc != 0) {
-    errno = rc == EAI_SYSTEM ? errno : ENOENT;
-    return rc;
-  }
   auto* r = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
-  auto* sa = static_cast<sockaddr_in*>(std::calloc(1, sizeof(sockaddr_in)));
-  if (!r || !sa) {
-    std::free(r);
-    std::free(sa);
-    freeaddrinfo(ai);
-    return fail(ENOMEM);
-  }
-  std::memcpy(sa, ai->ai_addr, sizeof(sockaddr_in));
-  freeaddrinfo(ai);
+  if (!r) return fail(ENOMEM);
   r->ai_flags = flags;
   r->ai_family = AF_INET;
   r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
@@ -1628,19 +1626,41 @@ UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const r
                   : r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB
                       ? IBV_QPT_UD
                       : IBV_QPT_RC;
-  if (flags & RAI_PASSIVE) {
-    r->ai_src_addr = reinterpret_cast<sockaddr*>(sa);
-    r->ai_src_len = sizeof(sockaddr_in);
-  } else {
-    r->ai_dst_addr = reinterpret_cast<sockaddr*>(sa);
-    r->ai_dst_len = sizeof(sockaddr_in);
-    if (hints && hints->ai_src_addr && hints->ai_src_len) {
-      r->ai_src_addr = static_cast<sockaddr*>(std::malloc(hints->ai_src_len));
-      if (r->ai_src_addr) {
-        std::memcpy(r->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-        r->ai_src_len = hints->ai_src_len;
-      }
+  bool ok = true;
+  if (node || service) {
+    addrinfo h{};
+    h.ai_family = AF_INET;
+    h.ai_socktype = SOCK_STREAM;
+    if (flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
+    if (flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
+    addrinfo* ai = nullptr;
+    int rc = getaddrinfo(node, service, &h, &ai);
+    if (rc != 0) {
+      std::free(r);
+      errno = rc == EAI_SYSTEM ? errno : ENOENT;
+      return rc;
     }
+    ok = (flags & RAI_PASSIVE)
+             ? copy_addr(ai->ai_addr, sizeof(sockaddr_in), &r->ai_src_addr, &r->ai_src_len)
+             : copy_addr(ai->ai_addr, sizeof(sockaddr_in), &r->ai_dst_addr, &r->ai_dst_len);
+    freeaddrinfo(ai);
+  } else if (hints->ai_dst_addr && hints->ai_dst_len) {
+    if (hints->ai_dst_addr->sa_family != AF_INET) {
+      std::free(r);
+      return fail(EAFNOSUPPORT);
+    }
+    ok = copy_addr(hints->ai_dst_addr, hints->ai_dst_len, &r->ai_dst_addr, &r->ai_dst_len);
+  }
+  if (ok && !r->ai_src_len && hints && hints->ai_src_addr && hints->ai_src_len) {
+    if (hints->ai_src_addr->sa_family != AF_INET) {
+      rdma_freeaddrinfo(r);
+      return fail(EAFNOSUPPORT);
+    }
+    ok = copy_addr(hints->ai_src_addr, hints->ai_src_len, &r->ai_src_addr, &r->ai_src_len);
+  }
+  if (!ok) {
+    rdma_freeaddrinfo(r);
+    return fail(ENOMEM);
   }
   *res = r;
   return 0;

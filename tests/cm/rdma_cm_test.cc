@@ -323,6 +323,28 @@ TEST(RdmaCm, IdWithoutQpGetsConnectResponseAndEstablishes) {
   expect(p.sch, RDMA_CM_EVENT_ESTABLISHED);
 }
 
+// Without node and service, librdmacm takes the addresses from the hints (libfabric's verbs
+// provider asks so for a source address alone); with nothing at all it is EINVAL.
+TEST(RdmaCm, GetaddrinfoFromHintsAlone) {
+  rdma_addrinfo* res = nullptr;
+  EXPECT_EQ(rdma_getaddrinfo(nullptr, nullptr, nullptr, &res), -1);
+  EXPECT_EQ(errno, EINVAL);
+  sockaddr_in src = sin_of(kServerIp, 0);
+  rdma_addrinfo hints{};
+  hints.ai_flags = RAI_PASSIVE;
+  hints.ai_src_addr = sa(src);
+  hints.ai_src_len = sizeof src;
+  ASSERT_EQ(rdma_getaddrinfo(nullptr, nullptr, &hints, &res), 0);
+  ASSERT_NE(res, nullptr);
+  EXPECT_EQ(res->ai_family, AF_INET);
+  EXPECT_EQ(res->ai_flags, RAI_PASSIVE);
+  ASSERT_EQ(res->ai_src_len, sizeof src);
+  EXPECT_EQ(std::memcmp(res->ai_src_addr, &src, sizeof src), 0);
+  EXPECT_NE(res->ai_src_addr, hints.ai_src_addr);  // a copy rdma_freeaddrinfo may free
+  EXPECT_EQ(res->ai_dst_addr, nullptr);
+  rdma_freeaddrinfo(res);
+}
+
 TEST(RdmaCm, SynchronousEndpoints) {
   rdma_addrinfo hints{}, *res = nullptr;
   hints.ai_flags = RAI_PASSIVE;
@@ -468,6 +490,37 @@ TEST(RdmaCm, WildcardListenerServesEveryDevice) {
   }
 }
 
+// The kernel's CM counts a loopback address as "any" (cma_any_addr): bound to 127.0.0.1 (which
+// no device here has), an id gets no device, keeps its address, and listens on every device.
+TEST(RdmaCm, LoopbackAddressNoDeviceHasBindsLikeTheWildcard) {
+  Pair p;
+  ASSERT_EQ(rdma_create_id(p.sch, &p.listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in lo = sin_of(0x7f000001, 7011);
+  ASSERT_EQ(rdma_bind_addr(p.listener, sa(lo)), 0);
+  EXPECT_EQ(p.listener->verbs, nullptr);
+  EXPECT_EQ(p.listener->pd, nullptr);
+  auto* local = reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(p.listener));
+  EXPECT_EQ(ntohl(local->sin_addr.s_addr), 0x7f000001u);
+  ASSERT_EQ(rdma_listen(p.listener, 1), 0);
+  rdma_cm_id* c;
+  ASSERT_EQ(rdma_create_id(p.cch, &c, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in src = sin_of(kClientIp, 0), dst = sin_of(kServerIp, 7011);
+  ASSERT_EQ(rdma_resolve_addr(c, sa(src), sa(dst), 2000), 0);
+  expect(p.cch, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(c, 2000), 0);
+  expect(p.cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma_conn_param cp{};
+  cp.qp_num = 0x42;
+  ASSERT_EQ(rdma_connect(c, &cp), 0);
+  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req.id, nullptr);
+  EXPECT_STREQ(ibv_get_device_name(req.id->verbs->device), "uroce0");
+  rdma_reject(req.id, nullptr, 0);
+  expect(p.cch, RDMA_CM_EVENT_REJECTED, 28);
+  rdma_destroy_id(req.id);
+  rdma_destroy_id(c);
+}
+
 TEST(RdmaCm, BadInputIsRefused) {
   rdma_event_channel* ch = rdma_create_event_channel();
   rdma_cm_id *id, *id2;
@@ -475,7 +528,7 @@ TEST(RdmaCm, BadInputIsRefused) {
   EXPECT_EQ(errno, EINVAL);
   ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_create_id(ch, &id2, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in foreign = sin_of(0x7f002b99, 7010);  // no uroce device has it
+  sockaddr_in foreign = sin_of(0xc0000201, 7010);  // 192.0.2.1: no uroce device has it
   EXPECT_EQ(rdma_bind_addr(id, sa(foreign)), -1);
   EXPECT_EQ(errno, EADDRNOTAVAIL);
   sockaddr_in s = sin_of(kServerIp, 7010);
