@@ -495,6 +495,10 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   c->local_port = l->local_port;
   c->remote_ip = peer;
   c->remote_port = h.src_port;
+  // The PSN this side receives first is fixed with the id, not at rdma_accept: an application
+  // that manages its own QP moves it to RTR with rdma_init_qp_attr before it accepts, and the
+  // REP must announce that PSN (the kernel's CM uses the id's seq_num for both).
+  c->local_psn = rng()() & 0xffffff;
   c->tos = l->tos;
   c->ack_timeout = l->ack_timeout;
   set_sin(c->id.route.addr.src_storage, c->local_ip, c->local_port);
@@ -874,7 +878,6 @@ int do_accept(IdObj* o, const rdma_conn_param* cp) {
     if (cp->initiator_depth != RDMA_MAX_INIT_DEPTH)
       o->initiator_depth = std::min(o->initiator_depth, cp->initiator_depth);
   }
-  o->local_psn = rng()() & 0xffffff;
   if (o->id.qp) {
     o->state = IdState::kAccepting;  // qp_attr_for checks it
     int rc = move_qp(o, IBV_QPS_RTR);

@@ -314,11 +314,29 @@ TEST(RdmaCm, IdWithoutQpGetsConnectResponseAndEstablishes) {
   Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
   p.child = req.id;
   EXPECT_EQ(req.conn.qp_num, 0x1234u);
+  // The passive application moves its own QP to RTR and RTS before it accepts (pyverbs'
+  // external-QP test does): the PSN it is told to receive first must be the one the REP
+  // announces, which the active side is then told to send first.
+  ibv_qp_attr srtr{}, srts{};
+  int mask = 0;
+  srtr.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(rdma_init_qp_attr(p.child, &srtr, &mask), 0);
+  EXPECT_EQ(srtr.dest_qp_num, 0x1234u);
+  srts.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(rdma_init_qp_attr(p.child, &srts, &mask), 0);
   rdma_conn_param ap{};
   ap.qp_num = 0x5678;
   ASSERT_EQ(rdma_accept(p.child, &ap), 0);
   Seen resp = expect(p.cch, RDMA_CM_EVENT_CONNECT_RESPONSE);
   EXPECT_EQ(resp.conn.qp_num, 0x5678u);
+  ibv_qp_attr crtr{}, crts{};
+  crtr.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(rdma_init_qp_attr(p.client, &crtr, &mask), 0);
+  crts.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(rdma_init_qp_attr(p.client, &crts, &mask), 0);
+  EXPECT_EQ(crtr.dest_qp_num, 0x5678u);
+  EXPECT_EQ(crts.sq_psn, srtr.rq_psn);
+  EXPECT_EQ(srts.sq_psn, crtr.rq_psn);
   ASSERT_EQ(rdma_establish(p.client), 0);  // sends the RTU
   expect(p.sch, RDMA_CM_EVENT_ESTABLISHED);
 }
