@@ -56,9 +56,14 @@ namespace {
 // 4.096 µs × 2^14 = 67 ms (the kernel derives ~0.5 s for RoCE from its packet lifetime; uroce's
 // transport probes after ~2 RTT anyway, see transport/completer.h).
 constexpr uint8_t kDefaultAckTimeout = 14;
-// RNR timer of the QPs rdma_cm moves to RTR (IBTA table 45: 12 = 0.64 ms). The kernel's CM
-// leaves 0 (655 ms), which makes every RNR NAK stall a connection for most of a second.
-constexpr uint8_t kMinRnrTimer = 12;
+// RNR timer of the QPs rdma_cm moves to RTR (IBTA table 45: 20 = 10.24 ms). The kernel's CM
+// leaves 0 (655 ms), which makes every RNR NAK stall a connection for most of a second. It was 12
+// (0.64 ms): then a receiver that posts its next receive only after its own send completed —
+// pyverbs' external-QP test does — and is descheduled for a scheduler tick or two (4 ms each at
+// HZ=250) on a loaded host, ran the peer out of the 5 RNR retries librdmacm's connection
+// parameters give (5 × 0.64 ms), about one run in three on this 2-core machine. 5 × 10.24 ms
+// covers a dozen ticks and still costs an RNR 10 ms, not 655.
+constexpr uint8_t kMinRnrTimer = 20;
 constexpr uint8_t kRetryCountDefault = 7;  // rdma_connect(id, NULL): librdmacm's defaults
 constexpr uint8_t kRnrRetryDefault = 7;
 constexpr uint32_t kMaxRdAtom = DeviceLimits::kMaxQpRdAtom;
