@@ -13,6 +13,8 @@ packages=(
   tshark iproute2 procps ethtool iputils-ping python3
   qemu-system-x86 kmod cpio                          # the Linux rxe guest for the interop tests
   python3-pyverbs                                    # rdma-core's pyverbs and its test suite (tests/conformance)
+  ucx-utils libucx0                                  # UCX 1.13: ucx_info, ucx_perftest, io_demo (tests/integration/ucx.sh)
+  libfabric-bin libfabric1                           # libfabric 1.17: fi_info, fi_pingpong (verbs provider)
   clang libclang-rt-14-dev                           # libFuzzer and its sanitizers (tests/fuzz, scripts/fuzz.sh)
 )
 

@@ -148,6 +148,7 @@ void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
   wc.pkey_index = 0;
   wc.byte_len = kGrhBytes + len;
   wc.wc_flags = IBV_WC_GRH;
+  wc.sl = rx.roce_v1 ? kWcSlRoceV1 : kWcSlRoceV2Ipv4;
   if (pkt.info->flags & wire::kHasImm) {
     wc.wc_flags |= IBV_WC_WITH_IMM;
     wc.imm_data = pkt.imm_be;

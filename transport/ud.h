@@ -20,6 +20,14 @@ inline constexpr uint32_t kGrhBytes = 40;
 // Where the IPv4 header of a RoCEv2 packet goes inside those 40 bytes.
 inline constexpr uint32_t kGrhIpv4Offset = 20;
 
+// wc.sl of a UD receive: RoCE has no LRH and so no SL; mlx5 reports the received packet's L3
+// header type there instead (its CQE's "roce_pkt_type": 0 GRH, i.e. RoCE v1; 1 IPv6; 2 IPv4), and
+// consumers rely on it: UCX 1.13's ud_verbs reads an IPv4 packet's destination from the GRH
+// area's last 4 bytes only when (wc.sl & 7) == 2, else compares 16 bytes of GID there and drops
+// every RoCEv2/IPv4 datagram. uroce reports what mlx5 does (docs/middleware.md).
+inline constexpr uint8_t kWcSlRoceV1 = 0;
+inline constexpr uint8_t kWcSlRoceV2Ipv4 = 2;
+
 // IBTA 10.2.5 (C10-15): a Q_Key in a work request with its high-order bit set is not used; the
 // QP's own Q_Key goes into the DETH instead (so only privileged consumers can send controlled
 // Q_Keys).

@@ -56,9 +56,14 @@ namespace {
 // 4.096 µs × 2^14 = 67 ms (the kernel derives ~0.5 s for RoCE from its packet lifetime; uroce's
 // transport probes after ~2 RTT anyway, see transport/completer.h).
 constexpr uint8_t kDefaultAckTimeout = 14;
-// RNR timer of the QPs rdma_cm moves to RTR (IBTA table 45: 12 = 0.64 ms). The kernel's CM
-// leaves 0 (655 ms), which makes every RNR NAK stall a connection for most of a second.
-constexpr uint8_t kMinRnrTimer = 12;
+// RNR timer of the QPs rdma_cm moves to RTR (IBTA table 45: 20 = 10.24 ms). The kernel's CM
+// leaves 0 (655 ms), which makes every RNR NAK stall a connection for most of a second. It was 12
+// (0.64 ms): then a receiver that posts its next receive only after its own send completed —
+// pyverbs' external-QP test does — and is descheduled for a scheduler tick or two (4 ms each at
+// HZ=250) on a loaded host, ran the peer out of the 5 RNR retries librdmacm's connection
+// parameters give (5 × 0.64 ms), about one run in three on this 2-core machine. 5 × 10.24 ms
+// covers a dozen ticks and still costs an RNR 10 ms, not 655.
+constexpr uint8_t kMinRnrTimer = 20;
 constexpr uint8_t kRetryCountDefault = 7;  // rdma_connect(id, NULL): librdmacm's defaults
 constexpr uint8_t kRnrRetryDefault = 7;
 constexpr uint32_t kMaxRdAtom = DeviceLimits::kMaxQpRdAtom;
@@ -198,6 +203,15 @@ bool get_sin(const sockaddr* a, uint32_t* ip, uint16_t* port) {
   return true;
 }
 
+// A malloc'ed copy of an address (rdma_freeaddrinfo frees it); false when out of memory.
+bool copy_addr(const sockaddr* from, socklen_t len, sockaddr** to, socklen_t* to_len) {
+  *to = static_cast<sockaddr*>(std::malloc(len));
+  if (!*to) return false;
+  std::memcpy(*to, from, len);
+  *to_len = len;
+  return true;
+}
+
 // ---- events ---------------------------------------------------------------------------------
 
 EventObj* new_event(IdObj* o, rdma_cm_event_type type, int status) {
@@ -279,11 +293,30 @@ int bind_to(IdObj* o, CmPort* p, uint32_t ip, uint16_t port) {
   set_sin(o->id.route.addr.src_storage, ip, port);
   if (p) {
     o->id.verbs = p->ctx;
+    // librdmacm gives every id of a device that device's PD (ucma_get_device), and programs use
+    // it: UCX's rdmacm CM creates a QP on id->pd before it connects.
+    o->id.pd = p->pd;
     o->id.port_num = 1;
     o->id.route.addr.addr.ibaddr.sgid = p->gid;
     o->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
   }
   return 0;
+}
+
+// rdma_bind_addr (and the source of rdma_resolve_addr): the device whose address `ip` is. A
+// loopback address (127.0.0.0/8) no uroce device has binds no device, like INADDR_ANY: the
+// kernel's CM counts loopback addresses as "any" (cma_any_addr), so such an id gets no device
+// (verbs NULL), a listener listens on every device, and rdma_get_local_addr still says
+// 127.0.0.1. libfabric's verbs provider relies on it: without a node it binds "localhost" and
+// then takes the addresses of the devices' interfaces. Any other address is EADDRNOTAVAIL.
+int bind_addr(IdObj* o, uint32_t ip, uint16_t port) {
+  CmPort* p = nullptr;
+  if (ip != INADDR_ANY) {
+    int err = 0;
+    p = svc().port_by_ip(ip, &err);
+    if (!p && (err != 0 || (ip >> 24) != 127)) return err ? err : EADDRNOTAVAIL;
+  }
+  return bind_to(o, p, ip, port);
 }
 
 // The device an active id without a source address uses to reach `dst`: the one whose address
@@ -450,6 +483,7 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   c->id.ps = l->id.ps;
   c->id.qp_type = l->id.qp_type;
   c->id.verbs = p.ctx;
+  c->id.pd = p.pd;
   c->id.port_num = 1;
   if (l->chan->sync) {
     // A synchronous listener's requests become synchronous ids (librdmacm migrates them).
@@ -466,6 +500,10 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   c->local_port = l->local_port;
   c->remote_ip = peer;
   c->remote_port = h.src_port;
+  // The PSN this side receives first is fixed with the id, not at rdma_accept: an application
+  // that manages its own QP moves it to RTR with rdma_init_qp_attr before it accepts, and the
+  // REP must announce that PSN (the kernel's CM uses the id's seq_num for both).
+  c->local_psn = rng()() & 0xffffff;
   c->tos = l->tos;
   c->ack_timeout = l->ack_timeout;
   set_sin(c->id.route.addr.src_storage, c->local_ip, c->local_port);
@@ -845,7 +883,6 @@ int do_accept(IdObj* o, const rdma_conn_param* cp) {
     if (cp->initiator_depth != RDMA_MAX_INIT_DEPTH)
       o->initiator_depth = std::min(o->initiator_depth, cp->initiator_depth);
   }
-  o->local_psn = rng()() & 0xffffff;
   if (o->id.qp) {
     o->state = IdState::kAccepting;  // qp_attr_for checks it
     int rc = move_qp(o, IBV_QPS_RTR);
@@ -1109,13 +1146,7 @@ UROCE_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (!get_sin(addr, &ip, &port)) return fail(addr ? EAFNOSUPPORT : EINVAL);
   std::lock_guard<std::mutex> g(svc().mu());
   if (o->state != IdState::kIdle) return fail(EINVAL);
-  CmPort* p = nullptr;
-  if (ip != INADDR_ANY) {
-    int err = 0;
-    p = svc().port_by_ip(ip, &err);
-    if (!p) return fail(err ? err : EADDRNOTAVAIL);
-  }
-  if (int rc = bind_to(o, p, ip, port)) return fail(rc);
+  if (int rc = bind_addr(o, ip, port)) return fail(rc);
   return 0;
 }
 
@@ -1165,13 +1196,7 @@ UROCE_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr*
     std::lock_guard<std::mutex> g(svc().mu());
     if (src_addr && o->state == IdState::kIdle) {
       if (!get_sin(src_addr, &sip, &sport)) return fail(EAFNOSUPPORT);
-      CmPort* p = nullptr;
-      if (sip != INADDR_ANY) {
-        int err = 0;
-        p = svc().port_by_ip(sip, &err);
-        if (!p) return fail(err ? err : EADDRNOTAVAIL);
-      }
-      if (int rc = bind_to(o, p, sip, sport)) return fail(rc);
+      if (int rc = bind_addr(o, sip, sport)) return fail(rc);
     }
     if (o->state == IdState::kIdle && bind_to(o, nullptr, 0, 0) != 0) return fail(EADDRINUSE);
     if (o->state != IdState::kBound) return fail(EINVAL);
@@ -1591,32 +1616,17 @@ UROCE_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {
 
 // rdma_getaddrinfo: IPv4 names and numbers through the system resolver; the RDMA fields as
 // librdmacm fills them for an IP address (port space from the hints, TCP by default).
+// As librdmacm's: with a node or a service, getaddrinfo's first IPv4 answer is the source
+// (RAI_PASSIVE) or the destination; without either, the addresses come from the hints alone
+// (libfabric's verbs provider asks so, with only a source address). A source in the hints fills
+// a result that has none.
 UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                   rdma_addrinfo** res) {
-  if (!res || (!node && !service)) return fail(EINVAL);
+  if (!res || (!node && !service && !hints)) return fail(EINVAL);
   if (hints && hints->ai_family && hints->ai_family != AF_INET) return fail(EAFNOSUPPORT);
   const int flags = hints ? hints->ai_flags : 0;
-  addrinfo h{};
-  h.ai_family = AF_INET;
-  h.ai_socktype = SOCK_STREAM;
-  if (flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
-  if (flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
-  addrinfo* ai = nullptr;
-  int rc = getaddrinfo(node, service, &h, &ai);
-  if (rc != 0) {
-    errno = rc == EAI_SYSTEM ? errno : ENOENT;
-    return rc;
-  }
   auto* r = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
-  auto* sa = static_cast<sockaddr_in*>(std::calloc(1, sizeof(sockaddr_in)));
-  if (!r || !sa) {
-    std::free(r);
-    std::free(sa);
-    freeaddrinfo(ai);
-    return fail(ENOMEM);
-  }
-  std::memcpy(sa, ai->ai_addr, sizeof(sockaddr_in));
-  freeaddrinfo(ai);
+  if (!r) return fail(ENOMEM);
   r->ai_flags = flags;
   r->ai_family = AF_INET;
   r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
@@ -1624,19 +1634,41 @@ UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const r
                   : r->ai_port_space == RDMA_PS_UDP || r->ai_port_space == RDMA_PS_IPOIB
                       ? IBV_QPT_UD
                       : IBV_QPT_RC;
-  if (flags & RAI_PASSIVE) {
-    r->ai_src_addr = reinterpret_cast<sockaddr*>(sa);
-    r->ai_src_len = sizeof(sockaddr_in);
-  } else {
-    r->ai_dst_addr = reinterpret_cast<sockaddr*>(sa);
-    r->ai_dst_len = sizeof(sockaddr_in);
-    if (hints && hints->ai_src_addr && hints->ai_src_len) {
-      r->ai_src_addr = static_cast<sockaddr*>(std::malloc(hints->ai_src_len));
-      if (r->ai_src_addr) {
-        std::memcpy(r->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-        r->ai_src_len = hints->ai_src_len;
-      }
+  bool ok = true;
+  if (node || service) {
+    addrinfo h{};
+    h.ai_family = AF_INET;
+    h.ai_socktype = SOCK_STREAM;
+    if (flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
+    if (flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
+    addrinfo* ai = nullptr;
+    int rc = getaddrinfo(node, service, &h, &ai);
+    if (rc != 0) {
+      std::free(r);
+      errno = rc == EAI_SYSTEM ? errno : ENOENT;
+      return rc;
     }
+    ok = (flags & RAI_PASSIVE)
+             ? copy_addr(ai->ai_addr, sizeof(sockaddr_in), &r->ai_src_addr, &r->ai_src_len)
+             : copy_addr(ai->ai_addr, sizeof(sockaddr_in), &r->ai_dst_addr, &r->ai_dst_len);
+    freeaddrinfo(ai);
+  } else if (hints->ai_dst_addr && hints->ai_dst_len) {
+    if (hints->ai_dst_addr->sa_family != AF_INET) {
+      std::free(r);
+      return fail(EAFNOSUPPORT);
+    }
+    ok = copy_addr(hints->ai_dst_addr, hints->ai_dst_len, &r->ai_dst_addr, &r->ai_dst_len);
+  }
+  if (ok && !r->ai_src_len && hints && hints->ai_src_addr && hints->ai_src_len) {
+    if (hints->ai_src_addr->sa_family != AF_INET) {
+      rdma_freeaddrinfo(r);
+      return fail(EAFNOSUPPORT);
+    }
+    ok = copy_addr(hints->ai_src_addr, hints->ai_src_len, &r->ai_src_addr, &r->ai_src_len);
+  }
+  if (!ok) {
+    rdma_freeaddrinfo(r);
+    return fail(ENOMEM);
   }
   *res = r;
   return 0;

@@ -45,7 +45,10 @@ struct DeviceLimits {
   static constexpr uint32_t kVendorId = 0x1af4;  // uroce reports a fixed, documented vendor id
   static constexpr uint32_t kMaxQp = 16384;      // Dispatch::Limits::max_qp; QPNs are 24 bits
   static constexpr uint32_t kMaxCq = 16384;      // reported; one CQ per QP must fit
-  static constexpr uint32_t kMaxCqe = 65536;
+  // CQ entries: mlx5's figure (2^22 - 1). A CQ's storage grows with what it holds (engine/cq.h),
+  // not with its size, and middleware sizes CQs for every peer it may have: libfabric 1.17's rxm
+  // asks for (tx + rx queue) × FI_UNIVERSE_SIZE = (512 + 512) × 256 = 262144 entries.
+  static constexpr uint32_t kMaxCqe = (1u << 22) - 1;
   static constexpr uint32_t kMaxMr = 65536;
   static constexpr uint32_t kMaxMw = 65536;
   static constexpr uint32_t kMaxSrq = 4096;  // per context (src/verbs/srq.cc enforces it)

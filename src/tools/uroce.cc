@@ -2,12 +2,15 @@
 // on an RNIC, for uroce devices:
 //   uroce devices              the devices UROCE_DEVICES configures here, with their port state
 //   uroce stats [-w N] …       the live counters of every running process that has a device open
+//   uroce dev-nodes [--remove] the /dev/infiniband nodes UCX looks for (docs/middleware.md)
 // The counters come from the shared-memory files devices publish (engine/stats_shm.h); this
 // command only reads them (and removes the files of processes that died without closing).
 #include <net/if.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -127,6 +130,89 @@ int cmd_devices(bool json) {
                 ("::ffff:" + r.addr).c_str(), r.netdev.empty() ? "-" : r.netdev.c_str(), r.if_mtu,
                 r.mtu, r.state.c_str(), r.users.empty() ? "-" : r.users.c_str());
   return 0;
+}
+
+// ---- uroce dev-nodes -----------------------------------------------------------------------
+// UCX (uct_ib_device_is_accessible, 1.13 to this day) lists an IB device only when
+// /dev/infiniband/<ibv_device.dev_name> is a character device it may read and write: its check
+// that a kernel driver backs the device. A uroce device has no kernel device, and UCX never opens
+// the node (the context comes from ibv_open_device, which is uroce's). So the node uroce offers
+// is honestly nothing but a marker: a character device with /dev/null's numbers, so that anything
+// that does open it reads nothing and writes nowhere. Making one needs CAP_MKNOD (root), once per
+// boot (/dev is a tmpfs); it then serves every user (mode 0666, like rdma-core's udev rules give
+// /dev/infiniband/uverbs*).
+
+constexpr const char* kDevDir = "/dev/infiniband";
+
+// The device number of /dev/null: the only kind of node this command makes or removes.
+bool null_rdev(dev_t* out) {
+  struct stat st {};
+  if (stat("/dev/null", &st) != 0 || !S_ISCHR(st.st_mode)) return false;
+  *out = st.st_rdev;
+  return true;
+}
+
+int cmd_dev_nodes(bool remove, const std::string& dir) {
+  std::string err;
+  auto cfgs = load_device_config(&err);
+  if (!cfgs) {
+    std::fprintf(stderr, "uroce: %s\n", err.c_str());
+    return 1;
+  }
+  dev_t null_dev = 0;
+  if (!null_rdev(&null_dev)) {
+    std::fprintf(stderr, "uroce: /dev/null is not a character device\n");
+    return 1;
+  }
+  if (!remove && mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "uroce: mkdir %s: %s\n", dir.c_str(), std::strerror(errno));
+    return 1;
+  }
+  int rc = 0;
+  for (const DeviceConfig& c : *cfgs) {
+    // ibv_device.dev_name is the device's name (src/verbs/registry.cc); "." and ".." would name
+    // directories.
+    if (c.name == "." || c.name == "..") {
+      std::fprintf(stderr, "uroce: %s: not a usable node name\n", c.name.c_str());
+      rc = 1;
+      continue;
+    }
+    const std::string path = dir + "/" + c.name;
+    struct stat st {};
+    const bool exists = lstat(path.c_str(), &st) == 0;
+    const bool ours = exists && S_ISCHR(st.st_mode) && st.st_rdev == null_dev;
+    if (exists && !ours) {
+      // A kernel device (or anything else) of that name is never replaced or removed.
+      std::fprintf(stderr, "uroce: %s exists and is not a uroce node: left alone\n", path.c_str());
+      rc = 1;
+      continue;
+    }
+    if (remove) {
+      if (!exists) continue;
+      if (unlink(path.c_str()) != 0) {
+        std::fprintf(stderr, "uroce: unlink %s: %s\n", path.c_str(), std::strerror(errno));
+        rc = 1;
+        continue;
+      }
+      std::printf("removed %s\n", path.c_str());
+      continue;
+    }
+    if (!exists && mknod(path.c_str(), S_IFCHR | 0666, null_dev) != 0) {
+      std::fprintf(stderr, "uroce: mknod %s: %s%s\n", path.c_str(), std::strerror(errno),
+                   errno == EPERM ? " (making a device node needs root)" : "");
+      rc = 1;
+      continue;
+    }
+    // The umask may have narrowed the mode: UCX needs read and write access for every user.
+    if (chmod(path.c_str(), 0666) != 0) {
+      std::fprintf(stderr, "uroce: chmod %s: %s\n", path.c_str(), std::strerror(errno));
+      rc = 1;
+      continue;
+    }
+    std::printf("%s %s (char %u:%u, /dev/null's numbers: a marker for UCX)\n",
+                exists ? "kept" : "created", path.c_str(), major(null_dev), minor(null_dev));
+  }
+  return rc;
 }
 
 // ---- uroce stats ---------------------------------------------------------------------------
@@ -363,9 +449,20 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   stats->add_flag("--json", so.json, "Machine-readable output (one JSON document per refresh)");
 
+  bool nodes_remove = false;
+  std::string nodes_dir = uroce::kDevDir;
+  CLI::App* nodes = app.add_subcommand(
+      "dev-nodes",
+      "Create (as root) /dev/infiniband/NAME for each device UROCE_DEVICES configures: the node "
+      "UCX requires before it uses a device (a marker with /dev/null's numbers, never opened by "
+      "uroce)");
+  nodes->add_flag("--remove", nodes_remove, "Remove those nodes instead (only uroce's markers)");
+  nodes->add_option("--dir", nodes_dir, "Directory of the nodes (default /dev/infiniband)");
+
   CLI11_PARSE(app, argc, argv);
   if (*pid_opt) so.pid = pid;
   if (*devices) return uroce::cmd_devices(devices_json);
+  if (*nodes) return uroce::cmd_dev_nodes(nodes_remove, nodes_dir);
   // The reader may be piped into head(1): a closed pipe ends it quietly.
   signal(SIGPIPE, SIG_DFL);
   return uroce::cmd_stats(so);

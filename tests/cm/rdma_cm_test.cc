@@ -161,6 +161,9 @@ TEST(RdmaCm, ResolvedIdNamesItsDeviceAndRoute) {
   rdma_cm_id* id = p.client;
   ASSERT_NE(id->verbs, nullptr);
   EXPECT_STREQ(ibv_get_device_name(id->verbs->device), "uroce1");  // the source's device
+  // The device's PD, as librdmacm gives it (UCX creates a QP on it before connecting).
+  ASSERT_NE(id->pd, nullptr);
+  EXPECT_EQ(id->pd->context, id->verbs);
   EXPECT_EQ(id->port_num, 1);
   EXPECT_EQ(id->ps, RDMA_PS_TCP);
   EXPECT_EQ(id->qp_type, IBV_QPT_RC);
@@ -218,6 +221,8 @@ TEST(RdmaCm, ConnectAcceptSendDisconnect) {
   EXPECT_EQ(ntohl(peer->sin_addr.s_addr), kClientIp);
   EXPECT_EQ(peer->sin_port, rdma_get_src_port(p.client));
   EXPECT_STREQ(ibv_get_device_name(p.child->verbs->device), "uroce0");
+  ASSERT_NE(p.child->pd, nullptr);
+  EXPECT_EQ(p.child->pd->context, p.child->verbs);
 
   ibv_qp_init_attr sa2 = qp_attr();
   ASSERT_EQ(rdma_create_qp(p.child, nullptr, &sa2), 0);
@@ -309,13 +314,53 @@ TEST(RdmaCm, IdWithoutQpGetsConnectResponseAndEstablishes) {
   Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
   p.child = req.id;
   EXPECT_EQ(req.conn.qp_num, 0x1234u);
+  // The passive application moves its own QP to RTR and RTS before it accepts (pyverbs'
+  // external-QP test does): the PSN it is told to receive first must be the one the REP
+  // announces, which the active side is then told to send first.
+  ibv_qp_attr srtr{}, srts{};
+  int mask = 0;
+  srtr.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(rdma_init_qp_attr(p.child, &srtr, &mask), 0);
+  EXPECT_EQ(srtr.dest_qp_num, 0x1234u);
+  srts.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(rdma_init_qp_attr(p.child, &srts, &mask), 0);
   rdma_conn_param ap{};
   ap.qp_num = 0x5678;
   ASSERT_EQ(rdma_accept(p.child, &ap), 0);
   Seen resp = expect(p.cch, RDMA_CM_EVENT_CONNECT_RESPONSE);
   EXPECT_EQ(resp.conn.qp_num, 0x5678u);
+  ibv_qp_attr crtr{}, crts{};
+  crtr.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(rdma_init_qp_attr(p.client, &crtr, &mask), 0);
+  crts.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(rdma_init_qp_attr(p.client, &crts, &mask), 0);
+  EXPECT_EQ(crtr.dest_qp_num, 0x5678u);
+  EXPECT_EQ(crts.sq_psn, srtr.rq_psn);
+  EXPECT_EQ(srts.sq_psn, crtr.rq_psn);
   ASSERT_EQ(rdma_establish(p.client), 0);  // sends the RTU
   expect(p.sch, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+// Without node and service, librdmacm takes the addresses from the hints (libfabric's verbs
+// provider asks so for a source address alone); with nothing at all it is EINVAL.
+TEST(RdmaCm, GetaddrinfoFromHintsAlone) {
+  rdma_addrinfo* res = nullptr;
+  EXPECT_EQ(rdma_getaddrinfo(nullptr, nullptr, nullptr, &res), -1);
+  EXPECT_EQ(errno, EINVAL);
+  sockaddr_in src = sin_of(kServerIp, 0);
+  rdma_addrinfo hints{};
+  hints.ai_flags = RAI_PASSIVE;
+  hints.ai_src_addr = sa(src);
+  hints.ai_src_len = sizeof src;
+  ASSERT_EQ(rdma_getaddrinfo(nullptr, nullptr, &hints, &res), 0);
+  ASSERT_NE(res, nullptr);
+  EXPECT_EQ(res->ai_family, AF_INET);
+  EXPECT_EQ(res->ai_flags, RAI_PASSIVE);
+  ASSERT_EQ(res->ai_src_len, sizeof src);
+  EXPECT_EQ(std::memcmp(res->ai_src_addr, &src, sizeof src), 0);
+  EXPECT_NE(res->ai_src_addr, hints.ai_src_addr);  // a copy rdma_freeaddrinfo may free
+  EXPECT_EQ(res->ai_dst_addr, nullptr);
+  rdma_freeaddrinfo(res);
 }
 
 TEST(RdmaCm, SynchronousEndpoints) {
@@ -463,6 +508,37 @@ TEST(RdmaCm, WildcardListenerServesEveryDevice) {
   }
 }
 
+// The kernel's CM counts a loopback address as "any" (cma_any_addr): bound to 127.0.0.1 (which
+// no device here has), an id gets no device, keeps its address, and listens on every device.
+TEST(RdmaCm, LoopbackAddressNoDeviceHasBindsLikeTheWildcard) {
+  Pair p;
+  ASSERT_EQ(rdma_create_id(p.sch, &p.listener, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in lo = sin_of(0x7f000001, 7011);
+  ASSERT_EQ(rdma_bind_addr(p.listener, sa(lo)), 0);
+  EXPECT_EQ(p.listener->verbs, nullptr);
+  EXPECT_EQ(p.listener->pd, nullptr);
+  auto* local = reinterpret_cast<sockaddr_in*>(rdma_get_local_addr(p.listener));
+  EXPECT_EQ(ntohl(local->sin_addr.s_addr), 0x7f000001u);
+  ASSERT_EQ(rdma_listen(p.listener, 1), 0);
+  rdma_cm_id* c;
+  ASSERT_EQ(rdma_create_id(p.cch, &c, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in src = sin_of(kClientIp, 0), dst = sin_of(kServerIp, 7011);
+  ASSERT_EQ(rdma_resolve_addr(c, sa(src), sa(dst), 2000), 0);
+  expect(p.cch, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(c, 2000), 0);
+  expect(p.cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma_conn_param cp{};
+  cp.qp_num = 0x42;
+  ASSERT_EQ(rdma_connect(c, &cp), 0);
+  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req.id, nullptr);
+  EXPECT_STREQ(ibv_get_device_name(req.id->verbs->device), "uroce0");
+  rdma_reject(req.id, nullptr, 0);
+  expect(p.cch, RDMA_CM_EVENT_REJECTED, 28);
+  rdma_destroy_id(req.id);
+  rdma_destroy_id(c);
+}
+
 TEST(RdmaCm, BadInputIsRefused) {
   rdma_event_channel* ch = rdma_create_event_channel();
   rdma_cm_id *id, *id2;
@@ -470,7 +546,7 @@ TEST(RdmaCm, BadInputIsRefused) {
   EXPECT_EQ(errno, EINVAL);
   ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
   ASSERT_EQ(rdma_create_id(ch, &id2, nullptr, RDMA_PS_TCP), 0);
-  sockaddr_in foreign = sin_of(0x7f002b99, 7010);  // no uroce device has it
+  sockaddr_in foreign = sin_of(0xc0000201, 7010);  // 192.0.2.1: no uroce device has it
   EXPECT_EQ(rdma_bind_addr(id, sa(foreign)), -1);
   EXPECT_EQ(errno, EADDRNOTAVAIL);
   sockaddr_in s = sin_of(kServerIp, 7010);

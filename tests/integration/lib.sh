@@ -9,7 +9,9 @@
 # SERVER_DEVICES / CLIENT_DEVICES (UROCE_DEVICES of each side; default uroce0=SERVER_IP /
 # uroce0=CLIENT_IP), SERVER_NETNS / CLIENT_NETNS (run that side in a network namespace); READY
 # (text the server prints when it is ready for the client; default: its TCP port is open),
-# SERVER_GRACE (seconds a server may go on after its client failed; default: TIMEOUT).
+# SERVER_GRACE (seconds a server may go on after its client failed; default: TIMEOUT),
+# SERVER_STOP (set: the server serves until stopped, as io_demo's does: once the client is done it
+# is stopped, and counts as exit 0 if it was still running then).
 # Finish with `verdict "$fail"`: PASS when empty, else FAIL and exit 1.
 
 log=$(mktemp -d /tmp/uroce-integration.XXXXXX)
@@ -57,8 +59,14 @@ run_pair() {
     done
     kill "$srv_pid" 2>/dev/null
   fi
-  wait "$srv_pid"
-  srv_rc=$?
+  if [[ -n ${SERVER_STOP:-} ]] && kill -0 "$srv_pid" 2>/dev/null; then
+    kill "$srv_pid" 2>/dev/null
+    wait "$srv_pid"
+    srv_rc=0
+  else
+    wait "$srv_pid"
+    srv_rc=$?
+  fi
   srv_pid=
   echo "--- server (exit $srv_rc)"
   cat "$log/server.out"

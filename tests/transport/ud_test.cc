@@ -115,6 +115,7 @@ TEST_F(UdPair, ReceiveWritesGrhAreaThenPayload) {
   EXPECT_EQ(wc.wc_flags, unsigned(IBV_WC_GRH));
   EXPECT_EQ(wc.src_qp, kQpnA);
   EXPECT_EQ(wc.qp_num, kQpnB);
+  EXPECT_EQ(wc.sl, kWcSlRoceV2Ipv4);  // mlx5's "IPv4" packet type, which UCX needs
   // The first 20 bytes are unused for IPv4, the last 20 hold the IPv4 header.
   for (int i = 0; i < 20; ++i) EXPECT_EQ(dst[i], 0) << i;
   const uint8_t* ip = dst.data() + 20;
@@ -130,6 +131,23 @@ TEST_F(UdPair, ReceiveWritesGrhAreaThenPayload) {
   EXPECT_EQ(sum, 0xffffu) << "IPv4 header checksum";
   EXPECT_EQ(std::memcmp(dst.data() + 40, src.data(), 100), 0);
   EXPECT_EQ(dst[140], 0xee);  // nothing beyond the message
+}
+
+// A RoCE v1 datagram (a real GRH, DPDK devices with roce_v1=1) reports mlx5's "GRH" packet type.
+TEST_F(UdPair, RoceV1ReceiveReportsGrhPacketTypeInSl) {
+  post_recv(8, 40 + 64);
+  ASSERT_EQ(a.qp->post_send(ud_send(1, 64), 0), 0);
+  for (auto& c : test::drain(a)) {
+    RxInfo rx;
+    rx.src_ip = kIpA;
+    rx.dst_ip = kIpB;
+    rx.roce_v1 = true;
+    b.qp->receive(c->pkt, rx, 0);
+  }
+  ASSERT_EQ(b.rcq.wcs.size(), 1u);
+  EXPECT_EQ(b.rcq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(b.rcq.wcs[0].sl, kWcSlRoceV1);
+  EXPECT_EQ(dst[0] >> 4, 6);  // the GRH's IPVer
 }
 
 TEST_F(UdPair, SendWithImmediate) {

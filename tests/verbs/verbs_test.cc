@@ -142,6 +142,14 @@ TEST_F(ContextTest, QueryDeviceTellsLimits) {
   EXPECT_GT(a.max_qp, 0);
   EXPECT_GT(a.max_cq, 0);
   EXPECT_GT(a.max_cqe, 0);
+  // As large as the CQs middleware asks for (libfabric's rxm: 262144), and enforced.
+  EXPECT_GE(a.max_cqe, 262144);
+  ibv_cq* big = ibv_create_cq(ctx_, 262144, nullptr, nullptr, 0);
+  EXPECT_NE(big, nullptr);
+  if (big) {
+    EXPECT_EQ(ibv_destroy_cq(big), 0);
+  }
+  EXPECT_EQ(ibv_create_cq(ctx_, a.max_cqe + 1, nullptr, nullptr, 0), nullptr);
   EXPECT_GT(a.max_mr, 0);
   EXPECT_GT(a.max_qp_wr, 0);
   // rxe's 128 outstanding READ/ATOMIC: perftest sets its depth from the peer's figure.
