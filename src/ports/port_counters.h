@@ -28,6 +28,10 @@ struct PortCounters {
   // UDP port: send sockets on which the kernel refused UDP GSO (UROCE_GSO; e.g. the route's
   // device has no checksum offload): they send one datagram per packet from then on.
   Counter tx_gso_fallback;
+  // UDP port: datagrams the kernel dropped because the receive socket's buffer was full
+  // (SO_RXQ_OVFL): packets lost before uroce could see them, which the transport then recovers
+  // as losses. Many QPs with full send windows into one receiver can do it.
+  Counter rx_socket_overflow;
 
   // Ports that frame Ethernet themselves (dpdk_port/). Receive, frames not handed up: not for
   // this device (another MAC or IPv4 address), not RoCE (another EtherType, IP protocol or UDP
@@ -62,6 +66,7 @@ struct PortCounters {
     f("tx_src_port_sockets", s.tx_src_port_sockets);
     f("tx_src_port_fallback", s.tx_src_port_fallback);
     f("tx_gso_fallback", s.tx_gso_fallback);
+    f("rx_socket_overflow", s.rx_socket_overflow);
     f("rx_not_for_us", s.rx_not_for_us);
     f("rx_non_roce", s.rx_non_roce);
     f("rx_bad_ipv4", s.rx_bad_ipv4);

@@ -81,6 +81,8 @@ struct UdpPortOptions {
   // UROCE_GSO: batch sends with UDP GSO and receives with UDP GRO (see above). false sends and
   // receives one datagram per system-call entry.
   bool gso = false;
+  // The receive socket buffer asked for (bytes; see UdpPort::open). A test asks for little.
+  int rcvbuf_bytes = 32 << 20;
 };
 
 class UdpPort : public Port {
@@ -165,11 +167,13 @@ class UdpPort : public Port {
   struct RxSlot {
     iovec iov;
     sockaddr_in from;
-    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int)) * 3];  // IP_TOS, UDP_GRO, spare
+    // IP_TOS, UDP_GRO, SO_RXQ_OVFL, spare
+    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int)) * 4];
   };
   std::unique_ptr<RxSlot[]> rx_slot_;
   std::unique_ptr<mmsghdr[]> rx_msgs_;
   void reset_rx_slot(size_t i);
+  uint32_t rx_overflow_seen_ = 0;  // the main socket's SO_RXQ_OVFL count as last reported
 
   // Transmit side: a ring of kTxRing buffers, each free or held by the caller. tx_route_[i] is
   // the socket buffer i leaves from (fixed by tx_prepare).
