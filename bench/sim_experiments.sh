@@ -43,8 +43,9 @@ PY
 plot() { "$sim" plot "$@"; }
 
 # The option experiment 4 measures: uroce's in-flight cap of about one bandwidth-delay product
-# (the dumbbell's three 40 Gb/s hops of 1 µs: ~6.7 µs, 33 KB), with a gentle first cut.
-option="max_inflight=32768,initial_alpha_value=64"
+# (the dumbbell's three 40 Gb/s hops of 1 µs: ~6.7 µs, 33 KB), a gentle first cut, and at most
+# one rate cut per 100 µs (about twice the round trip with the queue at Kmax).
+option="max_inflight=32768,initial_alpha_value=64,rate_reduce_monitor_period=100"
 
 echo "## Experiment 1: N long flows into one 40 Gb/s bottleneck"
 e1=$out/exp1.csv
@@ -174,7 +175,8 @@ echo "## Experiment 4: beyond DCQCN — 16:1 incast of 1 MiB"
 e4=$out/exp4.csv
 echo "case,set,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,pfc_pause_frames,cnps,queue_max_kib" >"$e4"
 for c in "dcqcn -" "dcqcn+cap max_inflight=32768" "dcqcn+gentle-alpha initial_alpha_value=64" \
-         "dcqcn+option $option" "none -" "none+cap max_inflight=32768"; do
+         "dcqcn+cut-period rate_reduce_monitor_period=100" "dcqcn+option $option" "none -" \
+         "none+cap max_inflight=32768"; do
   read -r name set <<<"$c"
   cc=dcqcn
   [[ $name == none* ]] && cc=none
