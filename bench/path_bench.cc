@@ -10,6 +10,7 @@
 //   BM_RcWriteStream/N    RDMA WRITEs of N bytes from A to B, unsignaled but every 16th, ACKs
 //                         coalesced by the responder: messages per second of the stack
 //   BM_PostSend           the requester alone: post a 64-byte SEND, build and ICRC its packet
+//   BM_AckHandling        the requester's receive pass for one ACK, to the send completion
 //   BM_PollCq             ibv_poll_cq on a CQ holding one completion
 #include <benchmark/benchmark.h>
 
@@ -306,6 +307,29 @@ void BM_PostSend(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PostSend);
+
+// The requester taking an ACK: A's receive pass for the ACK of one 64-byte SEND (parse, ICRC,
+// dispatch, completer, the send completion into the CQ), the rest of the exchange untimed.
+void BM_AckHandling(benchmark::State& state) {
+  Pair p;
+  const transport::SendWqe s = p.a.send_wqe(64, IBV_WR_SEND, IBV_SEND_SIGNALED);
+  ibv_wc wc[4];
+  int64_t lost = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    p.b.post_recv(64);
+    p.a.post_send(s);
+    p.b.pass();  // the SEND arrives; the ACK leaves
+    p.b.recv_cq.poll(4, wc);
+    state.ResumeTiming();
+    p.a.pass();  // the ACK arrives: the SEND completes
+    lost += 1 - p.a.send_cq.poll(4, wc);
+    p.a.now += 1000;
+    p.b.now += 1000;
+  }
+  if (lost != 0) state.SkipWithError("a completion was missing");
+}
+BENCHMARK(BM_AckHandling);
 
 void BM_PollCq(benchmark::State& state) {
   Cq cq(64, nullptr, nullptr);
