@@ -4,12 +4,31 @@
 // kernel's /dev/infiniband/rdma_cm; here the CM runs in the process (service.h, agent.h) and
 // speaks the IB CM protocol on each device's QP1.
 //
-// Objects: an event channel is a ChannelObj (rdma_event_channel first; its fd a semaphore
-// eventfd, readable while events wait), an id an IdObj (rdma_cm_id first — applications read
-// verbs, qp, route, event, pd, the CQs and channels from it, so they are filled as librdmacm fills
-// them), an event an EventObj (rdma_cm_event first, with room for its private data). Every id
-// and every event channel handed out by these functions is uroce's: which ids a real RNIC would
-// serve is not decided (docs/rdma-cm.md, "Limits").
+// Objects: an event channel is a ChannelObj (rdma_event_channel first), an id an IdObj
+// (rdma_cm_id first — applications read verbs, qp, route, event, pd, the CQs and channels from it,
+// so they are filled as librdmacm fills them), an event an EventObj (rdma_cm_event first, with
+// room for its private data).
+//
+// Forwarding. An id whose first address is not a uroce device's (a bind or a resolve source of
+// another address or family, or a resolve whose route leaves from such an address) is handed to
+// the system librdmacm, reached through dlvsym(RTLD_NEXT, name, "RDMACM_1.x") as src/verbs
+// reaches libibverbs: the IdObj keeps a real id (`real`) on a real event channel behind the
+// application's channel, and from then on every call on it goes to the real library. The real
+// id's public fields are copied into the application's id after each call and event (pull),
+// and those the application may set itself (qp, pd, srq, CQs) are copied back before each call
+// (push). Real events are read from the real channel by rdma_get_cm_event and wrapped in an
+// EventObj whose id and listen_id are the application's ids (a CONNECT_REQUEST makes the IdObj
+// of its new id); acknowledging the wrapper acknowledges the real event. An async channel's fd
+// is an epoll fd over uroce's event fd and, once it has one, the real channel's fd, so the
+// application polls one fd for both. The real library is touched only when an id is forwarded
+// (docs/rdma-cm.md, "Ids of other RDMA devices").
+//
+// The real library calls its own exports through the PLT (rdma_create_id calls
+// rdma_create_event_channel, rdma_create_qp calls rdma_create_qp_ex, rsockets all of them), and
+// under LD_PRELOAD those calls reach these functions with the real library's objects. A
+// thread-local depth counts uroce's calls into the real library; while it is non-zero every
+// export passes its arguments straight to the real function. rsockets, called by the
+// application, is not inside such a call, so it still runs over uroce's rdma_cm.
 //
 // Events follow librdmacm over the kernel CM: ADDR_RESOLVED, ROUTE_RESOLVED, CONNECT_REQUEST
 // (on the listener's channel, with the new id), CONNECT_RESPONSE (only for an id without a QP),
@@ -20,18 +39,24 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
+#include <system_error>
 
 #include "cm/agent.h"
 #include "cm/ip_cm.h"
@@ -41,6 +66,7 @@
 #include "ah.h"
 #include "objects.h"
 #include "provider.h"
+#include "real.h"
 
 #define UROCE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -69,10 +95,59 @@ constexpr uint8_t kRnrRetryDefault = 7;
 constexpr uint32_t kMaxRdAtom = DeviceLimits::kMaxQpRdAtom;
 constexpr uint16_t kEphemeralLo = 32768, kEphemeralHi = 60999;  // Linux's ip_local_port_range
 
+struct EventObj;
+
+// A channel's uroce events in order, and a semaphore eventfd readable while it holds any. pop()
+// never blocks: get_event waits, over this fd and the real channel's.
+class EventQueue {
+ public:
+  EventQueue() : fd_(eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE | EFD_NONBLOCK)) {
+    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  }
+  ~EventQueue() { close(fd_); }
+  EventQueue(const EventQueue&) = delete;
+  EventQueue& operator=(const EventQueue&) = delete;
+  int fd() const { return fd_; }
+  void push(EventObj* e) {
+    std::lock_guard<std::mutex> g(mu_);
+    q_.push_back(e);
+    uint64_t one = 1;
+    ssize_t r = write(fd_, &one, sizeof one);  // cannot fail short of 2^64-2 unread events
+    (void)r;
+  }
+  // The oldest event, or null. The token is taken under the same lock as the event, so the
+  // fd's count is always the queue's length.
+  EventObj* pop() {
+    std::lock_guard<std::mutex> g(mu_);
+    if (q_.empty()) return nullptr;
+    EventObj* e = q_.front();
+    q_.pop_front();
+    uint64_t v;
+    ssize_t r = read(fd_, &v, sizeof v);
+    (void)r;
+    return e;
+  }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+  std::deque<EventObj*> q_;
+};
+
 struct ChannelObj {
   rdma_event_channel ch;  // first: the application's view
-  CompChannel q;          // events (EventObj*) in order; its fd is ch.fd
+  EventQueue q;           // uroce's events
   bool sync = false;      // the private channel of a synchronous id
+  // An async channel's fd (ch.fd): an epoll fd over q.fd() and, once an id on the channel is
+  // forwarded, the real channel's fd, so that the application's poll sees both. It is made with
+  // the channel, as the application may poll (and set O_NONBLOCK on) ch.fd before any id exists.
+  // -1 for a synchronous id's channel, whose fd is q.fd() (only uroce waits on it).
+  int epfd = -1;
+  // The system librdmacm's channel behind this one, made by the first forwarded id (real_mu
+  // serialises that); its fd is O_NONBLOCK, get_event does the waiting.
+  std::mutex real_mu;
+  std::atomic<rdma_event_channel*> real{nullptr};
+  std::atomic<unsigned> turn{0};  // get_event alternates which source it reads first
 };
 
 struct IdObj;
@@ -80,7 +155,8 @@ struct IdObj;
 struct EventObj {
   rdma_cm_event ev;  // first
   IdObj* owner = nullptr;
-  uint8_t pd[kCmMessageBytes];  // private data the event points to
+  rdma_cm_event* real = nullptr;  // the real library's event this one translates (forwarded ids)
+  uint8_t pd[kCmMessageBytes];    // private data the event points to
 };
 
 enum class IdState : uint8_t {
@@ -95,6 +171,20 @@ enum class IdState : uint8_t {
   kConnected,
   kDisconnected,
   kRejected,
+  kForwarded,  // the system librdmacm's (IdObj::real); uroce keeps no state of its own for it
+};
+
+// The fields of rdma_cm_id an application may set itself (rsockets puts its own CQs and
+// channels in the id before rdma_create_qp, and rdma_destroy_qp destroys them), as last copied
+// from the real id: a field that differs from it was set by the application and is pushed.
+struct AppFields {
+  ibv_qp* qp = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_srq* srq = nullptr;
+  ibv_cq* send_cq = nullptr;
+  ibv_cq* recv_cq = nullptr;
+  ibv_comp_channel* send_cq_channel = nullptr;
+  ibv_comp_channel* recv_cq_channel = nullptr;
 };
 
 struct IdObj {
@@ -133,6 +223,13 @@ struct IdObj {
   bool disconnect_reported = false;
   bool destroyed = false;
   int events_out = 0;  // queued or handed out and not acknowledged
+  // Forwarded: the system librdmacm's id (its context is this IdObj), set once; never cleared,
+  // so that free_id knows id.route points into the real library's memory.
+  std::atomic<rdma_cm_id*> real{nullptr};
+  AppFields pushed;  // the app-settable fields as last pulled from `real`
+  // Options set before the id had an address, replayed on the real id when it is forwarded.
+  bool tos_set = false, reuseaddr_set = false, ack_timeout_set = false, afonly_set = false;
+  int afonly = 0;
 };
 
 std::mt19937& rng() {
@@ -241,16 +338,143 @@ void post_event(IdObj* o, EventObj* e, ChannelObj* on = nullptr) {
   log().debug("rdma_cm: id {} gets {} (status {})", static_cast<void*>(o),
               rdma_event_str(e->ev.event), e->ev.status);
   ++o->events_out;
-  (on ? on : o->chan)->q.notify(e);
+  (on ? on : o->chan)->q.push(e);
 }
 
 void post(IdObj* o, rdma_cm_event_type type, int status) {
   post_event(o, new_event(o, type, status));
 }
 
+// ---- the system librdmacm ------------------------------------------------------------------
+
+// How deep this thread is in calls uroce made into the real library (see the file comment).
+thread_local int t_in_real = 0;
+
+struct InReal {
+  InReal() { ++t_in_real; }
+  ~InReal() { --t_in_real; }
+  InReal(const InReal&) = delete;
+  InReal& operator=(const InReal&) = delete;
+};
+
+// Whether a system librdmacm is loaded behind liburoce (under uroce-run, for every program
+// linked against librdmacm.so.1; not for a program linked to liburoce alone).
+bool real_present() {
+  return UROCE_REAL(rdma_create_id, "RDMACM_1.0") != nullptr;
+}
+
+// Closes a channel and the real channel behind it (the real library's destroy only closes its
+// fd and frees it: it calls nothing back, so mu may be held).
+void destroy_channel(ChannelObj* ch) {
+  if (rdma_event_channel* r = ch->real.load(std::memory_order_acquire)) {
+    InReal in;
+    UROCE_REAL(rdma_destroy_event_channel, "RDMACM_1.0")(r);
+  }
+  if (ch->epfd >= 0) close(ch->epfd);
+  delete ch;
+}
+
+// The real channel behind `ch`, made the first time an id on it is forwarded: 0, or the real
+// library's errno (ENODEV without kernel RDMA). mu not held.
+int real_channel(ChannelObj* ch, rdma_event_channel** out) {
+  std::lock_guard<std::mutex> g(ch->real_mu);
+  if (rdma_event_channel* r = ch->real.load(std::memory_order_acquire)) {
+    *out = r;
+    return 0;
+  }
+  auto create = UROCE_REAL(rdma_create_event_channel, "RDMACM_1.0");
+  auto destroy = UROCE_REAL(rdma_destroy_event_channel, "RDMACM_1.0");
+  if (!create || !destroy) return ENOSYS;
+  rdma_event_channel* r;
+  {
+    InReal in;
+    errno = 0;
+    r = create();
+  }
+  if (!r) return errno ? errno : ENODEV;
+  // get_event reads it without blocking and waits on the fds itself.
+  int err = 0;
+  int fl = fcntl(r->fd, F_GETFL);
+  if (fl < 0 || fcntl(r->fd, F_SETFL, fl | O_NONBLOCK) < 0) err = errno;
+  if (!err && ch->epfd >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = r->fd;
+    if (epoll_ctl(ch->epfd, EPOLL_CTL_ADD, r->fd, &ev) < 0) err = errno;
+  }
+  if (err) {
+    InReal in;
+    destroy(r);
+    return err;
+  }
+  ch->real.store(r, std::memory_order_release);
+  *out = r;
+  return 0;
+}
+
+// Copies the real id's public fields into the application's id. mu held.
+void pull(IdObj* o) {
+  const rdma_cm_id* r = o->real.load(std::memory_order_acquire);
+  rdma_cm_id& id = o->id;
+  id.verbs = r->verbs;
+  id.route = r->route;  // path_rec points into the real id, alive as long as it
+  id.port_num = r->port_num;
+  id.ps = r->ps;
+  id.qp_type = r->qp_type;
+  id.qp = r->qp;
+  id.pd = r->pd;
+  id.srq = r->srq;
+  id.send_cq = r->send_cq;
+  id.recv_cq = r->recv_cq;
+  id.send_cq_channel = r->send_cq_channel;
+  id.recv_cq_channel = r->recv_cq_channel;
+  o->pushed = {
+      r->qp, r->pd, r->srq, r->send_cq, r->recv_cq, r->send_cq_channel, r->recv_cq_channel};
+}
+
+// Copies into the real id the fields the application changed since the last pull. mu held.
+void push(IdObj* o) {
+  rdma_cm_id* r = o->real.load(std::memory_order_acquire);
+  const rdma_cm_id& id = o->id;
+  const AppFields& p = o->pushed;
+  if (id.qp != p.qp) r->qp = id.qp;
+  if (id.pd != p.pd) r->pd = id.pd;
+  if (id.srq != p.srq) r->srq = id.srq;
+  if (id.send_cq != p.send_cq) r->send_cq = id.send_cq;
+  if (id.recv_cq != p.recv_cq) r->recv_cq = id.recv_cq;
+  if (id.send_cq_channel != p.send_cq_channel) r->send_cq_channel = id.send_cq_channel;
+  if (id.recv_cq_channel != p.recv_cq_channel) r->recv_cq_channel = id.recv_cq_channel;
+}
+
+// A call on a forwarded id: the application's fields pushed, the real function called without
+// mu (it may call these exports back), the real id's fields pulled. Returns the call's result
+// with the real library's errno.
+template <typename Call>
+auto fwd(IdObj* o, Call&& call) {
+  rdma_cm_id* r = o->real.load(std::memory_order_acquire);
+  {
+    std::lock_guard<std::mutex> g(svc().mu());
+    push(o);
+  }
+  int err;
+  auto rc = [&] {
+    InReal in;
+    errno = 0;
+    auto v = call(r);
+    err = errno;
+    return v;
+  }();
+  {
+    std::lock_guard<std::mutex> g(svc().mu());
+    pull(o);
+  }
+  errno = err;
+  return rc;
+}
+
 void free_id(IdObj* o) {
-  if (o->own_chan) delete o->chan;
-  delete o->id.route.path_rec;
+  if (o->own_chan) destroy_channel(o->chan);
+  if (!o->real.load(std::memory_order_relaxed)) delete o->id.route.path_rec;
   ids().erase(o);
   delete o;
 }
@@ -269,7 +493,8 @@ bool port_taken(rdma_port_space ps, uint32_t ip, uint16_t port, const IdObj* sel
     if (o == self || o->destroyed || o->local_port != port || o->id.ps != ps) continue;
     // Ids a listener handed out share its port without holding it (as the kernel's CM): a new
     // listener may bind the port while connections accepted on the old one live on.
-    if (o->state == IdState::kIdle || o->accepted) continue;
+    // A forwarded id's ports are the kernel's CM's: another port space.
+    if (o->state == IdState::kIdle || o->state == IdState::kForwarded || o->accepted) continue;
     if (o->wildcard || ip == 0 || o->local_ip == ip) return true;
   }
   return false;
@@ -319,6 +544,24 @@ int bind_addr(IdObj* o, uint32_t ip, uint16_t port) {
   return bind_to(o, p, ip, port);
 }
 
+// The source address the kernel's routing table picks towards `dst`, or 0 when it has no route.
+uint32_t route_source(uint32_t dst) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(dst);
+  to.sin_port = htons(4791);
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  uint32_t src = 0;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0)
+    src = ntohl(me.sin_addr.s_addr);
+  close(fd);
+  return src;
+}
+
 // The device an active id without a source address uses to reach `dst`: the one whose address
 // the kernel would pick as the route's source, else the first uroce device (several processes on
 // one host use 127.0.0.x addresses, where the kernel's choice is always 127.0.0.1).
@@ -328,26 +571,77 @@ CmPort* choose_port(uint32_t dst, int* err) {
     *err = EADDRNOTAVAIL;
     return nullptr;
   }
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(dst);
-    to.sin_port = htons(4791);
-    sockaddr_in me{};
-    socklen_t len = sizeof me;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
-      uint32_t src = ntohl(me.sin_addr.s_addr);
-      for (uv::VDevice* d : devs)
-        if (d->cfg.ipv4 == src) {
-          close(fd);
-          return svc().port_of(d, err);
-        }
-    }
-    close(fd);
-  }
+  if (uint32_t src = route_source(dst))
+    for (uv::VDevice* d : devs)
+      if (d->cfg.ipv4 == src) return svc().port_of(d, err);
   return svc().port_of(devs.front(), err);
+}
+
+// Whether an IPv4 address is another RDMA device's: neither wildcard, nor loopback (uroce's, see
+// bind_addr), nor a uroce device's. *err: a uroce device has it but cannot be opened. mu held.
+bool foreign_ipv4(uint32_t ip, int* err) {
+  if (ip == INADDR_ANY || (ip >> 24) == 127) return false;
+  return svc().port_by_ip(ip, err) == nullptr && *err == 0;
+}
+
+// Hands the id `o`, reserved for forwarding by its caller (state kForwarded, `real` still null),
+// to the system librdmacm: a real id on the real channel behind o's, with the options set so
+// far, then `first` — the call that gives it its first address (bind or resolve). 0, or -1 with
+// the real library's errno, and then `o` is idle and uroce's again. *no_rdma: the real library
+// could not even make an event channel (no kernel RDMA stack at all). mu not held.
+template <typename First>
+int forward_id(IdObj* o, First&& first, bool* no_rdma = nullptr) {
+  struct Opt {
+    bool set;
+    int name;
+    uint8_t u8;
+    int i;
+    bool is_int;
+  };
+  Opt opts[4];
+  {
+    std::lock_guard<std::mutex> g(svc().mu());
+    opts[0] = {o->tos_set, RDMA_OPTION_ID_TOS, o->tos, 0, false};
+    opts[1] = {o->reuseaddr_set, RDMA_OPTION_ID_REUSEADDR, 0, o->reuseaddr ? 1 : 0, true};
+    opts[2] = {o->afonly_set, RDMA_OPTION_ID_AFONLY, 0, o->afonly, true};
+    opts[3] = {o->ack_timeout_set, RDMA_OPTION_ID_ACK_TIMEOUT, o->ack_timeout, 0, false};
+  }
+  auto undo = [&](int err) {
+    std::lock_guard<std::mutex> g(svc().mu());
+    o->state = IdState::kIdle;
+    return fail(err);
+  };
+  rdma_event_channel* rch = nullptr;
+  if (int rc = real_channel(o->chan, &rch)) {
+    if (no_rdma) *no_rdma = true;
+    return undo(rc);
+  }
+  auto create = UROCE_REAL(rdma_create_id, "RDMACM_1.0");
+  auto destroy = UROCE_REAL(rdma_destroy_id, "RDMACM_1.0");
+  auto set_option = UROCE_REAL(rdma_set_option, "RDMACM_1.0");
+  rdma_cm_id* r = nullptr;
+  int err = 0;
+  {
+    InReal in;
+    // The real id's context is the IdObj: events name their id by it.
+    int rc = create(rch, &r, o, o->id.ps);
+    for (Opt& op : opts) {
+      if (rc != 0 || !op.set) continue;
+      rc = op.is_int ? set_option(r, RDMA_OPTION_ID, op.name, &op.i, sizeof op.i)
+                     : set_option(r, RDMA_OPTION_ID, op.name, &op.u8, sizeof op.u8);
+    }
+    if (rc == 0) rc = first(r);
+    if (rc != 0) {
+      err = errno ? errno : EIO;
+      if (r) destroy(r);
+    }
+  }
+  if (err) return undo(err);
+  std::lock_guard<std::mutex> g(svc().mu());
+  o->real.store(r, std::memory_order_release);
+  pull(o);
+  log().debug("rdma_cm: id {} forwarded to the system librdmacm", static_cast<void*>(o));
+  return 0;
 }
 
 void fill_route(IdObj* o) {
@@ -751,31 +1045,167 @@ int complete(IdObj* o) {
   }
 }
 
-int get_event(ChannelObj* ch, rdma_cm_event** out) {
-  for (;;) {
-    void* cookie = nullptr;
-    int rc = ch->q.get_event(&cookie);  // blocks unless the fd is O_NONBLOCK; mu not held
-    if (rc != 0) return fail(rc);
-    auto* e = static_cast<EventObj*>(cookie);
-    std::lock_guard<std::mutex> g(svc().mu());
-    if (e->owner->destroyed) {  // its id went away before the event was read: drop it
-      release_event(e);
-      continue;
-    }
-    *out = &e->ev;
-    return 0;
-  }
-}
-
 ChannelObj* new_channel(bool sync) {
+  ChannelObj* c = nullptr;
   try {
-    auto* c = new ChannelObj();
-    c->sync = sync;
-    c->ch.fd = c->q.fd();
-    return c;
+    c = new ChannelObj();
   } catch (const std::exception&) {
     errno = EMFILE;
     return nullptr;
+  }
+  c->sync = sync;
+  c->ch.fd = c->q.fd();
+  if (!sync) {
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = c->q.fd();
+    if (c->epfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->q.fd(), &ev) < 0) {
+      int err = errno;
+      destroy_channel(c);
+      errno = err;
+      return nullptr;
+    }
+    c->ch.fd = c->epfd;
+  }
+  return c;
+}
+
+// A forwarded CONNECT_REQUEST's new id, for a synchronous listener: as librdmacm does (and
+// child_of), it gets a synchronous channel of its own, real channel included. The real library
+// counts a CONNECT_REQUEST against the listener, so migrating the new id does not wait for it
+// to be acknowledged. 0 or an errno; mu not held.
+int adopt_sync(IdObj* c) {
+  ChannelObj* nc = new_channel(true);
+  if (!nc) return errno;
+  rdma_event_channel* rch = nullptr;
+  int err = real_channel(nc, &rch);
+  if (!err) {
+    InReal in;
+    if (UROCE_REAL(rdma_migrate_id, "RDMACM_1.0")(c->real.load(), rch) != 0) err = errno;
+  }
+  if (err) {
+    destroy_channel(nc);
+    return err;
+  }
+  std::lock_guard<std::mutex> g(svc().mu());
+  c->chan = nc;
+  c->own_chan = true;
+  c->id.channel = &nc->ch;
+  return 0;
+}
+
+// Wraps an event the real library delivered on `ch` for the application: its id (and
+// listen_id) are the application's ids, a CONNECT_REQUEST's new id gets its IdObj, and the
+// fields the event changed in the real id are pulled. mu not held.
+int take_real_event(rdma_cm_event* re, rdma_cm_event** out) {
+  auto* e = new EventObj();
+  e->real = re;
+  e->ev = *re;  // the parameters, private data pointing into the real event
+  IdObj* child = nullptr;
+  bool sync_listener = false;
+  {
+    std::lock_guard<std::mutex> g(svc().mu());
+    if (re->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      auto* l = static_cast<IdObj*>(re->listen_id->context);
+      child = new IdObj();
+      child->accepted = true;
+      child->state = IdState::kForwarded;
+      child->id.context = l->id.context;
+      child->chan = l->chan;
+      child->id.channel = &l->chan->ch;
+      child->real.store(re->id, std::memory_order_release);
+      re->id->context = child;  // it carried the listener's (librdmacm copies it)
+      ids().insert(child);
+      sync_listener = l->chan->sync;
+      e->ev.listen_id = &l->id;
+      e->owner = child;
+    } else {
+      e->owner = static_cast<IdObj*>(re->id->context);
+      if (re->listen_id) e->ev.listen_id = &static_cast<IdObj*>(re->listen_id->context)->id;
+    }
+    pull(e->owner);
+    e->ev.id = &e->owner->id;
+    ++e->owner->events_out;
+  }
+  if (child && sync_listener) {
+    if (int err = adopt_sync(child)) {
+      // As librdmacm when it cannot set up a request's id: refuse the request, drop the id.
+      rdma_cm_id* r = child->real.load();
+      {
+        InReal in;
+        UROCE_REAL(rdma_reject, "RDMACM_1.0")(r, nullptr, 0);
+      }
+      rdma_ack_cm_event(&e->ev);
+      {
+        InReal in;
+        UROCE_REAL(rdma_destroy_id, "RDMACM_1.0")(r);
+      }
+      std::lock_guard<std::mutex> g(svc().mu());
+      child->destroyed = true;
+      if (child->events_out == 0) free_id(child);
+      return fail(err);
+    }
+  }
+  *out = &e->ev;
+  return 0;
+}
+
+// Waits until `ch` may have an event: its epoll fd (async), or its event fd and its real
+// channel's fd (a synchronous id's channel). 0 or an errno (EINTR when a signal interrupted the
+// wait: librdmacm's blocking read() of the channel returns it too).
+int wait_channel(ChannelObj* ch) {
+  pollfd p[2]{};
+  nfds_t n = 0;
+  if (ch->epfd >= 0) {
+    p[n++] = {ch->epfd, POLLIN, 0};
+  } else {
+    p[n++] = {ch->q.fd(), POLLIN, 0};
+    if (rdma_event_channel* r = ch->real.load(std::memory_order_acquire))
+      p[n++] = {r->fd, POLLIN, 0};
+  }
+  return poll(p, n, -1) < 0 ? errno : 0;
+}
+
+// The channel's next event, uroce's or the real library's; the two are tried in turn so that
+// neither starves the other. Blocks unless the application made ch.fd O_NONBLOCK (then EAGAIN);
+// a synchronous id's channel always blocks. mu not held.
+int get_event(ChannelObj* ch, rdma_cm_event** out) {
+  for (;;) {
+    const bool real_first = (ch->turn.fetch_add(1, std::memory_order_relaxed) & 1) != 0;
+    for (int k = 0; k < 2; ++k) {
+      if ((k == 0) == real_first) {
+        rdma_event_channel* r = ch->real.load(std::memory_order_acquire);
+        if (!r) continue;
+        rdma_cm_event* re = nullptr;
+        int rc, err;
+        {
+          InReal in;
+          errno = 0;
+          rc = UROCE_REAL(rdma_get_cm_event, "RDMACM_1.0")(r, &re);
+          err = errno;
+        }
+        if (rc == 0) return take_real_event(re, out);
+        if (err != EAGAIN && err != EWOULDBLOCK) return fail(err ? err : EIO);
+        continue;
+      }
+      EventObj* e = ch->q.pop();
+      if (!e) continue;
+      std::lock_guard<std::mutex> g(svc().mu());
+      if (e->owner->destroyed) {  // its id went away before the event was read: drop it
+        release_event(e);
+        k = -1;  // look at both sources again
+        continue;
+      }
+      *out = &e->ev;
+      return 0;
+    }
+    if (!ch->sync) {
+      int fl = fcntl(ch->epfd, F_GETFL);
+      if (fl < 0) return -1;
+      if (fl & O_NONBLOCK) return fail(EAGAIN);
+    }
+    if (int rc = wait_channel(ch)) return fail(rc);
   }
 }
 
@@ -1022,28 +1452,48 @@ void detach(IdObj* o) {
 using namespace uroce::cm;
 using uroce::cm::IdObj;
 
+// The real function `name`@`ver`, typed like the public declaration.
+#define REAL_CM(name, ver) UROCE_REAL(name, ver)
+// First thing in an export: when the real library is calling its own export (t_in_real), pass
+// the call to the real function unchanged.
+#define PASS_TO_REAL(name, ver, ...)                       \
+  do {                                                     \
+    if (t_in_real) return REAL_CM(name, ver)(__VA_ARGS__); \
+  } while (0)
+
 // ---- exported: event channels -------------------------------------------------------------
 
 UROCE_EXPORT rdma_event_channel* rdma_create_event_channel(void) {
+  PASS_TO_REAL(rdma_create_event_channel, "RDMACM_1.0");
   ensure_handler();
   ChannelObj* c = new_channel(false);
   return c ? &c->ch : nullptr;
 }
 
 UROCE_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
+  PASS_TO_REAL(rdma_destroy_event_channel, "RDMACM_1.0", channel);
   if (!channel) return;
-  delete reinterpret_cast<ChannelObj*>(channel);
+  destroy_channel(reinterpret_cast<ChannelObj*>(channel));
 }
 
 UROCE_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
+  PASS_TO_REAL(rdma_get_cm_event, "RDMACM_1.0", channel, event);
   if (!channel || !event) return fail(EINVAL);
   return get_event(reinterpret_cast<ChannelObj*>(channel), event);
 }
 
 UROCE_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
+  PASS_TO_REAL(rdma_ack_cm_event, "RDMACM_1.0", event);
   if (!event) return fail(EINVAL);
+  auto* e = reinterpret_cast<EventObj*>(event);
+  if (e->real) {
+    // First the real event: that may let a real rdma_destroy_id waiting for it return, and
+    // that id's IdObj is freed by whichever of the two takes mu last.
+    InReal in;
+    if (REAL_CM(rdma_ack_cm_event, "RDMACM_1.0")(e->real) != 0) return -1;
+  }
   std::lock_guard<std::mutex> g(svc().mu());
-  release_event(reinterpret_cast<EventObj*>(event));
+  release_event(e);
   return 0;
 }
 
@@ -1089,6 +1539,7 @@ UROCE_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
 
 UROCE_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
                                 rdma_port_space ps) {
+  PASS_TO_REAL(rdma_create_id, "RDMACM_1.0", channel, id, context, ps);
   ensure_handler();
   ibv_qp_type t;
   if (!id || !qp_type_for(ps, &t)) return fail(EINVAL);
@@ -1110,11 +1561,26 @@ UROCE_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, vo
 }
 
 UROCE_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_destroy_id, "RDMACM_1.0", id);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
   rdma_cm_event* held = id->event;  // a synchronous id's last event
   id->event = nullptr;
   if (held) rdma_ack_cm_event(held);
+  if (rdma_cm_id* r = o->real.load(std::memory_order_acquire)) {
+    // The real library's destroy waits until the id's events are acknowledged, as it does
+    // without uroce; when it returns no event of the id is left anywhere.
+    int rc;
+    {
+      InReal in;
+      rc = REAL_CM(rdma_destroy_id, "RDMACM_1.0")(r);
+    }
+    if (rc != 0) return -1;
+    std::lock_guard<std::mutex> g(svc().mu());
+    o->destroyed = true;
+    if (o->events_out == 0) free_id(o);
+    return 0;
+  }
   std::lock_guard<std::mutex> g(svc().mu());
   detach(o);
   o->destroyed = true;
@@ -1126,34 +1592,74 @@ UROCE_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
 }
 
 UROCE_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
+  PASS_TO_REAL(rdma_migrate_id, "RDMACM_1.0", id, channel);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
   ChannelObj* ch = channel ? reinterpret_cast<ChannelObj*>(channel) : new_channel(true);
   if (!ch) return -1;
-  std::lock_guard<std::mutex> g(svc().mu());
-  if (o->own_chan && o->chan != ch) delete o->chan;
-  o->chan = ch;
-  o->own_chan = channel == nullptr;
-  o->id.channel = &ch->ch;
+  if (rdma_cm_id* r = o->real.load(std::memory_order_acquire)) {
+    // The real id moves to the real channel behind the new one (the real library waits, as
+    // without uroce, until the id's events on the old channel are acknowledged).
+    rdma_event_channel* rch = nullptr;
+    int err = real_channel(ch, &rch);
+    if (!err) {
+      InReal in;
+      if (REAL_CM(rdma_migrate_id, "RDMACM_1.0")(r, rch) != 0) err = errno;
+    }
+    if (err) {
+      if (!channel) destroy_channel(ch);
+      return fail(err);
+    }
+  }
+  ChannelObj* old = nullptr;
+  {
+    std::lock_guard<std::mutex> g(svc().mu());
+    if (o->own_chan && o->chan != ch) old = o->chan;
+    o->chan = ch;
+    o->own_chan = channel == nullptr;
+    o->id.channel = &ch->ch;
+  }
+  if (old) destroy_channel(old);
   return 0;
 }
 
 UROCE_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
+  PASS_TO_REAL(rdma_bind_addr, "RDMACM_1.0", id, addr);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
-  uint32_t ip;
-  uint16_t port;
-  if (!get_sin(addr, &ip, &port)) return fail(addr ? EAFNOSUPPORT : EINVAL);
-  std::lock_guard<std::mutex> g(svc().mu());
-  if (o->state != IdState::kIdle) return fail(EINVAL);
-  if (int rc = bind_addr(o, ip, port)) return fail(rc);
-  return 0;
+  auto real_bind = [addr](rdma_cm_id* r) { return REAL_CM(rdma_bind_addr, "RDMACM_1.0")(r, addr); };
+  if (o->real.load(std::memory_order_acquire)) return fwd(o, real_bind);
+  if (!addr) return fail(EINVAL);
+  {
+    std::lock_guard<std::mutex> g(svc().mu());
+    if (o->state != IdState::kIdle) return fail(EINVAL);
+    uint32_t ip;
+    uint16_t port;
+    if (get_sin(addr, &ip, &port)) {
+      int err = 0;
+      if (!foreign_ipv4(ip, &err)) {
+        if (err) return fail(err);
+        if (int rc = bind_addr(o, ip, port)) return fail(rc);
+        return 0;
+      }
+      if (!real_present()) return fail(EADDRNOTAVAIL);  // no RDMA device has it
+    } else if (!real_present()) {
+      return fail(EAFNOSUPPORT);  // uroce is IPv4 only
+    }
+    o->state = IdState::kForwarded;  // reserved: forward_id makes the real id
+  }
+  return forward_id(o, real_bind);
 }
 
 UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
-  (void)backlog;  // the CM queues every request; the application sees them as events
+  PASS_TO_REAL(rdma_listen, "RDMACM_1.0", id, backlog);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire))
+    return fwd(o,
+               [backlog](rdma_cm_id* r) { return REAL_CM(rdma_listen, "RDMACM_1.0")(r, backlog); });
+  // uroce's CM queues every request (the backlog is not enforced); the application sees them as
+  // events.
   std::lock_guard<std::mutex> g(svc().mu());
   if (o->state == IdState::kIdle && bind_to(o, nullptr, 0, 0) != 0) return fail(EADDRINUSE);
   if (o->state != IdState::kBound) return fail(EINVAL);
@@ -1186,12 +1692,55 @@ UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
 
 UROCE_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr,
                                    int timeout_ms) {
-  (void)timeout_ms;  // resolution is local (no ARP or SA query): it never waits
+  PASS_TO_REAL(rdma_resolve_addr, "RDMACM_1.0", id, src_addr, dst_addr, timeout_ms);
   if (!id || !dst_addr) return fail(EINVAL);
   IdObj* o = to_obj(id);
-  uint32_t dip, sip;
-  uint16_t dport, sport;
-  if (!get_sin(dst_addr, &dip, &dport)) return fail(EAFNOSUPPORT);
+  auto real_resolve = [=](rdma_cm_id* r) {
+    return REAL_CM(rdma_resolve_addr, "RDMACM_1.0")(r, src_addr, dst_addr, timeout_ms);
+  };
+  if (o->real.load(std::memory_order_acquire)) {
+    if (fwd(o, real_resolve) != 0) return -1;
+    return complete(o);
+  }
+  // uroce's resolution is local (no ARP or SA query): it never waits, timeout_ms is unused.
+  uint32_t dip = 0, sip = 0;
+  uint16_t dport = 0, sport = 0;
+  const bool dst4 = get_sin(dst_addr, &dip, &dport);
+  const bool src4 = src_addr && get_sin(src_addr, &sip, &sport);
+  // Without a source, the one the kernel's route towards dst leaves from decides (a socket call:
+  // made before taking mu).
+  const uint32_t route_src = dst4 && (!src_addr || (src4 && sip == 0)) ? route_source(dip) : 0;
+  enum class To { kUroce, kReal, kRealElseUroce } to = To::kUroce;
+  {
+    std::lock_guard<std::mutex> g(svc().mu());
+    int err = 0;
+    if (o->state != IdState::kIdle) {
+      // Already bound: the bind decided.
+    } else if ((src_addr && !src4) || !dst4) {
+      if (!real_present()) return fail(EAFNOSUPPORT);  // uroce is IPv4 only
+      to = To::kReal;
+    } else if (src_addr && sip != 0) {
+      if (foreign_ipv4(sip, &err)) {
+        if (!real_present()) return fail(EADDRNOTAVAIL);
+        to = To::kReal;
+      } else if (err) {
+        return fail(err);
+      }
+    } else if (route_src && real_present() && foreign_ipv4(route_src, &err)) {
+      to = To::kRealElseUroce;
+    }
+    if (to != To::kUroce) o->state = IdState::kForwarded;  // reserved for forward_id
+  }
+  if (to != To::kUroce) {
+    bool no_rdma = false;
+    if (forward_id(o, real_resolve, &no_rdma) == 0) return complete(o);
+    // A route chosen by the kernel, with no kernel RDMA stack at all (the real library cannot
+    // make an event channel): no RDMA device but uroce's can reach dst, and uroce serves it as
+    // it did before forwarding existed (its first device; a DPDK device's address is not the
+    // kernel's). Any other failure is the real library's answer.
+    if (to == To::kReal || !no_rdma) return -1;
+  }
+  if (!dst4) return fail(EAFNOSUPPORT);
   {
     std::lock_guard<std::mutex> g(svc().mu());
     if (src_addr && o->state == IdState::kIdle) {
@@ -1219,9 +1768,16 @@ UROCE_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr*
 }
 
 UROCE_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
-  (void)timeout_ms;
+  PASS_TO_REAL(rdma_resolve_route, "RDMACM_1.0", id, timeout_ms);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire)) {
+    if (fwd(o, [=](rdma_cm_id* r) {
+          return REAL_CM(rdma_resolve_route, "RDMACM_1.0")(r, timeout_ms);
+        }) != 0)
+      return -1;
+    return complete(o);
+  }
   {
     std::lock_guard<std::mutex> g(svc().mu());
     if (o->state != IdState::kAddrResolved) return fail(EINVAL);
@@ -1233,8 +1789,15 @@ UROCE_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
 }
 
 UROCE_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  PASS_TO_REAL(rdma_connect, "RDMACM_1.0", id, conn_param);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire)) {
+    if (fwd(o, [=](rdma_cm_id* r) { return REAL_CM(rdma_connect, "RDMACM_1.0")(r, conn_param); }) !=
+        0)
+      return -1;
+    return complete(o);
+  }
   {
     std::lock_guard<std::mutex> g(svc().mu());
     if (int rc = do_connect(o, conn_param)) return fail(rc);
@@ -1243,8 +1806,11 @@ UROCE_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
 }
 
 UROCE_EXPORT int rdma_establish(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_establish, "RDMACM_1.2", id);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire))
+    return fwd(o, [](rdma_cm_id* r) { return REAL_CM(rdma_establish, "RDMACM_1.2")(r); });
   std::lock_guard<std::mutex> g(svc().mu());
   if (o->state != IdState::kConnect || !o->port || !o->comm_id) return fail(EINVAL);
   if (int rc = o->port->agent->establish(o->comm_id, {}, svc().now())) return fail(rc);
@@ -1254,8 +1820,15 @@ UROCE_EXPORT int rdma_establish(rdma_cm_id* id) {
 }
 
 UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  PASS_TO_REAL(rdma_accept, "RDMACM_1.0", id, conn_param);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire)) {
+    if (fwd(o, [=](rdma_cm_id* r) { return REAL_CM(rdma_accept, "RDMACM_1.0")(r, conn_param); }) !=
+        0)
+      return -1;
+    return o->id.qp_type == IBV_QPT_UD ? 0 : complete(o);
+  }
   bool ud;
   {
     std::lock_guard<std::mutex> g(svc().mu());
@@ -1267,8 +1840,13 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
 }
 
 UROCE_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+  PASS_TO_REAL(rdma_reject, "RDMACM_1.0", id, private_data, private_data_len);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire))
+    return fwd(o, [=](rdma_cm_id* r) {
+      return REAL_CM(rdma_reject, "RDMACM_1.0")(r, private_data, private_data_len);
+    });
   std::lock_guard<std::mutex> g(svc().mu());
   if (o->state != IdState::kConnectRequest || !o->port) return fail(EINVAL);
   const Time now = svc().now();
@@ -1297,12 +1875,20 @@ UROCE_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t p
 
 UROCE_EXPORT int rdma_reject_ece(rdma_cm_id* id, const void* private_data,
                                  uint8_t private_data_len) {
-  return rdma_reject(id, private_data, private_data_len);  // no ECE: a plain reject
+  PASS_TO_REAL(rdma_reject_ece, "RDMACM_1.3", id, private_data, private_data_len);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id), [=](rdma_cm_id* r) {
+      return REAL_CM(rdma_reject_ece, "RDMACM_1.3")(r, private_data, private_data_len);
+    });
+  return rdma_reject(id, private_data, private_data_len);  // uroce has no ECE: a plain reject
 }
 
 UROCE_EXPORT int rdma_disconnect(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_disconnect, "RDMACM_1.0", id);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire))
+    return fwd(o, [](rdma_cm_id* r) { return REAL_CM(rdma_disconnect, "RDMACM_1.0")(r); });
   std::lock_guard<std::mutex> g(svc().mu());
   if (!o->port || !o->comm_id) {
     // UD ids, or a connection already gone (its DREQ answered and time wait over).
@@ -1318,8 +1904,11 @@ UROCE_EXPORT int rdma_disconnect(rdma_cm_id* id) {
 }
 
 UROCE_EXPORT int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
+  PASS_TO_REAL(rdma_notify, "RDMACM_1.0", id, event);
   if (!id) return fail(EINVAL);
   IdObj* o = to_obj(id);
+  if (o->real.load(std::memory_order_acquire))
+    return fwd(o, [=](rdma_cm_id* r) { return REAL_CM(rdma_notify, "RDMACM_1.0")(r, event); });
   std::lock_guard<std::mutex> g(svc().mu());
   if (event != IBV_EVENT_COMM_EST) return 0;  // only COMM_EST means something to the CM
   if (!o->port || !o->comm_id || o->state != IdState::kAccepting) return 0;
@@ -1331,6 +1920,7 @@ UROCE_EXPORT int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
 }
 
 UROCE_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
+  PASS_TO_REAL(rdma_get_request, "RDMACM_1.0", listen, id);
   if (!listen || !id) return fail(EINVAL);
   IdObj* l = to_obj(listen);
   if (!l->chan->sync) return fail(EINVAL);
@@ -1353,7 +1943,9 @@ UROCE_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   if (l->has_ep_qp_attr) {
     ibv_qp_init_attr a = l->ep_qp_attr;
     int rc;
-    {
+    if (c->real.load(std::memory_order_acquire)) {
+      rc = rdma_create_qp(&c->id, l->ep_pd, &a) == 0 ? 0 : errno;
+    } else {
       std::lock_guard<std::mutex> g(svc().mu());
       rc = create_qp(c, l->ep_pd, &a);
     }
@@ -1371,25 +1963,37 @@ UROCE_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
 
 UROCE_EXPORT int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval,
                                  size_t optlen) {
+  PASS_TO_REAL(rdma_set_option, "RDMACM_1.0", id, level, optname, optval, optlen);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id), [=](rdma_cm_id* r) {
+      return REAL_CM(rdma_set_option, "RDMACM_1.0")(r, level, optname, optval, optlen);
+    });
   if (!id || !optval) return fail(EINVAL);
   IdObj* o = to_obj(id);
   std::lock_guard<std::mutex> g(svc().mu());
+  // The *_set flags: an id without an address yet may still be forwarded (forward_id replays
+  // them on the real id).
   if (level == RDMA_OPTION_ID) {
     switch (optname) {
       case RDMA_OPTION_ID_TOS:
         if (optlen != sizeof(uint8_t)) return fail(EINVAL);
         o->tos = *static_cast<uint8_t*>(optval);
+        o->tos_set = true;
         return 0;
       case RDMA_OPTION_ID_REUSEADDR:
         if (optlen != sizeof(int)) return fail(EINVAL);
         o->reuseaddr = *static_cast<int*>(optval) != 0;
+        o->reuseaddr_set = true;
         return 0;
       case RDMA_OPTION_ID_AFONLY:
         if (optlen != sizeof(int)) return fail(EINVAL);
-        return 0;  // IPv4 only: nothing to restrict
+        o->afonly = *static_cast<int*>(optval);
+        o->afonly_set = true;
+        return 0;  // uroce is IPv4 only: nothing to restrict
       case RDMA_OPTION_ID_ACK_TIMEOUT:
         if (optlen != sizeof(uint8_t)) return fail(EINVAL);
         o->ack_timeout = std::min<uint8_t>(*static_cast<uint8_t*>(optval), 31);
+        o->ack_timeout_set = true;
         return 0;
       default:
         return fail(ENOSYS);
@@ -1401,6 +2005,11 @@ UROCE_EXPORT int rdma_set_option(rdma_cm_id* id, int level, int optname, void* o
 }
 
 UROCE_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+  PASS_TO_REAL(rdma_init_qp_attr, "RDMACM_1.2", id, qp_attr, qp_attr_mask);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id), [=](rdma_cm_id* r) {
+      return REAL_CM(rdma_init_qp_attr, "RDMACM_1.2")(r, qp_attr, qp_attr_mask);
+    });
   if (!id || !qp_attr || !qp_attr_mask) return fail(EINVAL);
   IdObj* o = to_obj(id);
   std::lock_guard<std::mutex> g(svc().mu());
@@ -1411,6 +2020,11 @@ UROCE_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp
 // ---- exported: QPs and SRQs ---------------------------------------------------------------
 
 UROCE_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  PASS_TO_REAL(rdma_create_qp, "RDMACM_1.0", id, pd, qp_init_attr);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id), [=](rdma_cm_id* r) {
+      return REAL_CM(rdma_create_qp, "RDMACM_1.0")(r, pd, qp_init_attr);
+    });
   if (!id || !qp_init_attr) return fail(EINVAL);
   std::lock_guard<std::mutex> g(svc().mu());
   if (int rc = create_qp(to_obj(id), pd, qp_init_attr)) return fail(rc);
@@ -1418,6 +2032,10 @@ UROCE_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp
 }
 
 UROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
+  PASS_TO_REAL(rdma_create_qp_ex, "RDMACM_1.0", id, attr);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id),
+               [=](rdma_cm_id* r) { return REAL_CM(rdma_create_qp_ex, "RDMACM_1.0")(r, attr); });
   if (!id || !attr) return fail(EINVAL);
   // Only what ibv_qp_init_attr carries (and the PD) is served here.
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD)) return fail(EOPNOTSUPP);
@@ -1437,12 +2055,24 @@ UROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
 }
 
 UROCE_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_destroy_qp, "RDMACM_1.0", id);
   if (!id) return;
+  if (to_obj(id)->real.load(std::memory_order_acquire)) {
+    fwd(to_obj(id), [](rdma_cm_id* r) {
+      REAL_CM(rdma_destroy_qp, "RDMACM_1.0")(r);
+      return 0;
+    });
+    return;
+  }
   std::lock_guard<std::mutex> g(svc().mu());
   destroy_qp(to_obj(id));
 }
 
 UROCE_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
+  PASS_TO_REAL(rdma_create_srq, "RDMACM_1.0", id, pd, attr);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id),
+               [=](rdma_cm_id* r) { return REAL_CM(rdma_create_srq, "RDMACM_1.0")(r, pd, attr); });
   if (!id || !attr || !id->verbs) return fail(EINVAL);
   IdObj* o = to_obj(id);
   std::lock_guard<std::mutex> g(svc().mu());
@@ -1456,6 +2086,10 @@ UROCE_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* 
 }
 
 UROCE_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
+  PASS_TO_REAL(rdma_create_srq_ex, "RDMACM_1.0", id, attr);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id),
+               [=](rdma_cm_id* r) { return REAL_CM(rdma_create_srq_ex, "RDMACM_1.0")(r, attr); });
   if (!id || !attr) return fail(EINVAL);
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_SRQ_INIT_ATTR_PD)) return fail(EOPNOTSUPP);
   if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
@@ -1469,6 +2103,14 @@ UROCE_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) 
 }
 
 UROCE_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_destroy_srq, "RDMACM_1.0", id);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire)) {
+    fwd(to_obj(id), [](rdma_cm_id* r) {
+      REAL_CM(rdma_destroy_srq, "RDMACM_1.0")(r);
+      return 0;
+    });
+    return;
+  }
   if (!id || !id->srq) return;
   uv::destroy_srq(id->srq);
   id->srq = nullptr;
@@ -1478,6 +2120,8 @@ UROCE_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
 
 UROCE_EXPORT int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
                                 ibv_qp_init_attr* qp_init_attr) {
+  PASS_TO_REAL(rdma_create_ep, "RDMACM_1.0", id, res, pd, qp_init_attr);
+  // Made of the exports: the bind or resolve below decides whether the id is forwarded.
   if (!id || !res) return fail(EINVAL);
   rdma_cm_id* cm_id;
   if (rdma_create_id(nullptr, &cm_id, nullptr, static_cast<rdma_port_space>(res->ai_port_space)))
@@ -1508,6 +2152,7 @@ UROCE_EXPORT int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
 }
 
 UROCE_EXPORT void rdma_destroy_ep(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_destroy_ep, "RDMACM_1.0", id);
   if (!id) return;
   if (id->qp) rdma_destroy_qp(id);
   if (id->srq) rdma_destroy_srq(id);
@@ -1517,6 +2162,14 @@ UROCE_EXPORT void rdma_destroy_ep(rdma_cm_id* id) {
 // ---- exported: multicast (UD ids; IPv4 groups joined locally, no SA) ----------------------
 
 UROCE_EXPORT int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
+  PASS_TO_REAL(rdma_join_multicast, "RDMACM_1.0", id, addr, context);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire)) {
+    if (fwd(to_obj(id), [=](rdma_cm_id* r) {
+          return REAL_CM(rdma_join_multicast, "RDMACM_1.0")(r, addr, context);
+        }) != 0)
+      return -1;
+    return complete(to_obj(id));
+  }
   if (!id || !addr) return fail(EINVAL);
   IdObj* o = to_obj(id);
   uint32_t group;
@@ -1548,6 +2201,14 @@ UROCE_EXPORT int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* conte
 
 UROCE_EXPORT int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr,
                                         void* context) {
+  PASS_TO_REAL(rdma_join_multicast_ex, "RDMACM_1.1", id, mc_join_attr, context);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire)) {
+    if (fwd(to_obj(id), [=](rdma_cm_id* r) {
+          return REAL_CM(rdma_join_multicast_ex, "RDMACM_1.1")(r, mc_join_attr, context);
+        }) != 0)
+      return -1;
+    return complete(to_obj(id));
+  }
   if (!mc_join_attr || !(mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS))
     return fail(EINVAL);
   if ((mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) &&
@@ -1558,6 +2219,10 @@ UROCE_EXPORT int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex*
 }
 
 UROCE_EXPORT int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
+  PASS_TO_REAL(rdma_leave_multicast, "RDMACM_1.0", id, addr);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id),
+               [=](rdma_cm_id* r) { return REAL_CM(rdma_leave_multicast, "RDMACM_1.0")(r, addr); });
   if (!id || !addr) return fail(EINVAL);
   IdObj* o = to_obj(id);
   uint32_t group;
@@ -1577,14 +2242,20 @@ UROCE_EXPORT int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
 // ---- exported: addresses and devices ------------------------------------------------------
 
 UROCE_EXPORT uint16_t rdma_get_src_port(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_get_src_port, "RDMACM_1.0", id);
+  // A forwarded id's route is the real id's, pulled after every call and event.
   return id ? id->route.addr.src_sin.sin_port : 0;  // network order, as librdmacm
 }
 
 UROCE_EXPORT uint16_t rdma_get_dst_port(rdma_cm_id* id) {
+  PASS_TO_REAL(rdma_get_dst_port, "RDMACM_1.0", id);
   return id ? id->route.addr.dst_sin.sin_port : 0;
 }
 
 UROCE_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
+  PASS_TO_REAL(rdma_get_devices, "RDMACM_1.0", num_devices);
+  // uroce's devices only: asking the real library would start it (and fail without kernel RDMA)
+  // in every program that lists devices (docs/rdma-cm.md, "Ids of other RDMA devices").
   ensure_handler();
   std::lock_guard<std::mutex> g(svc().mu());
   const auto& devs = svc().devices();
@@ -1603,14 +2274,23 @@ UROCE_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
 }
 
 UROCE_EXPORT void rdma_free_devices(ibv_context** list) {
+  PASS_TO_REAL(rdma_free_devices, "RDMACM_1.0", list);
   std::free(list);  // the contexts stay open: ids use them
 }
 
-UROCE_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) {
+UROCE_EXPORT int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) {
+  PASS_TO_REAL(rdma_set_local_ece, "RDMACM_1.3", id, ece);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id),
+               [=](rdma_cm_id* r) { return REAL_CM(rdma_set_local_ece, "RDMACM_1.3")(r, ece); });
   return fail(EOPNOTSUPP);
 }
 
-UROCE_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {
+UROCE_EXPORT int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
+  PASS_TO_REAL(rdma_get_remote_ece, "RDMACM_1.3", id, ece);
+  if (id && to_obj(id)->real.load(std::memory_order_acquire))
+    return fwd(to_obj(id),
+               [=](rdma_cm_id* r) { return REAL_CM(rdma_get_remote_ece, "RDMACM_1.3")(r, ece); });
   return fail(EOPNOTSUPP);
 }
 
@@ -1622,6 +2302,7 @@ UROCE_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {
 // a result that has none.
 UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                   rdma_addrinfo** res) {
+  PASS_TO_REAL(rdma_getaddrinfo, "RDMACM_1.0", node, service, hints, res);
   if (!res || (!node && !service && !hints)) return fail(EINVAL);
   if (hints && hints->ai_family && hints->ai_family != AF_INET) return fail(EAFNOSUPPORT);
   const int flags = hints ? hints->ai_flags : 0;
@@ -1675,6 +2356,7 @@ UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const r
 }
 
 UROCE_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) {
+  PASS_TO_REAL(rdma_freeaddrinfo, "RDMACM_1.0", res);
   while (res) {
     rdma_addrinfo* next = res->ai_next;
     std::free(res->ai_src_addr);
