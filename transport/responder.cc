@@ -490,7 +490,10 @@ bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
   p.aeth.msn = r.msn;
   buf->dst_ip = ctx.remote_ip;
   buf->src_port = ctx.src_port;
-  buf->ecn = kEcnNotEct;
+  // ECN-capable like every packet of the QP, as ConnectX sends them (even its CNPs carry ECT(0),
+  // docs/congestion-control.md): a switch marks a congested reverse path too, and an ACK then
+  // shares a UDP GSO send with data going the same way (the reply of a ping-pong).
+  buf->ecn = kEcnEct0;
   buf->dscp = ctx.dscp;
   buf->pcp = kPcpPortDefault;
   buf->roce_v1 = ctx.roce_v1;

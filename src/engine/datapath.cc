@@ -231,9 +231,18 @@ size_t Datapath::tx_flush(transport::Time now) {
   if (queue_.empty()) return 0;
   if (hold_ && queue_.size() <= kMaxHeld) {
     held_.store(true, std::memory_order_relaxed);
+    held_n_ = queue_.size();
     return queue_.size();
   }
   held_.store(false, std::memory_order_relaxed);
+  if (held_n_ != 0 && held_n_ < queue_.size()) {
+    // Held ACKs go after what was queued since (the reply): an ACK is the shortest packet, and a
+    // run of packets to one peer may end with a shorter one in one GSO send (UdpPort), so the
+    // reply and the ACK share a send and the peer's receive. Their own order, and each QP's
+    // order in each direction, are kept (requests and responses have PSN spaces of their own).
+    std::rotate(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(held_n_), queue_.end());
+  }
+  held_n_ = 0;
   port_->tx_prepare(queue_, /*batch=*/true);
   for (transport::TxBuf* b : queue_) {
     if (b->roce_v1) {

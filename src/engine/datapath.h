@@ -133,6 +133,7 @@ class Datapath : public Transmitter {
   std::vector<RxPacket> rx_out_;
   std::vector<transport::TxBuf*> queue_;  // committed, in commit order
   bool hold_ = false;                     // set_hold(); device lock
+  size_t held_n_ = 0;                     // queue_[0, held_n_) are held packets
   std::atomic<bool> held_{false};         // queue_ holds packets a held flush kept
 };
 
