@@ -1473,7 +1473,15 @@ UROCE_EXPORT rdma_event_channel* rdma_create_event_channel(void) {
 UROCE_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
   PASS_TO_REAL(rdma_destroy_event_channel, "RDMACM_1.0", channel);
   if (!channel) return;
-  destroy_channel(reinterpret_cast<ChannelObj*>(channel));
+  auto* ch = reinterpret_cast<ChannelObj*>(channel);
+  {
+    // Events still queued will never be read (a DISCONNECTED that came after the application's
+    // last rdma_get_cm_event, say): they go with the channel, as librdmacm's do, and a destroyed
+    // id that waited for them is freed.
+    std::lock_guard<std::mutex> g(svc().mu());
+    while (EventObj* e = ch->q.pop()) release_event(e);
+  }
+  destroy_channel(ch);
 }
 
 UROCE_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {

@@ -52,7 +52,7 @@ constexpr size_t kShortIb = 256;
 // behind it) followed by the IB packet with BTH resv8a masked to ones. Reads only inside `ib`.
 uint32_t crc_head_ib(uint8_t* head, size_t head_len, std::span<const uint8_t> ib) {
   if (ib.size() <= kShortIb) {
-    std::memcpy(head + head_len, ib.data(), ib.size());
+    if (!ib.empty()) std::memcpy(head + head_len, ib.data(), ib.size());  // data() may be null
     if (ib.size() > kBthResv8aOffset) head[head_len + kBthResv8aOffset] = 0xff;
     return crc_update(0, head, head_len + ib.size());
   }
@@ -180,7 +180,7 @@ uint32_t icrc_ipv4(std::span<const uint8_t> pkt) {
   uint8_t head[kLrhStandIn + 60 + kUdpHeader + kShortIb];
   std::memset(head, 0xff, kLrhStandIn);
   if (pkt.size() < kIpv4MinHeader) {
-    std::memcpy(head + kLrhStandIn, pkt.data(), pkt.size());
+    if (!pkt.empty()) std::memcpy(head + kLrhStandIn, pkt.data(), pkt.size());
     return crc_update(0, head, kLrhStandIn + pkt.size());
   }
   size_t ihl = size_t(pkt[0] & 0x0f) * 4;
