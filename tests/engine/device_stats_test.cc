@@ -123,6 +123,20 @@ TEST(DeviceStatsTest, PublishesEachQpsRateAndAlphaWithCongestionControl) {
     auto dev = Device::open(c, &err);
     ASSERT_NE(dev, nullptr) << err;
     test::Side a, b;
+    // a and b borrow dev, which outlives them: their QPs must go before their CQs do, as
+    // ibv_destroy_cq refuses (EBUSY) while a QP completes into the CQ — otherwise the engine
+    // thread may still be inside a push to a CQ being destroyed (TSan: vptr race).
+    struct DropQps {
+      Device& d;
+      test::Side& a;
+      test::Side& b;
+      ~DropQps() {
+        for (test::Side* s : {&a, &b})
+          if (s->qp != nullptr) {
+            EXPECT_EQ(d.destroy_qp(s->qp), 0);
+          }
+      }
+    } drop{*dev, a, b};
     ASSERT_TRUE(a.attach(*dev, 4096));
     ASSERT_TRUE(b.attach(*dev, 4096));
     const uint32_t lo = std::min(a.qp->qpn(), b.qp->qpn()), hi = std::max(a.qp->qpn(), b.qp->qpn());
