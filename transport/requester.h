@@ -21,9 +21,10 @@ namespace uroce::transport {
 // limit (IBTA 9.7.4.1.3: at most half the PSN space outstanding).
 inline constexpr uint32_t kSendWindowPkts = 256;
 // AckReq at least every this many packets so the window advances inside long messages; the last
-// packet of every message and the packet that fills the window also ask, and so does the packet
-// at half of a window smaller than 2 * kAckReqIntervalPkts (IBTA 9.7.2: the requester decides
-// when to ask; the responder must answer AckReq).
+// packet of every message also asks, and so do the packet that fills the window (when half an
+// interval or more has passed since the last ask: requester.cc) and the packet at half of a
+// window smaller than 2 * kAckReqIntervalPkts (IBTA 9.7.2: the requester decides when to ask;
+// the responder must answer AckReq).
 inline constexpr uint32_t kAckReqIntervalPkts = 32;
 // The floor of the loss-adaptive window (SendWindowCtl). Go-back-N makes a loss cost up to a
 // window of resent packets, which argues for a small floor; what argues against it is the ACK

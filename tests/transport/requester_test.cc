@@ -166,6 +166,28 @@ TEST_F(RequesterTest, MessageSpanningThePsnWrap) {
   EXPECT_EQ(test::drain(node)[0]->pkt.bth.psn, 3u);
 }
 
+// A window-limited stream whose ACKs each open a single slot: the packet that fills the window
+// asks only when half an AckReq interval has passed since the last ask, so the responder is not
+// made to ACK every packet (each ACK opening one slot for one more asking packet, for ever).
+TEST_F(RequesterTest, AWindowLimitedStreamDoesNotAskOnEveryPacket) {
+  up(IBV_MTU_256, 0);
+  send(pattern(1000 * 256));
+  ASSERT_EQ(test::drain(node).size(), kSendWindowPkts);
+  size_t sent = 0, asked = 0;
+  for (uint32_t psn = 0; psn < 320; ++psn) {
+    test::deliver(node, *test::craft_ack(0x11, psn, test::ack_syndrome()), kRemoteIp, 1);
+    for (const auto& p : test::drain(node)) {
+      ++sent;
+      asked += p->pkt.bth.ack_req;
+    }
+  }
+  EXPECT_EQ(sent, 320u);  // one packet per acknowledged one: the window stays full
+  // At most one ask per half interval (plus the periodic ones, which coincide), at least one per
+  // interval.
+  EXPECT_LE(asked, 320 / (kAckReqIntervalPkts / 2) + 1);
+  EXPECT_GE(asked, 320 / kAckReqIntervalPkts);
+}
+
 TEST_F(RequesterTest, WindowBoundsUnackedPacketsAndAckReqKeepsItMoving) {
   up(IBV_MTU_256, 0);
   send(pattern(1000 * 256));
