@@ -40,6 +40,10 @@ struct DeviceCounters {
   // Accepted packets whose ICRC was valid only for a non-zero IP Identification: the peer is not
   // uroce's socket datapath (rxe, an RNIC). Informational.
   Counter rx_foreign_ip_id;
+  // Of rcvd_icrc_err: datagrams whose ICRC was valid only under an IP ID their source never uses
+  // (a source that has only sent small IDs, as uroce's socket port does): corrupted ones that the
+  // plain check, blind to the ID on a socket, would have let through (engine/ip_id_guard.h).
+  Counter rx_icrc_suspect;
 
   // Fault injection (UROCE_FAULTS, engine/faults.h). Receive: fault_drops above counts every
   // injected drop (loss and burst); the rest count datagrams, before the ICRC check. Transmit:
@@ -107,6 +111,7 @@ struct DeviceCounters {
     f("rx_unknown_qp", s.rx_unknown_qp);
     f("rcvd_ecn_ce", s.rcvd_ecn_ce);
     f("rx_foreign_ip_id", s.rx_foreign_ip_id);
+    f("rx_icrc_suspect", s.rx_icrc_suspect);
     f("fault_rx_burst_drops", s.fault_rx_burst_drops);
     f("fault_rx_corrupted", s.fault_rx_corrupted);
     f("fault_rx_duplicated", s.fault_rx_duplicated);

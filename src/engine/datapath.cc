@@ -180,6 +180,12 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     counters_.rcvd_icrc_err.add();
     return;
   }
+  if (!meta.ip_id_known && !meta.roce_v1 && !id_guard_.accept(meta.src_ip, f.ip_id)) {
+    // Valid only under an ID this source never uses: corrupted (ip_id_guard.h).
+    counters_.rcvd_icrc_err.add();
+    counters_.rx_icrc_suspect.add();
+    return;
+  }
   RxPacket& out = rx_out_.emplace_back();
   wire::ParseError pe = wire::parse({buf, ib_len}, out.pkt);
   if (pe != wire::ParseError::kOk) {

@@ -31,6 +31,7 @@
 #include "engine/counters.h"
 #include "engine/dispatch.h"
 #include "engine/faults.h"
+#include "engine/ip_id_guard.h"
 #include "engine/pcap.h"
 #include "engine/rx_packet.h"
 #include "ports/port.h"
@@ -130,6 +131,7 @@ class Datapath : public Transmitter {
   std::unique_ptr<FaultInjector> rx_faults_, tx_faults_;
   std::vector<FaultFrame> rx_frames_, tx_frames_;
   std::unique_ptr<PcapWriter> pcap_;  // null when not capturing
+  IpIdGuard id_guard_;                // ports that cannot see the IP ID (receive side)
   std::vector<RxPacket> rx_out_;
   std::vector<transport::TxBuf*> queue_;  // committed, in commit order
   bool hold_ = false;                     // set_hold(); device lock

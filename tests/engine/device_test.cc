@@ -1,6 +1,7 @@
 // Two Devices on loopback addresses with RC QPs exchanging messages through the real engine,
 // port and transport.
 #include "engine/device.h"
+#include "engine/ip_id_guard.h"
 
 #include <gtest/gtest.h>
 
@@ -200,6 +201,35 @@ TEST(DeviceTest, StrayAndCorruptPacketsAreCountedDrops) {
   std::this_thread::sleep_for(20ms);  // the batch's dispatch follows its count
   EXPECT_EQ(d->counters().rx_unknown_qp.get(), 1u);
   EXPECT_EQ(d->counters().rcvd_icrc_err.get(), 1u);
+}
+
+// The socket datapath cannot see the IP ID and accepts the one that makes the ICRC valid
+// (engine/ip_id_guard.h): from a source that has only sent small IDs (uroce's socket port) a
+// datagram that only a large ID validates — a corrupted one, as far as anyone can tell — is
+// refused and counted, while a source that counts its IDs (rxe, an RNIC) is accepted from its
+// first datagram.
+TEST(DeviceTest, ADatagramValidOnlyUnderAnIdItsSourceNeverUsesIsRefused) {
+  const uint32_t ip = loopback(44, 11, 1);
+  auto d = open_device(config("ua", ip));
+  ASSERT_TRUE(d);
+  test::RawSender small_ids(loopback(44, 11, 2)), counting(loopback(44, 11, 3));
+  uint8_t ib[64];
+  const size_t n = test::build_packet(ib, wire::Opcode::kRcSendOnly, 0x999, 1, {});
+  const uint64_t trusted = IpIdGuard::kTrusted;
+  for (uint64_t i = 0; i < trusted; ++i) ASSERT_TRUE(small_ids.send_ib(ip, {ib, n}, 0));
+  ASSERT_TRUE(small_ids.send_ib(ip, {ib, n}, 0x4321));
+  ASSERT_TRUE(small_ids.send_ib(ip, {ib, n}, 0));
+  ASSERT_TRUE(counting.send_ib(ip, {ib, n}, 0x4321));
+  ASSERT_TRUE(counting.send_ib(ip, {ib, n}, 0x4322));
+  const uint64_t total = trusted + 4;
+  auto end = std::chrono::steady_clock::now() + 5s;
+  while (d->counters().rx_unknown_qp.get() + d->counters().rcvd_icrc_err.get() < total &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(d->counters().rx_icrc_suspect.get(), 1u);
+  EXPECT_EQ(d->counters().rcvd_icrc_err.get(), 1u);
+  EXPECT_EQ(d->counters().rx_unknown_qp.get(), total - 1);  // every other one reached dispatch
+  EXPECT_EQ(d->counters().rx_foreign_ip_id.get(), 2u);
 }
 
 TEST(DeviceTest, RandomPacketsToALiveQpNeverCrash) {
