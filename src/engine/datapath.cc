@@ -159,6 +159,7 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
   f.src_port = meta.src_port;
   f.dst_port = meta.dst_port;
   bool icrc_ok;
+  bool suspect = false;  // valid only under an ID this source never uses (ip_id_guard.h)
   if (meta.roce_v1) {
     icrc_ok = wire::icrc_grh(meta.src_ip, meta.dst_ip, {buf, ib_len}) == received;
   } else if (meta.ip_id_known) {
@@ -169,6 +170,7 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     // DF assumed set, as every RoCEv2 sender sets it.
     f.dont_fragment = true;
     icrc_ok = wire::icrc_matches_some_ip_id(f, {buf, ib_len}, received, &f.ip_id);
+    suspect = icrc_ok && !id_guard_.accept(meta.src_ip, f.ip_id);
   }
   if (pcap_ && !meta.roce_v1) {
     // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
@@ -176,14 +178,9 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     // records are IPv4 datagrams: RoCE v1 frames are not written; capture the interface.)
     pcap_->write(f, meta.tos, {buf, ib_len}, buf + ib_len);
   }
-  if (!icrc_ok) {
+  if (!icrc_ok || suspect) {
     counters_.rcvd_icrc_err.add();
-    return;
-  }
-  if (!meta.ip_id_known && !meta.roce_v1 && !id_guard_.accept(meta.src_ip, f.ip_id)) {
-    // Valid only under an ID this source never uses: corrupted (ip_id_guard.h).
-    counters_.rcvd_icrc_err.add();
-    counters_.rx_icrc_suspect.add();
+    if (suspect) counters_.rx_icrc_suspect.add();
     return;
   }
   RxPacket& out = rx_out_.emplace_back();

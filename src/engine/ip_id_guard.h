@@ -35,8 +35,7 @@ class IpIdGuard {
 
  private:
   struct Slot {
-    uint32_t ip = 0;
-    bool used = false;
+    uint32_t ip = 0;        // 0 (no source sends from 0.0.0.0): the slot is free
     bool counting = false;  // sends IDs over the whole range: every ID is accepted
     uint8_t small = 0;      // datagrams with small IDs, up to kTrusted
     uint8_t large_run = 0;  // large-ID datagrams in a row refused since the last small one
