@@ -152,7 +152,11 @@ Device::~Device() {
     std::lock_guard<std::mutex> g(mu_);
     publish(monotonic_now(), /*force=*/true);
   }
-  if (cfg_.print_stats) print_stats(stderr);
+  print_stats_once();
+}
+
+void Device::print_stats_once() {
+  if (cfg_.print_stats && !stats_printed_.exchange(true)) print_stats(stderr);
 }
 
 void Device::print_stats(FILE* out) {

@@ -143,6 +143,10 @@ class Device : private Engine::Client, private transport::EventSink {
   transport::QpCounters qp_counter_totals();
   // Writes the non-zero device and QP counters (UROCE_STATS=1 does so when the device closes).
   void print_stats(FILE* out);
+  // UROCE_STATS=1: the counters on stderr, once per device — when it closes, or at exit for a
+  // program that exits with its device still open (perftest on a failed run, most programs on
+  // an error path: the run whose counters matter most).
+  void print_stats_once();
 
   // Receive and process what has arrived, from an application thread that polls a CQ and found
   // it empty (see Engine::poll_from_app). Returns true if anything was processed.
@@ -183,6 +187,7 @@ class Device : private Engine::Client, private transport::EventSink {
   transport::Time next_publish_ = 0;  // earliest time of the next QP snapshot (mu_)
   std::mutex mu_;
   DeviceCounters counters_;
+  std::atomic<bool> stats_printed_{false};
   KeyTable keys_;  // device lock
   AsyncEventQueue async_;
   uint16_t mtu_ = 1024;                 // IB path MTU in bytes the port carries (PortCaps::ip_mtu)

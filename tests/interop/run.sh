@@ -306,16 +306,18 @@ run_pair() {
   guest_job=
   cap_stop
   print_sides "$dir" "$srv_rc" "$cli_rc"
-  local fail=
-  ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
-  cap_check || fail="${fail:-the capture failed its checks}"
+  # exit_fail: how the programs ended; check_fail: the first check of the wire and the counters
+  # that failed. result_fail: the first of the two.
+  exit_fail= check_fail=
+  ((srv_rc != 0 || cli_rc != 0)) && exit_fail="server exit $srv_rc, client exit $cli_rc"
+  cap_check || check_fail="the capture failed its checks"
   local uout=$tmp/client.out
   [[ $dir == r2u ]] && uout=$tmp/server.out
-  stats_check "$uout" || fail="${fail:-uroce dropped packets from rxe as invalid}"
+  stats_check "$uout" || check_fail="${check_fail:-uroce dropped packets from rxe as invalid}"
   if [[ -n ${EXPECT_CNP:-} ]]; then
-    cnp_check "$uout" || fail="${fail:-no CNP from uroce in its counters and on the wire}"
+    cnp_check "$uout" || check_fail="${check_fail:-no CNP from uroce in its counters and on the wire}"
   fi
-  result_fail=$fail
+  result_fail=${exit_fail:-$check_fail}
 }
 
 # cnp_check FILE: uroce (its counters in FILE) answered CE marks with CNPs, and the capture shows
@@ -441,30 +443,40 @@ cmd_perftest() {
   local port=${PORT:-18516}
   # -u 18: a local ACK timeout of 1.07 s instead of perftest's 67 ms (14). The guest runs under TCG
   # on shared cores and can stall for longer than 7 x 67 ms; rc_pingpong has no such option.
-  local u r attempt
+  local u r
   if [[ $dir == u2r ]]; then u=client r=server; else u=server r=client; fi
-  for attempt in 1 2; do
-    run_pair "$dir" 'Waiting for client|\*{5}' "$port" "$prog" -p "$port" -u 18 "$@" -- \
-      -d uroce0 -x 0 -- -d rxe0 -x "$GUEST_GID_INDEX"
-    # perftest in the guest sometimes cannot calibrate its cycle counter under TCG and gives up
-    # after the traffic ("Can't produce a report", exit 1), taking the uroce side's final TCP
-    # exchange down with it. That is the emulator, not the wire: run once more.
-    [[ -n $result_fail && $attempt == 1 ]] && grep -q "Can't produce a report" "$tmp/$r.out" ||
-      break
-    echo "NOTE: perftest in the guest could not calibrate its clock; running again"
-    rm -rf "$tmp" "$pcap" "$pcap.log"
-    tmp='' pcap=''
+  run_pair "$dir" 'Waiting for client|\*{5}' "$port" "$prog" -p "$port" -u 18 "$@" -- \
+    -d uroce0 -x 0 -- -d rxe0 -x "$GUEST_GID_INDEX"
+  # A bandwidth test in the guest may fail to calibrate its cycle counter: it regresses the TSC
+  # against gettimeofday, which reads the HPET under TCG, and a host that deschedules the vCPU
+  # between the two reads spoils the fit ("Correlation coefficient r^2: 0.81 < 0.9", about one
+  # run in 15 here). It then prints "Can't produce a report" and exits 1, after its last
+  # completion (perftest reports only once every work request completed successfully), and the
+  # uroce side fails in perftest's final TCP exchange with the peer gone. With no error completion
+  # on the uroce side and every check of the wire and the counters passed, that is a completed
+  # transfer without a figure, not a transport failure.
+  local no_figure=
+  if [[ -n $exit_fail && $exit_fail != *124* && -z $check_fail ]] && grep -q "Can't produce a report" "$tmp/$r.out" &&
+    ! grep -Eq "Completion with error|Failed status|Couldn't post|retry counter" "$tmp/$u.out"; then
+    echo "NOTE: rxe's perftest completed every iteration but could not calibrate its clock" \
+      "(TCG): no figure from it"
+    no_figure=1
     result_fail=
-  done
+  fi
   # One result row per size under the "#bytes" header (a warning may come between). perftest in the
   # guest may print "inf": its cycle-counter calibration fails under TCG ("Correlation coefficient
   # r^2 < 0.9"), which says nothing about the transport, so a row of inf counts as a row.
   local row='^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) '
-  grep -A2 '#bytes' "$tmp/client.out" | grep -Eq "$row" ||
-    result_fail="${result_fail:-the client printed no result row}"
+  if [[ -z $no_figure ]]; then
+    grep -A2 '#bytes' "$tmp/client.out" | grep -Eq "$row" ||
+      result_fail="${result_fail:-the client printed no result row}"
+  fi
   # (uroce's counters, on stderr, can land on the row's line before perftest ends it.)
+  local rxe_row
+  rxe_row=$(grep -A2 '#bytes' "$tmp/$r.out" | grep -E "$row" | tr -s ' \t' ' ')
+  [[ -n $no_figure ]] && rxe_row="completed, no figure (its clock calibration failed)"
   summary "uroce: $(grep -A2 '#bytes' "$tmp/$u.out" | grep -E "$row" | sed 's/uroce: .*//' |
-    tr -s ' \t' ' ')" "| rxe: $(grep -A2 '#bytes' "$tmp/$r.out" | grep -E "$row" | tr -s ' \t' ' ')"
+    tr -s ' \t' ' ')" "| rxe: $rxe_row"
 }
 
 # ---------------------------------------------------------------- rdma_cm (the IB CM on QP1)

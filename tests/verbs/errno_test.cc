@@ -405,15 +405,19 @@ TEST_F(ErrnoTest, CqOverrunRaisesCqErrAndMovesTheQpThatLostACompletionToErr) {
 // they check the path, and the fix rests on that evidence (docs/verbs.md).
 TEST_F(ErrnoTest, AResponderThatExitsOnItsErrorCompletionStillSendsTheNak) {
   for (int round = 0; round < 5; ++round) {
-    int to_child[2], from_child[2];
+    int to_child[2], from_child[2], err_child[2];
     ASSERT_EQ(pipe(to_child), 0);
     ASSERT_EQ(pipe(from_child), 0);
+    ASSERT_EQ(pipe(err_child), 0);
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       dup2(to_child[0], 0);
       dup2(from_child[1], 1);
-      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
+      dup2(err_child[1], 2);
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], err_child[0],
+                     err_child[1]})
+        close(fd);
       // One CPU for the responder's threads: its application thread, woken by the completion,
       // competes with the engine thread that still has the NAK to send — the race is likelier.
       cpu_set_t one;
@@ -422,11 +426,13 @@ TEST_F(ErrnoTest, AResponderThatExitsOnItsErrorCompletionStillSendsTheNak) {
       sched_setaffinity(0, sizeof one, &one);
       setenv("UROCE_DEVICES", "uroce1=127.0.22.3", 1);
       setenv("UROCE_LOG", "warn", 1);
+      setenv("UROCE_STATS", "1", 1);  // its device never closes: the counters come at exit
       execl(EXIT_PEER, EXIT_PEER, "64", "1000", static_cast<char*>(nullptr));
       _exit(127);
     }
     close(to_child[0]);
     close(from_child[1]);
+    close(err_child[1]);
     FILE* in = fdopen(from_child[0], "r");
     FILE* out = fdopen(to_child[1], "w");
     unsigned peer_qpn = 0;
@@ -454,9 +460,22 @@ TEST_F(ErrnoTest, AResponderThatExitsOnItsErrorCompletionStillSendsTheNak) {
     ASSERT_EQ(wcs.size(), 1u);
     EXPECT_EQ(wcs[0].status, IBV_WC_REM_INV_REQ_ERR)
         << "round " << round << ": " << ibv_wc_status_str(wcs[0].status);
+    // UROCE_STATS=1 printed the counters of the device the child left open, once, with the
+    // request it refused among them.
+    std::string err;
+    char chunk[4096];
+    for (ssize_t n; (n = read(err_child[0], chunk, sizeof chunk)) > 0;) err.append(chunk, n);
+    close(err_child[0]);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    const std::string header = "uroce: uroce1 (127.0.22.3) counters:";
+    const size_t at = err.find(header);
+    EXPECT_NE(at, std::string::npos) << err;
+    if (at != std::string::npos) {
+      EXPECT_EQ(err.find(header, at + 1), std::string::npos) << err;
+    }
+    EXPECT_NE(err.find("qp_rcvd_pkts"), std::string::npos) << err;
     std::fclose(in);
     std::fclose(out);
     EXPECT_EQ(ibv_destroy_qp(qp), 0);
