@@ -4,7 +4,9 @@
 #   - latency: a 2-byte RC SEND round trip (unmodified ibv_rc_pingpong over uroce's DPDK port)
 #     against a raw memif ping-pong of 64-byte frames (memif_raw pingpong), in µs per round trip;
 #   - bandwidth: RDMA WRITE of 64 KiB (unmodified ib_write_bw) against a raw memif stream of
-#     1514-byte frames (memif_raw bulk), in MB/s of payload... of frames for the raw baseline.
+#     1514-byte frames (memif_raw bulk), in MB/s of payload... of frames for the raw baseline;
+#   - the same with jumbo frames: uroce at MTU 9000 (path MTU 4096: 4154-byte frames) against raw
+#     4154-byte frames, both with 9216-byte memif ring buffers.
 #   bench/dpdk.sh [BUILD_DIR] [REPEATS]
 # Each figure is the median of REPEATS runs (default 5), uroce and raw interleaved. Both sides
 # busy-poll; on a 2-core machine that is four threads for two cores in the uroce case (an
@@ -17,7 +19,7 @@ run=$build/bin/uroce-run
 raw=$build/bin/memif_raw
 [[ -x $raw ]] || { echo "no $raw: uroce was built without DPDK" >&2; exit 1; }
 sock=/tmp/uroce-bench-memif.sock
-dev() { echo "uroce0=dpdk(dev=net_memif0,role=$1,socket=$sock,socket-abstract=no;ip=10.99.0.$2/24)"; }
+dev() { echo "uroce0=dpdk(dev=net_memif0,role=$1,socket=$sock,socket-abstract=no${3:+,bsize=9216};ip=10.99.0.$2/24${3:+;mtu=9000})"; }
 export UROCE_LOG=error
 
 wait_tcp() { for _ in $(seq 200); do ss -ltnH "sport = :$1" | grep -q . && return; sleep 0.05; done; }
@@ -49,47 +51,58 @@ raw_lat() {
   rm -f "$out"
 }
 
+# uroce_bw [jumbo]: at path MTU 1024 (memif's 1518-byte frames), or 4096 over jumbo frames.
 uroce_bw() {
   local out; out=$(mktemp)
+  local mtu=1024
+  [[ -n ${1:-} ]] && mtu=4096
   rm -f "$sock"
-  UROCE_DEVICES=$(dev server 1) "$run" ib_write_bw -d uroce0 -x 0 -s 65536 -n 5000 -p 19991 \
-    >/dev/null 2>&1 &
+  UROCE_DEVICES=$(dev server 1 "${1:-}") "$run" ib_write_bw -d uroce0 -x 0 -s 65536 -n 5000 \
+    -m "$mtu" -p 19991 >/dev/null 2>&1 &
   local pid=$!
   wait_tcp 19991
-  UROCE_DEVICES=$(dev client 2) "$run" ib_write_bw -d uroce0 -x 0 -s 65536 -n 5000 -p 19991 \
-    127.0.0.1 >"$out" 2>&1 || true
+  UROCE_DEVICES=$(dev client 2 "${1:-}") "$run" ib_write_bw -d uroce0 -x 0 -s 65536 -n 5000 \
+    -m "$mtu" -p 19991 127.0.0.1 >"$out" 2>&1 || true
   wait $pid || true
   # perftest's row: bytes iterations peak average msgrate
   awk '/^ *65536 /{print $4}' "$out" | tail -n 1
   rm -f "$out"
 }
 
+# raw_bw [jumbo]: 1514-byte frames, or 4154-byte ones (a 4096-byte RoCEv2 packet's frame).
 raw_bw() {
   local out; out=$(mktemp)
+  local args=(-s 1514 -n 200000)
+  [[ -n ${1:-} ]] && args=(-s 4154 -n 100000 --bsize 9216)
   rm -f "$sock"
-  "$raw" bulk --role server --socket "$sock" -s 1514 -n 200000 >"$out" 2>/dev/null &
+  "$raw" bulk --role server --socket "$sock" "${args[@]}" >"$out" 2>/dev/null &
   local pid=$!
   sleep 0.5
-  "$raw" bulk --role client --socket "$sock" -s 1514 -n 200000 >/dev/null 2>&1 || true
+  "$raw" bulk --role client --socket "$sock" "${args[@]}" >/dev/null 2>&1 || true
   wait $pid || true
   sed -n 's/.* = \([0-9.]*\) MB\/sec.*/\1/p' "$out" | tail -n 1
   rm -f "$out"
 }
 
-ul=() rl=() ub=() rb=()
+ul=() rl=() ub=() rb=() uj=() rj=()
 for _ in $(seq "$repeats"); do
   ul+=("$(uroce_lat)")
   rl+=("$(raw_lat)")
   ub+=("$(uroce_bw)")
   rb+=("$(raw_bw)")
+  uj+=("$(uroce_bw jumbo)")
+  rj+=("$(raw_bw jumbo)")
 done
 u=$(printf '%s\n' "${ul[@]}" | grep . | median)
 r=$(printf '%s\n' "${rl[@]}" | grep . | median)
 U=$(printf '%s\n' "${ub[@]}" | grep . | median)
 R=$(printf '%s\n' "${rb[@]}" | grep . | median)
+J=$(printf '%s\n' "${uj[@]}" | grep . | median)
+K=$(printf '%s\n' "${rj[@]}" | grep . | median)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 echo "| figure | uroce over memif | raw memif | ratio |"
 echo "| --- | ---: | ---: | ---: |"
 echo "| round trip, µs (uroce: 2-byte RC SEND; raw: 64-byte frame) | ${u:-failed} | ${r:-failed} | $(ratio "$u" "$r") |"
 echo "| bandwidth, MB/s (uroce: 64 KiB RDMA WRITE; raw: 1514-byte frames) | ${U:-failed} | ${R:-failed} | $(ratio "$U" "$R") |"
-echo "(medians of $repeats; samples: uroce lat ${ul[*]}; raw lat ${rl[*]}; uroce bw ${ub[*]}; raw bw ${rb[*]})"
+echo "| bandwidth, MB/s, jumbo frames (uroce: 64 KiB RDMA WRITE at MTU 4096; raw: 4154-byte frames) | ${J:-failed} | ${K:-failed} | $(ratio "$J" "$K") |"
+echo "(medians of $repeats; samples: uroce lat ${ul[*]}; raw lat ${rl[*]}; uroce bw ${ub[*]}; raw bw ${rb[*]}; uroce jumbo bw ${uj[*]}; raw jumbo bw ${rj[*]})"

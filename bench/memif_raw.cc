@@ -1,7 +1,7 @@
 // The raw DPDK baseline for uroce over net_memif (bench/dpdk.sh): two processes joined by one
 // memif, one busy-polling thread each, no transport at all.
-//   memif_raw pingpong --role server|client --socket PATH [-s SIZE] [-n ITERS]
-//   memif_raw bulk     --role server|client --socket PATH [-s FRAME] [-n FRAMES]
+//   memif_raw pingpong --role server|client --socket PATH [-s SIZE] [-n ITERS] [--bsize B]
+//   memif_raw bulk     --role server|client --socket PATH [-s FRAME] [-n FRAMES] [--bsize B]
 // pingpong: the client sends a frame, the server echoes it; prints "N iters in S seconds = U
 // usec/iter" (ibv_rc_pingpong's format) on the client. bulk: the client sends frames as fast as
 // the ring takes them, the server counts; the server prints "N bytes in S seconds = R MB/sec".
@@ -9,6 +9,8 @@
 // (dpdk_port/eal.cc) the process gets back the CPU affinity rte_eal_init took: `-l 0` pins the
 // main thread to CPU 0, and two busy-polling processes pinned to one CPU make every round trip
 // wait for a scheduler time slice (milliseconds: a 20 000-iteration ping-pong then takes minutes).
+// Frames above 1514 bytes (jumbo, up to 9014) want --bsize (memif's ring buffer size, 2048 by
+// default) at least as large, as uroce's own port does for its jumbo MTU.
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -16,6 +18,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -35,7 +38,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   CLI::App app{"raw DPDK memif baseline"};
   std::string mode, role, socket;
-  unsigned size = 64, iters = 100000;
+  unsigned size = 64, iters = 100000, bsize = 0;
   app.add_option("mode", mode, "pingpong or bulk")
       ->required()
       ->check(CLI::IsMember({"pingpong", "bulk"}));
@@ -43,7 +46,9 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::IsMember({"server", "client"}));
   app.add_option("--socket", socket, "memif socket path")->required();
-  app.add_option("-s", size, "frame bytes")->check(CLI::Range(60u, 1514u));
+  app.add_option("-s", size, "frame bytes")->check(CLI::Range(60u, 9014u));
+  app.add_option("--bsize", bsize, "memif ring buffer bytes (memif's default: 2048)")
+      ->check(CLI::Range(128u, 16384u));
   app.add_option("-n", iters, "round trips (pingpong) or frames (bulk)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
@@ -70,14 +75,17 @@ int main(int argc, char** argv) {
   }
   if (have_affinity) sched_setaffinity(0, sizeof affinity, &affinity);
   rmdir(rte_eal_get_runtime_dir());
-  const std::string dev = "net_memif0,role=" + role + ",socket=" + socket + ",socket-abstract=no";
+  std::string dev = "net_memif0,role=" + role + ",socket=" + socket + ",socket-abstract=no";
+  if (bsize != 0) dev += ",bsize=" + std::to_string(bsize);
   uint16_t port;
   if (rte_dev_probe(dev.c_str()) != 0 || rte_eth_dev_get_port_by_name("net_memif0", &port) != 0) {
     std::fprintf(stderr, "cannot probe %s\n", dev.c_str());
     return 1;
   }
-  rte_mempool* mp =
-      rte_pktmbuf_pool_create("raw", 8191, 256, 0, 2048 + RTE_PKTMBUF_HEADROOM, SOCKET_ID_ANY);
+  // A receive mbuf holds a whole ring buffer, so memif copies each frame into one mbuf.
+  const unsigned room = std::max({2048u, size, bsize});
+  rte_mempool* mp = rte_pktmbuf_pool_create(
+      "raw", 8191, 256, 0, static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM), SOCKET_ID_ANY);
   rte_eth_conf conf{};
   if (!mp || rte_eth_dev_configure(port, 1, 1, &conf) != 0 ||
       rte_eth_rx_queue_setup(port, 0, 1024, SOCKET_ID_ANY, nullptr, mp) != 0 ||

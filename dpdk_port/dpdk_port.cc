@@ -13,7 +13,9 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <cstring>
 #include <thread>
@@ -61,6 +63,15 @@ void remove_stale_memif_socket(const std::string& dev) {
   close(fd);
   if (refused && unlink(path.c_str()) == 0)
     log().info("dpdk: removed the stale memif socket {} (no server listens on it)", path);
+}
+
+// The ring buffer size of a net_memif devargs string (bsize=N, memif's default 2048), at most
+// 16 KiB: receive mbufs are sized to hold one.
+uint32_t memif_bsize(const std::string& dev) {
+  const size_t at = dev.find(",bsize=");
+  if (at == std::string::npos) return 2048;
+  const unsigned long v = std::strtoul(dev.c_str() + at + 7, nullptr, 10);
+  return static_cast<uint32_t>(std::min<unsigned long>(v == 0 ? 2048 : v, 16384));
 }
 
 bool is_pci_address(const std::string& dev) {
@@ -136,23 +147,32 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   // The port MTU: what was asked for, else what the port has (1500 for most).
   uint16_t mtu = 1500;
   rte_eth_dev_get_mtu(port_id_, &mtu);
+  const std::string driver = info.driver_name ? info.driver_name : "";
+  // The MTU ethdev is configured with; `mtu` is the one uroce frames for.
+  uint16_t eth_mtu = mtu;
   if (opt_.mtu != 0) {
     // The PMD's largest frame bounds the MTU (Ethernet header and CRC around it): DPDK 22.11's
-    // virtual devices (memif, af_packet, tap, ring) take 1518-1522 bytes, so no jumbo frames.
+    // virtual devices (memif, af_packet, tap, ring) take 1518-1522 bytes.
     const uint32_t overhead = kEthBytes + 4;  // header and FCS, as ethdev counts them
     const uint32_t max_mtu = std::min<uint32_t>(
         info.max_mtu, info.max_rx_pktlen > overhead ? info.max_rx_pktlen - overhead : 0);
-    if (opt_.mtu > max_mtu)
+    eth_mtu = static_cast<uint16_t>(std::min<uint32_t>(opt_.mtu, max_mtu));
+    // Except memif: its 1518 is a constant of its dev_info, not a limit of the driver, which
+    // carries a frame of any length (in as many ring buffers of `bsize` bytes as it takes, and
+    // in one when bsize holds it) and has no MTU of its own. ethdev refuses an rxmode.mtu above
+    // 1500 there, so it is configured with that and uroce frames for the MTU asked for.
+    const uint32_t limit = driver == "net_memif" ? kMaxMemifMtu : max_mtu;
+    if (opt_.mtu > limit)
       return fail("mtu=" + std::to_string(opt_.mtu) + " exceeds what the port carries (MTU " +
-                  std::to_string(max_mtu) + ", frames of " + std::to_string(info.max_rx_pktlen) +
+                  std::to_string(limit) + ", frames of " +
+                  std::to_string(driver == "net_memif" ? limit + overhead : info.max_rx_pktlen) +
                   " bytes)");
     mtu = static_cast<uint16_t>(opt_.mtu);
   }
-  conf.rxmode.mtu = mtu;
+  conf.rxmode.mtu = eth_mtu;
   // Receive interrupts let an idle engine sleep until a frame arrives (tap and NIC PMDs offer
   // them); without them the engine sleeps on a backing-off timer. The virtual devices below have
   // none in DPDK 22.11 (asking only makes ethdev log "Rx Intr handle unset").
-  const std::string driver = info.driver_name ? info.driver_name : "";
   const bool no_rx_intr = driver == "net_ring" || driver == "net_memif" ||
                           driver == "net_af_packet" || driver == "net_null";
   conf.intr_conf.rxq = no_rx_intr ? 0 : 1;
@@ -171,7 +191,11 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   tx_pool_ = rte_pktmbuf_pool_create(("uroce_tx" + tag).c_str(), kTxPoolSize, 256, 0,
                                      static_cast<uint16_t>(sizeof(transport::TxBuf)),
                                      static_cast<int>(rte_eth_dev_socket_id(port_id_)));
-  const uint32_t frame = mtu + kEthBytes + kVlanBytes + 4;
+  // memif copies a frame into one receive mbuf when the mbuf holds a whole ring buffer (its
+  // devargs' bsize, 2048 by default); else into a chain of them, which rx_burst() would copy once
+  // more to make contiguous.
+  const uint32_t frame = std::max<uint32_t>(mtu + kEthBytes + kVlanBytes + 4,
+                                            driver == "net_memif" ? memif_bsize(opt_.dev) : 0);
   const uint16_t rx_room = static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max(frame, 2048u));
   rx_pool_ = rte_pktmbuf_pool_create(("uroce_rx" + tag).c_str(), kRxPoolSize, 256, 0, rx_room,
                                      static_cast<int>(rte_eth_dev_socket_id(port_id_)));

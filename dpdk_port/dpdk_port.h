@@ -42,6 +42,8 @@ class DpdkPort : public Port {
   static constexpr uint16_t kRingSize = 1024;    // descriptors per queue
   static constexpr uint32_t kTxPoolSize = 4096;  // TxBufs (mbufs) in flight, held or queued
   static constexpr uint32_t kRxPoolSize = 4096;
+  // The largest MTU over net_memif, which has none of its own (setup()): jumbo Ethernet's.
+  static constexpr uint32_t kMaxMemifMtu = 9000;
   static constexpr size_t kMaxHeld = 2048;    // packets held while their priority is paused
   static constexpr int kStartAttempts = 100;  // rte_eth_dev_start tries, 100 ms apart
   // On close, frames sent this recently get this long to leave the PMD's ring (see ~DpdkPort).

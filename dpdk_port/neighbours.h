@@ -4,7 +4,7 @@
 // so the rules are tested in virtual time.
 //
 // States of an entry (after Linux's neighbour states, simplified):
-//   incomplete — a request went out; packets wait here (at most kMaxPending, then dropped).
+//   incomplete — a request went out; packets wait here (at most max_pending, then dropped).
 //                Retried every retry_ns; after max_requests unanswered it fails.
 //   resolved   — the MAC is known (an ARP request or reply from the neighbour, or a static entry);
 //                any later ARP from it updates the MAC. Resolved entries do not expire: a MAC
@@ -35,8 +35,12 @@ class NeighbourTable {
     Time retry_ns = 200'000'000;          // between requests for one neighbour (200 ms)
     uint32_t max_requests = 5;            // unanswered requests before it fails (~1 s)
     Time failed_hold_ns = 1'000'000'000;  // how long a failure is remembered (1 s)
-    size_t max_pending = 64;              // packets waiting for one neighbour
-    size_t max_entries = 4096;            // learned entries (static ones do not count)
+    // Packets waiting for one neighbour. A QP's first burst goes out before its peer resolves
+    // (the ARP exchange takes one round trip): a full send window of 4 KiB packets must wait
+    // here, or the QP starts with a loss and an ACK timeout (64 dropped 192 of a 64 KiB
+    // ib_write_bw's first 256). A quarter of the port's transmit pool (kTxPoolSize).
+    size_t max_pending = 1024;
+    size_t max_entries = 4096;  // learned entries (static ones do not count)
   };
   // What to do with a packet for `ip`.
   enum class Lookup {

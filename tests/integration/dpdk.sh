@@ -57,8 +57,11 @@ case $setup in
     sock=/tmp/uroce-memif-$idx.sock
     rm -f "$sock"
     # memif's server role creates the socket: it is the side the program's client connects to.
-    export SERVER_DEVICES="uroce0=dpdk(dev=net_memif0,role=server,socket=$sock,socket-abstract=no;ip=$net.1/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
-    export CLIENT_DEVICES="uroce0=dpdk(dev=net_memif0,role=client,socket=$sock,socket-abstract=no;ip=$net.2/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
+    # Jumbo frames go in one ring buffer each when its size (bsize, 2048 by default) holds them.
+    memif="dev=net_memif0,socket=$sock,socket-abstract=no"
+    ((${MTU:-1500} > 1500)) && memif+=",bsize=9216"
+    export SERVER_DEVICES="uroce0=dpdk($memif,role=server;ip=$net.1/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
+    export CLIENT_DEVICES="uroce0=dpdk($memif,role=client;ip=$net.2/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
     srv_tcp=127.0.0.1
     ;;
   veth | d2u | u2d)
@@ -220,6 +223,22 @@ if [[ -n ${CAPTURE:-} && -n $cap_pid && -z $fail ]]; then
     fi
   done
   awk -F, '{print $1, $2}' "$cap_dir/fields.csv" | sort | uniq -c | sort -rn | head -12
+fi
+
+if [[ -z ${FAULTS:-} && -z $fail ]]; then
+  # A QP's first packets wait for ARP (one round trip) and must all go out once it resolves: a
+  # packet dropped for want of a neighbour costs the QP a retransmission at its start.
+  dropped=$(awk '$1 == "tx_no_neighbour" {s += $2} END {print s + 0}' "$cap_dir/run.out")
+  ((dropped == 0)) || fail="$dropped packets dropped waiting for ARP (tx_no_neighbour)"
+fi
+
+if ((${MTU:-1500} > 1500)) && [[ -z $fail ]]; then
+  # Jumbo frames were asked for: the busiest sender's packets must average more than a
+  # 1500-byte MTU carries (UROCE_STATS=1 prints sent_pkts and sent_bytes of each side).
+  largest=$(awk '$1 == "sent_pkts" {n = $2} $1 == "sent_bytes" && n > 0 {a = $2 / n; if (a > m) m = a}
+    END {printf "%d", m}' "$cap_dir/run.out")
+  echo "largest average packet of a side: ${largest:-0} bytes (MTU $MTU)"
+  ((${largest:-0} > 1500)) || fail="MTU $MTU asked for, but no side sent packets above 1500 bytes"
 fi
 
 if [[ -n ${PAUSE:-} && -z $fail ]]; then

@@ -415,8 +415,8 @@ TEST_F(ErrnoTest, AResponderThatExitsOnItsErrorCompletionStillSendsTheNak) {
       dup2(to_child[0], 0);
       dup2(from_child[1], 1);
       dup2(err_child[1], 2);
-      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], err_child[0],
-                     err_child[1]})
+      for (int fd :
+           {to_child[0], to_child[1], from_child[0], from_child[1], err_child[0], err_child[1]})
         close(fd);
       // One CPU for the responder's threads: its application thread, woken by the completion,
       // competes with the engine thread that still has the NAK to send — the race is likelier.
