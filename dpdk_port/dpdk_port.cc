@@ -152,7 +152,7 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   uint16_t eth_mtu = mtu;
   if (opt_.mtu != 0) {
     // The PMD's largest frame bounds the MTU (Ethernet header and CRC around it): DPDK 22.11's
-    // virtual devices (memif, af_packet, tap, ring) take 1518-1522 bytes.
+    // af_packet and tap take 1518-1522 bytes, memif says 1518.
     const uint32_t overhead = kEthBytes + 4;  // header and FCS, as ethdev counts them
     const uint32_t max_mtu = std::min<uint32_t>(
         info.max_mtu, info.max_rx_pktlen > overhead ? info.max_rx_pktlen - overhead : 0);
