@@ -49,6 +49,24 @@ TEST(IpIdGuard, AnotherSenderTakingTheAddressOverIsAcceptedAfterARunOfLargeIds) 
   EXPECT_TRUE(g.accept(kUroce, 0x9102));
 }
 
+// rxe's per-destination counter can start below 64: it is a small-ID source until it counts
+// past 63, and then goes on a step at a time (CI saw the guard refuse its next 7 datagrams).
+TEST(IpIdGuard, ACounterThatStartedSmallIsAcceptedAsItCountsOn) {
+  IpIdGuard g;
+  for (uint16_t id = 20; id < 400; ++id) EXPECT_TRUE(g.accept(kRxe, id)) << id;
+  EXPECT_TRUE(g.accept(kRxe, 0x8000));  // counting now: anything
+  // Steps a little larger (other datagrams to the same destination in between) count too.
+  IpIdGuard h;
+  for (uint16_t id = 0; id < 60; id = static_cast<uint16_t>(id + 3))
+    ASSERT_TRUE(h.accept(kRxe, id));
+  EXPECT_TRUE(h.accept(kRxe, 57 + IpIdGuard::kMaxStep));
+  // From a small-ID source, only the IDs just past its last one: not far beyond.
+  IpIdGuard u;
+  trust(u, kUroce);  // last ID 0
+  EXPECT_FALSE(u.accept(kUroce, 0x4321));
+  EXPECT_FALSE(u.accept(kUroce, IpIdGuard::kMaxSmallId + 1));
+}
+
 TEST(IpIdGuard, ASmallIdBreaksTheRun) {
   IpIdGuard g;
   trust(g, kUroce);
