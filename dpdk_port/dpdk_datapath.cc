@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dpdk_port/dpdk_port.h"
+#include "dpdk_port/eal.h"
 
 namespace uroce::dpdk {
 namespace {
@@ -78,6 +79,7 @@ void DpdkPort::disarm_wait() {
 // --- receive ---
 
 std::span<const RxFrame> DpdkPort::rx_burst() {
+  eal_thread_enter();  // the PMD allocates this burst's mbufs from the caller's cache (eal.h)
   for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);
   rx_count_ = 0;
   rx_out_.clear();
@@ -239,6 +241,7 @@ bool DpdkPort::handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const C
 // --- transmit ---
 
 transport::TxBuf* DpdkPort::tx_alloc() {
+  eal_thread_enter();
   rte_mbuf* m = rte_pktmbuf_alloc(tx_pool_);
   if (!m) return nullptr;
   return new (m->buf_addr) transport::TxBuf;
@@ -455,6 +458,7 @@ void DpdkPort::release_held(transport::Time now) {
 }
 
 bool DpdkPort::poll(transport::Time now) {
+  eal_thread_enter();
   if (ctl_dirty_.load(std::memory_order_acquire) || now >= ctl_due_) {
     // Cleared first: a change from now on marks it again, and the next pass looks again.
     ctl_dirty_.store(false, std::memory_order_relaxed);

@@ -202,6 +202,8 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   if (!tx_pool_ || !rx_pool_)
     return fail(std::string("cannot create mbuf pools: ") + rte_strerror(rte_errno) +
                 " (the EAL has -m 256 MB without hugepages; raise it with eal=-m 512)");
+  eal_track_pool(tx_pool_);
+  eal_track_pool(rx_pool_);
   if ((r = rte_eth_rx_queue_setup(port_id_, 0, nrx, rte_eth_dev_socket_id(port_id_), nullptr,
                                   rx_pool_)) != 0)
     return fail(std::string("rx queue: ") + rte_strerror(-r));
@@ -304,8 +306,14 @@ DpdkPort::~DpdkPort() {
     rte_eth_dev_close(port_id_);
     if (dev) rte_dev_remove(dev);
   }
-  if (rx_pool_) rte_mempool_free(rx_pool_);
-  if (tx_pool_) rte_mempool_free(tx_pool_);
+  if (rx_pool_) {
+    eal_untrack_pool(rx_pool_);
+    rte_mempool_free(rx_pool_);
+  }
+  if (tx_pool_) {
+    eal_untrack_pool(tx_pool_);
+    rte_mempool_free(tx_pool_);
+  }
 }
 
 std::string DpdkPort::describe() const {

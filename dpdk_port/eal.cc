@@ -9,7 +9,11 @@
 
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_mempool.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -44,7 +48,65 @@ void remove_stale_runtime_dirs() {
   closedir(d);
 }
 
+std::mutex g_pools_mu;
+std::vector<rte_mempool*> g_pools;  // g_pools_mu
+std::atomic<int> g_registered{0};
+
+// A thread's registration: decided once, on its first eal_thread_enter(); undone when it exits.
+struct ThreadCache {
+  enum class State : uint8_t { kUndecided, kRegistered, kNone };
+  State state = State::kUndecided;
+  ~ThreadCache() {
+    if (state != State::kRegistered) return;
+    {
+      // The mbufs this thread's caches keep go back to their pools, or nobody could use them
+      // until another thread happened to get the same lcore id. A port that closes meanwhile
+      // untracks its pools under the same lock before it frees them.
+      std::lock_guard<std::mutex> g(g_pools_mu);
+      const unsigned id = rte_lcore_id();
+      for (rte_mempool* mp : g_pools)
+        if (rte_mempool_cache* c = rte_mempool_default_cache(mp, id))
+          rte_mempool_cache_flush(c, mp);
+    }
+    rte_thread_unregister();
+    g_registered.fetch_sub(1, std::memory_order_relaxed);
+  }
+};
+thread_local ThreadCache t_cache;
+
 }  // namespace
+
+void eal_thread_enter() {
+  ThreadCache& tc = t_cache;
+  if (tc.state != ThreadCache::State::kUndecided) return;
+  tc.state = ThreadCache::State::kNone;
+  if (rte_lcore_id() != LCORE_ID_ANY) return;  // the thread that initialised the EAL: lcore 0
+  if (g_registered.fetch_add(1, std::memory_order_relaxed) >= kMaxThreadCaches) {
+    g_registered.fetch_sub(1, std::memory_order_relaxed);
+    return;
+  }
+  if (rte_thread_register() != 0) {
+    g_registered.fetch_sub(1, std::memory_order_relaxed);
+    log().debug("dpdk: no lcore id for this thread ({}): its mbufs go through the pools' rings",
+                rte_strerror(rte_errno));
+    return;
+  }
+  tc.state = ThreadCache::State::kRegistered;
+}
+
+void eal_track_pool(rte_mempool* mp) {
+  std::lock_guard<std::mutex> g(g_pools_mu);
+  g_pools.push_back(mp);
+}
+
+void eal_untrack_pool(rte_mempool* mp) {
+  std::lock_guard<std::mutex> g(g_pools_mu);
+  std::erase(g_pools, mp);
+}
+
+int eal_registered_threads() {
+  return g_registered.load(std::memory_order_relaxed);
+}
 
 std::vector<std::string> eal_arguments(const std::vector<std::string>& extra, bool needs_pci) {
   std::vector<std::string> a = {"uroce",

@@ -7,7 +7,9 @@
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_ip.h>
+#include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_mempool.h>
 #include <rte_ring.h>
 
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -371,6 +374,62 @@ TEST_F(DpdkRingTest, NeighbourThatNeverAnswersFailsAndItsPacketsAreDropped) {
   EXPECT_EQ(a_.c.port.tx_no_neighbour.get(), 1u);
   send(a_, nobody, 2);  // failed: dropped at once
   EXPECT_EQ(a_.c.port.tx_no_neighbour.get(), 2u);
+}
+
+// Threads that work a port get an lcore id and so a per-lcore mbuf cache (eal.h): at most
+// kMaxThreadCaches at a time, the rest still work through the pools' rings; a thread that exits
+// gives its cached mbufs back to the pools and its lcore id back to the EAL.
+TEST_F(DpdkRingTest, ThreadsThatWorkAPortCacheMbufsAndGiveThemBackWhenTheyExit) {
+  make();
+  send(a_, kIpB, 1);  // ARP, as in the first test
+  pass(a_);
+  pass(b_);
+  pass(a_);
+  ASSERT_EQ(pass(b_), (std::vector<uint32_t>{1}));
+  rte_mempool* tx_pool =
+      rte_mempool_lookup(("uroce_tx" + std::to_string(a_.port->port_id())).c_str());
+  ASSERT_NE(tx_pool, nullptr);
+  const int before = eal_registered_threads();
+
+  unsigned lcore = LCORE_ID_ANY;
+  unsigned cached = 0;
+  std::vector<uint32_t> got;
+  std::thread t([&] {
+    for (uint32_t psn = 2; psn < 6; ++psn) {
+      send(a_, kIpB, psn);                           // A's mbuf from this thread's cache …
+      for (uint32_t p : pass(b_)) got.push_back(p);  // … freed into it by B's next receive
+    }
+    lcore = rte_lcore_id();
+    if (rte_mempool_cache* c = rte_mempool_default_cache(tx_pool, lcore)) cached = c->len;
+  });
+  t.join();
+  EXPECT_EQ(got, (std::vector<uint32_t>{2, 3, 4, 5}));
+  ASSERT_NE(lcore, LCORE_ID_ANY) << "the thread got no lcore id";
+  EXPECT_GT(cached, 0u) << "its mbufs did not go through its cache";
+  EXPECT_EQ(rte_mempool_default_cache(tx_pool, lcore)->len, 0u)
+      << "the exited thread's cache still holds mbufs nobody can use";
+  EXPECT_EQ(eal_registered_threads(), before);
+
+  // More threads at once than caches: every one works; only kMaxThreadCaches get an lcore id.
+  constexpr int kThreads = kMaxThreadCaches + 2;
+  std::atomic<int> arrived{0}, with_id{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kThreads; ++i)
+    ts.emplace_back([&] {
+      eal_thread_enter();
+      if (rte_lcore_id() != LCORE_ID_ANY) with_id.fetch_add(1);
+      arrived.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();  // all alive together
+    });
+  while (arrived.load() < kThreads) std::this_thread::yield();
+  EXPECT_EQ(with_id.load(), kMaxThreadCaches - before);
+  go.store(true);
+  for (std::thread& th : ts) th.join();
+  EXPECT_EQ(eal_registered_threads(), before);
+  pass(b_);  // B lets go of the last frame it received
+  // Each mbuf is back: in the pool's ring or in the caches of lcores still in use (this one's).
+  EXPECT_EQ(rte_mempool_avail_count(tx_pool), DpdkPort::kTxPoolSize);
 }
 
 }  // namespace
