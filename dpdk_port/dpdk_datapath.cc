@@ -79,7 +79,6 @@ void DpdkPort::disarm_wait() {
 // --- receive ---
 
 std::span<const RxFrame> DpdkPort::rx_burst() {
-  eal_thread_enter();  // the PMD allocates this burst's mbufs from the caller's cache (eal.h)
   for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);
   rx_count_ = 0;
   rx_out_.clear();
@@ -87,6 +86,9 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
   rte_mbuf* ms[kRxBurst];
   const uint16_t n = rte_eth_rx_burst(port_id_, 0, ms, kRxBurst);
   if (n == 0) return rx_out_;
+  // The PMD allocates a burst's mbufs from the caller's cache (eal.h); asked only once something
+  // arrived, so that the empty polls a busy-polling application spins in stay short.
+  eal_thread_enter();
   std::vector<uint32_t> groups;  // copied only when there are any: they are rare
   if (has_groups_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(ctl_mu_);
