@@ -306,13 +306,10 @@ DpdkPort::~DpdkPort() {
     rte_eth_dev_close(port_id_);
     if (dev) rte_dev_remove(dev);
   }
-  if (rx_pool_) {
-    eal_untrack_pool(rx_pool_);
-    rte_mempool_free(rx_pool_);
-  }
-  if (tx_pool_) {
-    eal_untrack_pool(tx_pool_);
-    rte_mempool_free(tx_pool_);
+  for (rte_mempool* mp : {rx_pool_, tx_pool_}) {
+    if (!mp) continue;
+    eal_untrack_pool(mp);  // before the free: an exiting thread no longer flushes into it
+    rte_mempool_free(mp);
   }
 }
 
