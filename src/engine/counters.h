@@ -75,6 +75,10 @@ struct DeviceCounters {
   // Receive-and-progress passes that application threads ran while polling a CQ
   // (Engine::poll_from_app) and that received something: progress the engine did not have to do.
   Counter app_progress_passes;
+  // Times the engine found that an application thread which polls had left arrivals waiting
+  // until the handoff lapsed (it spins elsewhere between polls, as ib_write_lat spins on memory)
+  // and began receiving on arrival beside it (Engine::run).
+  Counter engine_rx_takeovers;
 
   // Port state transitions seen on the netdev (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE).
   Counter port_down_events, port_up_events;
@@ -131,6 +135,7 @@ struct DeviceCounters {
     f("fault_tx_delayed", s.fault_tx_delayed);
     f("engine_wakeups", s.engine_wakeups);
     f("app_progress_passes", s.app_progress_passes);
+    f("engine_rx_takeovers", s.engine_rx_takeovers);
     f("port_down_events", s.port_down_events);
     f("port_up_events", s.port_up_events);
   }

@@ -109,7 +109,8 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   try {
     Engine::Client& client = *d;
     d->engine_ = std::make_unique<Engine>(d->mu_, *d->dp_, client, "uroce-" + cfg.name);
-    d->engine_->set_counters(&d->counters_.engine_wakeups, &d->counters_.app_progress_passes);
+    d->engine_->set_counters(&d->counters_.engine_wakeups, &d->counters_.app_progress_passes,
+                             &d->counters_.engine_rx_takeovers);
     d->engine_->start();
   } catch (const std::system_error& e) {
     if (err) *err = cfg.name + ": cannot start the engine: " + e.what();
@@ -400,6 +401,10 @@ void Device::flush() {
 
 bool Device::poll_progress() {
   return engine_->poll_from_app();
+}
+
+void Device::note_poll_result(bool found) {
+  engine_->note_poll_result(found);
 }
 
 void Device::stop_polling() {

@@ -153,6 +153,8 @@ class Device : private Engine::Client, private transport::EventSink {
   bool poll_progress();
   // The polling application thread is about to block (Engine::stop_polling).
   void stop_polling();
+  // What an application's CQ poll returned (Engine::note_poll_result).
+  void note_poll_result(bool found);
   // Waits for a pass another thread is running and sends what the transmit queue holds (the
   // ACKs an application pass held back, Datapath::set_hold): at exit, nothing may stay behind.
   void flush();

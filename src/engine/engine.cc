@@ -29,12 +29,16 @@ constexpr transport::Time kMinTimerNs = 10'000;
 // Poll mode (PortCaps::poll_mode): keep polling this long after the last receive or pending
 // work; then sleep, on receive interrupts or on a timer that doubles from kMinBackoffNs to
 // kMaxBackoffNs (an idle device then wakes at most 1000 times a second: about 0% CPU). An
-// application thread that polled within kHandoffNs drives progress itself (poll_from_app), so
-// the engine does not spin against it.
+// application thread that polled within the handoff time (Engine::kDefaultHandoffNs) drives
+// progress itself (poll_from_app), so the engine does not spin against it.
 constexpr transport::Time kSpinNs = 50'000;
 constexpr transport::Time kMinBackoffNs = 20'000;
+// An application thread that polls a CQ in a loop polls again within microseconds; one that has
+// not polled for this long while arrivals wait is spinning elsewhere (Engine::run).
+constexpr transport::Time kLeftNs = 50'000;
+// Receiving beside a polling application (Engine::run): the score it starts at and its ceiling.
+constexpr int kBesideStart = 8, kBesideMax = 16;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
-constexpr transport::Time kHandoffNs = 1'000'000;
 
 void drain(int fd) {
   uint64_t v;
@@ -156,31 +160,49 @@ void Engine::run() {
   bool armed = false;  // poll mode: the port's receive interrupts are enabled
   transport::Time last_active = monotonic_now();
   transport::Time backoff = kMinBackoffNs;
+  // Receiving beside a polling application. The handoff (below) trusts an application thread
+  // that polled within the handoff time to receive; one that polls only now and then and spins
+  // elsewhere in between breaks that trust — ib_write_lat polls its send CQ, then spins on the
+  // memory the peer's next WRITE will fill, and that WRITE waited for the handoff to lapse (a
+  // typical latency of 250-430 us instead of 5-10). Evidence of it: a pass of the engine's own
+  // (a timer's, or the first after the handoff lapsed) finds arrivals waiting while the
+  // application's last poll took a completion and was more than kLeftNs ago. The engine then
+  // receives on arrival (a wake-up each) even while that application polls, and goes back to
+  // leaving the receive side to it when its wake-ups are mostly not needed — the application
+  // spins on an empty CQ: a needed wake-up scores +2, another -1, and so does each receive the
+  // application makes itself (poll_from_app), from kBesideStart up to kBesideMax; at 0 it stops.
+  bool was_app_polling = false, lapsed = false;
   while (!stop_.load(std::memory_order_relaxed)) {
     int timeout = again ? 0 : -1;
+    const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
+    const transport::Time t = monotonic_now();
+    const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
+    const bool app_polls = last != 0 && t - last < handoff;
+    // The application said it stopped polling (stop_polling); or poll_from_app ended it.
+    if (last == 0) beside_app_.store(false, std::memory_order_relaxed);
+    const bool beside = beside_app_.load(std::memory_order_relaxed);
+    if (was_app_polling && !app_polls && last != 0) lapsed = true;
+    was_app_polling = app_polls;
+    // The engine leaves receiving to the application thread that polls.
+    const bool defer = app_polls && !beside;
     if (!poll_mode && !rx_fds_.empty()) {
       // Receive handoff. While an application thread busy-polls a CQ it receives itself
       // (poll_from_app); an engine that also woke for every datagram would only race it for the
       // receive lock and for two cores — measured: one engine wake-up per packet received. So
-      // the engine stops watching the port while the application polled within kHandoffNs and
-      // takes the receive side back when it stops (stop_polling: it armed a CQ or waits on a
-      // channel) or fell silent for kHandoffNs; datagrams that arrived meanwhile are still
-      // there (level-triggered).
-      const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
-      const transport::Time t = monotonic_now();
-      const bool app_polls = last != 0 && t - last < kHandoffNs;
-      if (app_polls != !rx_watched_) watch_rx(!app_polls);
-      if (app_polls) {
+      // the engine stops watching the port while the application polled within the handoff time
+      // and takes the receive side back when it stops (stop_polling: it armed a CQ or waits on a
+      // channel) or fell silent for that long; datagrams that arrived meanwhile are still there
+      // (level-triggered).
+      if (defer != !rx_watched_) watch_rx(!defer);
+      if (defer) {
         std::lock_guard<std::mutex> g(mu_);
-        if (last + kHandoffNs < armed_) arm_timer(last + kHandoffNs);
+        if (last + handoff < armed_) arm_timer(last + handoff);
       }
     }
     if (poll_mode && !again) {
       // A poll-mode port shows frames only to rx_burst(): poll while traffic flows; when idle,
       // sleep on its receive interrupts, else on a timer that backs off to kMaxBackoffNs.
-      const transport::Time t = monotonic_now();
-      const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
-      if (last != 0 && t - last < kHandoffNs) {
+      if (defer) {
         // An application thread polls (poll_from_app): it receives and runs due timers itself.
         // The engine neither spins nor sleeps on receive interrupts then — an interrupt per
         // arrival would wake it to race the poller for the receive lock and preempt it on a
@@ -191,11 +213,12 @@ void Engine::run() {
           armed = false;
         }
         std::lock_guard<std::mutex> g(mu_);
-        if (last + kHandoffNs < armed_) arm_timer(last + kHandoffNs);
+        if (last + handoff < armed_) arm_timer(last + handoff);
         backoff = kMinBackoffNs;
-      } else if (t - last_active < kSpinNs) {
+      } else if (!app_polls && t - last_active < kSpinNs) {
         timeout = 0;
       } else if (!armed && port.arm_wait()) {
+        // Idle, or receiving beside a polling application (which spins too: the engine must not).
         armed = true;
         timeout = 0;  // one more pass: what arrived before arming raised no interrupt
       } else if (!armed) {
@@ -204,16 +227,21 @@ void Engine::run() {
         backoff = std::min(backoff * 2, kMaxBackoffNs);
       }
     }
+    // The pass right after a lapse looks at what is waiting now, not at what arrives later.
+    if (lapsed) timeout = 0;
     int n = epoll_wait(epfd_, evs, kMaxEvents, timeout);
     if (n < 0 && errno != EINTR) break;  // cannot happen with valid fds
     if (n > 0 || timeout != 0) wakeups_.fetch_add(1, std::memory_order_relaxed);
     bool link_changed = false;
+    bool rx_woke = false;  // the port's receive fds (sockets, receive interrupts) woke it
     for (int i = 0; i < n; ++i) {
       int fd = evs[i].data.fd;
       if (fd == control_fd_) {
         if (port.on_control()) link_changed = true;
       } else if (fd == doorbell_ || fd == timerfd_) {
         drain(fd);
+      } else {
+        rx_woke = true;
       }
     }
     if (armed && timeout != 0) {
@@ -228,6 +256,26 @@ void Engine::run() {
       std::lock_guard<std::mutex> g(mu_);
       transport::Time now = monotonic_now();
       if (engine_passes_) engine_passes_->add();
+      // Whether the application is spinning on an empty CQ now (it will take what arrives), or
+      // took a completion and has not polled since kLeftNs (it is spinning elsewhere).
+      const transport::Time polled = last_app_poll_.load(std::memory_order_relaxed);
+      const bool recent = polled != 0 && (polled >= now || now - polled <= kLeftNs);
+      const bool found = app_found_.load(std::memory_order_relaxed);
+      if ((lapsed || defer) && !beside && !rx.empty() && found && !recent) {
+        // Packets were left waiting for an application that took a completion and went away.
+        beside_score_.store(kBesideStart, std::memory_order_relaxed);
+        beside_app_.store(true, std::memory_order_relaxed);
+        if (rx_takeovers_) rx_takeovers_->add();
+      } else if (beside && app_polls && rx_woke) {
+        // An arrival woke the engine: needed if it found packets the application was not
+        // there to take; not if it found none, or the application spins on its CQ anyway.
+        const bool needed = !rx.empty() && !(recent && !found);
+        const int score = beside_score_.load(std::memory_order_relaxed);
+        beside_score_.store(needed ? std::min(score + 2, kBesideMax) : score - 1,
+                            std::memory_order_relaxed);
+        if (score <= 1 && !needed) beside_app_.store(false, std::memory_order_relaxed);
+      }
+      lapsed = false;
       transport::Time next = pass(rx, now, &again, &link_changed);
       if (next != armed_) arm_timer(next);
       if (!rx.empty() || again) {
@@ -264,7 +312,8 @@ bool Engine::poll_from_app() {
         bool again = false, link_changed = false;
         // Never later than the handoff: should this thread stop polling, the engine thread must
         // wake to take the receive side back (and send what a pass held).
-        arm_timer(std::min(pass(rx, now, &again, &link_changed), now + kHandoffNs));
+        arm_timer(std::min(pass(rx, now, &again, &link_changed),
+                           now + handoff_ns_.load(std::memory_order_relaxed)));
         if (again || link_changed) kick();
         return true;
       }
@@ -278,6 +327,11 @@ bool Engine::poll_from_app() {
     }
     return false;
   }
+  // The application received for itself: while the engine receives beside it, that counts
+  // against doing so (run()).
+  if (beside_app_.load(std::memory_order_relaxed) &&
+      beside_score_.fetch_sub(1, std::memory_order_relaxed) <= 1)
+    beside_app_.store(false, std::memory_order_relaxed);
   std::lock_guard<std::mutex> g(mu_);
   if (app_passes_) app_passes_->add();
   bool again = false, link_changed = false;
@@ -292,7 +346,7 @@ bool Engine::poll_from_app() {
   // on memory) leaves the receive side to the engine, which no longer watches the sockets while
   // an application polls: were its timer pushed out to a QP's ACK timeout, arrivals (and held
   // ACKs) would wait that long, and the peer's retries could run out.
-  next = std::min(next, t + kHandoffNs);
+  next = std::min(next, t + handoff_ns_.load(std::memory_order_relaxed));
   if (next < armed_ || armed_ <= t) arm_timer(next);
   // The engine thread reports link changes (it runs on_link_change without locks).
   if (again || link_changed) kick();

@@ -67,17 +67,34 @@ class Engine {
   bool poll_from_app();
   // An application thread that polled (poll_from_app) is about to block instead (it armed a CQ,
   // or waits on a completion channel): the engine takes the receive side back at once rather
-  // than after kHandoffNs. Any thread, no lock.
+  // than after the handoff time. Any thread, no lock.
   void stop_polling();
+  // Whether an application's CQ poll (with or without poll_from_app) returned completions. One
+  // that spins on an empty CQ is about to poll again; one that took a completion may go off to
+  // do something else (run()). Any thread, no lock.
+  void note_poll_result(bool found) {
+    if (app_found_.load(std::memory_order_relaxed) != found)
+      app_found_.store(found, std::memory_order_relaxed);
+  }
 
   uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
-  // Counters the engine keeps for the device (both optional; call before start()): passes of its
-  // own thread that found work to look at, and receive-and-progress passes run by application
-  // threads (poll_from_app) that received something.
-  void set_counters(Counter* engine_passes, Counter* app_passes) {
+  // Counters the engine keeps for the device (all optional; call before start()): passes of its
+  // own thread that found work to look at, receive-and-progress passes run by application
+  // threads (poll_from_app) that received something, and times the engine began receiving on
+  // arrival beside a polling application that had left arrivals waiting (see run()).
+  void set_counters(Counter* engine_passes, Counter* app_passes, Counter* rx_takeovers = nullptr) {
     engine_passes_ = engine_passes;
     app_passes_ = app_passes;
+    rx_takeovers_ = rx_takeovers;
   }
+  // Whether the engine now receives on arrival although an application thread polls: it found
+  // that application leaving arrivals waiting (run()). Any thread; for tests and diagnostics.
+  bool receives_beside_app() const { return beside_app_.load(std::memory_order_relaxed); }
+  // How long after an application thread's last poll the engine takes the receive side back
+  // (default kDefaultHandoffNs). Tests lengthen it to tell a wake-up on arrival from the
+  // handoff's lapse without depending on how fast a loaded machine schedules threads.
+  static constexpr transport::Time kDefaultHandoffNs = 1'000'000;
+  void set_handoff_ns(transport::Time ns) { handoff_ns_.store(ns, std::memory_order_relaxed); }
 
  private:
   void run();
@@ -110,8 +127,13 @@ class Engine {
   std::atomic<uint64_t> wakeups_{0};
   Counter* engine_passes_ = nullptr;  // under the device lock
   Counter* app_passes_ = nullptr;
+  Counter* rx_takeovers_ = nullptr;  // engine thread
+  std::atomic<bool> beside_app_{false};
+  std::atomic<int> beside_score_{0};
+  std::atomic<transport::Time> handoff_ns_{kDefaultHandoffNs};
   // When an application thread last called poll_from_app (CLOCK_MONOTONIC ns).
   std::atomic<transport::Time> last_app_poll_{0};
+  std::atomic<bool> app_found_{false};  // note_poll_result
   std::thread thread_;
 };
 

@@ -36,6 +36,7 @@ int ex_start(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   int rc = ex_next(cqx);
   // As in poll_cq: an empty CQ lets the polling thread drive progress.
   if (rc == ENOENT && to_v(cqx)->ctx->dev->poll_progress()) rc = ex_next(cqx);
+  to_v(cqx)->ctx->dev->note_poll_result(rc == 0);
   return rc;
 }
 void ex_end(ibv_cq_ex*) {}
@@ -291,6 +292,7 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   // An application that busy-polls drives progress itself when its CQ is empty, so its latency
   // does not depend on the engine thread being scheduled next to the spinning poller.
   if (got == 0 && n > 0 && vcq->ctx->dev->poll_progress()) got = vcq->impl.poll(n, wc);
+  if (n > 0) vcq->ctx->dev->note_poll_result(got > 0);
   return got;
 }
 

@@ -173,3 +173,82 @@ TEST(EngineTest, StopIsPromptAndIdempotent) {
 
 }  // namespace
 }  // namespace uroce
+
+namespace uroce {
+namespace {
+
+// ib_write_lat's pattern: the application polls its CQ, takes a completion and then spins on
+// memory, not calling uroce, until the peer's next WRITE lands — which only the engine can
+// receive. The engine must not wait for the handoff to lapse each time (it did: a typical
+// latency of hundreds of microseconds); and once the application spins on its CQ again, the
+// engine leaves the receive side to it again. The handoff time is made long so that what is
+// tested is which wake-up received, not how fast a loaded machine schedules threads.
+TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
+  const uint32_t ip = loopback(43, 6, 1);
+  Rig r(ip);
+  ASSERT_TRUE(r.engine);
+  Counter passes, app_passes, takeovers;
+  r.engine->set_counters(&passes, &app_passes, &takeovers);
+  r.engine->set_handoff_ns(100'000'000);  // 100 ms
+  // The application polls once, takes a completion and goes away (before the engine thread
+  // starts, so that its first look already finds an application polling).
+  EXPECT_FALSE(r.engine->poll_from_app());
+  r.engine->note_poll_result(true);
+  r.engine->start();
+  test::RawSender s(loopback(43, 6, 2));
+  uint8_t ib[64];
+  auto send = [&](uint32_t psn) {
+    size_t n = test::build_packet(ib, wire::Opcode::kRcSendOnly, 0x11, psn, {});
+    ASSERT_TRUE(s.send_ib(ip, {ib, n}));
+  };
+  auto delivered = [&](size_t count, std::chrono::seconds within) {
+    std::unique_lock<std::mutex> g(r.mu);
+    return r.client.cv.wait_for(g, within, [&] { return r.client.psns.size() >= count; });
+  };
+
+  // A packet arrives. It waits for the handoff to lapse, and the engine finds it waiting: it now
+  // receives beside the application.
+  send(1);
+  ASSERT_TRUE(delivered(1, 10s));
+  EXPECT_EQ(takeovers.get(), 1u);
+  EXPECT_TRUE(r.engine->receives_beside_app());
+
+  // From now on a lapse would take ten minutes: each packet is received on arrival, while the
+  // application is still taken to be polling.
+  r.engine->set_handoff_ns(600'000'000'000);
+  for (uint32_t psn = 2; psn <= 4; ++psn) {
+    EXPECT_FALSE(r.engine->poll_from_app());
+    r.engine->note_poll_result(true);
+    send(psn);
+    ASSERT_TRUE(delivered(psn, 30s)) << "packet " << psn << " waited for the handoff";
+  }
+  EXPECT_EQ(takeovers.get(), 1u);
+
+  // The application spins on its empty CQ again (and receives itself): the engine's wake-ups on
+  // arrival are not needed, and it stops making them.
+  std::atomic<bool> spin{true};
+  std::thread app([&] {
+    while (spin.load()) {
+      r.engine->poll_from_app();
+      r.engine->note_poll_result(false);
+    }
+  });
+  uint32_t psn = 5;
+  for (; psn < 500 && r.engine->receives_beside_app(); ++psn) {
+    send(psn);
+    ASSERT_TRUE(delivered(psn, 30s));
+  }
+  spin.store(false);
+  app.join();
+  EXPECT_FALSE(r.engine->receives_beside_app()) << "still beside after " << psn - 5 << " packets";
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    std::vector<uint32_t> want(psn - 1);
+    for (uint32_t i = 0; i < want.size(); ++i) want[i] = i + 1;
+    EXPECT_EQ(r.client.psns, want);  // every packet once, in order, whoever received it
+  }
+  r.engine->stop();
+}
+
+}  // namespace
+}  // namespace uroce
