@@ -33,9 +33,6 @@ constexpr transport::Time kMinTimerNs = 10'000;
 // progress itself (poll_from_app), so the engine does not spin against it.
 constexpr transport::Time kSpinNs = 50'000;
 constexpr transport::Time kMinBackoffNs = 20'000;
-// An application thread that polls a CQ in a loop polls again within microseconds; one that has
-// not polled for this long while arrivals wait is spinning elsewhere (Engine::run).
-constexpr transport::Time kLeftNs = 50'000;
 // Receiving beside a polling application (Engine::run): the score it starts at and its ceiling.
 constexpr int kBesideStart = 8, kBesideMax = 16;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
@@ -166,7 +163,8 @@ void Engine::run() {
   // memory the peer's next WRITE will fill, and that WRITE waited for the handoff to lapse (a
   // typical latency of 250-430 us instead of 5-10). Evidence of it: a pass of the engine's own
   // (a timer's, or the first after the handoff lapsed) finds arrivals waiting while the
-  // application's last poll took a completion and was more than kLeftNs ago. The engine then
+  // application's last poll took a completion and was more than the left time (kDefaultLeftNs:
+  // a thread that polls a CQ in a loop polls again within microseconds) ago. The engine then
   // receives on arrival (a wake-up each) even while that application polls, and goes back to
   // leaving the receive side to it when its wake-ups are mostly not needed — the application
   // spins on an empty CQ: a needed wake-up scores +2, another -1, and so does each receive the
@@ -257,9 +255,10 @@ void Engine::run() {
       transport::Time now = monotonic_now();
       if (engine_passes_) engine_passes_->add();
       // Whether the application is spinning on an empty CQ now (it will take what arrives), or
-      // took a completion and has not polled since kLeftNs (it is spinning elsewhere).
+      // took a completion and has not polled for the left time (it is spinning elsewhere).
       const transport::Time polled = last_app_poll_.load(std::memory_order_relaxed);
-      const bool recent = polled != 0 && (polled >= now || now - polled <= kLeftNs);
+      const bool recent = polled != 0 && (polled >= now ||
+                                          now - polled <= left_ns_.load(std::memory_order_relaxed));
       const bool found = app_found_.load(std::memory_order_relaxed);
       if ((lapsed || defer) && !beside && !rx.empty() && found && !recent) {
         // Packets were left waiting for an application that took a completion and went away.

@@ -95,6 +95,12 @@ class Engine {
   // handoff's lapse without depending on how fast a loaded machine schedules threads.
   static constexpr transport::Time kDefaultHandoffNs = 1'000'000;
   void set_handoff_ns(transport::Time ns) { handoff_ns_.store(ns, std::memory_order_relaxed); }
+  // How long an application thread that took a completion may go without polling before the
+  // engine takes it to be spinning elsewhere (default kDefaultLeftNs; run()). Settable for the
+  // same reason: a test makes it long so that a loaded machine descheduling its polling thread
+  // does not look like an application that left.
+  static constexpr transport::Time kDefaultLeftNs = 50'000;
+  void set_left_ns(transport::Time ns) { left_ns_.store(ns, std::memory_order_relaxed); }
 
  private:
   void run();
@@ -131,6 +137,7 @@ class Engine {
   std::atomic<bool> beside_app_{false};
   std::atomic<int> beside_score_{0};
   std::atomic<transport::Time> handoff_ns_{kDefaultHandoffNs};
+  std::atomic<transport::Time> left_ns_{kDefaultLeftNs};
   // When an application thread last called poll_from_app (CLOCK_MONOTONIC ns).
   std::atomic<transport::Time> last_app_poll_{0};
   std::atomic<bool> app_found_{false};  // note_poll_result

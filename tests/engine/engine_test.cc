@@ -189,7 +189,7 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
   ASSERT_TRUE(r.engine);
   Counter passes, app_passes, takeovers;
   r.engine->set_counters(&passes, &app_passes, &takeovers);
-  r.engine->set_handoff_ns(100'000'000);  // 100 ms
+  r.engine->set_handoff_ns(1'000'000'000);  // 1 s: the thread surely starts within it
   // The application polls once, takes a completion and goes away (before the engine thread
   // starts, so that its first look already finds an application polling).
   EXPECT_FALSE(r.engine->poll_from_app());
@@ -225,7 +225,9 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
   EXPECT_EQ(takeovers.get(), 1u);
 
   // The application spins on its empty CQ again (and receives itself): the engine's wake-ups on
-  // arrival are not needed, and it stops making them.
+  // arrival are not needed, and it stops making them. (With a long left time, so that the
+  // spinning thread counts as polling even when a loaded machine deschedules it.)
+  r.engine->set_left_ns(600'000'000'000);
   std::atomic<bool> spin{true};
   std::thread app([&] {
     while (spin.load()) {
