@@ -167,7 +167,7 @@ void Engine::run() {
   // a thread that polls a CQ in a loop polls again within microseconds) ago. The engine then
   // receives on arrival (a wake-up each) even while that application polls, and goes back to
   // leaving the receive side to it when its wake-ups are mostly not needed — the application
-  // spins on an empty CQ: a needed wake-up scores +2, another -1, and so does each receive the
+  // spins on an empty CQ: a needed wake-up scores +4, another -1, and so does each receive the
   // application makes itself (poll_from_app), from kBesideStart up to kBesideMax; at 0 it stops.
   bool was_app_polling = false, lapsed = false;
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -270,7 +270,7 @@ void Engine::run() {
         // there to take; not if it found none, or the application spins on its CQ anyway.
         const bool needed = !rx.empty() && !(recent && !found);
         const int score = beside_score_.load(std::memory_order_relaxed);
-        beside_score_.store(needed ? std::min(score + 2, kBesideMax) : score - 1,
+        beside_score_.store(needed ? std::min(score + 4, kBesideMax) : score - 1,
                             std::memory_order_relaxed);
         if (score <= 1 && !needed) beside_app_.store(false, std::memory_order_relaxed);
       }
