@@ -177,8 +177,8 @@ void Engine::run() {
     const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
     const bool app_polls = last != 0 && t - last < handoff;
     // The application said it stopped polling (stop_polling); or poll_from_app ended it.
-    if (last == 0) beside_app_.store(false, std::memory_order_relaxed);
-    const bool beside = beside_app_.load(std::memory_order_relaxed);
+    if (last == 0) beside_score_.store(0, std::memory_order_relaxed);
+    const bool beside = beside_score_.load(std::memory_order_relaxed) > 0;
     if (was_app_polling && !app_polls && last != 0) lapsed = true;
     was_app_polling = app_polls;
     // The engine leaves receiving to the application thread that polls.
@@ -263,16 +263,12 @@ void Engine::run() {
       if ((lapsed || defer) && !beside && !rx.empty() && found && !recent) {
         // Packets were left waiting for an application that took a completion and went away.
         beside_score_.store(kBesideStart, std::memory_order_relaxed);
-        beside_app_.store(true, std::memory_order_relaxed);
         if (rx_takeovers_) rx_takeovers_->add();
       } else if (beside && app_polls && rx_woke) {
         // An arrival woke the engine: needed if it found packets the application was not
         // there to take; not if it found none, or the application spins on its CQ anyway.
         const bool needed = !rx.empty() && !(recent && !found);
-        const int score = beside_score_.load(std::memory_order_relaxed);
-        beside_score_.store(needed ? std::min(score + 4, kBesideMax) : score - 1,
-                            std::memory_order_relaxed);
-        if (score <= 1 && !needed) beside_app_.store(false, std::memory_order_relaxed);
+        score_beside(needed ? 4 : -1);
       }
       lapsed = false;
       transport::Time next = pass(rx, now, &again, &link_changed);
@@ -285,6 +281,14 @@ void Engine::run() {
     if (link_changed) client_.on_link_change();
   }
   if (armed) port.disarm_wait();
+}
+
+void Engine::score_beside(int delta) {
+  int s = beside_score_.load(std::memory_order_relaxed);
+  // Only while receiving beside: a score of 0 stays 0 (entering sets kBesideStart).
+  while (s > 0 && !beside_score_.compare_exchange_weak(s, std::clamp(s + delta, 0, kBesideMax),
+                                                       std::memory_order_relaxed)) {
+  }
 }
 
 bool Engine::poll_from_app() {
@@ -328,9 +332,7 @@ bool Engine::poll_from_app() {
   }
   // The application received for itself: while the engine receives beside it, that counts
   // against doing so (run()).
-  if (beside_app_.load(std::memory_order_relaxed) &&
-      beside_score_.fetch_sub(1, std::memory_order_relaxed) <= 1)
-    beside_app_.store(false, std::memory_order_relaxed);
+  score_beside(-1);
   std::lock_guard<std::mutex> g(mu_);
   if (app_passes_) app_passes_->add();
   bool again = false, link_changed = false;

@@ -89,7 +89,7 @@ class Engine {
   }
   // Whether the engine now receives on arrival although an application thread polls: it found
   // that application leaving arrivals waiting (run()). Any thread; for tests and diagnostics.
-  bool receives_beside_app() const { return beside_app_.load(std::memory_order_relaxed); }
+  bool receives_beside_app() const { return beside_score_.load(std::memory_order_relaxed) > 0; }
   // How long after an application thread's last poll the engine takes the receive side back
   // (default kDefaultHandoffNs). Tests lengthen it to tell a wake-up on arrival from the
   // handoff's lapse without depending on how fast a loaded machine schedules threads.
@@ -134,8 +134,9 @@ class Engine {
   Counter* engine_passes_ = nullptr;  // under the device lock
   Counter* app_passes_ = nullptr;
   Counter* rx_takeovers_ = nullptr;  // engine thread
-  std::atomic<bool> beside_app_{false};
+  // Receiving beside a polling application (run()) while positive; its score. Any thread.
   std::atomic<int> beside_score_{0};
+  void score_beside(int delta);  // adds delta, within [0, kBesideMax]; 0 ends it
   std::atomic<transport::Time> handoff_ns_{kDefaultHandoffNs};
   std::atomic<transport::Time> left_ns_{kDefaultLeftNs};
   // When an application thread last called poll_from_app (CLOCK_MONOTONIC ns).
