@@ -13,11 +13,11 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include "transport/context.h"
 #include "transport/events.h"
+#include "transport/ring.h"
 #include "wire/wire.h"
 
 namespace uroce::transport {
@@ -135,7 +135,9 @@ class Responder {
   bool seen_request_ = false;  // for IBV_EVENT_COMM_EST
   // A duplicate SEND/WRITE has been ACKed since the expected PSN last moved (see on_request).
   bool dup_acked_ = false;
-  std::deque<Response> responses_;
+  // A ring (ring.h), not a std::deque: a deque frees and allocates a 512-byte block whenever its
+  // front and back move past one, every ten ACKs even when only one ever waits.
+  Ring<Response> responses_;
   // READ/ATOMIC requests executed (not replays) whose responses have not all left: checked
   // against max_dest_rd_atomic for each new one (one beyond it is NAKed invalid request, IBTA
   // 9.9.3.1.2).
