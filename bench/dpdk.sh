@@ -3,6 +3,8 @@
 # host. Prints a Markdown table:
 #   - latency: a 2-byte RC SEND round trip (unmodified ibv_rc_pingpong over uroce's DPDK port)
 #     against a raw memif ping-pong of 64-byte frames (memif_raw pingpong), in µs per round trip;
+#     and against the same PMD work an RC exchange needs: two frames each way per round trip, in
+#     one burst (each message and the ACK of the one before; memif_raw pingpong --frames 2);
 #   - bandwidth: RDMA WRITE of 64 KiB (unmodified ib_write_bw) against a raw memif stream of
 #     1514-byte frames (memif_raw bulk), in MB/s of payload... of frames for the raw baseline;
 #   - the same with jumbo frames: uroce at MTU 9000 (path MTU 4096: 4154-byte frames) against raw
@@ -39,13 +41,16 @@ uroce_lat() {
   rm -f "$out"
 }
 
+# raw_lat [FRAMES]: frames each way per round trip (default 1).
 raw_lat() {
   local out; out=$(mktemp)
   rm -f "$sock"
-  "$raw" pingpong --role server --socket "$sock" -s 64 -n 20000 >/dev/null 2>&1 &
+  "$raw" pingpong --role server --socket "$sock" -s 64 -n 20000 --frames "${1:-1}" \
+    >/dev/null 2>&1 &
   local pid=$!
   sleep 0.5
-  "$raw" pingpong --role client --socket "$sock" -s 64 -n 20000 >"$out" 2>/dev/null || true
+  "$raw" pingpong --role client --socket "$sock" -s 64 -n 20000 --frames "${1:-1}" \
+    >"$out" 2>/dev/null || true
   wait $pid || true
   sed -n 's/.* = \([0-9.]*\) usec\/iter.*/\1/p' "$out" | tail -n 1
   rm -f "$out"
@@ -84,10 +89,11 @@ raw_bw() {
   rm -f "$out"
 }
 
-ul=() rl=() ub=() rb=() uj=() rj=()
+ul=() rl=() r2=() ub=() rb=() uj=() rj=()
 for _ in $(seq "$repeats"); do
   ul+=("$(uroce_lat)")
   rl+=("$(raw_lat)")
+  r2+=("$(raw_lat 2)")
   ub+=("$(uroce_bw)")
   rb+=("$(raw_bw)")
   uj+=("$(uroce_bw jumbo)")
@@ -95,6 +101,7 @@ for _ in $(seq "$repeats"); do
 done
 u=$(printf '%s\n' "${ul[@]}" | grep . | median)
 r=$(printf '%s\n' "${rl[@]}" | grep . | median)
+r2m=$(printf '%s\n' "${r2[@]}" | grep . | median)
 U=$(printf '%s\n' "${ub[@]}" | grep . | median)
 R=$(printf '%s\n' "${rb[@]}" | grep . | median)
 J=$(printf '%s\n' "${uj[@]}" | grep . | median)
@@ -103,6 +110,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.2f", 
 echo "| figure | uroce over memif | raw memif | ratio |"
 echo "| --- | ---: | ---: | ---: |"
 echo "| round trip, µs (uroce: 2-byte RC SEND; raw: 64-byte frame) | ${u:-failed} | ${r:-failed} | $(ratio "$u" "$r") |"
+echo "| round trip, µs (raw: two 64-byte frames each way, as RC's SEND and ACK) | ${u:-failed} | ${r2m:-failed} | $(ratio "$u" "$r2m") |"
 echo "| bandwidth, MB/s (uroce: 64 KiB RDMA WRITE; raw: 1514-byte frames) | ${U:-failed} | ${R:-failed} | $(ratio "$U" "$R") |"
 echo "| bandwidth, MB/s, jumbo frames (uroce: 64 KiB RDMA WRITE at MTU 4096; raw: 4154-byte frames) | ${J:-failed} | ${K:-failed} | $(ratio "$J" "$K") |"
-echo "(medians of $repeats; samples: uroce lat ${ul[*]}; raw lat ${rl[*]}; uroce bw ${ub[*]}; raw bw ${rb[*]}; uroce jumbo bw ${uj[*]}; raw jumbo bw ${rj[*]})"
+echo "(medians of $repeats; samples: uroce lat ${ul[*]}; raw lat ${rl[*]}; raw lat, 2 frames ${r2[*]}; uroce bw ${ub[*]}; raw bw ${rb[*]}; uroce jumbo bw ${uj[*]}; raw jumbo bw ${rj[*]})"

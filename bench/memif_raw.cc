@@ -1,11 +1,18 @@
 // The raw DPDK baseline for uroce over net_memif (bench/dpdk.sh): two processes joined by one
 // memif, one busy-polling thread each, no transport at all.
 //   memif_raw pingpong --role server|client --socket PATH [-s SIZE] [-n ITERS] [--bsize B]
+//                      [--frames K] [--touch BYTES]
 //   memif_raw bulk     --role server|client --socket PATH [-s FRAME] [-n FRAMES] [--bsize B]
 // pingpong: the client sends a frame, the server echoes it; prints "N iters in S seconds = U
-// usec/iter" (ibv_rc_pingpong's format) on the client. bulk: the client sends frames as fast as
-// the ring takes them, the server counts; the server prints "N bytes in S seconds = R MB/sec".
-// The EAL runs as uroce runs it (no hugepages, one lcore, no PCI scan), and as uroce does
+// usec/iter" (ibv_rc_pingpong's format) on the client. With --frames 2 each turn is two frames
+// in one burst each way, as a reliable-connected exchange moves them: an RC SEND round trip is
+// four frames (each message and its ACK, the ACK leaving in the reply's burst), so this is the
+// same PMD work as uroce's ibv_rc_pingpong with no transport at all. --touch BYTES writes one
+// byte in each cache line of a buffer that large at every turn on both sides, standing in for
+// the memory a transport's own work touches between bursts: the PMD's lines it evicts make the
+// next burst's calls dearer (docs/performance.md measures uroce's). bulk: the client sends frames
+// as fast as the ring takes them, the server counts; the server prints "N bytes in S seconds = R
+// MB/sec". The EAL runs as uroce runs it (no hugepages, one lcore, no PCI scan), and as uroce does
 // (dpdk_port/eal.cc) the process gets back the CPU affinity rte_eal_init took: `-l 0` pins the
 // main thread to CPU 0, and two busy-polling processes pinned to one CPU make every round trip
 // wait for a scheduler time slice (milliseconds: a 20 000-iteration ping-pong then takes minutes).
@@ -38,7 +45,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   CLI::App app{"raw DPDK memif baseline"};
   std::string mode, role, socket;
-  unsigned size = 64, iters = 100000, bsize = 0;
+  unsigned size = 64, iters = 100000, bsize = 0, frames = 1, touch = 0;
   app.add_option("mode", mode, "pingpong or bulk")
       ->required()
       ->check(CLI::IsMember({"pingpong", "bulk"}));
@@ -51,6 +58,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(128u, 16384u));
   app.add_option("-n", iters, "round trips (pingpong) or frames (bulk)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--frames", frames, "pingpong: frames each way per round trip, in one burst")
+      ->check(CLI::Range(1u, 32u));
+  app.add_option("--touch", touch, "pingpong: bytes of other memory written at every turn")
+      ->check(CLI::Range(0u, 1u << 30));
   CLI11_PARSE(app, argc, argv);
 
   std::string prefix = "--file-prefix=memifraw" + std::to_string(getpid());
@@ -109,21 +120,27 @@ int main(int argc, char** argv) {
     return m;
   };
   rte_mbuf* burst[32];
+  std::vector<uint8_t> other(touch);
   if (mode == "pingpong") {
     // One warm-up round trip, then the timed ones.
     const auto t0 = std::chrono::steady_clock::now();
     for (unsigned i = 0; i <= iters; ++i) {
       if (client) {
-        rte_mbuf* m = frame();
-        while (rte_eth_tx_burst(port, 0, &m, 1) == 0) {
-        }
+        rte_mbuf* out[32];
+        for (unsigned k = 0; k < frames; ++k) out[k] = frame();
+        for (uint16_t done = 0; done < frames;)
+          done += rte_eth_tx_burst(port, 0, out + done, static_cast<uint16_t>(frames - done));
       }
-      uint16_t n;
-      // A frame can be lost (memif drops what a full ring cannot take, and nothing resends it),
-      // and the peer can be gone: give up after 5 s rather than spin for ever.
+      // A turn's frames can arrive in more than one burst; wait for all of them. A frame can be
+      // lost (memif drops what a full ring cannot take, and nothing resends it), and the peer
+      // can be gone: give up after 5 s rather than spin for ever.
+      uint16_t got = 0;
       const auto wait_from = std::chrono::steady_clock::now();
-      while ((n = rte_eth_rx_burst(port, 0, burst, 32)) == 0) {
-        if (seconds_since(wait_from) > 5) {
+      while (got < frames) {
+        const uint16_t n =
+            rte_eth_rx_burst(port, 0, burst + got, static_cast<uint16_t>(frames - got));
+        got = static_cast<uint16_t>(got + n);
+        if (n == 0 && seconds_since(wait_from) > 5) {
           std::fprintf(stderr,
                        "memif_raw: no frame for 5 s at round trip %u (lost, or the peer is gone)\n",
                        i);
@@ -131,13 +148,13 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
+      for (size_t k = 0; k < other.size(); k += 64) ++other[k];
       if (!client) {
-        // Echo the first frame back; drop any others (there are none in a ping-pong).
-        while (rte_eth_tx_burst(port, 0, &burst[0], 1) == 0) {
-        }
-        for (uint16_t k = 1; k < n; ++k) rte_pktmbuf_free(burst[k]);
+        // Echo the turn's frames back, in one burst.
+        for (uint16_t done = 0; done < got;)
+          done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(got - done));
       } else {
-        for (uint16_t k = 0; k < n; ++k) rte_pktmbuf_free(burst[k]);
+        for (uint16_t k = 0; k < got; ++k) rte_pktmbuf_free(burst[k]);
       }
     }
     const double s = seconds_since(t0);
