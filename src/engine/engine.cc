@@ -175,7 +175,9 @@ void Engine::run() {
     const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
     const transport::Time t = monotonic_now();
     const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
-    const bool app_polls = last != 0 && t - last < handoff;
+    // An application thread may have polled after this thread read the clock: t - last would
+    // wrap, and a lapse would be seen that did not happen.
+    const bool app_polls = last != 0 && (last >= t || t - last < handoff);
     // The application said it stopped polling (stop_polling); or poll_from_app ended it.
     if (last == 0) beside_score_.store(0, std::memory_order_relaxed);
     const bool beside = beside_score_.load(std::memory_order_relaxed) > 0;
@@ -333,10 +335,17 @@ bool Engine::poll_from_app() {
   // The application received for itself: while the engine receives beside it, that counts
   // against doing so (run()).
   score_beside(-1);
-  std::lock_guard<std::mutex> g(mu_);
+  // The time read before the receive serves the pass too (a burst's receive takes microseconds at
+  // most; a second read was ~2 % of a memif round trip's CPU on each side), unless this thread
+  // had to wait for the lock.
+  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+  transport::Time t = now;
+  if (!g.owns_lock()) {
+    g.lock();
+    t = monotonic_now();
+  }
   if (app_passes_) app_passes_->add();
   bool again = false, link_changed = false;
-  const transport::Time t = monotonic_now();
   // The few packets this pass produces (ACKs) wait for this thread's next call, which is
   // typically the reply it posts: one burst, not two (Datapath::set_hold).
   dp_.set_hold(true);
