@@ -559,6 +559,15 @@ cm_pair() {
     # shellcheck disable=SC2046
     "$G" -t "$TIMEOUT" $(cm_args client "$prog" "$HOST_IP" "${rdev[@]}" "$@") >"$tmp/client.out" 2>&1
     cli_rc=$?
+    if ((cli_rc != 0)); then
+      # As above: a server whose client failed may wait for it for ever (perftest's server waits
+      # for the client's last message); 15 s, then it is ended.
+      for _ in $(seq 150); do
+        kill -0 "$srv_pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      kill "$srv_pid" 2>/dev/null
+    fi
     wait "$srv_pid"
     srv_rc=$?
     srv_pid=
@@ -574,9 +583,9 @@ cm_pair() {
     echo "--- the client hit rping 44.0's teardown race (EBADF after the test): counted as exit 0"
     cli_rc=0
   fi
-  result_fail=
-  ((srv_rc != 0 || cli_rc != 0)) && result_fail="server exit $srv_rc, client exit $cli_rc"
-  cap_check || result_fail="${result_fail:-the capture failed its checks}"
+  local exit_fail='' check_fail=''
+  ((srv_rc != 0 || cli_rc != 0)) && exit_fail="server exit $srv_rc, client exit $cli_rc"
+  cap_check || check_fail="the capture failed its checks"
   # The connection was made by the CM: REQ (0x10), REP (0x13) and RTU (0x14) or, for UD, SIDR REQ
   # (0x17) and SIDR REP (0x18) are on the wire, from both sides.
   local cm
@@ -585,10 +594,24 @@ cm_pair() {
   echo "CM messages on the wire: $cm"
   cm_seen=$cm
   if [[ $prog == udaddy ]]; then
-    [[ $cm == *0x0017*0x0018* ]] || result_fail="${result_fail:-no SIDR REQ/REP on the wire}"
+    [[ $cm == *0x0017*0x0018* ]] || check_fail="${check_fail:-no SIDR REQ/REP on the wire}"
   else
-    [[ $cm == *0x0010*0x0013*0x0014* ]] || result_fail="${result_fail:-no REQ/REP/RTU on the wire}"
+    [[ $cm == *0x0010*0x0013*0x0014* ]] || check_fail="${check_fail:-no REQ/REP/RTU on the wire}"
   fi
+  # perftest in the guest may fail to calibrate its cycle counter under TCG (cmd_perftest): it
+  # prints "Can't produce a report" after its last completion and exits 1, and the uroce side,
+  # left waiting for its last message, ends by a signal. With no error completion on the uroce
+  # side and every check of the wire passed, that is a completed transfer without a figure.
+  local r_out=$tmp/client.out u_out=$tmp/server.out no_figure=''
+  [[ $dir == u2r ]] && r_out=$tmp/server.out u_out=$tmp/client.out
+  if [[ $prog == ib_* && -n $exit_fail && -z $check_fail ]] &&
+    grep -q "Can't produce a report" "$r_out" &&
+    ! grep -Eq "Completion with error|Failed status|Couldn't post|retry counter" "$u_out"; then
+    echo "NOTE: rxe's perftest completed every iteration but could not calibrate its clock" \
+      "(TCG): no figure from it"
+    exit_fail='' no_figure=1
+  fi
+  result_fail=${exit_fail:-$check_fail}
   case $prog in
     rping) grep -q "ping data: rdma-ping-" "$tmp/client.out" ||
       result_fail="${result_fail:-the client printed no ping}" ;;
@@ -596,7 +619,8 @@ cm_pair() {
       result_fail="${result_fail:-the client did not complete}" ;;
     rdma_server) grep -q "rdma_client: end 0" "$tmp/client.out" ||
       result_fail="${result_fail:-the client did not end cleanly}" ;;
-    ib_*) grep -A2 '#bytes' "$tmp/client.out" | grep -Eq '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) ' ||
+    ib_*) [[ -n $no_figure ]] || grep -A2 '#bytes' "$tmp/client.out" |
+      grep -Eq '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) ' ||
       result_fail="${result_fail:-the client printed no result row}" ;;
   esac
 }
