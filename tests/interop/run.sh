@@ -436,6 +436,17 @@ cmd_ud() { pingpong_pair ibv_ud_pingpong "$@"; }
 # SRQ: 16 RC QPs (by default) sharing one shared receive queue on each side.
 cmd_srq() { pingpong_pair ibv_srq_pingpong "$@"; }
 
+# only_calibration_failed RXE_OUT UROCE_OUT: whether a perftest pair failed only because perftest
+# in the guest could not calibrate its cycle counter (cmd_perftest says why that happens), which
+# it reports after its last completion: "Can't produce a report" from the rxe side and no error
+# completion on the uroce side. Says so when it did.
+only_calibration_failed() {
+  grep -q "Can't produce a report" "$1" &&
+    ! grep -Eq "Completion with error|Failed status|Couldn't post|retry counter" "$2" || return 1
+  echo "NOTE: rxe's perftest completed every iteration but could not calibrate its clock" \
+    "(TCG): no figure from it"
+}
+
 cmd_perftest() {
   local dir=$1 prog=$2
   shift 2
@@ -456,10 +467,8 @@ cmd_perftest() {
   # on the uroce side and every check of the wire and the counters passed, that is a completed
   # transfer without a figure, not a transport failure.
   local no_figure=
-  if [[ -n $exit_fail && $exit_fail != *124* && -z $check_fail ]] && grep -q "Can't produce a report" "$tmp/$r.out" &&
-    ! grep -Eq "Completion with error|Failed status|Couldn't post|retry counter" "$tmp/$u.out"; then
-    echo "NOTE: rxe's perftest completed every iteration but could not calibrate its clock" \
-      "(TCG): no figure from it"
+  if [[ -n $exit_fail && $exit_fail != *124* && -z $check_fail ]] &&
+    only_calibration_failed "$tmp/$r.out" "$tmp/$u.out"; then
     no_figure=1
     result_fail=
   fi
@@ -598,17 +607,12 @@ cm_pair() {
   else
     [[ $cm == *0x0010*0x0013*0x0014* ]] || check_fail="${check_fail:-no REQ/REP/RTU on the wire}"
   fi
-  # perftest in the guest may fail to calibrate its cycle counter under TCG (cmd_perftest): it
-  # prints "Can't produce a report" after its last completion and exits 1, and the uroce side,
-  # left waiting for its last message, ends by a signal. With no error completion on the uroce
-  # side and every check of the wire passed, that is a completed transfer without a figure.
+  # perftest in the guest may fail to calibrate its cycle counter under TCG (cmd_perftest); here
+  # the uroce side, left waiting for its last message, ends by a signal.
   local r_out=$tmp/client.out u_out=$tmp/server.out no_figure=''
   [[ $dir == u2r ]] && r_out=$tmp/server.out u_out=$tmp/client.out
   if [[ $prog == ib_* && -n $exit_fail && -z $check_fail ]] &&
-    grep -q "Can't produce a report" "$r_out" &&
-    ! grep -Eq "Completion with error|Failed status|Couldn't post|retry counter" "$u_out"; then
-    echo "NOTE: rxe's perftest completed every iteration but could not calibrate its clock" \
-      "(TCG): no figure from it"
+    only_calibration_failed "$r_out" "$u_out"; then
     exit_fail='' no_figure=1
   fi
   result_fail=${exit_fail:-$check_fail}
