@@ -119,6 +119,11 @@ int main(int argc, char** argv) {
     std::memset(d, 0x5a, size);
     return m;
   };
+  // Sends all n, retrying what a full ring did not take yet.
+  auto send_all = [&](rte_mbuf** ms, unsigned n) {
+    for (unsigned done = 0; done < n;)
+      done += rte_eth_tx_burst(port, 0, ms + done, static_cast<uint16_t>(n - done));
+  };
   rte_mbuf* burst[32];
   std::vector<uint8_t> other(touch);
   if (mode == "pingpong") {
@@ -128,8 +133,7 @@ int main(int argc, char** argv) {
       if (client) {
         rte_mbuf* out[32];
         for (unsigned k = 0; k < frames; ++k) out[k] = frame();
-        for (uint16_t done = 0; done < frames;)
-          done += rte_eth_tx_burst(port, 0, out + done, static_cast<uint16_t>(frames - done));
+        send_all(out, frames);
       }
       // A turn's frames can arrive in more than one burst; wait for all of them. A frame can be
       // lost (memif drops what a full ring cannot take, and nothing resends it), and the peer
@@ -150,9 +154,7 @@ int main(int argc, char** argv) {
       }
       for (size_t k = 0; k < other.size(); k += 64) ++other[k];
       if (!client) {
-        // Echo the turn's frames back, in one burst.
-        for (uint16_t done = 0; done < got;)
-          done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(got - done));
+        send_all(burst, got);  // the turn's frames back, in one burst
       } else {
         for (uint16_t k = 0; k < got; ++k) rte_pktmbuf_free(burst[k]);
       }
@@ -164,9 +166,7 @@ int main(int argc, char** argv) {
     for (unsigned sent = 0; sent < iters;) {
       unsigned k = std::min(32u, iters - sent);
       for (unsigned j = 0; j < k; ++j) burst[j] = frame();
-      unsigned done = 0;
-      while (done < k)
-        done += rte_eth_tx_burst(port, 0, burst + done, static_cast<uint16_t>(k - done));
+      send_all(burst, k);
       sent += k;
     }
     sleep(1);  // the server drains
