@@ -43,6 +43,10 @@ bool mapped_gid(const uint8_t* g, uint32_t* ip) {
   return true;
 }
 
+// A gathered frame's payload belongs to the application's memory region: nothing to free when
+// the PMD is done with it.
+void keep_payload(void* /*addr*/, void* /*opaque*/) {}
+
 }  // namespace
 
 // The TxBuf of a transmit mbuf: at the start of its data room.
@@ -253,6 +257,20 @@ void DpdkPort::tx_free(transport::TxBuf* buf) {
   rte_pktmbuf_free(mbuf_of(buf));
 }
 
+void DpdkPort::make_whole(rte_mbuf* m) {
+  if (m->nb_segs == 1) return;
+  // The TxBuf behind the first segment has room for the largest packet and its ICRC.
+  uint8_t* end = rte_pktmbuf_mtod(m, uint8_t*) + m->data_len;
+  for (const rte_mbuf* s = m->next; s != nullptr; s = s->next) {
+    std::memcpy(end, rte_pktmbuf_mtod(s, const uint8_t*), s->data_len);
+    end += s->data_len;
+  }
+  rte_pktmbuf_free(m->next);
+  m->next = nullptr;
+  m->nb_segs = 1;
+  m->data_len = static_cast<uint16_t>(m->pkt_len);
+}
+
 uint32_t DpdkPort::next_hop(uint32_t ip) const {
   if (opt_.prefix_len == 0 || (ip >> 28) == 0xe) return ip;
   const uint32_t mask = opt_.prefix_len >= 32 ? ~0u : ~(~0u >> opt_.prefix_len);
@@ -271,7 +289,8 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
   const bool vlan = opt_.vlan != 0;
   const bool v1 = b->roce_v1;
   const size_t hdr = v1 ? roce_v1_header_bytes(vlan) : roce_v2_header_bytes(vlan);
-  const size_t payload = b->len + transport::kTxTailroom;  // the ICRC is in place after data
+  // The UDP payload: the IB packet (wherever its payload lies) and the ICRC.
+  const size_t payload = b->ib_len() + transport::kTxTailroom;
   // The headers end where the packet begins, inside the TxBuf's headroom.
   uint8_t* start = reinterpret_cast<uint8_t*>(b) + offsetof(transport::TxBuf, data) - hdr;
   const uint8_t tos = static_cast<uint8_t>((b->dscp & 0x3f) << 2 | (b->ecn & 3));
@@ -303,6 +322,30 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
   m->pkt_len = m->data_len;
   m->nb_segs = 1;
   m->next = nullptr;
+  rte_mbuf* segs[2];
+  if (b->ext_len != 0 && rte_pktmbuf_alloc_bulk(seg_pool_, segs, 2) == 0) {
+    // Headers here, then the payload where it lies, then the ICRC (at data[len], where the
+    // datapath put it) in a segment of its own.
+    rte_mbuf* x = segs[0];
+    rte_mbuf* t = segs[1];
+    auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(rte_mbuf_to_priv(x));
+    shinfo->free_cb = keep_payload;
+    shinfo->fcb_opaque = nullptr;
+    rte_mbuf_ext_refcnt_set(shinfo, 1);
+    rte_pktmbuf_attach_extbuf(x, const_cast<uint8_t*>(b->ext), RTE_BAD_IOVA,
+                              static_cast<uint16_t>(b->ext_len), shinfo);
+    x->data_len = static_cast<uint16_t>(b->ext_len);
+    std::memcpy(rte_pktmbuf_append(t, transport::kTxTailroom), b->data + b->len,
+                transport::kTxTailroom);
+    m->data_len = static_cast<uint16_t>(hdr + b->len);
+    m->nb_segs = 3;
+    m->next = x;
+    x->next = t;
+  } else if (b->ext_len != 0) {
+    // No segment mbufs left: the payload is copied in after all.
+    std::memmove(b->data + b->ib_len(), b->data + b->len, transport::kTxTailroom);
+    std::memcpy(b->data + b->len, b->ext, b->ext_len);
+  }
   if (tx_ip_csum_offload_ && !v1) {
     m->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
     m->l2_len = static_cast<uint64_t>(kEthBytes + (vlan ? kVlanBytes : 0));
@@ -341,6 +384,7 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
           case NeighbourTable::Lookup::kPending: {
             if (request) send_arp_request(hop);
             rte_mbuf* m = frame(b, Mac{});
+            make_whole(m);
             if (!neigh_.hold(hop, m)) {
               counters_.tx_no_neighbour.add();
               rte_pktmbuf_free(m);
@@ -355,7 +399,7 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       }
       (void)resolved;
       const int prio = priority_of(*b);
-      const uint64_t bytes = b->len + transport::kTxTailroom;
+      const uint64_t bytes = b->ib_len() + transport::kTxTailroom;
       rte_mbuf* m = frame(b, dst);
       // Behind packets already held for its priority, or held itself while it is paused.
       if (!held_[prio].empty() || (pause_.ever_paused(prio) && pause_.paused(prio, clock()))) {
@@ -365,6 +409,7 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
           rte_pktmbuf_free(m);
           continue;
         }
+        make_whole(m);
         held_[prio].push_back(m);
         ++held_count_;
         counters_.tx_pause_held.add();
@@ -391,7 +436,10 @@ void DpdkPort::transmit(rte_mbuf** ms, uint16_t n) {
   uint16_t done = backlog_.empty() ? rte_eth_tx_burst(port_id_, 0, ms, n) : 0;
   // The PMD's ring is full: keep the rest, in order, for the next pass (they hold pool mbufs,
   // so a stuck peer ends in tx_alloc() backpressure, not in unbounded memory).
-  for (uint16_t i = done; i < n; ++i) backlog_.push_back(ms[i]);
+  for (uint16_t i = done; i < n; ++i) {
+    make_whole(ms[i]);
+    backlog_.push_back(ms[i]);
+  }
   if (done < n) ctl_dirty_.store(true, std::memory_order_release);
 }
 

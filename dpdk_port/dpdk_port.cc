@@ -199,11 +199,27 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   const uint16_t rx_room = static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max(frame, 2048u));
   rx_pool_ = rte_pktmbuf_pool_create(("uroce_rx" + tag).c_str(), kRxPoolSize, 256, 0, rx_room,
                                      static_cast<int>(rte_eth_dev_socket_id(port_id_)));
-  if (!tx_pool_ || !rx_pool_)
+  // Gathering needs a PMD that copies each frame into its own memory before tx_burst returns
+  // (the payload is the application's, valid while the device lock is held): memif in copy
+  // mode does (eth_memif_tx copies every segment, then frees the chain). A NIC reads the
+  // payload by DMA later, and net_ring hands the mbuf itself to its peer: those get whole frames.
+  const bool gather = opt_.force_tx_gather || (driver == "net_memif" &&
+                                               opt_.dev.find("zero-copy=yes") == std::string::npos);
+  if (gather) {
+    // Each mbuf's private area holds the shared info of the payload it is attached to.
+    constexpr uint16_t priv = static_cast<uint16_t>(
+        RTE_ALIGN_CEIL(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN));
+    seg_pool_ = rte_pktmbuf_pool_create(("uroce_seg" + tag).c_str(), kSegPoolSize, 256, priv,
+                                        RTE_PKTMBUF_HEADROOM + 64,
+                                        static_cast<int>(rte_eth_dev_socket_id(port_id_)));
+  }
+  if (!tx_pool_ || !rx_pool_ || (gather && !seg_pool_))
     return fail(std::string("cannot create mbuf pools: ") + rte_strerror(rte_errno) +
                 " (the EAL has -m 256 MB without hugepages; raise it with eal=-m 512)");
   eal_track_pool(tx_pool_);
   eal_track_pool(rx_pool_);
+  if (seg_pool_) eal_track_pool(seg_pool_);
+  caps_.tx_gather = gather;
   if ((r = rte_eth_rx_queue_setup(port_id_, 0, nrx, rte_eth_dev_socket_id(port_id_), nullptr,
                                   rx_pool_)) != 0)
     return fail(std::string("rx queue: ") + rte_strerror(-r));
@@ -306,7 +322,7 @@ DpdkPort::~DpdkPort() {
     rte_eth_dev_close(port_id_);
     if (dev) rte_dev_remove(dev);
   }
-  for (rte_mempool* mp : {rx_pool_, tx_pool_}) {
+  for (rte_mempool* mp : {rx_pool_, tx_pool_, seg_pool_}) {
     if (!mp) continue;
     eal_untrack_pool(mp);  // before the free: an exiting thread no longer flushes into it
     rte_mempool_free(mp);

@@ -7,8 +7,10 @@
 // Setup (dpdk_port.cc) is apart from the datapath (dpdk_datapath.cc), as in eRPC.
 //
 // Buffers: a TxBuf lives in the data room of a DPDK mbuf from the port's transmit pool, so the
-// headers are written into its headroom and the mbuf goes to the NIC as it is: no copy. Received
-// frames are the PMD's mbufs, freed at the next rx_burst().
+// headers are written into its headroom and the mbuf goes to the NIC as it is: no copy. Over
+// net_memif (copy mode) a large payload is not even copied into the TxBuf: it goes as a segment
+// attached to the memory region (PortCaps::tx_gather), and memif's own copy into its ring is the
+// only one. Received frames are the PMD's mbufs, freed at the next rx_burst().
 //
 // Threading (beyond ports/port.h): the receive side (rx_burst, under the engine's receive lock)
 // and the transmit side (under the device lock) meet in the neighbour table, the PAUSE state and
@@ -42,6 +44,9 @@ class DpdkPort : public Port {
   static constexpr uint16_t kRingSize = 1024;    // descriptors per queue
   static constexpr uint32_t kTxPoolSize = 4096;  // TxBufs (mbufs) in flight, held or queued
   static constexpr uint32_t kRxPoolSize = 4096;
+  // Mbufs for gathered frames (PortCaps::tx_gather): two a frame, one attached to the payload
+  // in the memory region and one for the ICRC behind it.
+  static constexpr uint32_t kSegPoolSize = 2 * kTxPoolSize;
   // The largest MTU over net_memif, which has none of its own (setup()): jumbo Ethernet's.
   static constexpr uint32_t kMaxMemifMtu = 9000;
   static constexpr size_t kMaxHeld = 2048;    // packets held while their priority is paused
@@ -90,8 +95,13 @@ class DpdkPort : public Port {
   // --- datapath (dpdk_datapath.cc) ---
   static rte_mbuf* mbuf_of(transport::TxBuf* b);
   static const transport::TxBuf* txbuf_of(const rte_mbuf* m);
-  // Frames a RoCE packet in place (its dst MAC known) and returns its mbuf.
+  // Frames a RoCE packet in place (its dst MAC known) and returns its mbuf: one segment, or
+  // with a payload by reference (TxBuf::ext) three — the headers in the TxBuf's mbuf, the payload
+  // attached where it lies, the ICRC — which the PMD copies into its ring as it sends them.
   rte_mbuf* frame(transport::TxBuf* b, const Mac& dst);
+  // Copies the payload and ICRC of a gathered frame into its first mbuf and frees the others:
+  // for a frame the port keeps past tx_burst(), whose payload may be gone by the time it leaves.
+  static void make_whole(rte_mbuf* m);
   // The next hop of an address: itself on the subnet (or a group), else the gateway.
   uint32_t next_hop(uint32_t ip) const;
   // 802.1p priority a packet is tagged with and paused by: the packet's own (TxBuf::pcp: a
@@ -121,6 +131,7 @@ class DpdkPort : public Port {
   Mac mac_{};
   rte_mempool* tx_pool_ = nullptr;
   rte_mempool* rx_pool_ = nullptr;
+  rte_mempool* seg_pool_ = nullptr;  // gathered frames' payload and ICRC mbufs (tx_gather)
   bool tx_ip_csum_offload_ = false;
   double quantum_ns_ = 51.2;  // 10 Gb/s until the link says otherwise
   int rx_intr_fd_ = -1;       // the PMD's receive interrupt (eventfd), or -1

@@ -65,6 +65,16 @@ struct TxBuf {
   // IPv4 Identification the packet leaves with, chosen by the port before the ICRC (which covers
   // it) is computed. Not the transport's business.
   uint16_t ip_id = 0;
+  // Payload sent from where it lies, not copied into data (PacketSink::tx_gather_min): when
+  // ext_len != 0 the packet is data[0, len) — its headers — followed by ext[0, ext_len), and the
+  // ICRC still goes at data[len] (the port sends it after ext). ext points into registered
+  // memory the transport resolved under the device lock; it is read by the flush that follows
+  // the commit, in the same lock hold, and never after (a port that must keep a frame copies
+  // the payload in first).
+  const uint8_t* ext = nullptr;
+  uint32_t ext_len = 0;
+  // The IB packet's length (BTH .. pad, without the ICRC), wherever its payload lies.
+  uint32_t ib_len() const { return len + ext_len; }
   alignas(8) uint8_t headroom[kTxHeadroom];
   uint8_t data[kMaxIbPacket + kTxTailroom];
 };
@@ -79,6 +89,10 @@ class PacketSink {
   virtual TxBuf* tx_alloc() = 0;
   // Queues a buffer from tx_alloc(); the port flushes queued packets in batches.
   virtual void tx_commit(TxBuf* buf) = 0;
+  // The smallest payload the sink takes by reference (TxBuf::ext) instead of copied into the
+  // buffer; 0: always copy. A sink whose port copies each frame anyway as it sends it (memif
+  // into its shared ring) saves the transport's copy this way.
+  virtual uint32_t tx_gather_min() const { return 0; }
 };
 
 // What the port knows of a received packet beyond its bytes.

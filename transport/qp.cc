@@ -438,9 +438,9 @@ void Qp::pump(Time now) {
       port_full = true;
       break;
     }
-    const bool fatal = q.responder.write_response(q.ctx, buf);
+    const bool fatal = q.responder.write_response(q.ctx, q.tx.tx_gather_min(), buf);
     if (data) {
-      const uint64_t frame = cc::frame_bytes(buf->len);
+      const uint64_t frame = cc::frame_bytes(buf->ib_len());
       q.pacer.on_sent(now, frame);
       response_bytes += frame;
     }

@@ -236,8 +236,8 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
       out.blocked_by_port = true;
       break;
     }
-    const bool ack_req = write_packet(ctx, e, seg, pieces, npieces, buf);
-    const uint64_t frame = cc::frame_bytes(buf->len);
+    const bool ack_req = write_packet(ctx, e, seg, pieces, npieces, tx.tx_gather_min(), buf);
+    const uint64_t frame = cc::frame_bytes(buf->ib_len());
     tx.tx_commit(buf);
     pacer.on_sent(now, frame);
     out.frame_bytes += frame;
@@ -292,7 +292,8 @@ Requester::Segment Requester::segment(const QpContext& ctx, const SendEntry& e) 
 }
 
 bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
-                             const MemPieces& pieces, uint32_t npieces, TxBuf* buf) {
+                             const MemPieces& pieces, uint32_t npieces, uint32_t gather_min,
+                             TxBuf* buf) {
   const bool first = seg.index == 0, last = seg.index + 1 == e.npkts;
   const uint32_t len = seg.len;
   const WrOpcodeInfo& w = wr_opcode_info(e.wqe.opcode);
@@ -363,13 +364,22 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
 
   const size_t hdr = wire::build_headers(p, buf->data);
   uint8_t* payload = buf->data + hdr;
+  buf->ext = nullptr;
+  buf->ext_len = 0;
   if (e.wqe.send_flags & IBV_SEND_INLINE) {
     std::memcpy(payload, e.wqe.inline_data.data() + seg.offset, len);
+  } else if (gather_min != 0 && len >= gather_min && npieces == 1 && p.bth.pad == 0) {
+    // Left in the memory region: the port copies it once, straight into its ring.
+    buf->ext = pieces[0].ptr;
+    buf->ext_len = len;
+    buf->len = static_cast<uint32_t>(hdr);
   } else if (len != 0) {
     copy_pieces(pieces, npieces, payload);
   }
-  std::memset(payload + len, 0, p.bth.pad);
-  buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
+  if (buf->ext == nullptr) {
+    std::memset(payload + len, 0, p.bth.pad);
+    buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
+  }
   buf->dst_ip = ctx.remote_ip;
   buf->src_port = ctx.src_port;
   buf->ecn = kEcnEct0;   // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)

@@ -126,10 +126,11 @@ class Requester {
   // Executes a local operation (is_local_op) at the cursor through MemoryAccess: true and
   // kInFlight with no PSN on success, false and kLocalError otherwise.
   bool execute_local(const QpContext& ctx, SendEntry& e);
-  // Writes the cursor's packet (headers, payload from `pieces` or the inline data, pad) to `buf`.
-  // Returns whether it asks for an ACK.
+  // Writes the cursor's packet (headers, payload from `pieces` or the inline data, pad) to `buf`;
+  // a payload of one piece of at least `gather_min` bytes (0: none) that needs no pad is left
+  // where it lies (TxBuf::ext). Returns whether it asks for an ACK.
   bool write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
-                    const MemPieces& pieces, uint32_t npieces, TxBuf* buf);
+                    const MemPieces& pieces, uint32_t npieces, uint32_t gather_min, TxBuf* buf);
   // Moves the cursor to the WQE holding `psn` (an in-flight PSN), or to the end.
   void seek(Psn psn, const SendQueue& sq);
 

@@ -480,7 +480,7 @@ void Responder::complete_recv(const QpContext& ctx, RecvQueue& rq, ibv_wc_status
   ctx.init.recv_cq->push(wc, last != nullptr && last->bth.se);
 }
 
-bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
+bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf* buf) {
   Response& r = responses_.front();
   wire::Packet p;
   p.bth.migreq = true;
@@ -538,9 +538,17 @@ bool Responder::write_response(const QpContext& ctx, TxBuf* buf) {
       p.aeth.syndrome = ack_syndrome();
       p.bth.pad = wire::pad_for(len);
       const size_t hdr = wire::build_headers(p, buf->data);
-      if (len != 0) std::memcpy(buf->data + hdr, m.ptr, len);
-      std::memset(buf->data + hdr + len, 0, p.bth.pad);
-      buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
+      if (gather_min != 0 && len >= gather_min && p.bth.pad == 0) {
+        buf->ext = m.ptr;  // read by the flush that follows, as a NIC's DMA would read it
+        buf->ext_len = len;
+        buf->len = static_cast<uint32_t>(hdr);
+      } else {
+        buf->ext = nullptr;
+        buf->ext_len = 0;
+        if (len != 0) std::memcpy(buf->data + hdr, m.ptr, len);
+        std::memset(buf->data + hdr + len, 0, p.bth.pad);
+        buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
+      }
       buf->ecn = kEcnEct0;  // data, like requests (Annex A17.9)
       r.started = true;
       r.va += len;

@@ -56,10 +56,11 @@ class Responder {
   bool next_response_is_data() const {
     return !responses_.empty() && responses_.front().kind == Response::Kind::kRead;
   }
-  // Writes the next response packet into `buf`. Returns true when the QP must enter ERR: the
-  // memory of a READ being answered went away meanwhile (a NAK remote access error was written
-  // instead and nothing else is answered).
-  bool write_response(const QpContext& ctx, TxBuf* buf);
+  // Writes the next response packet into `buf`; a READ response payload of at least
+  // `gather_min` bytes (0: none) that needs no pad is left in the memory region (TxBuf::ext).
+  // Returns true when the QP must enter ERR: the memory of a READ being answered went away
+  // meanwhile (a NAK remote access error was written instead and nothing else is answered).
+  bool write_response(const QpContext& ctx, uint32_t gather_min, TxBuf* buf);
 
   Psn expected_psn() const { return epsn_; }
   NakState nak_state() const { return nak_state_; }

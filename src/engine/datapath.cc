@@ -67,6 +67,7 @@ std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const Datap
     d->pcap_ = PcapWriter::open(opt.pcap_path, err);
     if (!d->pcap_) return nullptr;
   }
+  if (d->port_->caps().tx_gather && !d->tx_faults_ && !d->pcap_) d->gather_min_ = kGatherMin;
   return d;
 }
 
@@ -201,18 +202,34 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
 }
 
 transport::TxBuf* Datapath::tx_alloc() {
-  return port_->tx_alloc();
+  transport::TxBuf* b = port_->tx_alloc();
+  if (b) {
+    b->ext = nullptr;  // a port may hand a buffer back as it left it
+    b->ext_len = 0;
+  }
+  return b;
 }
 
 void Datapath::tx_commit(transport::TxBuf* buf) {
   // A length no packet has is a transport bug: refuse it rather than send garbage or read
   // outside the buffer.
   // RoCE v1 on a port without Ethernet framing cannot be sent (the verbs offer no v1 GID there).
-  if (buf->len < wire::kBthBytes || buf->len > transport::kMaxIbPacket ||
-      (buf->roce_v1 && !port_->caps().roce_v1)) {
+  if (buf->len < wire::kBthBytes || buf->ib_len() > transport::kMaxIbPacket ||
+      (buf->ext_len != 0 && buf->ext == nullptr) || (buf->roce_v1 && !port_->caps().roce_v1)) {
     counters_.port.tx_errors.add();
     port_->tx_free(buf);
     return;
+  }
+  if (buf->ext_len != 0) {
+    if (gather_min_ == 0) {
+      // This port (or the faults or capture on it) wants the packet in one piece.
+      std::memcpy(buf->data + buf->len, buf->ext, buf->ext_len);
+      buf->len += buf->ext_len;
+      buf->ext = nullptr;
+      buf->ext_len = 0;
+    } else {
+      ext_queued_ = true;
+    }
   }
   if (buf->dscp == transport::kDscpPortDefault) buf->dscp = opt_.data_dscp;
   queue_.push_back(buf);
@@ -232,7 +249,7 @@ wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
 size_t Datapath::tx_flush(transport::Time now) {
   if (tx_faults_) return tx_flush_faulty(now);
   if (queue_.empty()) return 0;
-  if (hold_ && queue_.size() <= kMaxHeld) {
+  if (hold_ && queue_.size() <= kMaxHeld && !ext_queued_) {
     held_.store(true, std::memory_order_relaxed);
     held_n_ = queue_.size();
     return queue_.size();
@@ -248,18 +265,21 @@ size_t Datapath::tx_flush(transport::Time now) {
   held_n_ = 0;
   port_->tx_prepare(queue_, /*batch=*/true);
   for (transport::TxBuf* b : queue_) {
+    const std::span<const uint8_t> ext{b->ext, b->ext_len};  // empty unless by reference
     if (b->roce_v1) {
       wire::store_le32(b->data + b->len,
-                       wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}));
+                       wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}, ext));
       continue;
     }
     const wire::Ipv4UdpFraming f = tx_framing(*b);
-    wire::store_le32(b->data + b->len, wire::icrc(f, {b->data, b->len}));
-    // Captured as sent: each packet with the IP ID its ICRC was computed for.
+    wire::store_le32(b->data + b->len, wire::icrc(f, {b->data, b->len}, ext));
+    // Captured as sent: each packet with the IP ID its ICRC was computed for (never by
+    // reference: a capture turns gathering off).
     if (pcap_) pcap_->write(f, tos_of(*b), {b->data, b->len}, b->data + b->len);
   }
   size_t sent = port_->tx_burst(queue_);
   queue_.clear();
+  ext_queued_ = false;
   return sent;
 }
 

@@ -73,8 +73,14 @@ class Datapath : public Transmitter {
   // transport::PacketSink. tx_alloc returns nullptr when the port's ring is empty.
   transport::TxBuf* tx_alloc() override;
   // Queues `buf`. A length no packet has (< BTH or > kMaxIbPacket) is a transport bug: refused
-  // and counted in tx_errors.
+  // and counted in tx_errors. A payload by reference (TxBuf::ext) is copied in when the port
+  // cannot take it that way.
   void tx_commit(transport::TxBuf* buf) override;
+  // Payloads from this size on go to a port with PortCaps::tx_gather by reference, unless
+  // transmit faults or a capture are on (both want the packet's bytes in one piece). Below it
+  // the copy costs less than the two extra mbufs a DPDK frame then takes.
+  static constexpr uint32_t kGatherMin = 512;
+  uint32_t tx_gather_min() const override { return gather_min_; }
   // Sends the queued packets in commit order. Returns how many left the queue for the wire: the
   // port's count of what it sent, or with transmit faults every packet taken (the lossy path is
   // part of the wire: callers that loop while tx_flush() makes progress must not stop because the
@@ -89,7 +95,8 @@ class Datapath : public Transmitter {
   // posts next — typically its reply — in one burst (one sendmmsg, one DPDK tx burst) instead of
   // two, and the peer takes both in one receive. Whoever next touches the device flushes them:
   // the application's next post or poll, or the engine thread when the application stops polling
-  // (at most Engine's handoff time later). Not with transmit faults on (their timing is seeded).
+  // (at most Engine's handoff time later). Not with transmit faults on (their timing is seeded),
+  // nor when a queued packet's payload is by reference (TxBuf::ext).
   static constexpr size_t kMaxHeld = 8;
   void set_hold(bool on) { hold_ = on; }
   // Packets are held: a thread that may be the next to act takes the device lock and flushes.
@@ -134,9 +141,13 @@ class Datapath : public Transmitter {
   IpIdGuard id_guard_;                // ports that cannot see the IP ID (receive side)
   std::vector<RxPacket> rx_out_;
   std::vector<transport::TxBuf*> queue_;  // committed, in commit order
-  bool hold_ = false;                     // set_hold(); device lock
-  size_t held_n_ = 0;                     // queue_[0, held_n_) are held packets
-  std::atomic<bool> held_{false};         // queue_ holds packets a held flush kept
+  uint32_t gather_min_ = 0;               // tx_gather_min()
+  // queue_ holds a packet whose payload is by reference: the flush sends everything (holding
+  // would keep a pointer into memory the application may release once the lock is dropped).
+  bool ext_queued_ = false;
+  bool hold_ = false;              // set_hold(); device lock
+  size_t held_n_ = 0;              // queue_[0, held_n_) are held packets
+  std::atomic<bool> held_{false};  // queue_ holds packets a held flush kept
 };
 
 }  // namespace uroce

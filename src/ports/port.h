@@ -51,6 +51,11 @@ struct PortCaps {
   bool poll_mode = false;
   // The port frames Ethernet itself and carries RoCE v1 (GRH, EtherType 0x8915) besides v2.
   bool roce_v1 = false;
+  // tx_burst() takes packets whose payload lies outside the TxBuf (TxBuf::ext) and has read it
+  // by the time it returns: the port copies each frame as it sends it anyway (memif into its
+  // shared ring), so the payload goes from the memory region to the wire in one copy. A frame the
+  // port keeps past tx_burst() (ring full, paused, neighbour unresolved) it makes whole first.
+  bool tx_gather = false;
 };
 
 // One received RoCE datagram: the UDP payload (IB packet, then the ICRC) and what the port knows

@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -25,6 +26,7 @@
 
 #include "../engine/test_util.h"
 #include "dpdk_port/eal.h"
+#include "engine/config.h"
 #include "engine/datapath.h"
 #include "engine/engine.h"
 #include "wire/icrc.h"
@@ -85,6 +87,11 @@ class DpdkRingTest : public ::testing::Test {
     s.port = p.get();
     DatapathOptions d;
     d.data_dscp = o.data_dscp;
+    if (!faults_.empty()) {
+      auto fc = parse_faults(faults_, &err);
+      ASSERT_TRUE(fc) << err;
+      d.faults = *fc;
+    }
     s.dp = Datapath::open(std::move(p), d, s.c, &err);
     ASSERT_NE(s.dp, nullptr) << err;
     s.rx = rx;
@@ -138,8 +145,36 @@ class DpdkRingTest : public ::testing::Test {
     return out;
   }
 
+  // Queues and flushes a RoCE SEND ONLY whose payload stays in `payload` (TxBuf::ext).
+  static void send_by_reference(Side& s, uint32_t dst, uint32_t psn,
+                                const std::vector<uint8_t>& payload) {
+    transport::TxBuf* b = s.dp->tx_alloc();
+    ASSERT_NE(b, nullptr);
+    b->len = static_cast<uint32_t>(
+        test::build_packet(b->data, wire::Opcode::kRcSendOnly, 0x11, psn, {}));
+    b->ext = payload.data();
+    b->ext_len = static_cast<uint32_t>(payload.size());
+    b->dst_ip = dst;
+    b->src_port = 0xc001;
+    s.dp->tx_commit(b);
+    s.dp->tx_flush(monotonic_now());
+  }
+  // The segments of each frame waiting in `s`'s transmit ring, left in place.
+  static std::vector<uint16_t> segments(Side& s) {
+    std::vector<uint16_t> out;
+    std::vector<void*> objs;
+    void* obj;
+    while (rte_ring_dequeue(s.tx, &obj) == 0) objs.push_back(obj);
+    for (void* o : objs) {
+      out.push_back(static_cast<rte_mbuf*>(o)->nb_segs);
+      EXPECT_EQ(rte_ring_enqueue(s.tx, o), 0);
+    }
+    return out;
+  }
+
   static rte_mempool* pool_;
   Side a_, b_;
+  std::string faults_;  // UROCE_FAULTS for the sides make() opens
 };
 rte_mempool* DpdkRingTest::pool_ = nullptr;
 
@@ -276,6 +311,118 @@ TEST_F(DpdkRingTest, JumboFramesCarryAFullPathMtu4096Packet) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].pkt.payload.size(), 4096u);
   EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 0u);
+}
+
+// A port that takes payloads by reference (forced here on net_ring; uroce does it by itself on
+// memif) sends headers, payload and ICRC as three segments, and the frame arrives whole with a
+// valid ICRC. A port that does not gets the payload copied in by the pipeline.
+TEST_F(DpdkRingTest, PayloadsByReferenceLeaveAsSegmentsAndArriveWhole) {
+  make(
+      [](DpdkPortOptions& o) {
+        o.neighbours.push_back({kIpB, kMacB});
+        o.force_tx_gather = true;
+      },
+      [](DpdkPortOptions& o) {
+        o.neighbours.push_back({kIpA, kMacA});
+      });
+  EXPECT_EQ(a_.dp->tx_gather_min(), Datapath::kGatherMin);
+  EXPECT_EQ(b_.dp->tx_gather_min(), 0u);
+  std::vector<uint8_t> payload(1024);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = uint8_t(i * 13 + 1);
+
+  send_by_reference(a_, kIpB, 5, payload);
+  EXPECT_EQ(segments(a_), std::vector<uint16_t>{3});
+  auto got = b_.dp->rx_burst(monotonic_now());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].pkt.bth.psn, 5u);
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), got[0].pkt.payload.begin(),
+                         got[0].pkt.payload.end()));
+  EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 0u);
+
+  send_by_reference(b_, kIpA, 6, payload);
+  EXPECT_EQ(segments(b_), std::vector<uint16_t>{1});
+  auto back = a_.dp->rx_burst(monotonic_now());
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), back[0].pkt.payload.begin(),
+                         back[0].pkt.payload.end()));
+  EXPECT_EQ(a_.c.rcvd_icrc_err.get(), 0u);
+}
+
+// Holding (the ACKs of an application's receive pass, Datapath::set_hold) keeps a packet back
+// but never one whose payload is by reference: the application may release that memory once
+// the device lock is dropped.
+TEST_F(DpdkRingTest, APayloadByReferenceIsNeverHeld) {
+  make([](DpdkPortOptions& o) {
+    o.neighbours.push_back({kIpB, kMacB});
+    o.force_tx_gather = true;
+  });
+  std::vector<uint8_t> payload(2048, 0x33);
+  a_.dp->set_hold(true);
+  send(a_, kIpB, 1);  // 64 bytes, copied: held
+  EXPECT_TRUE(segments(a_).empty());
+  EXPECT_TRUE(a_.dp->holding());
+  send_by_reference(a_, kIpB, 2, payload);  // sends both (the held one behind, as ACKs go)
+  EXPECT_EQ(segments(a_), (std::vector<uint16_t>{3, 1}));
+  EXPECT_FALSE(a_.dp->holding());
+  a_.dp->set_hold(false);
+  auto got = b_.dp->rx_burst(monotonic_now());
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].pkt.payload.size(), payload.size());
+  EXPECT_EQ(got[1].pkt.bth.psn, 1u);
+}
+
+// A gathered frame the port must keep (its priority paused) is made whole at once: what the
+// application writes into its buffer afterwards is not what leaves when the pause ends.
+TEST_F(DpdkRingTest, AHeldFrameCarriesItsPayloadAsItWasSent) {
+  make([](DpdkPortOptions& o) {
+    o.neighbours.push_back({kIpB, kMacB});
+    o.force_tx_gather = true;
+  });
+  // PFC for priority 3 (DSCP 26), the most quanta there are (as in the test above).
+  uint8_t f[64] = {};
+  std::memcpy(f, kPauseMac.data(), 6);
+  std::memcpy(f + 6, kMacB.data(), 6);
+  f[12] = 0x88;
+  f[13] = 0x08;
+  f[14] = 0x01;
+  f[15] = 0x01;
+  f[17] = 1 << 3;
+  f[18 + 6] = 0xff;
+  f[18 + 7] = 0xff;
+  inject(a_, f, sizeof f);
+  pass(a_);
+  std::vector<uint8_t> payload(1024, 0x5a);
+  send_by_reference(a_, kIpB, 9, payload);
+  EXPECT_EQ(a_.c.port.tx_pause_held.get(), 1u);
+  EXPECT_TRUE(segments(a_).empty());
+  std::fill(payload.begin(), payload.end(), 0);  // the application reuses its buffer
+  const transport::Time expiry = a_.port->next_deadline();
+  while (monotonic_now() < expiry) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  a_.port->poll(monotonic_now());
+  EXPECT_EQ(segments(a_), std::vector<uint16_t>{1});
+  auto got = b_.dp->rx_burst(monotonic_now());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 0u);
+  ASSERT_EQ(got[0].pkt.payload.size(), 1024u);
+  EXPECT_TRUE(std::all_of(got[0].pkt.payload.begin(), got[0].pkt.payload.end(),
+                          [](uint8_t x) { return x == 0x5a; }));
+}
+
+// Transmit fault injection wants each packet's bytes in one piece: no gathering under it.
+TEST_F(DpdkRingTest, TransmitFaultsTurnGatheringOff) {
+  faults_ = "tx.loss=0.0001,seed=1";  // on, and (this seed) drops nothing here
+  make([](DpdkPortOptions& o) {
+    o.neighbours.push_back({kIpB, kMacB});
+    o.force_tx_gather = true;
+  });
+  EXPECT_EQ(a_.dp->tx_gather_min(), 0u);
+  std::vector<uint8_t> payload(1024, 0x77);
+  send_by_reference(a_, kIpB, 3, payload);
+  EXPECT_EQ(segments(a_), std::vector<uint16_t>{1});
+  auto got = b_.dp->rx_burst(monotonic_now());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].pkt.payload.size(), payload.size());
+  EXPECT_EQ(got[0].pkt.payload[100], 0x77);
 }
 
 TEST_F(DpdkRingTest, VlanTagCarriesThePriority) {

@@ -58,6 +58,8 @@ TxBuf* CaptureSink::tx_alloc() {
   if (budget == 0) return nullptr;
   if (budget > 0) --budget;
   scratch_.len = 0;
+  scratch_.ext = nullptr;
+  scratch_.ext_len = 0;
   return &scratch_;
 }
 
@@ -80,6 +82,15 @@ void CaptureSink::tx_commit(TxBuf* buf) {
   t.roce_v1 = buf->roce_v1;
   t.len = buf->len;
   std::memcpy(t.data, buf->data, buf->len);
+  // A payload by reference only where the sink offered it, and only when big enough.
+  EXPECT_TRUE(buf->ext_len == 0 || (gather_min != 0 && buf->ext_len >= gather_min));
+  ASSERT_LE(buf->ib_len(), kMaxIbPacket);
+  if (buf->ext_len != 0) {
+    t.ext = buf->ext;  // a record only: ext_len stays 0, the bytes are in data
+    ++gathered;
+    std::memcpy(t.data + t.len, buf->ext, buf->ext_len);
+    t.len += buf->ext_len;
+  }
 }
 
 wire::Packet parsed(const TxBuf& buf) {

@@ -142,6 +142,28 @@ TEST(Link, LostPacketTriggersOneSequenceNakAndGoBackN) {
   EXPECT_TRUE(std::equal(p.src.begin(), p.src.begin() + 20 * 256, p.dst.begin()));
 }
 
+// Both sides take payloads by reference (as over memif): WRITE and SEND packets and READ
+// responses leave from the memory regions, and so do their resends after loss.
+TEST(Link, PayloadsByReferenceSurviveLossAndResends) {
+  Pair p;
+  p.a.sink.gather_min = 512;
+  p.b.sink.gather_min = 512;
+  p.recv(1, 0, 9000);
+  Link link(p.a, p.b, LinkParams{.loss = 0.05, .dup = 0.03, .reorder = 0.1, .seed = 3});
+  p.write(1, 0, 4096, 65536, 0);
+  p.read(2, 100000, 0, 65536, 0);
+  p.send(3, 70000, 8000, 0);
+  ASSERT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == 3; }, 10 * kSecond));
+  for (const ibv_wc& wc : p.a.scq.wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+  EXPECT_TRUE(std::equal(p.src.begin(), p.src.begin() + 65536, p.rmem.begin() + 4096));
+  EXPECT_TRUE(std::equal(p.rmem.begin() + 100000, p.rmem.begin() + 165536, p.lbuf.begin()));
+  EXPECT_TRUE(std::equal(p.src.begin() + 70000, p.src.begin() + 78000, p.dst.begin()));
+  EXPECT_GT(link.lost, 0u);
+  EXPECT_GT(p.a.qp->counters().retransmitted_pkts + p.b.qp->counters().duplicate_request, 0u);
+  EXPECT_GE(p.a.sink.gathered, 64u + 7u);  // every WRITE packet, the SEND's full ones
+  EXPECT_GE(p.b.sink.gathered, 64u);       // every READ response
+}
+
 TEST(Link, LostAckIsRecoveredByTimeoutAndDuplicateReAck) {
   Pair p;
   p.recv(1, 0, 100);

@@ -129,7 +129,7 @@ class ResourceStorage : public ::testing::Test {
     size_t n = 0;
     while (r.has_response()) {
       TxBuf buf;
-      EXPECT_FALSE(r.write_response(ctx, &buf));
+      EXPECT_FALSE(r.write_response(ctx, 0, &buf));
       ++n;
     }
     return n;

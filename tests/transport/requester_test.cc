@@ -151,6 +151,57 @@ TEST_F(RequesterTest, InlineDataAndSeveralSgesAreConcatenated) {
   EXPECT_FALSE(pkts[2]->pkt.bth.se);
 }
 
+// A sink that takes payloads by reference (a memif port): each packet whose payload is one piece
+// of memory, at least the sink's minimum and needing no pad, leaves it in the memory region;
+// anything else is copied as before. The bytes on the wire are the same either way.
+TEST_F(RequesterTest, PayloadsGoByReferenceWhereTheSinkTakesThem) {
+  node.sink.gather_min = 512;
+  up(IBV_MTU_1024);
+  // One SGE, 4096 bytes: four packets, each pointing at its quarter of the region.
+  const auto whole = pattern(4096, 2);
+  send(whole, 1);
+  // Two SGEs, 700 + 3000 bytes: the first packet spans both (copied), the next two lie in the
+  // second (by reference), the last holds its 628 bytes (by reference: over the minimum, no pad).
+  std::vector<uint8_t> r1 = pattern(700, 3), r2 = pattern(3000, 4);
+  const uint32_t k1 = node.mem.reg(node.pd, r1.data(), r1.size(), 0);
+  const uint32_t k2 = node.mem.reg(node.pd, r2.data(), r2.size(), 0);
+  SendWqe s;
+  s.wr_id = 2;
+  s.num_sge = 2;
+  s.sge[0] = {reinterpret_cast<uint64_t>(r1.data()), 700, k1};
+  s.sge[1] = {reinterpret_cast<uint64_t>(r2.data()), 3000, k2};
+  ASSERT_EQ(node.qp->post_send(s, 0), 0);
+  // Below the minimum, and a length that needs a pad: copied.
+  send(pattern(300, 5), 3);
+  send(pattern(1022, 6), 4);
+
+  const std::deque<TxBuf>& sent = node.sink.sent;
+  ASSERT_EQ(sent.size(), 4u + 4u + 1u + 1u);
+  const uint8_t* base = bufs[0].data();
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(sent[i].ext, base + i * 1024) << i;
+  EXPECT_EQ(sent[4].ext, nullptr);
+  EXPECT_EQ(sent[5].ext, r2.data() + 324);
+  EXPECT_EQ(sent[6].ext, r2.data() + 1348);
+  EXPECT_EQ(sent[7].ext, r2.data() + 2372);
+  EXPECT_EQ(sent[8].ext, nullptr);
+  EXPECT_EQ(sent[9].ext, nullptr);
+  EXPECT_EQ(node.sink.gathered, 7u);
+
+  const auto pkts = test::drain(node);
+  std::vector<uint8_t> got;
+  for (size_t i = 0; i < 4; ++i)
+    got.insert(got.end(), pkts[i]->pkt.payload.begin(), pkts[i]->pkt.payload.end());
+  EXPECT_EQ(got, whole);
+  got.clear();
+  for (size_t i = 4; i < 8; ++i)
+    got.insert(got.end(), pkts[i]->pkt.payload.begin(), pkts[i]->pkt.payload.end());
+  std::vector<uint8_t> want(r1);
+  want.insert(want.end(), r2.begin(), r2.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(pkts[9]->pkt.payload.size(), 1022u);
+  EXPECT_EQ(pkts[9]->pkt.bth.pad, 2);
+}
+
 TEST_F(RequesterTest, MessageSpanningThePsnWrap) {
   up(IBV_MTU_256, 0xfffffe);
   send(pattern(5 * 256));

@@ -135,7 +135,11 @@ IdBasis make_id_basis(size_t after) {
 }  // namespace
 
 uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib) {
-  const size_t udp_len = kUdpHeader + ib.size() + kIcrcBytes;
+  return icrc(f, ib, {});
+}
+
+uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<const uint8_t> more) {
+  const size_t udp_len = kUdpHeader + ib.size() + more.size() + kIcrcBytes;
   uint8_t h[kPseudoBytes + kShortIb];
   std::memset(h, 0xff, kLrhStandIn);
   uint8_t* ip = h + kLrhStandIn;
@@ -154,24 +158,31 @@ uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib) {
   put_be16(udp + 2, f.dst_port);
   put_be16(udp + 4, uint16_t(udp_len));
   udp[6] = udp[7] = 0xff;  // UDP checksum masked
-  return crc_head_ib(h, kPseudoBytes, ib);
+  const uint32_t crc = crc_head_ib(h, kPseudoBytes, ib);
+  return more.empty() ? crc : crc_update(crc, more.data(), more.size());
 }
 
 uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib) {
+  return icrc_grh(src_ip, dst_ip, ib, {});
+}
+
+uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib,
+                  std::span<const uint8_t> more) {
   uint8_t h[kLrhStandIn + 40 + kShortIb];
   std::memset(h, 0xff, kLrhStandIn);
   uint8_t* g = h + kLrhStandIn;
   // IPVer 6; TClass and FlowLabel masked to ones (IBTA 7.8.1: the fields a router may change).
   put_be32(g, 0x6fffffff);
-  put_be16(g + 4, uint16_t(ib.size() + kIcrcBytes));  // PayLen
-  g[6] = 0x1b;                                        // NxtHdr: the BTH
-  g[7] = 0xff;                                        // HopLmt masked
-  std::memset(g + 8, 0, 32);                          // the GIDs, IPv4-mapped
+  put_be16(g + 4, uint16_t(ib.size() + more.size() + kIcrcBytes));  // PayLen
+  g[6] = 0x1b;                                                      // NxtHdr: the BTH
+  g[7] = 0xff;                                                      // HopLmt masked
+  std::memset(g + 8, 0, 32);                                        // the GIDs, IPv4-mapped
   g[18] = g[19] = 0xff;
   put_be32(g + 20, src_ip);
   g[34] = g[35] = 0xff;
   put_be32(g + 36, dst_ip);
-  return crc_head_ib(h, kLrhStandIn + 40, ib);
+  const uint32_t crc = crc_head_ib(h, kLrhStandIn + 40, ib);
+  return more.empty() ? crc : crc_update(crc, more.data(), more.size());
 }
 
 uint32_t icrc_ipv4(std::span<const uint8_t> pkt) {
