@@ -130,6 +130,20 @@ class DpdkRingTest : public ::testing::Test {
     std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), f, len);
     ASSERT_EQ(rte_ring_enqueue(s.rx, m), 0);
   }
+  // Injects an 802.1Qbb PFC frame from B's MAC into `s`, pausing priority `prio` for `quanta`.
+  static void inject_pfc(Side& s, int prio, uint16_t quanta) {
+    uint8_t f[64] = {};
+    std::memcpy(f, kPauseMac.data(), 6);
+    std::memcpy(f + 6, kMacB.data(), 6);
+    f[12] = 0x88;  // MAC control
+    f[13] = 0x08;
+    f[14] = 0x01;  // opcode 0x0101: PFC
+    f[15] = 0x01;
+    f[17] = static_cast<uint8_t>(1 << prio);  // priority enable vector
+    f[18 + 2 * prio] = static_cast<uint8_t>(quanta >> 8);
+    f[18 + 2 * prio + 1] = static_cast<uint8_t>(quanta);
+    inject(s, f, sizeof f);
+  }
   // Takes every frame `s` transmitted (from its transmit ring, before the other side reads it).
   static std::vector<std::vector<uint8_t>> take(Side& s) {
     std::vector<std::vector<uint8_t>> out;
@@ -257,17 +271,7 @@ TEST_F(DpdkRingTest, PfcPausesOnlyItsPriorityForItsQuanta) {
     o.neighbours.push_back({kIpB, kMacB});  // static: no ARP in the way
   });
   // PFC for priority 3 (RoCE data: DSCP 26 >> 3), the most quanta there are.
-  uint8_t f[64] = {};
-  std::memcpy(f, kPauseMac.data(), 6);
-  std::memcpy(f + 6, kMacB.data(), 6);
-  f[12] = 0x88;
-  f[13] = 0x08;
-  f[14] = 0x01;
-  f[15] = 0x01;
-  f[17] = 1 << 3;
-  f[18 + 6] = 0xff;
-  f[18 + 7] = 0xff;
-  inject(a_, f, sizeof f);
+  inject_pfc(a_, 3, 0xffff);
   pass(a_);
   EXPECT_EQ(a_.c.port.rx_prio_pause[3].get(), 1u);
   const transport::Time t0 = monotonic_now();
@@ -378,18 +382,8 @@ TEST_F(DpdkRingTest, AHeldFrameCarriesItsPayloadAsItWasSent) {
     o.neighbours.push_back({kIpB, kMacB});
     o.force_tx_gather = true;
   });
-  // PFC for priority 3 (DSCP 26), the most quanta there are (as in the test above).
-  uint8_t f[64] = {};
-  std::memcpy(f, kPauseMac.data(), 6);
-  std::memcpy(f + 6, kMacB.data(), 6);
-  f[12] = 0x88;
-  f[13] = 0x08;
-  f[14] = 0x01;
-  f[15] = 0x01;
-  f[17] = 1 << 3;
-  f[18 + 6] = 0xff;
-  f[18 + 7] = 0xff;
-  inject(a_, f, sizeof f);
+  // PFC for priority 3 (DSCP 26), the most quanta there are.
+  inject_pfc(a_, 3, 0xffff);
   pass(a_);
   std::vector<uint8_t> payload(1024, 0x5a);
   send_by_reference(a_, kIpB, 9, payload);

@@ -72,15 +72,26 @@ uint32_t reference_icrc(const wire::Ipv4UdpFraming& f, std::span<const uint8_t> 
   return static_cast<uint32_t>(crc32(0, b.data(), static_cast<uInt>(b.size())));
 }
 
-TEST(Icrc, EqualsTheZlibReferenceForEveryLength) {
-  std::mt19937 rng(42);
-  std::vector<uint8_t> ib(4160 + 4);
-  for (auto& x : ib) x = static_cast<uint8_t>(rng());
+// `n` bytes of noise from `seed`.
+std::vector<uint8_t> random_bytes(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = static_cast<uint8_t>(rng());
+  return v;
+}
+
+wire::Ipv4UdpFraming sample_framing(uint16_t ip_id) {
   wire::Ipv4UdpFraming f;
   f.src_ip = 0x0a000001;
   f.dst_ip = 0x0a000002;
-  f.ip_id = 0x1234;
+  f.ip_id = ip_id;
   f.src_port = 0xc0de;
+  return f;
+}
+
+TEST(Icrc, EqualsTheZlibReferenceForEveryLength) {
+  const std::vector<uint8_t> ib = random_bytes(4160 + 4, 42);
+  const wire::Ipv4UdpFraming f = sample_framing(0x1234);
   for (size_t len = 0; len <= ib.size(); len += (len < 200 ? 1 : 61)) {
     SCOPED_TRACE(len);
     EXPECT_EQ(wire::icrc(f, {ib.data(), len}), reference_icrc(f, {ib.data(), len}));
@@ -106,9 +117,7 @@ uint32_t reference_icrc_grh(uint32_t src, uint32_t dst, std::span<const uint8_t>
 }
 
 TEST(IcrcGrh, EqualsTheZlibReferenceForEveryLength) {
-  std::mt19937 rng(7);
-  std::vector<uint8_t> ib(4160 + 4);
-  for (auto& x : ib) x = static_cast<uint8_t>(rng());
+  const std::vector<uint8_t> ib = random_bytes(4160 + 4, 7);
   for (size_t len = 0; len <= ib.size(); len += (len < 200 ? 1 : 61)) {
     SCOPED_TRACE(len);
     EXPECT_EQ(wire::icrc_grh(0x0a000001, 0x0a000002, {ib.data(), len}),
@@ -120,14 +129,8 @@ TEST(IcrcGrh, EqualsTheZlibReferenceForEveryLength) {
 // same bytes in one piece (itself equal to the zlib reference, above), for every split after
 // the BTH.
 TEST(Icrc, TwoPiecesEqualOne) {
-  std::mt19937 rng(11);
-  std::vector<uint8_t> ib(4096 + 64);
-  for (auto& x : ib) x = static_cast<uint8_t>(rng());
-  wire::Ipv4UdpFraming f;
-  f.src_ip = 0x0a000001;
-  f.dst_ip = 0x0a000002;
-  f.ip_id = 0x4321;
-  f.src_port = 0xc0de;
+  const std::vector<uint8_t> ib = random_bytes(4096 + 64, 11);
+  const wire::Ipv4UdpFraming f = sample_framing(0x4321);
   for (size_t len : {size_t{12}, size_t{40}, size_t{300}, size_t{1052}, ib.size()}) {
     const uint32_t v2 = wire::icrc(f, {ib.data(), len});
     const uint32_t v1 = wire::icrc_grh(f.src_ip, f.dst_ip, {ib.data(), len});
