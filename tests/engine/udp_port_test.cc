@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <vector>
 
 #include "test_util.h"
@@ -93,15 +94,25 @@ std::unique_ptr<UdpPath> open_port(uint32_t ip, DeviceCounters& c, FaultConfig f
   return std::make_unique<UdpPath>(std::move(dp));
 }
 
-// Queues one SEND ONLY packet from `port` to `dst`.
+// Queues one SEND ONLY packet from `port` to `dst`. With `keep`, its payload goes by reference
+// (TxBuf::ext, as the transport leaves it in a memory region), held in *keep until the flush.
 void queue_send(UdpPath& port, uint32_t dst, uint32_t qpn, uint32_t psn, uint16_t src_port,
-                uint8_t ecn = transport::kEcnNotEct, size_t payload_len = 13) {
+                uint8_t ecn = transport::kEcnNotEct, size_t payload_len = 13,
+                std::deque<std::vector<uint8_t>>* keep = nullptr) {
   transport::TxBuf* b = port.tx_alloc();
   ASSERT_NE(b, nullptr);
   std::vector<uint8_t> payload(payload_len);
   for (size_t i = 0; i < payload_len; ++i) payload[i] = static_cast<uint8_t>(psn + i);
-  b->len = static_cast<uint32_t>(
-      test::build_packet(b->data, wire::Opcode::kRcSendOnly, qpn, psn, payload));
+  if (keep != nullptr) {
+    const std::vector<uint8_t>& kept = keep->emplace_back(std::move(payload));
+    b->len =
+        static_cast<uint32_t>(test::build_packet(b->data, wire::Opcode::kRcSendOnly, qpn, psn, {}));
+    b->ext = kept.data();
+    b->ext_len = static_cast<uint32_t>(kept.size());
+  } else {
+    b->len = static_cast<uint32_t>(
+        test::build_packet(b->data, wire::Opcode::kRcSendOnly, qpn, psn, payload));
+  }
   b->dst_ip = dst;
   b->src_port = src_port;
   b->ecn = ecn;
@@ -535,9 +546,10 @@ uint8_t payload_byte(uint32_t psn, size_t i) {
 
 class UdpPortGsoTest : public ::testing::TestWithParam<bool> {};
 
-TEST_P(UdpPortGsoTest, BurstOfEqualPacketsAndAShorterLastArrivesIntactInOrder) {
-  const bool gso = GetParam();
-  const uint8_t sub = gso ? 1 : 2;
+// The burst below, its payloads copied into the transmit buffers or (by_reference) left where
+// they lie: the kernel gathers each datagram from three iovecs, and GSO cuts the same segments.
+void burst_arrives_intact(bool gso, bool by_reference) {
+  const uint8_t sub = static_cast<uint8_t>((gso ? 1 : 2) + (by_reference ? 20 : 0));
   const uint32_t a = loopback(23, sub, 1), b = loopback(23, sub, 2);
   DeviceCounters ca, cb;
   auto pa = open_port(a, ca, {}, 64, gso), pb = open_port(b, cb, {}, 64, gso);
@@ -546,9 +558,10 @@ TEST_P(UdpPortGsoTest, BurstOfEqualPacketsAndAShorterLastArrivesIntactInOrder) {
   // burst is cut into several sends, the last ending with the shorter packet.
   constexpr uint32_t kPackets = 40;
   uint64_t bytes = 0;
+  std::deque<std::vector<uint8_t>> keep;
   for (uint32_t i = 0; i < kPackets; ++i) {
     size_t len = i + 1 == kPackets ? 1000 : 4000;
-    queue_send(*pa, b, 0x123, i, 0xc500, transport::kEcnEct0, len);
+    queue_send(*pa, b, 0x123, i, 0xc500, transport::kEcnEct0, len, by_reference ? &keep : nullptr);
     bytes += wire::kBthBytes + len + wire::kIcrcBytes;
   }
   EXPECT_EQ(pa->tx_flush(), kPackets);
@@ -578,6 +591,14 @@ TEST_P(UdpPortGsoTest, BurstOfEqualPacketsAndAShorterLastArrivesIntactInOrder) {
   EXPECT_EQ(cb.rcvd_bytes.get(), bytes);
   EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);
   EXPECT_EQ(cb.rx_truncated.get(), 0u);
+}
+
+TEST_P(UdpPortGsoTest, BurstOfEqualPacketsAndAShorterLastArrivesIntactInOrder) {
+  burst_arrives_intact(GetParam(), /*by_reference=*/false);
+}
+
+TEST_P(UdpPortGsoTest, PayloadsByReferenceArriveIntactInOrder) {
+  burst_arrives_intact(GetParam(), /*by_reference=*/true);
 }
 
 TEST_P(UdpPortGsoTest, DifferentDestinationsEcnAndSizesAreNotMerged) {
@@ -852,9 +873,13 @@ TEST(UdpPortTest, RefusedGsoFallsBackToOneDatagramPerPacket) {
   ASSERT_TRUE(pa && pb);
   int on = 1;
   ASSERT_EQ(setsockopt(pa->rx_fd(), SOL_SOCKET, SO_NO_CHECK, &on, sizeof on), 0);
+  // The first round's payloads by reference: resent one by one, each with its ICRC recomputed
+  // over the headers and the payload where it lies.
+  std::deque<std::vector<uint8_t>> keep;
   for (uint32_t round = 0; round < 2; ++round) {
     for (uint32_t i = 0; i < 20; ++i)
-      queue_send(*pa, b, 0x30, round * 20 + i, wire::kRoceV2UdpPort, transport::kEcnCe, 700);
+      queue_send(*pa, b, 0x30, round * 20 + i, wire::kRoceV2UdpPort, transport::kEcnCe, 700,
+                 round == 0 ? &keep : nullptr);
     EXPECT_EQ(pa->tx_flush(), 20u);
   }
   EXPECT_EQ(ca.port.tx_gso_fallback.get(), 1u);
@@ -866,6 +891,8 @@ TEST(UdpPortTest, RefusedGsoFallsBackToOneDatagramPerPacket) {
     EXPECT_EQ(got[i].psn, i);
     EXPECT_EQ(got[i].ip_id, 0);  // sent alone: the ICRC was recomputed for ID 0
     EXPECT_EQ(got[i].info.ecn, transport::kEcnCe);
+    ASSERT_EQ(got[i].payload.size(), 700u);
+    EXPECT_EQ(got[i].payload[699], static_cast<uint8_t>(i + 699));
   }
   EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);
   EXPECT_EQ(cb.rx_foreign_ip_id.get(), 0u);

@@ -97,6 +97,9 @@ UdpPort::UdpPort(const UdpPortOptions& opt, PortCounters& counters)
   caps_.ipv4_csum_offload = true;  // the kernel writes IP headers
   caps_.multicast = true;
   caps_.tx_batching = opt.gso;
+  // sendmmsg copies every datagram out of its iovecs before it returns: a payload can be sent
+  // from the memory region it lies in, in one copy (the kernel's) instead of two.
+  caps_.tx_gather = true;
 }
 
 UdpPort::~UdpPort() {
@@ -392,12 +395,12 @@ void UdpPort::tx_prepare(std::span<transport::TxBuf* const> bufs, bool batch) {
   while (i < bufs.size()) {
     const transport::TxBuf& first = *bufs[i];
     const int fd = tx_route_[index_of(&first)];
-    const size_t seg = first.len + wire::kIcrcBytes;
+    const size_t seg = first.ib_len() + wire::kIcrcBytes;
     size_t count = 1, bytes = seg;
     if (std::find(no_gso_fds_.begin(), no_gso_fds_.end(), fd) == no_gso_fds_.end()) {
       while (i + count < bufs.size() && count < kGsoMaxSegments) {
         transport::TxBuf& b = *bufs[i + count];
-        size_t len = b.len + wire::kIcrcBytes;
+        size_t len = b.ib_len() + wire::kIcrcBytes;
         if (tx_route_[index_of(&b)] != fd || b.dst_ip != first.dst_ip || b.ecn != first.ecn ||
             b.dscp != first.dscp || len > seg || bytes + len > kGsoMaxBytes)
           break;
@@ -451,6 +454,20 @@ void set_tx_cmsgs(msghdr& h, uint8_t* ctrl, size_t ctrl_bytes, int tos, uint16_t
 
 constexpr size_t kTxCtrlBytes = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint16_t));
 
+// A packet's bytes and ICRC as iovecs at `iov`: one when they are contiguous; three when its
+// payload lies in the memory region (TxBuf::ext) — headers, payload, then the ICRC, which the
+// pipeline put right after the headers. Returns how many.
+size_t packet_iovecs(transport::TxBuf& b, iovec* iov) {
+  if (b.ext_len == 0) {
+    iov[0] = {b.data, b.len + wire::kIcrcBytes};
+    return 1;
+  }
+  iov[0] = {b.data, b.len};
+  iov[1] = {const_cast<uint8_t*>(b.ext), b.ext_len};
+  iov[2] = {b.data + b.len, wire::kIcrcBytes};
+  return 3;
+}
+
 }  // namespace
 
 size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
@@ -463,7 +480,7 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
   };
   mmsghdr msgs[kTxBatch];
   Msg meta[kTxBatch];
-  iovec iov[kTxRing];  // per packet of the messages being sent
+  iovec iov[3 * kTxRing];  // per packet of the messages being sent (packet_iovecs)
   sockaddr_in to[kTxBatch];
   alignas(cmsghdr) uint8_t ctrl[kTxBatch][kTxCtrlBytes];
   while (i < bufs.size()) {
@@ -484,16 +501,18 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       h.msg_namelen = sizeof to[n];
       meta[n] = {end, count};
       set_tx_cmsgs(h, ctrl[n], sizeof ctrl[n], tos_of(first),
-                   count > 1 ? static_cast<uint16_t>(first.len + wire::kIcrcBytes) : 0);
+                   count > 1 ? static_cast<uint16_t>(first.ib_len() + wire::kIcrcBytes) : 0);
       ++n;
       end += count;
     }
-    // One iovec per packet (its IB bytes and ICRC are contiguous); a GSO message takes the
-    // consecutive entries of its run, which the kernel concatenates before segmenting.
-    for (size_t k = i; k < end; ++k) iov[k - i] = {bufs[k]->data, bufs[k]->len + wire::kIcrcBytes};
+    // Each packet's iovecs (packet_iovecs); a GSO message takes the consecutive entries of its
+    // run, which the kernel concatenates before segmenting.
+    size_t v = 0;
     for (size_t m = 0; m < n; ++m) {
-      msgs[m].msg_hdr.msg_iov = &iov[meta[m].first - i];
-      msgs[m].msg_hdr.msg_iovlen = meta[m].count;
+      msgs[m].msg_hdr.msg_iov = &iov[v];
+      for (size_t k = meta[m].first; k < meta[m].first + meta[m].count; ++k)
+        v += packet_iovecs(*bufs[k], &iov[v]);
+      msgs[m].msg_hdr.msg_iovlen = static_cast<size_t>(&iov[v] - msgs[m].msg_hdr.msg_iov);
     }
     // sendmmsg stops at the first refused message: count and skip it, send the rest.
     size_t done = 0;
@@ -548,14 +567,14 @@ size_t UdpPort::send_singly(int fd, std::span<transport::TxBuf* const> bufs) {
     f.src_port = b.src_port;
     f.dst_port = opt_.dst_port;
     b.ip_id = 0;
-    wire::store_le32(b.data + b.len, wire::icrc(f, {b.data, b.len}));
+    wire::store_le32(b.data + b.len, wire::icrc(f, {b.data, b.len}, {b.ext, b.ext_len}));
     sockaddr_in to = make_addr(b.dst_ip, opt_.dst_port);
-    iovec iov{b.data, b.len + wire::kIcrcBytes};
+    iovec iov[3];
     msghdr h{};
     h.msg_name = &to;
     h.msg_namelen = sizeof to;
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
+    h.msg_iov = iov;
+    h.msg_iovlen = packet_iovecs(b, iov);
     alignas(cmsghdr) uint8_t ctrl[kTxCtrlBytes];
     set_tx_cmsgs(h, ctrl, sizeof ctrl, tos_of(b), 0);
     ssize_t r;
