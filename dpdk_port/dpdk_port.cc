@@ -201,10 +201,12 @@ bool DpdkPort::setup(std::string* err, int port_id) {
                                      static_cast<int>(rte_eth_dev_socket_id(port_id_)));
   // Gathering needs a PMD that copies each frame into its own memory before tx_burst returns
   // (the payload is the application's, valid while the device lock is held): memif in copy
-  // mode does (eth_memif_tx copies every segment, then frees the chain). A NIC reads the
-  // payload by DMA later, and net_ring hands the mbuf itself to its peer: those get whole frames.
-  const bool gather = opt_.force_tx_gather || (driver == "net_memif" &&
-                                               opt_.dev.find("zero-copy=yes") == std::string::npos);
+  // mode does (eth_memif_tx copies every segment into its ring, then frees the chain), and so
+  // does af_packet (each segment into its TPACKET ring). A NIC reads the payload by DMA later,
+  // and net_ring hands the mbuf itself to its peer: those get whole frames.
+  const bool gather =
+      opt_.force_tx_gather || driver == "net_af_packet" ||
+      (driver == "net_memif" && opt_.dev.find("zero-copy=yes") == std::string::npos);
   if (gather) {
     // Each mbuf's private area holds the shared info of the payload it is attached to.
     constexpr uint16_t priv = static_cast<uint16_t>(

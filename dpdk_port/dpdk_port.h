@@ -8,9 +8,9 @@
 //
 // Buffers: a TxBuf lives in the data room of a DPDK mbuf from the port's transmit pool, so the
 // headers are written into its headroom and the mbuf goes to the NIC as it is: no copy. Over
-// net_memif (copy mode) a large payload is not even copied into the TxBuf: it goes as a segment
-// attached to the memory region (PortCaps::tx_gather), and memif's own copy into its ring is the
-// only one. Received frames are the PMD's mbufs, freed at the next rx_burst().
+// net_memif (copy mode) and net_af_packet a large payload is not even copied into the TxBuf: it
+// goes as a segment attached to the memory region (PortCaps::tx_gather), and the PMD's own copy
+// into its ring is the only one. Received frames are the PMD's mbufs, freed at the next rx_burst().
 //
 // Threading (beyond ports/port.h): the receive side (rx_burst, under the engine's receive lock)
 // and the transmit side (under the device lock) meet in the neighbour table, the PAUSE state and

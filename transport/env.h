@@ -91,7 +91,11 @@ class PacketSink {
   virtual void tx_commit(TxBuf* buf) = 0;
   // The smallest payload the sink takes by reference (TxBuf::ext) instead of copied into the
   // buffer; 0: always copy. A sink whose port copies each frame anyway as it sends it (memif
-  // into its shared ring) saves the transport's copy this way.
+  // into its shared ring, sendmmsg into the kernel) saves the transport's copy this way. Only
+  // for packets whose memory cannot be handed back before the flush: an RC request (its WQE
+  // completes on an ACK, after the flush) and a READ response (deregistering takes the device
+  // lock). A UD or UC send completes as it is committed, and the application may poll that
+  // completion and reuse its buffer before the flush: those copy.
   virtual uint32_t tx_gather_min() const { return 0; }
 };
 

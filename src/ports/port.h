@@ -52,9 +52,10 @@ struct PortCaps {
   // The port frames Ethernet itself and carries RoCE v1 (GRH, EtherType 0x8915) besides v2.
   bool roce_v1 = false;
   // tx_burst() takes packets whose payload lies outside the TxBuf (TxBuf::ext) and has read it
-  // by the time it returns: the port copies each frame as it sends it anyway (memif into its
-  // shared ring), so the payload goes from the memory region to the wire in one copy. A frame the
-  // port keeps past tx_burst() (ring full, paused, neighbour unresolved) it makes whole first.
+  // by the time it returns: the port copies each frame as it sends it anyway (sendmmsg into the
+  // kernel, memif into its shared ring), so the payload goes from the memory region to the wire
+  // in one copy. A frame the port keeps past tx_burst() (ring full, paused, neighbour
+  // unresolved) it makes whole first.
   bool tx_gather = false;
 };
 
