@@ -96,7 +96,14 @@ class PacketSink {
   // completes on an ACK, after the flush) and a READ response (deregistering takes the device
   // lock). A UD or UC send completes as it is committed, and the application may poll that
   // completion and reuse its buffer before the flush: those copy.
-  virtual uint32_t tx_gather_min() const { return 0; }
+  // (A plain field, not a virtual call: the requester asks for every packet.)
+  uint32_t tx_gather_min() const { return gather_min_; }
+
+ protected:
+  void set_tx_gather_min(uint32_t bytes) { gather_min_ = bytes; }
+
+ private:
+  uint32_t gather_min_ = 0;
 };
 
 // What the port knows of a received packet beyond its bytes.

@@ -67,7 +67,7 @@ std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const Datap
     d->pcap_ = PcapWriter::open(opt.pcap_path, err);
     if (!d->pcap_) return nullptr;
   }
-  if (d->port_->caps().tx_gather && !d->tx_faults_ && !d->pcap_) d->gather_min_ = kGatherMin;
+  if (d->port_->caps().tx_gather && !d->tx_faults_ && !d->pcap_) d->set_tx_gather_min(kGatherMin);
   return d;
 }
 
@@ -203,10 +203,7 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
 
 transport::TxBuf* Datapath::tx_alloc() {
   transport::TxBuf* b = port_->tx_alloc();
-  if (b) {
-    b->ext = nullptr;  // a port may hand a buffer back as it left it
-    b->ext_len = 0;
-  }
+  if (b) b->ext_len = 0;  // a port may hand a buffer back as it left it (ext unused at 0)
   return b;
 }
 
@@ -221,7 +218,7 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
     return;
   }
   if (buf->ext_len != 0) {
-    if (gather_min_ == 0) {
+    if (tx_gather_min() == 0) {
       // This port (or the faults or capture on it) wants the packet in one piece.
       std::memcpy(buf->data + buf->len, buf->ext, buf->ext_len);
       buf->len += buf->ext_len;

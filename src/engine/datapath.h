@@ -80,7 +80,6 @@ class Datapath : public Transmitter {
   // transmit faults or a capture are on (both want the packet's bytes in one piece). Below it
   // the copy costs less than the two extra mbufs a DPDK frame then takes.
   static constexpr uint32_t kGatherMin = 512;
-  uint32_t tx_gather_min() const override { return gather_min_; }
   // Sends the queued packets in commit order. Returns how many left the queue for the wire: the
   // port's count of what it sent, or with transmit faults every packet taken (the lossy path is
   // part of the wire: callers that loop while tx_flush() makes progress must not stop because the
@@ -141,7 +140,6 @@ class Datapath : public Transmitter {
   IpIdGuard id_guard_;                // ports that cannot see the IP ID (receive side)
   std::vector<RxPacket> rx_out_;
   std::vector<transport::TxBuf*> queue_;  // committed, in commit order
-  uint32_t gather_min_ = 0;               // tx_gather_min()
   // queue_ holds a packet whose payload is by reference: the flush sends everything (holding
   // would keep a pointer into memory the application may release once the lock is dropped).
   bool ext_queued_ = false;

@@ -83,7 +83,7 @@ void CaptureSink::tx_commit(TxBuf* buf) {
   t.len = buf->len;
   std::memcpy(t.data, buf->data, buf->len);
   // A payload by reference only where the sink offered it, and only when big enough.
-  EXPECT_TRUE(buf->ext_len == 0 || (gather_min != 0 && buf->ext_len >= gather_min));
+  EXPECT_TRUE(buf->ext_len == 0 || (tx_gather_min() != 0 && buf->ext_len >= tx_gather_min()));
   ASSERT_LE(buf->ib_len(), kMaxIbPacket);
   if (buf->ext_len != 0) {
     t.ext = buf->ext;  // a record only: ext_len stays 0, the bytes are in data

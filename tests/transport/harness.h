@@ -54,7 +54,7 @@ class FakeMemory : public MemoryAccess {
 
 // Captures every committed packet. `budget` limits how many buffers tx_alloc() hands out before
 // it returns nullptr (backpressure); -1 = unlimited. tx_flush() sends nothing (the packets stay
-// in `sent`) and reports how many were committed since the last flush. With `gather_min` set
+// in `sent`) and reports how many were committed since the last flush. After gather_from()
 // the sink takes payloads by reference (TxBuf::ext), as a memif port does: each packet in
 // `sent` is whole all the same (ext_len 0), its `ext` left recording where its payload lay
 // (nullptr: it was copied in).
@@ -63,10 +63,10 @@ class CaptureSink : public Transmitter {
   TxBuf* tx_alloc() override;
   void tx_commit(TxBuf* buf) override;
   size_t tx_flush(Time) override;
-  uint32_t tx_gather_min() const override { return gather_min; }
+  // Takes payloads of `bytes` and more by reference (0: none).
+  void gather_from(uint32_t bytes) { set_tx_gather_min(bytes); }
   std::deque<TxBuf> sent;
   int64_t budget = -1;
-  uint32_t gather_min = 0;
   uint64_t gathered = 0;  // packets committed with their payload by reference
 
  private:

@@ -146,8 +146,8 @@ TEST(Link, LostPacketTriggersOneSequenceNakAndGoBackN) {
 // responses leave from the memory regions, and so do their resends after loss.
 TEST(Link, PayloadsByReferenceSurviveLossAndResends) {
   Pair p;
-  p.a.sink.gather_min = 512;
-  p.b.sink.gather_min = 512;
+  p.a.sink.gather_from(512);
+  p.b.sink.gather_from(512);
   p.recv(1, 0, 9000);
   Link link(p.a, p.b, LinkParams{.loss = 0.05, .dup = 0.03, .reorder = 0.1, .seed = 3});
   p.write(1, 0, 4096, 65536, 0);

@@ -155,7 +155,7 @@ TEST_F(RequesterTest, InlineDataAndSeveralSgesAreConcatenated) {
 // of memory, at least the sink's minimum and needing no pad, leaves it in the memory region;
 // anything else is copied as before. The bytes on the wire are the same either way.
 TEST_F(RequesterTest, PayloadsGoByReferenceWhereTheSinkTakesThem) {
-  node.sink.gather_min = 512;
+  node.sink.gather_from(512);
   up(IBV_MTU_1024);
   // One SGE, 4096 bytes: four packets, each pointing at its quarter of the region.
   const auto whole = pattern(4096, 2);

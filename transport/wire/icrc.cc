@@ -134,10 +134,6 @@ IdBasis make_id_basis(size_t after) {
 
 }  // namespace
 
-uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib) {
-  return icrc(f, ib, {});
-}
-
 uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<const uint8_t> more) {
   const size_t udp_len = kUdpHeader + ib.size() + more.size() + kIcrcBytes;
   uint8_t h[kPseudoBytes + kShortIb];
@@ -160,10 +156,6 @@ uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<co
   udp[6] = udp[7] = 0xff;  // UDP checksum masked
   const uint32_t crc = crc_head_ib(h, kPseudoBytes, ib);
   return more.empty() ? crc : crc_update(crc, more.data(), more.size());
-}
-
-uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib) {
-  return icrc_grh(src_ip, dst_ip, ib, {});
 }
 
 uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib,

@@ -22,18 +22,22 @@ struct Ipv4UdpFraming {
 };
 
 // ICRC of one IB packet (`ib` = BTH..payload+pad, without the ICRC) in the given framing. The
-// value is returned so that storing it little-endian (le32) reproduces the wire bytes.
-uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib);
-// The same for a packet in two pieces: `ib` (at least the BTH) followed by `more` (a payload
-// sent from where it lies, transport::TxBuf::ext).
+// value is returned so that storing it little-endian (le32) reproduces the wire bytes. A packet
+// in two pieces is `ib` (at least the BTH) followed by `more` (a payload sent from where it
+// lies, transport::TxBuf::ext).
 uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<const uint8_t> more);
+inline uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib) {
+  return icrc(f, ib, {});
+}
 
 // ICRC of a RoCE v1 packet (IBTA Annex A16: a GRH, no IP/UDP) whose GIDs are the IPv4-mapped
 // ::ffff:src_ip and ::ffff:dst_ip: the LRH stand-in, the GRH with TClass, FlowLabel and HopLmt
 // masked to ones (IBTA 7.8.1), then the IB packet as for RoCEv2.
-uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib);
 uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib,
                   std::span<const uint8_t> more);
+inline uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib) {
+  return icrc_grh(src_ip, dst_ip, ib, {});
+}
 
 // ICRC over a complete IPv4 packet (IP header at ip[0], ICRC in the last 4 bytes not included in
 // `ip`): used by the DPDK port and by the known-answer tests on captured frames.
