@@ -201,12 +201,12 @@ bool DpdkPort::setup(std::string* err, int port_id) {
                                      static_cast<int>(rte_eth_dev_socket_id(port_id_)));
   // Gathering needs a PMD that copies each frame into its own memory before tx_burst returns
   // (the payload is the application's, valid while the device lock is held): memif in copy
-  // mode does (eth_memif_tx copies every segment into its ring, then frees the chain), and so
-  // does af_packet (each segment into its TPACKET ring). A NIC reads the payload by DMA later,
-  // and net_ring hands the mbuf itself to its peer: those get whole frames.
-  const bool gather =
-      opt_.force_tx_gather || driver == "net_af_packet" ||
-      (driver == "net_memif" && opt_.dev.find("zero-copy=yes") == std::string::npos);
+  // mode does (eth_memif_tx copies every segment into its ring, then frees the chain). So does
+  // af_packet, but it carries no frame with a full 4 KiB payload (kGatherMin: its frames end at
+  // 1518 bytes in DPDK 22.11). A NIC reads the payload by DMA later, and net_ring hands the mbuf
+  // itself to its peer: those get whole frames.
+  const bool gather = opt_.force_tx_gather || (driver == "net_memif" &&
+                                               opt_.dev.find("zero-copy=yes") == std::string::npos);
   if (gather) {
     // Each mbuf's private area holds the shared info of the payload it is attached to.
     constexpr uint16_t priv = static_cast<uint16_t>(
@@ -221,7 +221,7 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   eal_track_pool(tx_pool_);
   eal_track_pool(rx_pool_);
   if (seg_pool_) eal_track_pool(seg_pool_);
-  caps_.tx_gather = gather;
+  caps_.tx_gather_min = gather ? kGatherMin : 0;
   if ((r = rte_eth_rx_queue_setup(port_id_, 0, nrx, rte_eth_dev_socket_id(port_id_), nullptr,
                                   rx_pool_)) != 0)
     return fail(std::string("rx queue: ") + rte_strerror(-r));

@@ -67,7 +67,7 @@ std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const Datap
     d->pcap_ = PcapWriter::open(opt.pcap_path, err);
     if (!d->pcap_) return nullptr;
   }
-  if (d->port_->caps().tx_gather && !d->tx_faults_ && !d->pcap_) d->set_tx_gather_min(kGatherMin);
+  if (!d->tx_faults_ && !d->pcap_) d->set_tx_gather_min(d->port_->caps().tx_gather_min);
   return d;
 }
 

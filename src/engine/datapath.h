@@ -74,12 +74,9 @@ class Datapath : public Transmitter {
   transport::TxBuf* tx_alloc() override;
   // Queues `buf`. A length no packet has (< BTH or > kMaxIbPacket) is a transport bug: refused
   // and counted in tx_errors. A payload by reference (TxBuf::ext) is copied in when the port
-  // cannot take it that way.
+  // cannot take it that way. Payloads go by reference from the port's PortCaps::tx_gather_min
+  // on, unless transmit faults or a capture are on (both want each packet in one piece).
   void tx_commit(transport::TxBuf* buf) override;
-  // Payloads from this size on go to a port with PortCaps::tx_gather by reference, unless
-  // transmit faults or a capture are on (both want the packet's bytes in one piece). Below it
-  // the copy costs less than the two extra mbufs a DPDK frame then takes.
-  static constexpr uint32_t kGatherMin = 512;
   // Sends the queued packets in commit order. Returns how many left the queue for the wire: the
   // port's count of what it sent, or with transmit faults every packet taken (the lossy path is
   // part of the wire: callers that loop while tx_flush() makes progress must not stop because the

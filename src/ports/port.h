@@ -51,12 +51,13 @@ struct PortCaps {
   bool poll_mode = false;
   // The port frames Ethernet itself and carries RoCE v1 (GRH, EtherType 0x8915) besides v2.
   bool roce_v1 = false;
-  // tx_burst() takes packets whose payload lies outside the TxBuf (TxBuf::ext) and has read it
-  // by the time it returns: the port copies each frame as it sends it anyway (sendmmsg into the
-  // kernel, memif into its shared ring), so the payload goes from the memory region to the wire
-  // in one copy. A frame the port keeps past tx_burst() (ring full, paused, neighbour
-  // unresolved) it makes whole first.
-  bool tx_gather = false;
+  // Payloads of this many bytes and more may lie outside the TxBuf (TxBuf::ext); 0: none.
+  // tx_burst() has read such a payload by the time it returns: the port copies each frame as it
+  // sends it anyway (sendmmsg into the kernel, memif into its shared ring), so the payload goes
+  // from the memory region to the wire in one copy. A frame the port keeps past tx_burst() (ring
+  // full, paused, neighbour unresolved) it makes whole first. The size is where the copy saved
+  // outweighs what gathering costs the port (docs/performance.md).
+  uint32_t tx_gather_min = 0;
 };
 
 // One received RoCE datagram: the UDP payload (IB packet, then the ICRC) and what the port knows

@@ -329,7 +329,7 @@ TEST_F(DpdkRingTest, PayloadsByReferenceLeaveAsSegmentsAndArriveWhole) {
       [](DpdkPortOptions& o) {
         o.neighbours.push_back({kIpA, kMacA});
       });
-  EXPECT_EQ(a_.dp->tx_gather_min(), Datapath::kGatherMin);
+  EXPECT_EQ(a_.dp->tx_gather_min(), DpdkPort::kGatherMin);
   EXPECT_EQ(b_.dp->tx_gather_min(), 0u);
   std::vector<uint8_t> payload(1024);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = uint8_t(i * 13 + 1);

@@ -36,7 +36,7 @@
 //   injection, the counters and the ICRC check see one datagram per packet.
 // - Sends block when the kernel's socket buffer is full (rare: it is freed as soon as the packet
 //   is on the wire or in the peer's queue), so the TX ring never overflows inside tx_flush().
-// - Payloads by reference (PortCaps::tx_gather): a packet whose payload stayed in its memory
+// - Payloads by reference (PortCaps::tx_gather_min): a packet whose payload stayed in its memory
 //   region (TxBuf::ext) is three iovecs — headers, payload, ICRC — which sendmmsg copies into the
 //   kernel before it returns, so the payload is copied once, not twice.
 //
