@@ -30,8 +30,8 @@ struct DpdkPortOptions {
   };
   std::vector<Neighbour> neighbours;
   bool roce_v1 = false;
-  // Tests only (no configuration key): send payloads by reference (PortCaps::tx_gather_min) on a PMD
-  // that does not copy frames as it sends them — net_ring in one process, whose other end reads
+  // Tests only (no configuration key): send payloads by reference (PortCaps::tx_gather_min) on a
+  // PMD that does not copy frames as it sends them — net_ring in one process, whose other end reads
   // each frame while the test still holds the payload. uroce turns gathering on by itself only
   // where it is safe (memif in copy mode).
   bool force_tx_gather = false;
