@@ -10,13 +10,17 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
+#include <rte_log.h>
 #include <rte_mempool.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <string_view>
 
 #include "util/log.h"
 
@@ -46,6 +50,18 @@ void remove_stale_runtime_dirs() {
     rmdir(path.c_str());
   }
   closedir(d);
+}
+
+// DPDK logs through a stdio stream; uroce gives it one that writes into uroce's own log, each
+// line at the level DPDK gave it, so UROCE_LOG filters DPDK's messages as it does uroce's and
+// none lands in the program's output unasked.
+ssize_t dpdk_log_write(void* /*cookie*/, const char* buf, size_t size) {
+  thread_local std::string pending;  // DPDK writes from its own threads too (memif's control)
+  pending.append(buf, size);
+  for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+    log_dpdk_line(std::string_view(pending).substr(0, nl), rte_log_cur_msg_loglevel());
+  }
+  return static_cast<ssize_t>(size);
 }
 
 std::mutex g_pools_mu;
@@ -133,6 +149,9 @@ bool eal_ensure(const std::vector<std::string>& extra, bool needs_pci, std::stri
     return true;
   }
   remove_stale_runtime_dirs();
+  static FILE* const stream =
+      fopencookie(nullptr, "w", {nullptr, dpdk_log_write, nullptr, nullptr});
+  if (stream) rte_openlog_stream(stream);
   std::vector<std::string> args = eal_arguments(extra, needs_pci);
   std::vector<char*> argv;
   for (std::string& s : args) argv.push_back(s.data());
@@ -162,6 +181,24 @@ bool eal_ensure(const std::vector<std::string>& extra, bool needs_pci, std::stri
   for (const std::string& s : args) line += " " + s;
   log().info("dpdk: EAL up:{}", line);
   return true;
+}
+
+void log_dpdk_line(std::string_view line, uint32_t level) {
+  if (line.empty()) return;
+  // memif's probe asks for multi-process support, which the EAL runs without (--no-shconf):
+  // its refusal is expected and harmless (docs/troubleshooting.md).
+  if (line.find("Failed to register mp action callback") != std::string_view::npos) {
+    log().debug("dpdk: {}", line);
+    return;
+  }
+  if (level <= RTE_LOG_ERR)
+    log().error("dpdk: {}", line);
+  else if (level == RTE_LOG_WARNING)
+    log().warn("dpdk: {}", line);
+  else if (level <= RTE_LOG_INFO)
+    log().info("dpdk: {}", line);
+  else
+    log().debug("dpdk: {}", line);
 }
 
 }  // namespace uroce::dpdk

@@ -11,7 +11,9 @@
 //   --no-shconf it stays empty), and those of dead uroce processes are removed too.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 struct rte_mempool;
@@ -47,5 +49,9 @@ void eal_track_pool(rte_mempool* mp);
 void eal_untrack_pool(rte_mempool* mp);
 // Threads registered now (for tests).
 int eal_registered_threads();
+// One line of DPDK's log (eal_ensure gives DPDK a stream that ends here), into uroce's log at the
+// level DPDK gave it (RTE_LOG_ERR and worse: error; WARNING: warn; NOTICE, INFO: info; DEBUG:
+// debug) and prefixed "dpdk: ". Messages known to be harmless go to debug.
+void log_dpdk_line(std::string_view line, uint32_t level);
 
 }  // namespace uroce::dpdk

@@ -13,6 +13,7 @@
 #include <rte_ring.h>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -22,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include "../engine/test_util.h"
@@ -29,6 +31,7 @@
 #include "engine/config.h"
 #include "engine/datapath.h"
 #include "engine/engine.h"
+#include "util/log.h"
 #include "wire/icrc.h"
 
 namespace uroce::dpdk {
@@ -578,6 +581,30 @@ TEST_F(DpdkRingTest, ThreadsThatWorkAPortCacheMbufsAndGiveThemBackWhenTheyExit) 
 
 namespace uroce::dpdk {
 namespace {
+
+// DPDK's log goes into uroce's, at DPDK's level, so UROCE_LOG filters it; memif's refusal of
+// multi-process support (expected: the EAL runs without it) only at debug.
+TEST(DpdkPortTest, DpdkLogLinesGoToUrocesLogAtTheirLevel) {
+  std::string err;
+  ASSERT_TRUE(eal_ensure({}, false, &err)) << err;
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  sink->set_pattern("%l %v");
+  log().sinks().push_back(sink);
+  const spdlog::level::level_enum was = log().level();
+  log().set_level(spdlog::level::info);
+  RTE_LOG(ERR, USER1, "something failed\n");
+  RTE_LOG(WARNING, USER1, "a warning\n");
+  RTE_LOG(INFO, USER1, "by the way\n");
+  RTE_LOG(ERR, USER1, "rte_pmd_memif_probe(): Failed to register mp action callback: x\n");
+  log_dpdk_line("", RTE_LOG_ERR);  // nothing for an empty line
+  log().set_level(was);
+  log().sinks().pop_back();
+  EXPECT_EQ(out.str(),
+            "error dpdk: USER1: something failed\n"
+            "warning dpdk: USER1: a warning\n"
+            "info dpdk: USER1: by the way\n");
+}
 
 TEST(DpdkPortTest, AnMtuThePmdCannotCarryIsRefusedNamingItsLimit) {
   // net_memif carries jumbo frames up to uroce's limit for it, MTU 9000 (DPDK 22.11's memif
