@@ -259,6 +259,7 @@ void DpdkPort::tx_free(transport::TxBuf* buf) {
 
 void DpdkPort::make_whole(rte_mbuf* m) {
   if (m->nb_segs == 1) return;
+  counters_.tx_gather_copied.add();
   // The TxBuf behind the first segment has room for the largest packet and its ICRC.
   uint8_t* end = rte_pktmbuf_mtod(m, uint8_t*) + m->data_len;
   for (const rte_mbuf* s = m->next; s != nullptr; s = s->next) {
@@ -343,6 +344,7 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
     x->next = t;
   } else if (b->ext_len != 0) {
     // No segment mbufs left: the payload is copied in after all.
+    counters_.tx_gather_copied.add();
     std::memmove(b->data + b->ib_len(), b->data + b->len, transport::kTxTailroom);
     std::memcpy(b->data + b->len, b->ext, b->ext_len);
   }

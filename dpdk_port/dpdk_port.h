@@ -104,9 +104,10 @@ class DpdkPort : public Port {
   // with a payload by reference (TxBuf::ext) three — the headers in the TxBuf's mbuf, the payload
   // attached where it lies, the ICRC — which the PMD copies into its ring as it sends them.
   rte_mbuf* frame(transport::TxBuf* b, const Mac& dst);
-  // Copies the payload and ICRC of a gathered frame into its first mbuf and frees the others:
-  // for a frame the port keeps past tx_burst(), whose payload may be gone by the time it leaves.
-  static void make_whole(rte_mbuf* m);
+  // Copies the payload and ICRC of a gathered frame into its first mbuf and frees the others
+  // (tx_gather_copied): for a frame the port keeps past tx_burst(), whose payload may be gone by
+  // the time it leaves.
+  void make_whole(rte_mbuf* m);
   // The next hop of an address: itself on the subnet (or a group), else the gateway.
   uint32_t next_hop(uint32_t ip) const;
   // 802.1p priority a packet is tagged with and paused by: the packet's own (TxBuf::pcp: a

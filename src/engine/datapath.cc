@@ -261,8 +261,10 @@ size_t Datapath::tx_flush(transport::Time now) {
   }
   held_n_ = 0;
   port_->tx_prepare(queue_, /*batch=*/true);
+  uint64_t gathered = 0;
   for (transport::TxBuf* b : queue_) {
     const std::span<const uint8_t> ext{b->ext, b->ext_len};  // empty unless by reference
+    gathered += b->ext_len != 0;
     if (b->roce_v1) {
       wire::store_le32(b->data + b->len,
                        wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}, ext));
@@ -276,6 +278,7 @@ size_t Datapath::tx_flush(transport::Time now) {
   }
   size_t sent = port_->tx_burst(queue_);
   queue_.clear();
+  if (ext_queued_) counters_.port.tx_gathered.add(gathered);
   ext_queued_ = false;
   return sent;
 }

@@ -20,6 +20,11 @@ struct PortCounters {
   // Receive: frames the port could not attribute to a sender (e.g. a datagram without an IPv4
   // source address). Dropped before the device's receive pipeline sees them.
   Counter rx_port_errors;
+  // Payloads by reference (PortCaps::tx_gather_min): packets handed to the port with their
+  // payload still in the memory region (no copy by uroce), and those of them the port had to
+  // copy after all (a DPDK frame kept past tx_burst — ring full, paused, next hop unresolved —
+  // or no segment mbufs left).
+  Counter tx_gathered, tx_gather_copied;
 
   // UDP port (src/ports/udp): send sockets opened for distinct UDP source ports, and packets
   // that had to leave from 4791 because no socket could be had for the requested source port.
@@ -63,6 +68,8 @@ struct PortCounters {
     f("sent_bytes", s.sent_bytes);
     f("tx_errors", s.tx_errors);
     f("rx_port_errors", s.rx_port_errors);
+    f("tx_gathered", s.tx_gathered);
+    f("tx_gather_copied", s.tx_gather_copied);
     f("tx_src_port_sockets", s.tx_src_port_sockets);
     f("tx_src_port_fallback", s.tx_src_port_fallback);
     f("tx_gso_fallback", s.tx_gso_fallback);

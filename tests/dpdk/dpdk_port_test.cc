@@ -339,6 +339,8 @@ TEST_F(DpdkRingTest, PayloadsByReferenceLeaveAsSegmentsAndArriveWhole) {
 
   send_by_reference(a_, kIpB, 5, payload);
   EXPECT_EQ(segments(a_), std::vector<uint16_t>{3});
+  EXPECT_EQ(a_.c.port.tx_gathered.get(), 1u);
+  EXPECT_EQ(a_.c.port.tx_gather_copied.get(), 0u);
   auto got = b_.dp->rx_burst(monotonic_now());
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].pkt.bth.psn, 5u);
@@ -348,6 +350,7 @@ TEST_F(DpdkRingTest, PayloadsByReferenceLeaveAsSegmentsAndArriveWhole) {
 
   send_by_reference(b_, kIpA, 6, payload);
   EXPECT_EQ(segments(b_), std::vector<uint16_t>{1});
+  EXPECT_EQ(b_.c.port.tx_gathered.get(), 0u);  // copied in by the pipeline
   auto back = a_.dp->rx_burst(monotonic_now());
   ASSERT_EQ(back.size(), 1u);
   EXPECT_TRUE(std::equal(payload.begin(), payload.end(), back[0].pkt.payload.begin(),
@@ -391,6 +394,8 @@ TEST_F(DpdkRingTest, AHeldFrameCarriesItsPayloadAsItWasSent) {
   std::vector<uint8_t> payload(1024, 0x5a);
   send_by_reference(a_, kIpB, 9, payload);
   EXPECT_EQ(a_.c.port.tx_pause_held.get(), 1u);
+  EXPECT_EQ(a_.c.port.tx_gathered.get(), 1u);
+  EXPECT_EQ(a_.c.port.tx_gather_copied.get(), 1u);
   EXPECT_TRUE(segments(a_).empty());
   std::fill(payload.begin(), payload.end(), 0);  // the application reuses its buffer
   const transport::Time expiry = a_.port->next_deadline();

@@ -569,6 +569,7 @@ void burst_arrives_intact(bool gso, bool by_reference) {
   EXPECT_EQ(ca.port.sent_bytes.get(), bytes);
   EXPECT_EQ(ca.port.tx_errors.get(), 0u);
   EXPECT_EQ(ca.port.tx_gso_fallback.get(), 0u);
+  EXPECT_EQ(ca.port.tx_gathered.get(), by_reference ? kPackets : 0u);
 
   auto got = receive(*pb, kPackets);
   ASSERT_EQ(got.size(), kPackets);
