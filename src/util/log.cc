@@ -9,9 +9,10 @@ namespace uroce {
 
 spdlog::logger& log() {
   // Not registered with spdlog's registry: the program may use spdlog itself, under any names.
-  static std::shared_ptr<spdlog::logger> logger = [] {
-    auto l = std::make_shared<spdlog::logger>("uroce",
-                                              std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  // Never destroyed: threads uroce does not control (DPDK's interrupt thread logs through it)
+  // may still write while the program's static objects are being destroyed at exit.
+  static spdlog::logger* const logger = [] {
+    auto* l = new spdlog::logger("uroce", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     l->set_pattern("uroce: %v");
     spdlog::level::level_enum level = spdlog::level::warn;
     if (const char* v = std::getenv("UROCE_LOG")) {
