@@ -27,6 +27,18 @@ using MemPieces = std::array<MemPiece, kMaxSge>;
 // transmit buffer. Returns the status of the first SGE that does not resolve.
 MemStatus resolve_read(MemoryAccess& mem, uint32_t pd, const Sge* sges, uint32_t n, uint64_t offset,
                        uint32_t len, MemPieces& pieces, uint32_t* npieces);
+// Leaves a payload of one piece where it lies (TxBuf::ext; the flush that follows reads it, as a
+// NIC's DMA would) when the sink takes it by reference — at least `gather_min` bytes (0: never)
+// and no pad — setting buf->len to the `hdr` bytes of headers, and returns true; else false,
+// and the caller copies it in.
+inline bool leave_in_place(TxBuf* buf, size_t hdr, const uint8_t* payload, uint32_t len,
+                           uint8_t pad, uint32_t gather_min) {
+  if (gather_min == 0 || len < gather_min || pad != 0) return false;
+  buf->ext = payload;
+  buf->ext_len = len;
+  buf->len = static_cast<uint32_t>(hdr);
+  return true;
+}
 // Copies resolved pieces to `dst` in order; returns the bytes copied.
 uint32_t copy_pieces(const MemPieces& pieces, uint32_t npieces, uint8_t* dst);
 // Copies `len` bytes from `src` into the message held by `sges` at byte `offset`, with

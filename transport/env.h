@@ -84,8 +84,8 @@ static_assert(offsetof(TxBuf, data) == offsetof(TxBuf, headroom) + kTxHeadroom);
 class PacketSink {
  public:
   virtual ~PacketSink() = default;
-  // A free buffer, or nullptr when the port's transmit ring is full: the caller keeps its state
-  // and sends on a later pump().
+  // A free buffer (its payload in it: ext_len 0), or nullptr when the port's transmit ring is
+  // full: the caller keeps its state and sends on a later pump().
   virtual TxBuf* tx_alloc() = 0;
   // Queues a buffer from tx_alloc(); the port flushes queued packets in batches.
   virtual void tx_commit(TxBuf* buf) = 0;

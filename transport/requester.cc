@@ -364,19 +364,13 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
 
   const size_t hdr = wire::build_headers(p, buf->data);
   uint8_t* payload = buf->data + hdr;
-  buf->ext = nullptr;
-  buf->ext_len = 0;
-  if (e.wqe.send_flags & IBV_SEND_INLINE) {
-    std::memcpy(payload, e.wqe.inline_data.data() + seg.offset, len);
-  } else if (gather_min != 0 && len >= gather_min && npieces == 1 && p.bth.pad == 0) {
-    // Left in the memory region: the port copies it once, straight into its ring.
-    buf->ext = pieces[0].ptr;
-    buf->ext_len = len;
-    buf->len = static_cast<uint32_t>(hdr);
-  } else if (len != 0) {
-    copy_pieces(pieces, npieces, payload);
-  }
-  if (buf->ext == nullptr) {
+  // Inline data has no pieces (npieces 0): it is always copied.
+  if (npieces != 1 || !leave_in_place(buf, hdr, pieces[0].ptr, len, p.bth.pad, gather_min)) {
+    if (e.wqe.send_flags & IBV_SEND_INLINE) {
+      std::memcpy(payload, e.wqe.inline_data.data() + seg.offset, len);
+    } else if (len != 0) {
+      copy_pieces(pieces, npieces, payload);
+    }
     std::memset(payload + len, 0, p.bth.pad);
     buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
   }

@@ -538,13 +538,7 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
       p.aeth.syndrome = ack_syndrome();
       p.bth.pad = wire::pad_for(len);
       const size_t hdr = wire::build_headers(p, buf->data);
-      if (gather_min != 0 && len >= gather_min && p.bth.pad == 0) {
-        buf->ext = m.ptr;  // read by the flush that follows, as a NIC's DMA would read it
-        buf->ext_len = len;
-        buf->len = static_cast<uint32_t>(hdr);
-      } else {
-        buf->ext = nullptr;
-        buf->ext_len = 0;
+      if (!leave_in_place(buf, hdr, m.ptr, len, p.bth.pad, gather_min)) {
         if (len != 0) std::memcpy(buf->data + hdr, m.ptr, len);
         std::memset(buf->data + hdr + len, 0, p.bth.pad);
         buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
