@@ -232,6 +232,13 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
   queue_.push_back(buf);
 }
 
+bool Datapath::only_acks(size_t from) const {
+  return std::all_of(queue_.begin() + static_cast<ptrdiff_t>(from), queue_.end(),
+                     [](const transport::TxBuf* b) {
+                       return b->data[0] == uint8_t(wire::Opcode::kRcAcknowledge);
+                     });
+}
+
 wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
   wire::Ipv4UdpFraming f;
   f.src_ip = port_->ipv4();
@@ -246,12 +253,20 @@ wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
 size_t Datapath::tx_flush(transport::Time now) {
   if (tx_faults_) return tx_flush_faulty(now);
   if (queue_.empty()) return 0;
-  if (hold_ && queue_.size() <= kMaxHeld && !ext_queued_) {
+  if (hold_ != Hold::kOff && queue_.size() <= kMaxHeld && !ext_queued_ &&
+      (hold_ == Hold::kUntilNextCall || only_acks(held_n_))) {
+    if (held_n_ == 0) {
+      held_since_ = now;
+      for_post_ = true;
+    }
+    for_post_ = for_post_ && hold_ == Hold::kUntilPost;
+    flush_by_.store(for_post_ ? held_since_ + kMaxHoldNs : now, std::memory_order_relaxed);
     held_.store(true, std::memory_order_relaxed);
     held_n_ = queue_.size();
     return queue_.size();
   }
   held_.store(false, std::memory_order_relaxed);
+  flush_by_.store(transport::kNever, std::memory_order_relaxed);
   if (held_n_ != 0 && held_n_ < queue_.size()) {
     // Held ACKs go after what was queued since (the reply): an ACK is the shortest packet, and a
     // run of packets to one peer may end with a shorter one in one GSO send (UdpPort), so the

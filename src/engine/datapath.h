@@ -86,18 +86,37 @@ class Datapath : public Transmitter {
 
   // Holding (device lock). While on, a flush of at most kMaxHeld packets keeps them queued and
   // reports them as sent; a larger one, or any flush once holding is off, sends everything
-  // queued, held packets first. The engine holds during a receive pass an application thread runs
-  // (Engine::poll_from_app): the ACKs that pass produces then leave with what the application
-  // posts next — typically its reply — in one burst (one sendmmsg, one DPDK tx burst) instead of
-  // two, and the peer takes both in one receive. Whoever next touches the device flushes them:
-  // the application's next post or poll, or the engine thread when the application stops polling
-  // (at most Engine's handoff time later). Not with transmit faults on (their timing is seeded),
-  // nor when a queued packet's payload is by reference (TxBuf::ext).
+  // queued, held packets first. Not with transmit faults on (their timing is seeded), nor when a
+  // queued packet's payload is by reference (TxBuf::ext).
+  //  - kUntilNextCall: the receive pass an application thread runs (Engine::poll_from_app). The
+  //    ACKs it produces leave with what the application posts next — typically its reply — in
+  //    one burst (one sendmmsg, one DPDK tx burst) instead of two, and the peer takes both in
+  //    one receive. Its next post or poll flushes them.
+  //  - kUntilPost: a pass (the application's or the engine's) that took an RC WRITE ending a
+  //    message without immediate data. Its target learns of it by watching memory, never from a
+  //    CQ, so only its next post shows that it reacted: ACKs only are held (a queue with anything
+  //    else is sent), and neither its polls nor the engine's other passes flush them, for at
+  //    most kMaxHoldNs (Engine::run says why: ib_write_lat).
+  enum class Hold : uint8_t { kOff, kUntilNextCall, kUntilPost };
   static constexpr size_t kMaxHeld = 8;
-  void set_hold(bool on) { hold_ = on; }
+  // An ACK held longer delays the peer's send completion more than sharing a burst saves; and a
+  // peer's ACK timeout is 4.096 us × 2^Timeout (ibv_modify_qp(3)), so a QP with Timeout 6 or more
+  // (perftest and most programs use 14) never retries over a held ACK.
+  static constexpr transport::Time kMaxHoldNs = 200'000;
+  void set_hold(Hold h) { hold_ = h; }
   // Packets are held: a thread that may be the next to act takes the device lock and flushes.
   // Any thread, no lock (a hint: read again under the lock).
   bool holding() const { return held_.load(std::memory_order_relaxed); }
+  // From when an application's poll flushes the held packets (transport::kNever when none are
+  // held): at once unless they wait for a post (kUntilPost), then at the hold's limit. Any
+  // thread, no lock.
+  transport::Time hold_deadline() const { return flush_by_.load(std::memory_order_relaxed); }
+  // The held packets wait for the application's next post (kUntilPost), and when that wait ends
+  // (kMaxHoldNs after they were held): a pass of the engine's keeps them until then. Device lock.
+  bool held_for_post() const { return held_n_ != 0 && for_post_; }
+  transport::Time hold_limit() const {
+    return held_n_ != 0 ? held_since_ + kMaxHoldNs : transport::kNever;
+  }
   // Returns an allocated-but-uncommitted buffer to the port.
   void tx_abort(transport::TxBuf* buf) { port_->tx_free(buf); }
 
@@ -117,6 +136,8 @@ class Datapath : public Transmitter {
   Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, DeviceCounters& counters);
   // The checks of one datagram, appending what passes to rx_out_.
   void accept(const uint8_t* data, size_t len, const RxFrame& meta);
+  // Whether queue_[from, end) holds RC ACKs only (Hold::kAcks).
+  bool only_acks(size_t from) const;
   // The framing the ICRC of `b` covers (after the port's tx_prepare).
   wire::Ipv4UdpFraming tx_framing(const transport::TxBuf& b) const;
   static uint8_t tos_of(const transport::TxBuf& b) { return uint8_t(b.dscp << 2 | (b.ecn & 3)); }
@@ -140,9 +161,12 @@ class Datapath : public Transmitter {
   // queue_ holds a packet whose payload is by reference: the flush sends everything (holding
   // would keep a pointer into memory the application may release once the lock is dropped).
   bool ext_queued_ = false;
-  bool hold_ = false;              // set_hold(); device lock
-  size_t held_n_ = 0;              // queue_[0, held_n_) are held packets
-  std::atomic<bool> held_{false};  // queue_ holds packets a held flush kept
+  Hold hold_ = Hold::kOff;          // set_hold(); device lock
+  size_t held_n_ = 0;               // queue_[0, held_n_) are held packets
+  transport::Time held_since_ = 0;  // when the first of them was held (held_n_ != 0)
+  bool for_post_ = false;           // all of them wait for a post (Hold::kUntilPost)
+  std::atomic<bool> held_{false};   // queue_ holds packets a held flush kept
+  std::atomic<transport::Time> flush_by_{transport::kNever};  // hold_deadline()
 };
 
 }  // namespace uroce

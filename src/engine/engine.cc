@@ -37,6 +37,15 @@ constexpr transport::Time kMinBackoffNs = 20'000;
 constexpr int kBesideStart = 8, kBesideMax = 16;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
 
+// Whether `rx` holds an RC WRITE that ends a message without immediate data: one whose target
+// learns of it only by watching memory (Datapath::Hold::kUntilPost).
+bool ends_silent_write(std::span<const RxPacket> rx) {
+  return std::any_of(rx.begin(), rx.end(), [](const RxPacket& p) {
+    return p.pkt.bth.opcode == uint8_t(wire::Opcode::kRcWriteOnly) ||
+           p.pkt.bth.opcode == uint8_t(wire::Opcode::kRcWriteLast);
+  });
+}
+
 void drain(int fd) {
   uint64_t v;
   while (read(fd, &v, sizeof v) > 0) {
@@ -273,7 +282,22 @@ void Engine::run() {
         score_beside(needed ? 4 : -1);
       }
       lapsed = false;
+      // ib_write_lat: each side spins on memory for the peer's WRITE and posts its own the
+      // moment it lands. An ACK sent at once ends the peer's CQ poll before that WRITE comes, so
+      // each WRITE then lands while nobody polls and waits for the engine thread to be scheduled
+      // (typical 24-115 us a round trip over memif, 58-90 over sockets, a 1-2 ms tail at each
+      // handoff lapse). Held for the application's post (Datapath::Hold::kUntilPost), the ACK
+      // goes with that WRITE and the peer, still polling, takes both in one pass of its own
+      // (2-5 us). Only while an application thread is about (it polled within the handoff time);
+      // held packets that have waited Datapath::kMaxHoldNs leave now.
+      const bool present = polled != 0 && (polled >= now || now - polled < handoff);
+      const bool hold =
+          present && now < dp_.hold_limit() && (dp_.held_for_post() || ends_silent_write(rx));
+      dp_.set_hold(hold ? Datapath::Hold::kUntilPost : Datapath::Hold::kOff);
       transport::Time next = pass(rx, now, &again, &link_changed);
+      dp_.set_hold(Datapath::Hold::kOff);
+      // This thread sends them if no call comes.
+      next = std::min(next, dp_.hold_limit());
       if (next != armed_) arm_timer(next);
       if (!rx.empty() || again) {
         last_active = now;
@@ -298,8 +322,9 @@ bool Engine::poll_from_app() {
   // application spins in, and three reads were a third of it (memif profile).
   const transport::Time now = monotonic_now();
   last_app_poll_.store(now, std::memory_order_relaxed);
-  if (dp_.holding()) {
+  if (dp_.holding() && now >= dp_.hold_deadline()) {
     // What the last application pass held (its ACKs) leaves now: this thread did not post.
+    // (Unless they wait for its post: Datapath::Hold::kUntilPost.)
     std::lock_guard<std::mutex> g(mu_);
     dp_.tx_flush(now);
   }
@@ -347,10 +372,11 @@ bool Engine::poll_from_app() {
   if (app_passes_) app_passes_->add();
   bool again = false, link_changed = false;
   // The few packets this pass produces (ACKs) wait for this thread's next call, which is
-  // typically the reply it posts: one burst, not two (Datapath::set_hold).
-  dp_.set_hold(true);
+  // typically the reply it posts: one burst, not two (Datapath::set_hold); the ACK of a WRITE it
+  // will learn of from memory, for its next post (run() says why).
+  dp_.set_hold(ends_silent_write(rx) ? Datapath::Hold::kUntilPost : Datapath::Hold::kUntilNextCall);
   transport::Time next = pass(rx, t, &again, &link_changed);
-  dp_.set_hold(false);
+  dp_.set_hold(Datapath::Hold::kOff);
   // A timer the pass just ran must not still wake the engine thread; but it must wake by the
   // handoff time. An application that stops calling uroce without saying so (ib_write_lat spins
   // on memory) leaves the receive side to the engine, which no longer watches the sockets while

@@ -367,14 +367,14 @@ TEST_F(DpdkRingTest, APayloadByReferenceIsNeverHeld) {
     o.force_tx_gather = true;
   });
   std::vector<uint8_t> payload(2048, 0x33);
-  a_.dp->set_hold(true);
+  a_.dp->set_hold(Datapath::Hold::kUntilNextCall);
   send(a_, kIpB, 1);  // 64 bytes, copied: held
   EXPECT_TRUE(segments(a_).empty());
   EXPECT_TRUE(a_.dp->holding());
   send_by_reference(a_, kIpB, 2, payload);  // sends both (the held one behind, as ACKs go)
   EXPECT_EQ(segments(a_), (std::vector<uint16_t>{3, 1}));
   EXPECT_FALSE(a_.dp->holding());
-  a_.dp->set_hold(false);
+  a_.dp->set_hold(Datapath::Hold::kOff);
   auto got = b_.dp->rx_burst(monotonic_now());
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].pkt.payload.size(), payload.size());

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -25,8 +26,11 @@ using test::loopback;
 // A client that records what the engine asks of it and returns a programmable deadline.
 class FakeClient : public Engine::Client {
  public:
-  void on_packets(std::span<const RxPacket> pkts, transport::Time) override {
-    for (const auto& p : pkts) psns.push_back(p.pkt.bth.psn);
+  void on_packets(std::span<const RxPacket> pkts, transport::Time now) override {
+    for (const auto& p : pkts) {
+      psns.push_back(p.pkt.bth.psn);
+      if (on_packet) on_packet(p, now);
+    }
     cv.notify_all();
   }
   transport::Time on_progress(transport::Time now, bool*) override {
@@ -44,6 +48,7 @@ class FakeClient : public Engine::Client {
   int progress_calls = 0;
   transport::Time deadline = transport::kNever;
   std::condition_variable cv;
+  std::function<void(const RxPacket&, transport::Time)> on_packet;  // what the transport would do
 };
 
 struct Rig {
@@ -248,6 +253,121 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
     std::vector<uint32_t> want(psn - 1);
     for (uint32_t i = 0; i < want.size(); ++i) want[i] = i + 1;
     EXPECT_EQ(r.client.psns, want);  // every packet once, in order, whoever received it
+  }
+  r.engine->stop();
+}
+
+// The ACK of an RC WRITE that ends a message without immediate data waits, while an
+// application thread is about, for that thread's next post (Datapath::Hold::kUntilPost):
+// ib_write_lat's side learns of the WRITE from memory and answers with a WRITE of its own, which
+// the ACK then travels with. The application's polls do not send it, as they do the ACK of a
+// SEND; without a post it leaves once it has waited Datapath::kMaxHoldNs. Whichever thread
+// received: the application's passes and the engine's own (beside a polling application).
+TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
+  const uint32_t ip = loopback(43, 7, 1), peer_ip = loopback(43, 7, 2);
+  Rig r(ip);
+  ASSERT_TRUE(r.engine);
+  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
+  ASSERT_TRUE(peer.ok());
+  transport::Time acked_at = 0;  // device lock
+  r.client.on_packet = [&](const RxPacket& p, transport::Time now) {
+    transport::TxBuf* b = r.dp->tx_alloc();
+    ASSERT_NE(b, nullptr);
+    wire::Packet ack;
+    ack.bth.opcode = uint8_t(wire::Opcode::kRcAcknowledge);
+    ack.bth.dest_qp = 0x22;
+    ack.bth.psn = p.pkt.bth.psn;
+    b->len = uint32_t(wire::build_headers(ack, b->data));
+    b->dst_ip = peer_ip;
+    r.dp->tx_commit(b);
+    acked_at = now;
+  };
+  uint8_t ib[128];
+  auto send = [&](wire::Opcode op, uint32_t psn) {
+    const uint8_t payload[2] = {1, 2};
+    size_t n = test::build_packet(ib, op, 0x11, psn, payload);
+    ASSERT_TRUE(peer.send_ib(ip, {ib, n}));
+  };
+  auto delivered = [&](size_t count) {
+    std::unique_lock<std::mutex> g(r.mu);
+    return r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= count; });
+  };
+  // The ACK that reaches the peer next: its PSN, or -1 when none comes within 30 s.
+  auto next_ack = [&] {
+    if (!test::wait_readable(peer.fd(), 30'000)) return -1;
+    uint8_t d[256];
+    ssize_t len = recv(peer.fd(), d, sizeof d, 0);
+    if (len < 16 || d[0] != uint8_t(wire::Opcode::kRcAcknowledge)) return -2;
+    return int(d[9] << 16 | d[10] << 8 | d[11]);
+  };
+  // The application thread receives (its passes) until `count` packets were delivered.
+  auto app_receives = [&](size_t count) {
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < give_up) {
+      r.engine->poll_from_app();
+      std::lock_guard<std::mutex> g(r.mu);
+      if (r.client.psns.size() >= count) return true;
+    }
+    return false;
+  };
+  // Held: nothing reached the peer. Or the limit passed first (a loaded machine may not have run
+  // this thread for that long), and then the ACK left no earlier than the limit.
+  auto held_or_limit = [&] {
+    std::lock_guard<std::mutex> g(r.mu);
+    if (!r.dp->holding()) return monotonic_now() - acked_at >= Datapath::kMaxHoldNs;
+    return !test::wait_readable(peer.fd(), 0);
+  };
+
+  // The application receives (its passes); it polled before the engine thread started, so that
+  // the engine leaves receiving to it from its first look.
+  r.engine->set_handoff_ns(600'000'000'000);
+  EXPECT_FALSE(r.engine->poll_from_app());
+  r.engine->start();
+  send(wire::Opcode::kRcWriteOnly, 1);
+  ASSERT_TRUE(app_receives(1));
+  r.engine->note_poll_result(true);
+  EXPECT_TRUE(held_or_limit());
+  r.engine->poll_from_app();  // an empty poll: not a post
+  EXPECT_TRUE(held_or_limit());
+  {
+    std::lock_guard<std::mutex> g(r.mu);  // the post (Device::after_call flushes)
+    r.dp->tx_flush(monotonic_now());
+  }
+  EXPECT_EQ(next_ack(), 1);
+
+  // A SEND's ACK waits for the application's next call only, whatever it is. (From here the
+  // handoff is 1 s, which the application's pass sets the engine thread's timer for.)
+  r.engine->set_handoff_ns(1'000'000'000);
+  send(wire::Opcode::kRcSendOnly, 2);
+  ASSERT_TRUE(app_receives(2));
+  r.engine->poll_from_app();
+  EXPECT_EQ(next_ack(), 2);
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    EXPECT_FALSE(r.dp->holding());
+  }
+
+  // The engine's own passes. The application took a completion and went away: the next packet
+  // waits for the handoff to lapse (1 s), and the engine, finding it waiting, receives beside
+  // the application from then on (see the test above). Not "about" then: no hold.
+  r.engine->poll_from_app();
+  r.engine->note_poll_result(true);
+  send(wire::Opcode::kRcWriteOnly, 3);
+  ASSERT_TRUE(delivered(3));
+  EXPECT_EQ(next_ack(), 3);
+  ASSERT_TRUE(r.engine->receives_beside_app());
+  // About again: a WRITE the engine receives on arrival has its ACK held for a post that does
+  // not come, and the ACK leaves by itself at the limit.
+  r.engine->set_handoff_ns(600'000'000'000);
+  r.engine->poll_from_app();
+  r.engine->note_poll_result(true);
+  send(wire::Opcode::kRcWriteOnly, 4);
+  ASSERT_TRUE(delivered(4));
+  EXPECT_TRUE(held_or_limit());
+  EXPECT_EQ(next_ack(), 4);
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    EXPECT_GE(monotonic_now() - acked_at, Datapath::kMaxHoldNs);
   }
   r.engine->stop();
 }

@@ -58,6 +58,7 @@ class RawSender {
   }
   bool ok() const { return ok_; }
   uint16_t port() const { return port_; }
+  int fd() const { return fd_; }
 
   // Sends `ib` + its ICRC computed for the given IP ID; `corrupt_at` >= 0 flips a bit of that byte
   // after the ICRC is computed.
