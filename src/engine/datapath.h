@@ -96,7 +96,10 @@ class Datapath : public Transmitter {
   //    message without immediate data. Its target learns of it by watching memory, never from a
   //    CQ, so only its next post shows that it reacted: ACKs only are held (a queue with anything
   //    else is sent), and neither its polls nor the engine's other passes flush them, for at
-  //    most kMaxHoldNs (Engine::run says why: ib_write_lat).
+  //    most kMaxHoldNs (Engine::run says why: ib_write_lat) — or, held by the application's own
+  //    pass and the application then silent altogether, until the engine thread next runs (at
+  //    most Engine's handoff time): arming its timer on every such pass would cost a system call
+  //    a round trip.
   enum class Hold : uint8_t { kOff, kUntilNextCall, kUntilPost };
   static constexpr size_t kMaxHeld = 8;
   // An ACK held longer delays the peer's send completion more than sharing a burst saves; and a
@@ -136,7 +139,7 @@ class Datapath : public Transmitter {
   Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, DeviceCounters& counters);
   // The checks of one datagram, appending what passes to rx_out_.
   void accept(const uint8_t* data, size_t len, const RxFrame& meta);
-  // Whether queue_[from, end) holds RC ACKs only (Hold::kAcks).
+  // Whether queue_[from, end) holds RC ACKs only (Hold::kUntilPost).
   bool only_acks(size_t from) const;
   // The framing the ICRC of `b` covers (after the port's tx_prepare).
   wire::Ipv4UdpFraming tx_framing(const transport::TxBuf& b) const;
