@@ -232,9 +232,9 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
   queue_.push_back(buf);
 }
 
-bool Datapath::only_acks(size_t from) const {
-  return std::all_of(queue_.begin() + static_cast<ptrdiff_t>(from), queue_.end(),
-                     [](const transport::TxBuf* b) {
+bool Datapath::only_acks(size_t from, size_t to) const {
+  return std::all_of(queue_.begin() + static_cast<ptrdiff_t>(from),
+                     queue_.begin() + static_cast<ptrdiff_t>(to), [](const transport::TxBuf* b) {
                        return b->data[0] == uint8_t(wire::Opcode::kRcAcknowledge);
                      });
 }
@@ -254,7 +254,7 @@ size_t Datapath::tx_flush(transport::Time now) {
   if (tx_faults_) return tx_flush_faulty(now);
   if (queue_.empty()) return 0;
   if (hold_ != Hold::kOff && queue_.size() <= kMaxHeld && !ext_queued_ &&
-      (hold_ == Hold::kUntilNextCall || only_acks(held_n_))) {
+      (hold_ == Hold::kUntilNextCall || only_acks(held_n_, queue_.size()))) {
     if (held_n_ == 0) {
       held_since_ = now;
       for_post_ = true;
@@ -267,11 +267,13 @@ size_t Datapath::tx_flush(transport::Time now) {
   }
   held_.store(false, std::memory_order_relaxed);
   flush_by_.store(transport::kNever, std::memory_order_relaxed);
-  if (held_n_ != 0 && held_n_ < queue_.size()) {
+  if (held_n_ != 0 && held_n_ < queue_.size() && only_acks(0, held_n_)) {
     // Held ACKs go after what was queued since (the reply): an ACK is the shortest packet, and a
     // run of packets to one peer may end with a shorter one in one GSO send (UdpPort), so the
     // reply and the ACK share a send and the peer's receive. Their own order, and each QP's
     // order in each direction, are kept (requests and responses have PSN spaces of their own).
+    // Not when a pass held other packets too (requests it pumped, READ responses): what was
+    // queued since may be the same QP's next PSNs, which must not overtake them.
     std::rotate(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(held_n_), queue_.end());
   }
   held_n_ = 0;

@@ -139,8 +139,8 @@ class Datapath : public Transmitter {
   Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, DeviceCounters& counters);
   // The checks of one datagram, appending what passes to rx_out_.
   void accept(const uint8_t* data, size_t len, const RxFrame& meta);
-  // Whether queue_[from, end) holds RC ACKs only (Hold::kUntilPost).
-  bool only_acks(size_t from) const;
+  // Whether queue_[from, to) holds RC ACKs (and NAKs) only.
+  bool only_acks(size_t from, size_t to) const;
   // The framing the ICRC of `b` covers (after the port's tx_prepare).
   wire::Ipv4UdpFraming tx_framing(const transport::TxBuf& b) const;
   static uint8_t tos_of(const transport::TxBuf& b) { return uint8_t(b.dscp << 2 | (b.ecn & 3)); }

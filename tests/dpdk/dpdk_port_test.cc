@@ -371,14 +371,15 @@ TEST_F(DpdkRingTest, APayloadByReferenceIsNeverHeld) {
   send(a_, kIpB, 1);  // 64 bytes, copied: held
   EXPECT_TRUE(segments(a_).empty());
   EXPECT_TRUE(a_.dp->holding());
-  send_by_reference(a_, kIpB, 2, payload);  // sends both (the held one behind, as ACKs go)
-  EXPECT_EQ(segments(a_), (std::vector<uint16_t>{3, 1}));
+  // Sends both, in commit order (a held SEND keeps its place; only held ACKs go behind).
+  send_by_reference(a_, kIpB, 2, payload);
+  EXPECT_EQ(segments(a_), (std::vector<uint16_t>{1, 3}));
   EXPECT_FALSE(a_.dp->holding());
   a_.dp->set_hold(Datapath::Hold::kOff);
   auto got = b_.dp->rx_burst(monotonic_now());
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0].pkt.payload.size(), payload.size());
-  EXPECT_EQ(got[1].pkt.bth.psn, 1u);
+  EXPECT_EQ(got[0].pkt.bth.psn, 1u);
+  EXPECT_EQ(got[1].pkt.payload.size(), payload.size());
 }
 
 // A gathered frame the port must keep (here: its next hop not resolved yet, which holds it until

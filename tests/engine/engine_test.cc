@@ -372,5 +372,58 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   r.engine->stop();
 }
 
+// Packets an application pass held (Datapath::Hold::kUntilNextCall: at most kMaxHeld, of any
+// kind) go after what its next call queues when they are ACKs, so that the reply and the ACK
+// share a send. Data packets a pass pumped keep their place: the next call may queue the same
+// QP's next PSNs, which must not overtake them (a gap at the responder, a NAK, a resend).
+TEST(EngineTest, HeldDataPacketsAreNotOvertakenByTheNextCallsPackets) {
+  const uint32_t ip = loopback(43, 8, 1), peer_ip = loopback(43, 8, 2);
+  Rig r(ip);
+  ASSERT_TRUE(r.dp);
+  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
+  ASSERT_TRUE(peer.ok());
+  auto queue = [&](wire::Opcode op, uint32_t psn) {
+    transport::TxBuf* b = r.dp->tx_alloc();
+    ASSERT_NE(b, nullptr);
+    wire::Packet p;
+    p.bth.opcode = uint8_t(op);
+    p.bth.dest_qp = 0x22;
+    p.bth.psn = psn;
+    b->len = uint32_t(wire::build_headers(p, b->data));
+    b->dst_ip = peer_ip;
+    r.dp->tx_commit(b);
+  };
+  // The PSNs the peer receives, in order, until `n` have come (or 10 s passed).
+  auto received = [&](size_t n) {
+    std::vector<uint32_t> psns;
+    while (psns.size() < n && test::wait_readable(peer.fd(), 10'000)) {
+      uint8_t d[256];
+      ssize_t len = recv(peer.fd(), d, sizeof d, 0);
+      if (len >= 12) psns.push_back(uint32_t(d[9] << 16 | d[10] << 8 | d[11]));
+    }
+    return psns;
+  };
+  std::lock_guard<std::mutex> g(r.mu);
+  // A pass pumps two packets of a message under way: held.
+  r.dp->set_hold(Datapath::Hold::kUntilNextCall);
+  queue(wire::Opcode::kRcSendMiddle, 1);
+  queue(wire::Opcode::kRcSendMiddle, 2);
+  r.dp->tx_flush(monotonic_now());
+  r.dp->set_hold(Datapath::Hold::kOff);
+  EXPECT_TRUE(r.dp->holding());
+  // The next call queues the message's end.
+  queue(wire::Opcode::kRcSendLast, 3);
+  r.dp->tx_flush(monotonic_now());
+  EXPECT_EQ(received(3), (std::vector<uint32_t>{1, 2, 3}));
+  // A held ACK goes after the reply.
+  r.dp->set_hold(Datapath::Hold::kUntilNextCall);
+  queue(wire::Opcode::kRcAcknowledge, 7);
+  r.dp->tx_flush(monotonic_now());
+  r.dp->set_hold(Datapath::Hold::kOff);
+  queue(wire::Opcode::kRcSendOnly, 4);
+  r.dp->tx_flush(monotonic_now());
+  EXPECT_EQ(received(2), (std::vector<uint32_t>{4, 7}));
+}
+
 }  // namespace
 }  // namespace uroce
