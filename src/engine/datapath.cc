@@ -261,11 +261,9 @@ size_t Datapath::tx_flush(transport::Time now) {
     }
     for_post_ = for_post_ && hold_ == Hold::kUntilPost;
     flush_by_.store(for_post_ ? held_since_ + kMaxHoldNs : now, std::memory_order_relaxed);
-    held_.store(true, std::memory_order_relaxed);
     held_n_ = queue_.size();
     return queue_.size();
   }
-  held_.store(false, std::memory_order_relaxed);
   flush_by_.store(transport::kNever, std::memory_order_relaxed);
   if (held_n_ != 0 && held_n_ < queue_.size() && only_acks(0, held_n_)) {
     // Held ACKs go after what was queued since (the reply): an ACK is the shortest packet, and a

@@ -107,13 +107,12 @@ class Datapath : public Transmitter {
   // (perftest and most programs use 14) never retries over a held ACK.
   static constexpr transport::Time kMaxHoldNs = 200'000;
   void set_hold(Hold h) { hold_ = h; }
-  // Packets are held: a thread that may be the next to act takes the device lock and flushes.
-  // Any thread, no lock (a hint: read again under the lock).
-  bool holding() const { return held_.load(std::memory_order_relaxed); }
   // From when an application's poll flushes the held packets (transport::kNever when none are
   // held): at once unless they wait for a post (kUntilPost), then at the hold's limit. Any
-  // thread, no lock.
+  // thread, no lock (a hint: a thread that may be the next to act takes the device lock and
+  // flushes).
   transport::Time hold_deadline() const { return flush_by_.load(std::memory_order_relaxed); }
+  bool holding() const { return hold_deadline() != transport::kNever; }
   // The held packets wait for the application's next post (kUntilPost), and when that wait ends
   // (kMaxHoldNs after they were held): a pass of the engine's keeps them until then. Device lock.
   bool held_for_post() const { return held_n_ != 0 && for_post_; }
@@ -168,7 +167,6 @@ class Datapath : public Transmitter {
   size_t held_n_ = 0;               // queue_[0, held_n_) are held packets
   transport::Time held_since_ = 0;  // when the first of them was held (held_n_ != 0)
   bool for_post_ = false;           // all of them wait for a post (Hold::kUntilPost)
-  std::atomic<bool> held_{false};   // queue_ holds packets a held flush kept
   std::atomic<transport::Time> flush_by_{transport::kNever};  // hold_deadline()
 };
 

@@ -46,6 +46,12 @@ bool ends_silent_write(std::span<const RxPacket> rx) {
   });
 }
 
+// Whether an application thread polled (at `last`, 0 for never) less than `span` before `now`.
+// It may have polled after the caller read the clock: now - last would wrap.
+bool polled_within(transport::Time last, transport::Time now, transport::Time span) {
+  return last != 0 && (last >= now || now - last < span);
+}
+
 void drain(int fd) {
   uint64_t v;
   while (read(fd, &v, sizeof v) > 0) {
@@ -184,9 +190,8 @@ void Engine::run() {
     const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
     const transport::Time t = monotonic_now();
     const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
-    // An application thread may have polled after this thread read the clock: t - last would
-    // wrap, and a lapse would be seen that did not happen.
-    const bool app_polls = last != 0 && (last >= t || t - last < handoff);
+    // (An application thread that polled after this thread read the clock polls: no lapse.)
+    const bool app_polls = polled_within(last, t, handoff);
     // The application said it stopped polling (stop_polling); or poll_from_app ended it.
     if (last == 0) beside_score_.store(0, std::memory_order_relaxed);
     const bool beside = beside_score_.load(std::memory_order_relaxed) > 0;
@@ -290,7 +295,7 @@ void Engine::run() {
       // goes with that WRITE and the peer, still polling, takes both in one pass of its own
       // (2-5 us). Only while an application thread is about (it polled within the handoff time);
       // held packets that have waited Datapath::kMaxHoldNs leave now.
-      const bool present = polled != 0 && (polled >= now || now - polled < handoff);
+      const bool present = polled_within(polled, now, handoff);
       const bool hold =
           present && now < dp_.hold_limit() && (dp_.held_for_post() || ends_silent_write(rx));
       dp_.set_hold(hold ? Datapath::Hold::kUntilPost : Datapath::Hold::kOff);
@@ -322,7 +327,7 @@ bool Engine::poll_from_app() {
   // application spins in, and three reads were a third of it (memif profile).
   const transport::Time now = monotonic_now();
   last_app_poll_.store(now, std::memory_order_relaxed);
-  if (dp_.holding() && now >= dp_.hold_deadline()) {
+  if (now >= dp_.hold_deadline()) {
     // What the last application pass held (its ACKs) leaves now: this thread did not post.
     // (Unless they wait for its post: Datapath::Hold::kUntilPost.)
     std::lock_guard<std::mutex> g(mu_);
