@@ -11,6 +11,8 @@
 #include <condition_variable>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -102,6 +104,27 @@ double process_cpu_seconds() {
   getrusage(RUSAGE_SELF, &ru);
   return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// Queues a packet of `op` (its headers only) for `dst`, as the transport would.
+void queue_packet(Datapath& dp, wire::Opcode op, uint32_t psn, uint32_t dst) {
+  transport::TxBuf* b = dp.tx_alloc();
+  ASSERT_NE(b, nullptr);
+  wire::Packet p;
+  p.bth.opcode = uint8_t(op);
+  p.bth.dest_qp = 0x22;
+  p.bth.psn = psn;
+  b->len = uint32_t(wire::build_headers(p, b->data));
+  b->dst_ip = dst;
+  dp.tx_commit(b);
+}
+
+// The opcode and PSN of the next packet `fd` receives within `timeout_ms`, or nothing.
+std::optional<std::pair<uint8_t, uint32_t>> next_packet(int fd, int timeout_ms) {
+  if (!test::wait_readable(fd, timeout_ms)) return std::nullopt;
+  uint8_t d[256];
+  if (recv(fd, d, sizeof d, 0) < 12) return std::nullopt;
+  return std::make_pair(d[0], uint32_t(d[9] << 16 | d[10] << 8 | d[11]));
 }
 
 TEST(EngineTest, IdleEngineSleepsAndBurnsNoCpu) {
@@ -271,15 +294,7 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   ASSERT_TRUE(peer.ok());
   transport::Time acked_at = 0;  // device lock
   r.client.on_packet = [&](const RxPacket& p, transport::Time now) {
-    transport::TxBuf* b = r.dp->tx_alloc();
-    ASSERT_NE(b, nullptr);
-    wire::Packet ack;
-    ack.bth.opcode = uint8_t(wire::Opcode::kRcAcknowledge);
-    ack.bth.dest_qp = 0x22;
-    ack.bth.psn = p.pkt.bth.psn;
-    b->len = uint32_t(wire::build_headers(ack, b->data));
-    b->dst_ip = peer_ip;
-    r.dp->tx_commit(b);
+    queue_packet(*r.dp, wire::Opcode::kRcAcknowledge, p.pkt.bth.psn, peer_ip);
     acked_at = now;
   };
   uint8_t ib[128];
@@ -294,11 +309,9 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   };
   // The ACK that reaches the peer next: its PSN, or -1 when none comes within 30 s.
   auto next_ack = [&] {
-    if (!test::wait_readable(peer.fd(), 30'000)) return -1;
-    uint8_t d[256];
-    ssize_t len = recv(peer.fd(), d, sizeof d, 0);
-    if (len < 16 || d[0] != uint8_t(wire::Opcode::kRcAcknowledge)) return -2;
-    return int(d[9] << 16 | d[10] << 8 | d[11]);
+    const auto got = next_packet(peer.fd(), 30'000);
+    if (!got) return -1;
+    return got->first == uint8_t(wire::Opcode::kRcAcknowledge) ? int(got->second) : -2;
   };
   // The application thread receives (its passes) until `count` packets were delivered.
   auto app_receives = [&](size_t count) {
@@ -382,24 +395,14 @@ TEST(EngineTest, HeldDataPacketsAreNotOvertakenByTheNextCallsPackets) {
   ASSERT_TRUE(r.dp);
   test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
   ASSERT_TRUE(peer.ok());
-  auto queue = [&](wire::Opcode op, uint32_t psn) {
-    transport::TxBuf* b = r.dp->tx_alloc();
-    ASSERT_NE(b, nullptr);
-    wire::Packet p;
-    p.bth.opcode = uint8_t(op);
-    p.bth.dest_qp = 0x22;
-    p.bth.psn = psn;
-    b->len = uint32_t(wire::build_headers(p, b->data));
-    b->dst_ip = peer_ip;
-    r.dp->tx_commit(b);
-  };
+  auto queue = [&](wire::Opcode op, uint32_t psn) { queue_packet(*r.dp, op, psn, peer_ip); };
   // The PSNs the peer receives, in order, until `n` have come (or 10 s passed).
   auto received = [&](size_t n) {
     std::vector<uint32_t> psns;
-    while (psns.size() < n && test::wait_readable(peer.fd(), 10'000)) {
-      uint8_t d[256];
-      ssize_t len = recv(peer.fd(), d, sizeof d, 0);
-      if (len >= 12) psns.push_back(uint32_t(d[9] << 16 | d[10] << 8 | d[11]));
+    while (psns.size() < n) {
+      const auto got = next_packet(peer.fd(), 10'000);
+      if (!got) break;
+      psns.push_back(got->second);
     }
     return psns;
   };
