@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <rte_alarm.h>
 #include <rte_bus.h>
 #include <rte_dev.h>
 #include <rte_errno.h>
@@ -14,6 +15,7 @@
 #include <rte_mempool.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -264,6 +266,7 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   // from the start and follows the link once the peer has connected, so a program that checks
   // the port state at open (perftest) runs whichever side starts first.
   up_until_first_link_ = driver == "net_memif";
+  memif_ = driver == "net_memif";
   memif_server_ = driver == "net_memif" && opt_.dev.find("role=client") == std::string::npos &&
                   opt_.dev.find("role=slave") == std::string::npos;
   for (const auto& n : opt_.neighbours) neigh_.add_static(n.ip, n.mac);
@@ -297,18 +300,16 @@ DpdkPort::~DpdkPort() {
     // the interrupt thread during close, about one program exit in 50 when the two processes of
     // a memif pair end together). So the two ends close one after the other: the server lets a
     // connected client go first (its DISCONNECT handled here while the device is still whole),
-    // then gives the interrupt thread a moment to finish with it.
+    // and either end waits for the interrupt thread to finish what it is doing.
     if (memif_server_) {
       rte_eth_link l{};
       const auto peer_until = std::chrono::steady_clock::now() + kMemifPeerWait;
-      bool waited = false;
       while (rte_eth_link_get_nowait(port_id_, &l) == 0 && l.link_status == RTE_ETH_LINK_UP &&
              std::chrono::steady_clock::now() < peer_until) {
-        waited = true;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
-      if (waited) std::this_thread::sleep_for(kMemifSettle);
     }
+    if (memif_) memif_barrier();
     rte_eth_dev_stop(port_id_);
   }
   for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);
@@ -329,6 +330,28 @@ DpdkPort::~DpdkPort() {
     eal_untrack_pool(mp);  // before the free: an exiting thread no longer flushes into it
     rte_mempool_free(mp);
   }
+}
+
+void DpdkPort::memif_barrier() {
+  // memif_disconnect() marks the link down first and frees the rings and regions after, all in
+  // one callback of the EAL's interrupt thread, which runs its callbacks (memif's control
+  // messages, alarms) one at a time: an alarm set now runs only once the callback under way has
+  // returned. A fixed pause after seeing the link go down (20 ms, until this) was not always
+  // enough on a loaded machine, where that thread can wait longer than that for a core; and the
+  // close of an end whose link was already down did not wait at all.
+  std::atomic<bool> done{false};
+  auto signal = [](void* arg) { static_cast<std::atomic<bool>*>(arg)->store(true); };
+  if (rte_eal_alarm_set(1, signal, &done) != 0) {
+    std::this_thread::sleep_for(kMemifSettle);  // no alarm: the old pause, best effort
+    return;
+  }
+  const auto until = std::chrono::steady_clock::now() + kMemifBarrierWait;
+  while (!done.load() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Not run in time (the thread is stuck): cancel it, which waits for a callback under way, so
+  // that it cannot touch `done` once this frame is gone.
+  if (!done.load()) rte_eal_alarm_cancel(signal, &done);
 }
 
 std::string DpdkPort::describe() const {

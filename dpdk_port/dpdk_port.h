@@ -59,8 +59,10 @@ class DpdkPort : public Port {
   // On close, frames sent this recently get this long to leave the PMD's ring (see ~DpdkPort).
   static constexpr std::chrono::milliseconds kCloseLinger{100};
   // On close, a memif server waits this long at most for its connected client to disconnect
-  // first, then this long more for DPDK's interrupt thread to finish that disconnect (~DpdkPort).
+  // first; then either end waits for DPDK's interrupt thread to finish that disconnect
+  // (memif_barrier), at most kMemifBarrierWait, or kMemifSettle where no alarm can be set.
   static constexpr std::chrono::milliseconds kMemifPeerWait{250};
+  static constexpr std::chrono::milliseconds kMemifBarrierWait{5000};
   static constexpr std::chrono::milliseconds kMemifSettle{20};
 
   // Opens the port named by opt.dev, or (port_id >= 0) an ethdev someone else created, e.g. a
@@ -96,6 +98,9 @@ class DpdkPort : public Port {
  private:
   DpdkPort(const DpdkPortOptions& opt, PortCounters& counters);
   bool setup(std::string* err, int port_id);
+  // Returns once DPDK's interrupt thread has finished the callback it is running (a memif
+  // disconnect under way), or after kMemifBarrierWait (~DpdkPort).
+  void memif_barrier();
 
   // --- datapath (dpdk_datapath.cc) ---
   static rte_mbuf* mbuf_of(transport::TxBuf* b);
@@ -144,6 +149,7 @@ class DpdkPort : public Port {
   bool intr_armed_ = false;
   std::atomic<bool> link_up_{false};
   bool up_until_first_link_ = false;  // report up before the link first comes up (memif)
+  bool memif_ = false;                // net_memif
   bool memif_server_ = false;         // net_memif in the server role (the default role)
   bool seen_link_up_ = false;
   transport::Time next_link_check_ = 0;
