@@ -280,6 +280,7 @@ size_t Datapath::tx_flush(transport::Time now) {
   for (transport::TxBuf* b : queue_) {
     const std::span<const uint8_t> ext{b->ext, b->ext_len};  // empty unless by reference
     gathered += b->ext_len != 0;
+    sent_data_ = sent_data_ || b->data[0] != uint8_t(wire::Opcode::kRcAcknowledge);
     if (b->roce_v1) {
       wire::store_le32(b->data + b->len,
                        wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}, ext));

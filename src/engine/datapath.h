@@ -25,6 +25,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/config.h"
@@ -119,6 +120,9 @@ class Datapath : public Transmitter {
   transport::Time hold_limit() const {
     return held_n_ != 0 ? held_since_ + kMaxHoldNs : transport::kNever;
   }
+  // Whether packets other than ACKs (requests: a post's work; or READ responses) left since the
+  // last take_sent_data() — which returns it and starts over. Device lock.
+  bool take_sent_data() { return std::exchange(sent_data_, false); }
   // Returns an allocated-but-uncommitted buffer to the port.
   void tx_abort(transport::TxBuf* buf) { port_->tx_free(buf); }
 
@@ -167,6 +171,7 @@ class Datapath : public Transmitter {
   size_t held_n_ = 0;               // queue_[0, held_n_) are held packets
   transport::Time held_since_ = 0;  // when the first of them was held (held_n_ != 0)
   bool for_post_ = false;           // all of them wait for a post (Hold::kUntilPost)
+  bool sent_data_ = false;          // take_sent_data()
   std::atomic<transport::Time> flush_by_{transport::kNever};  // hold_deadline()
 };
 

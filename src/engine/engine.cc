@@ -293,11 +293,17 @@ void Engine::run() {
       // (typical 24-115 us a round trip over memif, 58-90 over sockets, a 1-2 ms tail at each
       // handoff lapse). Held for the application's post (Datapath::Hold::kUntilPost), the ACK
       // goes with that WRITE and the peer, still polling, takes both in one pass of its own
-      // (2-5 us). Only while an application thread is about (it polled within the handoff time);
-      // held packets that have waited Datapath::kMaxHoldNs leave now.
-      const bool present = polled_within(polled, now, handoff);
-      const bool hold =
-          present && now < dp_.hold_limit() && (dp_.held_for_post() || ends_silent_write(rx));
+      // (2-5 us). Only while an application thread is about: it polled within the handoff time,
+      // or it posted since the last such WRITE came (replied_) — a WRITE that takes longer than
+      // the handoff time to receive (ib_write_lat -s 256K: ~1 ms here) leaves its target's last
+      // poll further back than that, and without the hold each WRITE after the first was
+      // received by this thread alone (typical 1.27 ms one way for 256 KiB, ib_send_lat 0.39);
+      // a target that never posts (ib_write_bw's) never has its WRITEs' ACKs held. Held packets
+      // that have waited Datapath::kMaxHoldNs leave now.
+      const bool silent = ends_silent_write(rx);
+      if (silent) replied_ = dp_.take_sent_data();
+      const bool present = polled_within(polled, now, handoff) || replied_;
+      const bool hold = present && now < dp_.hold_limit() && (dp_.held_for_post() || silent);
       dp_.set_hold(hold ? Datapath::Hold::kUntilPost : Datapath::Hold::kOff);
       transport::Time next = pass(rx, now, &again, &link_changed);
       dp_.set_hold(Datapath::Hold::kOff);
@@ -379,7 +385,9 @@ bool Engine::poll_from_app() {
   // The few packets this pass produces (ACKs) wait for this thread's next call, which is
   // typically the reply it posts: one burst, not two (Datapath::set_hold); the ACK of a WRITE it
   // will learn of from memory, for its next post (run() says why).
-  dp_.set_hold(ends_silent_write(rx) ? Datapath::Hold::kUntilPost : Datapath::Hold::kUntilNextCall);
+  const bool silent = ends_silent_write(rx);
+  if (silent) replied_ = dp_.take_sent_data();
+  dp_.set_hold(silent ? Datapath::Hold::kUntilPost : Datapath::Hold::kUntilNextCall);
   transport::Time next = pass(rx, t, &again, &link_changed);
   dp_.set_hold(Datapath::Hold::kOff);
   // A timer the pass just ran must not still wake the engine thread; but it must wake by the

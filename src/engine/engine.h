@@ -127,6 +127,9 @@ class Engine {
   bool rx_watched_ = true;
   void watch_rx(bool on);
   transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
+  // Whether the device sent anything but ACKs between the last two RC WRITEs that ended a message
+  // without immediate data (an application that answers them: run()). Device lock.
+  bool replied_ = false;
   // A copy of armed_ that poll_from_app reads without the lock, to see whether a timer is due.
   std::atomic<transport::Time> due_{transport::kNever};
   std::atomic<bool> stop_{false};

@@ -385,6 +385,102 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   r.engine->stop();
 }
 
+// An application whose last poll is older than the handoff time is still "about" when it answered
+// the previous silent WRITE with a post of its own: ib_write_lat with messages that take longer
+// than the handoff time to receive (256 KiB here: ~1 ms) polls its send CQ only between its
+// post and that completion. The engine thread then holds the next WRITE's ACK for the post; a
+// target that sent nothing since the last such WRITE (ib_write_bw's, which never posts) does
+// not have it held.
+TEST(EngineTest, TheAckOfASilentWriteWaitsForAnApplicationThatAnsweredTheLastOne) {
+  const uint32_t ip = loopback(43, 9, 1), peer_ip = loopback(43, 9, 2);
+  Rig r(ip);
+  ASSERT_TRUE(r.engine);
+  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
+  ASSERT_TRUE(peer.ok());
+  transport::Time acked_at = 0;  // device lock
+  r.client.on_packet = [&](const RxPacket& p, transport::Time now) {
+    queue_packet(*r.dp, wire::Opcode::kRcAcknowledge, p.pkt.bth.psn, peer_ip);
+    acked_at = now;
+  };
+  uint8_t ib[128];
+  auto send = [&](uint32_t psn) {
+    const uint8_t payload[2] = {1, 2};
+    size_t n = test::build_packet(ib, wire::Opcode::kRcWriteOnly, 0x11, psn, payload);
+    ASSERT_TRUE(peer.send_ib(ip, {ib, n}));
+  };
+  // Waits until `count` packets were delivered; then (device lock) whether the engine's pass
+  // that took the last of them kept its ACK — or the limit passed first on a loaded machine, and
+  // then the ACK left no earlier than the limit.
+  auto delivered_held = [&](size_t count) {
+    std::unique_lock<std::mutex> g(r.mu);
+    EXPECT_TRUE(r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= count; }));
+    if (!r.dp->holding()) return monotonic_now() - acked_at >= Datapath::kMaxHoldNs;
+    return true;
+  };
+  auto delivered_sent = [&](size_t count) {
+    std::unique_lock<std::mutex> g(r.mu);
+    EXPECT_TRUE(r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= count; }));
+    return !r.dp->holding();
+  };
+  // The application's post of a reply (Device::after_call queues it and flushes).
+  auto post = [&](uint32_t psn) {
+    std::lock_guard<std::mutex> g(r.mu);
+    queue_packet(*r.dp, wire::Opcode::kRcSendOnly, psn, peer_ip);
+    r.dp->tx_flush(monotonic_now());
+  };
+  auto next = [&] {
+    const auto got = next_packet(peer.fd(), 30'000);
+    return got ? got->second : ~0u;
+  };
+
+  // The application polled once, long before: never within the 1 ms handoff of what follows.
+  r.engine->set_handoff_ns(1'000'000);
+  EXPECT_FALSE(r.engine->poll_from_app());
+  std::this_thread::sleep_for(5ms);
+  r.engine->start();
+  // The first WRITE: nothing says the application will answer; its ACK leaves at once.
+  send(1);
+  EXPECT_TRUE(delivered_sent(1));
+  EXPECT_EQ(next(), 1u);
+  post(100);
+  EXPECT_EQ(next(), 100u);
+  // It answered: the next WRITE's ACK waits for its post and goes behind the reply (posted in the
+  // same hold of the lock as the check, so the limit cannot pass in between).
+  send(2);
+  bool held;
+  {
+    std::unique_lock<std::mutex> g(r.mu);
+    ASSERT_TRUE(r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= 2; }));
+    held = r.dp->holding();
+    // Not held only if a loaded machine did not run this thread before the limit passed.
+    if (!held) {
+      EXPECT_GE(monotonic_now() - acked_at, Datapath::kMaxHoldNs);
+    }
+    queue_packet(*r.dp, wire::Opcode::kRcSendOnly, 101, peer_ip);
+    r.dp->tx_flush(monotonic_now());
+  }
+  if (held) {
+    EXPECT_EQ(next(), 101u);
+    EXPECT_EQ(next(), 2u);
+  } else {
+    EXPECT_EQ(next(), 2u);
+    EXPECT_EQ(next(), 101u);
+  }
+  // It answered again, so the third is held too; no post comes, and the ACK leaves at the limit.
+  send(3);
+  EXPECT_TRUE(delivered_held(3));
+  EXPECT_EQ(next(), 3u);
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    EXPECT_GE(monotonic_now() - acked_at, Datapath::kMaxHoldNs);
+  }
+  // It did not answer that one: the fourth WRITE's ACK is not held.
+  send(4);
+  EXPECT_TRUE(delivered_sent(4));
+  EXPECT_EQ(next(), 4u);
+  r.engine->stop();
+}
+
 // Packets an application pass held (Datapath::Hold::kUntilNextCall: at most kMaxHeld, of any
 // kind) go after what its next call queues when they are ACKs, so that the reply and the ACK
 // share a send. Data packets a pass pumped keep their place: the next call may queue the same
