@@ -74,6 +74,8 @@ std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const Datap
 Datapath::~Datapath() {
   for (transport::TxBuf* b : queue_) port_->tx_free(b);
   queue_.clear();
+  for (transport::TxBuf* b : post_) port_->tx_free(b);
+  post_.clear();
   if (tx_faults_) {
     tx_frames_.clear();
     tx_faults_->release_due(transport::kNever, tx_frames_);
@@ -250,21 +252,83 @@ wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
   return f;
 }
 
+namespace {
+
+// Whether `b` is a SEND or WRITE packet that neither ends nor is its whole message.
+bool continues_message(const transport::TxBuf& b) {
+  switch (wire::Opcode(b.data[0])) {
+    case wire::Opcode::kRcSendFirst:
+    case wire::Opcode::kRcSendMiddle:
+    case wire::Opcode::kRcWriteFirst:
+    case wire::Opcode::kRcWriteMiddle:
+    case wire::Opcode::kUcSendFirst:
+    case wire::Opcode::kUcSendMiddle:
+    case wire::Opcode::kUcWriteFirst:
+    case wire::Opcode::kUcWriteMiddle:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void Datapath::update_flush_by() {
+  transport::Time t = held_n_ != 0 ? held_since_ : transport::kNever;
+  if (!post_.empty()) t = std::min(t, post_limit());
+  flush_by_.store(t, std::memory_order_relaxed);
+}
+
 size_t Datapath::tx_flush(transport::Time now) {
   if (tx_faults_) return tx_flush_faulty(now);
-  if (queue_.empty()) return 0;
-  if (hold_ != Hold::kOff && queue_.size() <= kMaxHeld && !ext_queued_ &&
-      (hold_ == Hold::kUntilNextCall || only_acks(held_n_, queue_.size()))) {
-    if (held_n_ == 0) {
-      held_since_ = now;
-      for_post_ = true;
+  if (hold_ != Hold::kOff && !queue_.empty() && !ext_queued_) {
+    const size_t n = queue_.size();
+    if (hold_ == Hold::kUntilPost && only_acks(held_n_, n) &&
+        post_.size() + (n - held_n_) <= kMaxHeld) {
+      // ACKs for the application's post, kept apart: they also wait through its polls, and
+      // through its reply's first windows (below).
+      if (post_.empty()) {
+        post_since_ = now;
+        replying_ = false;
+      }
+      post_.insert(post_.end(), queue_.begin() + static_cast<ptrdiff_t>(held_n_), queue_.end());
+      queue_.resize(held_n_);
+      update_flush_by();
+      return n;
     }
-    for_post_ = for_post_ && hold_ == Hold::kUntilPost;
-    flush_by_.store(for_post_ ? held_since_ + kMaxHoldNs : now, std::memory_order_relaxed);
-    held_n_ = queue_.size();
-    return queue_.size();
+    if (hold_ == Hold::kUntilNextCall && n <= kMaxHeld) {
+      if (held_n_ == 0) held_since_ = now;
+      held_n_ = n;
+      update_flush_by();
+      return n;
+    }
   }
-  flush_by_.store(transport::kNever, std::memory_order_relaxed);
+  if (!post_.empty()) {
+    // The ACKs held for a post leave behind the first burst that ends a message — the reply, whole
+    // — or at their limit. A burst that ends inside a message (a reply longer than the send window
+    // goes a window at a time, each opened by the peer's ACKs) keeps them, so that the peer goes
+    // on polling for its completion and takes the rest of the reply in its own passes.
+    const auto last_data =
+        std::find_if(queue_.rbegin(), queue_.rend(), [](const transport::TxBuf* b) {
+          return b->data[0] != uint8_t(wire::Opcode::kRcAcknowledge);
+        });
+    const bool mid_message = last_data != queue_.rend() && continues_message(**last_data);
+    if (mid_message) replying_ = true;
+    if (release_post_ || now >= post_limit() || (last_data != queue_.rend() && !mid_message)) {
+      // Behind everything, next-call ACKs included: the reply's end comes first.
+      if (held_n_ != 0 && held_n_ < queue_.size() && only_acks(0, held_n_)) {
+        std::rotate(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(held_n_), queue_.end());
+        held_n_ = 0;
+      }
+      queue_.insert(queue_.end(), post_.begin(), post_.end());
+      post_.clear();
+    }
+  }
+  release_post_ = false;
+  if (queue_.empty()) {
+    update_flush_by();
+    return 0;
+  }
   if (held_n_ != 0 && held_n_ < queue_.size() && only_acks(0, held_n_)) {
     // Held ACKs go after what was queued since (the reply): an ACK is the shortest packet, and a
     // run of packets to one peer may end with a shorter one in one GSO send (UdpPort), so the
@@ -275,6 +339,7 @@ size_t Datapath::tx_flush(transport::Time now) {
     std::rotate(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(held_n_), queue_.end());
   }
   held_n_ = 0;
+  update_flush_by();
   port_->tx_prepare(queue_, /*batch=*/true);
   uint64_t gathered = 0;
   for (transport::TxBuf* b : queue_) {

@@ -20,6 +20,7 @@
 // transmit side (PacketSink, tx_flush, tx_fault_deadline) and multicast under the device lock.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -96,29 +97,39 @@ class Datapath : public Transmitter {
   //  - kUntilPost: a pass (the application's or the engine's) that took an RC WRITE ending a
   //    message without immediate data. Its target learns of it by watching memory, never from a
   //    CQ, so only its next post shows that it reacted: ACKs only are held (a queue with anything
-  //    else is sent), and neither its polls nor the engine's other passes flush them, for at
-  //    most kMaxHoldNs (Engine::run says why: ib_write_lat) — or, held by the application's own
-  //    pass and the application then silent altogether, until the engine thread next runs (at
-  //    most Engine's handoff time): arming its timer on every such pass would cost a system call
-  //    a round trip.
+  //    else is sent), apart from the rest, and neither its polls nor the engine's other passes
+  //    flush them. They leave behind the first burst that ends a message (the reply; one longer
+  //    than the send window keeps them through its first windows), for at most kMaxHoldNs, or
+  //    kMaxReplyHoldNs once a reply is under way (Engine::run says why: ib_write_lat) — or, held
+  //    by the application's own pass and the application then silent altogether, until the
+  //    engine thread next runs (at most Engine's handoff time): arming its timer on every such
+  //    pass would cost a system call a round trip.
   enum class Hold : uint8_t { kOff, kUntilNextCall, kUntilPost };
   static constexpr size_t kMaxHeld = 8;
   // An ACK held longer delays the peer's send completion more than sharing a burst saves; and a
   // peer's ACK timeout is 4.096 us × 2^Timeout (ibv_modify_qp(3)), so a QP with Timeout 6 or more
   // (perftest and most programs use 14) never retries over a held ACK.
   static constexpr transport::Time kMaxHoldNs = 200'000;
+  // While the reply goes a window at a time: long enough for a few windows (ib_write_lat -s 512K
+  // over memif: ~0.6 ms), short of a Timeout 8 peer's ACK timeout (1.05 ms) and far below the
+  // early-retransmit probe's 5 ms floor.
+  static constexpr transport::Time kMaxReplyHoldNs = 1'000'000;
   void set_hold(Hold h) { hold_ = h; }
+  // The next flush sends the ACKs held for a post (the engine: the application is not about, or
+  // their limit passed). Device lock.
+  void release_post_hold() { release_post_ = true; }
   // From when an application's poll flushes the held packets (transport::kNever when none are
-  // held): at once unless they wait for a post (kUntilPost), then at the hold's limit. Any
-  // thread, no lock (a hint: a thread that may be the next to act takes the device lock and
-  // flushes).
+  // held): at once, but those waiting for a post (kUntilPost) at their limit. Any thread, no lock
+  // (a hint: a thread that may be the next to act takes the device lock and flushes).
   transport::Time hold_deadline() const { return flush_by_.load(std::memory_order_relaxed); }
   bool holding() const { return hold_deadline() != transport::kNever; }
-  // The held packets wait for the application's next post (kUntilPost), and when that wait ends
-  // (kMaxHoldNs after they were held): a pass of the engine's keeps them until then. Device lock.
-  bool held_for_post() const { return held_n_ != 0 && for_post_; }
+  // Packets wait for the application's next post (kUntilPost); a pass of the engine's keeps them
+  // until hold_limit(). Device lock.
+  bool held_for_post() const { return !post_.empty(); }
+  // When the held packets' wait ends (kNever when none are held). Device lock.
   transport::Time hold_limit() const {
-    return held_n_ != 0 ? held_since_ + kMaxHoldNs : transport::kNever;
+    transport::Time t = held_n_ != 0 ? held_since_ + kMaxHoldNs : transport::kNever;
+    return post_.empty() ? t : std::min(t, post_limit());
   }
   // Whether packets other than ACKs (requests: a post's work; or READ responses) left since the
   // last take_sent_data() — which returns it and starts over. Device lock.
@@ -167,11 +178,18 @@ class Datapath : public Transmitter {
   // queue_ holds a packet whose payload is by reference: the flush sends everything (holding
   // would keep a pointer into memory the application may release once the lock is dropped).
   bool ext_queued_ = false;
-  Hold hold_ = Hold::kOff;          // set_hold(); device lock
-  size_t held_n_ = 0;               // queue_[0, held_n_) are held packets
-  transport::Time held_since_ = 0;  // when the first of them was held (held_n_ != 0)
-  bool for_post_ = false;           // all of them wait for a post (Hold::kUntilPost)
-  bool sent_data_ = false;          // take_sent_data()
+  Hold hold_ = Hold::kOff;               // set_hold(); device lock
+  size_t held_n_ = 0;                    // queue_[0, held_n_) are held until the next call
+  transport::Time held_since_ = 0;       // when the first of them was held (held_n_ != 0)
+  std::vector<transport::TxBuf*> post_;  // ACKs held for a post (Hold::kUntilPost)
+  transport::Time post_since_ = 0;       // when the first of them was held
+  bool replying_ = false;      // a burst that ended inside a message kept them (kMaxReplyHoldNs)
+  bool release_post_ = false;  // release_post_hold()
+  transport::Time post_limit() const {
+    return post_since_ + (replying_ ? kMaxReplyHoldNs : kMaxHoldNs);
+  }
+  void update_flush_by();                                     // flush_by_ from the held packets
+  bool sent_data_ = false;                                    // take_sent_data()
   std::atomic<transport::Time> flush_by_{transport::kNever};  // hold_deadline()
 };
 

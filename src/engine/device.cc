@@ -301,6 +301,8 @@ void Device::after_call(transport::Qp* qp, transport::Time now) {
   engine_->wake_by(dp_->tx_fault_deadline());
   engine_->wake_by(publish(now));  // the QP totals this call changed, now or soon
   engine_->wake_by(deadline);
+  // ACKs a reply under way still holds (Datapath::Hold::kUntilPost): sent at their limit.
+  engine_->wake_by(dp_->hold_limit());
   // Still more to send (the transmit ring filled): let the engine continue in the background.
   if (more) engine_->kick();
 }
@@ -396,6 +398,7 @@ const DeviceCounters& Device::counters() const {
 
 void Device::flush() {
   std::lock_guard<std::mutex> g(mu_);
+  dp_->release_post_hold();
   dp_->tx_flush(monotonic_now());
 }
 

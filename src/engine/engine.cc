@@ -305,6 +305,7 @@ void Engine::run() {
       const bool present = polled_within(polled, now, handoff) || replied_;
       const bool hold = present && now < dp_.hold_limit() && (dp_.held_for_post() || silent);
       dp_.set_hold(hold ? Datapath::Hold::kUntilPost : Datapath::Hold::kOff);
+      if (!hold) dp_.release_post_hold();
       transport::Time next = pass(rx, now, &again, &link_changed);
       dp_.set_hold(Datapath::Hold::kOff);
       // This thread sends them if no call comes.

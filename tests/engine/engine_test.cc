@@ -342,11 +342,20 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   EXPECT_TRUE(held_or_limit());
   r.engine->poll_from_app();  // an empty poll: not a post
   EXPECT_TRUE(held_or_limit());
+  bool held;
   {
-    std::lock_guard<std::mutex> g(r.mu);  // the post (Device::after_call flushes)
+    std::lock_guard<std::mutex> g(r.mu);  // the post: its reply (Device::after_call flushes)
+    held = r.dp->holding();               // else the limit passed (held_or_limit)
+    queue_packet(*r.dp, wire::Opcode::kRcSendOnly, 100, peer_ip);
     r.dp->tx_flush(monotonic_now());
   }
-  EXPECT_EQ(next_ack(), 1);
+  if (held) {
+    EXPECT_EQ(next_ack(), -2);  // the reply, then the ACK behind it
+    EXPECT_EQ(next_ack(), 1);
+  } else {
+    EXPECT_EQ(next_ack(), 1);
+    EXPECT_EQ(next_ack(), -2);
+  }
 
   // A SEND's ACK waits for the application's next call only, whatever it is. (From here the
   // handoff is 1 s, which the application's pass sets the engine thread's timer for.)
@@ -383,6 +392,88 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
     EXPECT_GE(monotonic_now() - acked_at, Datapath::kMaxHoldNs);
   }
   r.engine->stop();
+}
+
+// ACKs held for a post (Datapath::Hold::kUntilPost) leave behind the first burst that ends a
+// message: a reply longer than the send window goes a window at a time, and each window that ends
+// inside it keeps them, so that the peer — polling for the completion they bring — takes the rest
+// of the reply in its own passes (ib_write_lat -s 512K and up). Polls and the application's own
+// ACKs do not release them; their limit does: kMaxHoldNs, kMaxReplyHoldNs once a reply is under
+// way. Times are given, not read: no timing assumption.
+TEST(EngineTest, AnAckHeldForAPostLeavesBehindTheEndOfTheReply) {
+  const uint32_t ip = loopback(43, 10, 1), peer_ip = loopback(43, 10, 2);
+  Rig r(ip);
+  ASSERT_TRUE(r.dp);
+  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
+  ASSERT_TRUE(peer.ok());
+  auto queue = [&](wire::Opcode op, uint32_t psn) { queue_packet(*r.dp, op, psn, peer_ip); };
+  // The PSNs the peer receives, in order: `n` of them (each waited for up to 10 s), then any
+  // more that are there already — a packet sent too early shows up at the next check.
+  auto received = [&](size_t n) {
+    std::vector<uint32_t> psns;
+    while (const auto got = next_packet(peer.fd(), psns.size() < n ? 10'000 : 0)) {
+      psns.push_back(got->second);
+    }
+    return psns;
+  };
+  auto flush = [&](Datapath::Hold h, transport::Time at) {
+    r.dp->set_hold(h);
+    r.dp->tx_flush(at);
+    r.dp->set_hold(Datapath::Hold::kOff);
+  };
+  using H = Datapath::Hold;
+  using O = wire::Opcode;
+  std::lock_guard<std::mutex> g(r.mu);
+  const transport::Time t0 = monotonic_now();
+  // A pass took a WRITE: its ACK waits for the post.
+  queue(O::kRcAcknowledge, 7);
+  flush(H::kUntilPost, t0);
+  EXPECT_TRUE(r.dp->held_for_post());
+  // The post: the reply's first window, which ends inside the message.
+  queue(O::kRcWriteFirst, 1);
+  queue(O::kRcWriteMiddle, 2);
+  flush(H::kOff, t0 + 1000);
+  EXPECT_EQ(received(2), (std::vector<uint32_t>{1, 2}));
+  // The application polls; its pass ACKs the peer's packets. Those go at its next poll; 7 stays,
+  // past kMaxHoldNs too (a reply is under way).
+  queue(O::kRcAcknowledge, 9);
+  flush(H::kUntilNextCall, t0 + 2000);
+  flush(H::kOff, t0 + 3000);
+  EXPECT_EQ(received(1), (std::vector<uint32_t>{9}));
+  flush(H::kOff, t0 + Datapath::kMaxHoldNs + 1000);
+  EXPECT_TRUE(r.dp->held_for_post());
+  // The window that ends the reply: 7 goes behind it.
+  queue(O::kRcWriteLast, 3);
+  flush(H::kOff, t0 + Datapath::kMaxHoldNs + 2000);
+  EXPECT_EQ(received(2), (std::vector<uint32_t>{3, 7}));
+  EXPECT_FALSE(r.dp->holding());
+
+  // Without a post, an ACK leaves at kMaxHoldNs (an empty flush before it keeps it) ...
+  const transport::Time t1 = t0 + 10'000'000;
+  queue(O::kRcAcknowledge, 8);
+  flush(H::kUntilPost, t1);
+  flush(H::kOff, t1 + Datapath::kMaxHoldNs - 1);
+  EXPECT_TRUE(received(0).empty());
+  flush(H::kOff, t1 + Datapath::kMaxHoldNs);
+  EXPECT_EQ(received(1), (std::vector<uint32_t>{8}));
+  // ... and with a reply under way, at kMaxReplyHoldNs.
+  queue(O::kRcAcknowledge, 10);
+  flush(H::kUntilPost, t1 + 1000);
+  queue(O::kRcSendFirst, 4);
+  flush(H::kOff, t1 + 2000);
+  EXPECT_EQ(received(1), (std::vector<uint32_t>{4}));
+  flush(H::kOff, t1 + 1000 + Datapath::kMaxReplyHoldNs - 1);
+  EXPECT_TRUE(received(0).empty());
+  EXPECT_EQ(r.dp->hold_limit(), t1 + 1000 + Datapath::kMaxReplyHoldNs);
+  flush(H::kOff, t1 + 1000 + Datapath::kMaxReplyHoldNs);
+  EXPECT_EQ(received(1), (std::vector<uint32_t>{10}));
+  // The engine releases them at once when the application is not about (release_post_hold).
+  queue(O::kRcAcknowledge, 11);
+  flush(H::kUntilPost, t1 + 5'000'000);
+  r.dp->release_post_hold();
+  flush(H::kOff, t1 + 5'000'001);
+  EXPECT_EQ(received(1), (std::vector<uint32_t>{11}));
+  EXPECT_FALSE(r.dp->holding());
 }
 
 // An application whose last poll is older than the handoff time is still "about" when it answered
