@@ -280,6 +280,47 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
   r.engine->stop();
 }
 
+// The hold tests' set-up: a device whose client ACKs each packet it is given (noting when, under
+// the device lock), and a peer socket that sends it RC packets and reads what comes back.
+struct AckingRig {
+  AckingRig(uint32_t ip_, uint32_t peer_ip_)
+      : ip(ip_), peer_ip(peer_ip_), r(ip_), peer(peer_ip_, wire::kRoceV2UdpPort) {
+    r.client.on_packet = [this](const RxPacket& p, transport::Time now) {
+      queue_packet(*r.dp, wire::Opcode::kRcAcknowledge, p.pkt.bth.psn, peer_ip);
+      acked_at = now;
+    };
+  }
+  bool ok() const { return r.engine && peer.ok(); }
+  // A 2-byte packet of `op` with PSN `psn` from the peer.
+  bool send(wire::Opcode op, uint32_t psn) {
+    uint8_t ib[128];
+    const uint8_t payload[2] = {1, 2};
+    const size_t n = test::build_packet(ib, op, 0x11, psn, payload);
+    return peer.send_ib(ip, {ib, n});
+  }
+  // Queues a packet for the peer (device lock).
+  void queue(wire::Opcode op, uint32_t psn) { queue_packet(*r.dp, op, psn, peer_ip); }
+  // The PSNs the peer receives, in order: `n` of them (each waited for up to 10 s), then any
+  // more that are there already — a packet sent too early shows up at the next check.
+  std::vector<uint32_t> received(size_t n) {
+    std::vector<uint32_t> psns;
+    while (const auto got = next_packet(peer.fd(), psns.size() < n ? 10'000 : 0)) {
+      psns.push_back(got->second);
+    }
+    return psns;
+  }
+  // Waits (device lock held on return) until the client was given `count` packets.
+  std::unique_lock<std::mutex> delivered(size_t count) {
+    std::unique_lock<std::mutex> g(r.mu);
+    EXPECT_TRUE(r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= count; }));
+    return g;
+  }
+  const uint32_t ip, peer_ip;
+  Rig r;
+  test::RawSender peer;
+  transport::Time acked_at = 0;  // device lock
+};
+
 // The ACK of an RC WRITE that ends a message without immediate data waits, while an
 // application thread is about, for that thread's next post (Datapath::Hold::kUntilPost):
 // ib_write_lat's side learns of the WRITE from memory and answers with a WRITE of its own, which
@@ -287,26 +328,14 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
 // SEND; without a post it leaves once it has waited Datapath::kMaxHoldNs. Whichever thread
 // received: the application's passes and the engine's own (beside a polling application).
 TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
-  const uint32_t ip = loopback(43, 7, 1), peer_ip = loopback(43, 7, 2);
-  Rig r(ip);
-  ASSERT_TRUE(r.engine);
-  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
-  ASSERT_TRUE(peer.ok());
-  transport::Time acked_at = 0;  // device lock
-  r.client.on_packet = [&](const RxPacket& p, transport::Time now) {
-    queue_packet(*r.dp, wire::Opcode::kRcAcknowledge, p.pkt.bth.psn, peer_ip);
-    acked_at = now;
-  };
-  uint8_t ib[128];
-  auto send = [&](wire::Opcode op, uint32_t psn) {
-    const uint8_t payload[2] = {1, 2};
-    size_t n = test::build_packet(ib, op, 0x11, psn, payload);
-    ASSERT_TRUE(peer.send_ib(ip, {ib, n}));
-  };
-  auto delivered = [&](size_t count) {
-    std::unique_lock<std::mutex> g(r.mu);
-    return r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= count; });
-  };
+  AckingRig a(loopback(43, 7, 1), loopback(43, 7, 2));
+  ASSERT_TRUE(a.ok());
+  Rig& r = a.r;
+  test::RawSender& peer = a.peer;
+  const uint32_t peer_ip = a.peer_ip;
+  transport::Time& acked_at = a.acked_at;
+  auto send = [&](wire::Opcode op, uint32_t psn) { ASSERT_TRUE(a.send(op, psn)); };
+  auto delivered = [&](size_t count) { return a.delivered(count).owns_lock(); };
   // The ACK that reaches the peer next: its PSN, or -1 when none comes within 30 s.
   auto next_ack = [&] {
     const auto got = next_packet(peer.fd(), 30'000);
@@ -401,21 +430,11 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
 // ACKs do not release them; their limit does: kMaxHoldNs, kMaxReplyHoldNs once a reply is under
 // way. Times are given, not read: no timing assumption.
 TEST(EngineTest, AnAckHeldForAPostLeavesBehindTheEndOfTheReply) {
-  const uint32_t ip = loopback(43, 10, 1), peer_ip = loopback(43, 10, 2);
-  Rig r(ip);
-  ASSERT_TRUE(r.dp);
-  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
-  ASSERT_TRUE(peer.ok());
-  auto queue = [&](wire::Opcode op, uint32_t psn) { queue_packet(*r.dp, op, psn, peer_ip); };
-  // The PSNs the peer receives, in order: `n` of them (each waited for up to 10 s), then any
-  // more that are there already — a packet sent too early shows up at the next check.
-  auto received = [&](size_t n) {
-    std::vector<uint32_t> psns;
-    while (const auto got = next_packet(peer.fd(), psns.size() < n ? 10'000 : 0)) {
-      psns.push_back(got->second);
-    }
-    return psns;
-  };
+  AckingRig a(loopback(43, 10, 1), loopback(43, 10, 2));
+  ASSERT_TRUE(a.ok());
+  Rig& r = a.r;
+  auto queue = [&](wire::Opcode op, uint32_t psn) { a.queue(op, psn); };
+  auto received = [&](size_t n) { return a.received(n); };
   auto flush = [&](Datapath::Hold h, transport::Time at) {
     r.dp->set_hold(h);
     r.dp->tx_flush(at);
@@ -483,34 +502,22 @@ TEST(EngineTest, AnAckHeldForAPostLeavesBehindTheEndOfTheReply) {
 // target that sent nothing since the last such WRITE (ib_write_bw's, which never posts) does
 // not have it held.
 TEST(EngineTest, TheAckOfASilentWriteWaitsForAnApplicationThatAnsweredTheLastOne) {
-  const uint32_t ip = loopback(43, 9, 1), peer_ip = loopback(43, 9, 2);
-  Rig r(ip);
-  ASSERT_TRUE(r.engine);
-  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
-  ASSERT_TRUE(peer.ok());
-  transport::Time acked_at = 0;  // device lock
-  r.client.on_packet = [&](const RxPacket& p, transport::Time now) {
-    queue_packet(*r.dp, wire::Opcode::kRcAcknowledge, p.pkt.bth.psn, peer_ip);
-    acked_at = now;
-  };
-  uint8_t ib[128];
-  auto send = [&](uint32_t psn) {
-    const uint8_t payload[2] = {1, 2};
-    size_t n = test::build_packet(ib, wire::Opcode::kRcWriteOnly, 0x11, psn, payload);
-    ASSERT_TRUE(peer.send_ib(ip, {ib, n}));
-  };
-  // Waits until `count` packets were delivered; then (device lock) whether the engine's pass
-  // that took the last of them kept its ACK — or the limit passed first on a loaded machine, and
-  // then the ACK left no earlier than the limit.
+  AckingRig a(loopback(43, 9, 1), loopback(43, 9, 2));
+  ASSERT_TRUE(a.ok());
+  Rig& r = a.r;
+  test::RawSender& peer = a.peer;
+  const uint32_t peer_ip = a.peer_ip;
+  transport::Time& acked_at = a.acked_at;
+  auto send = [&](uint32_t psn) { ASSERT_TRUE(a.send(wire::Opcode::kRcWriteOnly, psn)); };
+  // Waits until `count` packets were delivered; then whether the engine's pass that took the
+  // last of them kept its ACK — or the limit passed first on a loaded machine, and then the ACK
+  // left no earlier than the limit.
   auto delivered_held = [&](size_t count) {
-    std::unique_lock<std::mutex> g(r.mu);
-    EXPECT_TRUE(r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= count; }));
-    if (!r.dp->holding()) return monotonic_now() - acked_at >= Datapath::kMaxHoldNs;
-    return true;
+    const auto g = a.delivered(count);
+    return r.dp->holding() || monotonic_now() - acked_at >= Datapath::kMaxHoldNs;
   };
   auto delivered_sent = [&](size_t count) {
-    std::unique_lock<std::mutex> g(r.mu);
-    EXPECT_TRUE(r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= count; }));
+    const auto g = a.delivered(count);
     return !r.dp->holding();
   };
   // The application's post of a reply (Device::after_call queues it and flushes).
@@ -540,8 +547,7 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForAnApplicationThatAnsweredTheLastOne
   send(2);
   bool held;
   {
-    std::unique_lock<std::mutex> g(r.mu);
-    ASSERT_TRUE(r.client.cv.wait_for(g, 30s, [&] { return r.client.psns.size() >= 2; }));
+    const auto g = a.delivered(2);
     held = r.dp->holding();
     // Not held only if a loaded machine did not run this thread before the limit passed.
     if (!held) {
@@ -577,22 +583,11 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForAnApplicationThatAnsweredTheLastOne
 // share a send. Data packets a pass pumped keep their place: the next call may queue the same
 // QP's next PSNs, which must not overtake them (a gap at the responder, a NAK, a resend).
 TEST(EngineTest, HeldDataPacketsAreNotOvertakenByTheNextCallsPackets) {
-  const uint32_t ip = loopback(43, 8, 1), peer_ip = loopback(43, 8, 2);
-  Rig r(ip);
-  ASSERT_TRUE(r.dp);
-  test::RawSender peer(peer_ip, wire::kRoceV2UdpPort);
-  ASSERT_TRUE(peer.ok());
-  auto queue = [&](wire::Opcode op, uint32_t psn) { queue_packet(*r.dp, op, psn, peer_ip); };
-  // The PSNs the peer receives, in order, until `n` have come (or 10 s passed).
-  auto received = [&](size_t n) {
-    std::vector<uint32_t> psns;
-    while (psns.size() < n) {
-      const auto got = next_packet(peer.fd(), 10'000);
-      if (!got) break;
-      psns.push_back(got->second);
-    }
-    return psns;
-  };
+  AckingRig a(loopback(43, 8, 1), loopback(43, 8, 2));
+  ASSERT_TRUE(a.ok());
+  Rig& r = a.r;
+  auto queue = [&](wire::Opcode op, uint32_t psn) { a.queue(op, psn); };
+  auto received = [&](size_t n) { return a.received(n); };
   std::lock_guard<std::mutex> g(r.mu);
   // A pass pumps two packets of a message under way: held.
   r.dp->set_hold(Datapath::Hold::kUntilNextCall);
