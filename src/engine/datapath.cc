@@ -303,29 +303,22 @@ size_t Datapath::tx_flush(transport::Time now) {
       return n;
     }
   }
+  // The ACKs held for a post leave behind the first burst that ends a message — the reply, whole
+  // — or at their limit. A burst that ends inside a message (a reply longer than the send window
+  // goes a window at a time, each opened by the peer's ACKs) keeps them, so that the peer goes on
+  // polling for its completion and takes the rest of the reply in its own passes.
+  bool release = false;
   if (!post_.empty()) {
-    // The ACKs held for a post leave behind the first burst that ends a message — the reply, whole
-    // — or at their limit. A burst that ends inside a message (a reply longer than the send window
-    // goes a window at a time, each opened by the peer's ACKs) keeps them, so that the peer goes
-    // on polling for its completion and takes the rest of the reply in its own passes.
     const auto last_data =
         std::find_if(queue_.rbegin(), queue_.rend(), [](const transport::TxBuf* b) {
           return b->data[0] != uint8_t(wire::Opcode::kRcAcknowledge);
         });
     const bool mid_message = last_data != queue_.rend() && continues_message(**last_data);
     if (mid_message) replying_ = true;
-    if (release_post_ || now >= post_limit() || (last_data != queue_.rend() && !mid_message)) {
-      // Behind everything, next-call ACKs included: the reply's end comes first.
-      if (held_n_ != 0 && held_n_ < queue_.size() && only_acks(0, held_n_)) {
-        std::rotate(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(held_n_), queue_.end());
-        held_n_ = 0;
-      }
-      queue_.insert(queue_.end(), post_.begin(), post_.end());
-      post_.clear();
-    }
+    release = release_post_ || now >= post_limit() || (last_data != queue_.rend() && !mid_message);
   }
   release_post_ = false;
-  if (queue_.empty()) {
+  if (queue_.empty() && !release) {
     update_flush_by();
     return 0;
   }
@@ -337,6 +330,10 @@ size_t Datapath::tx_flush(transport::Time now) {
     // Not when a pass held other packets too (requests it pumped, READ responses): what was
     // queued since may be the same QP's next PSNs, which must not overtake them.
     std::rotate(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(held_n_), queue_.end());
+  }
+  if (release) {
+    queue_.insert(queue_.end(), post_.begin(), post_.end());  // behind everything
+    post_.clear();
   }
   held_n_ = 0;
   update_flush_by();
