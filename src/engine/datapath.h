@@ -118,6 +118,12 @@ class Datapath : public Transmitter {
   // The next flush sends the ACKs held for a post (the engine: the application is not about, or
   // their limit passed). Device lock.
   void release_post_hold() { release_post_ = true; }
+  // Sends what is held, those waiting for a post too: the application made a call that is
+  // neither a post nor a poll (Device::app_call). Device lock.
+  void send_held(transport::Time now) {
+    release_post_ = true;
+    tx_flush(now);
+  }
   // From when an application's poll flushes the held packets (transport::kNever when none are
   // held): at once, but those waiting for a post (kUntilPost) at their limit. Any thread, no lock
   // (a hint: a thread that may be the next to act takes the device lock and flushes).

@@ -199,12 +199,12 @@ ibv_gid Device::gid() const {
 }
 
 uint32_t Device::alloc_pd() {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   return keys_.alloc_pd();
 }
 
 int Device::dealloc_pd(uint32_t pd) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   return keys_.dealloc_pd(pd);
 }
 
@@ -216,31 +216,31 @@ int Device::reg_mr(uint32_t pd, void* addr, size_t len, int access, uint32_t* lk
 int Device::reg_mr_iova(uint32_t pd, void* addr, size_t len, uint64_t iova, int access,
                         uint32_t* lkey, uint32_t* rkey) {
   if (len > DeviceLimits::kMaxMrSize) return EINVAL;
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   if (keys_.mr_count() >= DeviceLimits::kMaxMr) return ENOMEM;
   return keys_.reg_mr(pd, addr, len, iova, access, lkey, rkey);
 }
 
 int Device::dereg_mr(uint32_t lkey) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   return keys_.dereg_mr(lkey);
 }
 
 int Device::rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, size_t len, uint64_t iova,
                      int access) {
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && len > DeviceLimits::kMaxMrSize) return EINVAL;
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   return keys_.rereg_mr(lkey, flags, pd, addr, len, iova, access);
 }
 
 int Device::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   if (keys_.mw_count() >= DeviceLimits::kMaxMw) return ENOMEM;
   return keys_.alloc_mw(pd, type, handle, rkey);
 }
 
 int Device::dealloc_mw(uint32_t handle) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   return keys_.dealloc_mw(handle);
 }
 
@@ -255,7 +255,7 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
     *err = EINVAL;
     return nullptr;
   }
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   if (keys_.pd_ref(init.pd) != 0) {
     *err = EINVAL;
     return nullptr;
@@ -272,12 +272,12 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
 }
 
 void Device::set_qp_handle(transport::Qp* qp, ibv_qp* handle) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   dispatch_->set_cookie(qp, handle);
 }
 
 int Device::destroy_qp(transport::Qp* qp) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   uint32_t pd = 0;
   if (int rc = dispatch_->destroy_qp(qp, &pd); rc != 0) return rc;
   keys_.pd_unref(pd);
@@ -285,13 +285,19 @@ int Device::destroy_qp(transport::Qp* qp) {
 }
 
 int Device::attach_mcast(transport::Qp* qp, uint32_t group) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   return dispatch_->attach_mcast(qp, group);
 }
 
 int Device::detach_mcast(transport::Qp* qp, uint32_t group) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   return dispatch_->detach_mcast(qp, group);
+}
+
+std::unique_lock<std::mutex> Device::app_call() {
+  std::unique_lock<std::mutex> g(mu_);
+  if (dp_->holding()) dp_->send_held(monotonic_now());
+  return g;
 }
 
 void Device::after_call(transport::Qp* qp, transport::Time now) {
@@ -344,7 +350,7 @@ transport::Time Device::publish(transport::Time now, bool force) {
 }
 
 int Device::modify_qp(transport::Qp* qp, const ibv_qp_attr& attr, int mask) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   transport::Time now = monotonic_now();
   int rc = qp->modify(attr, mask, now);
   after_call(qp, now);
@@ -352,7 +358,7 @@ int Device::modify_qp(transport::Qp* qp, const ibv_qp_attr& attr, int mask) {
 }
 
 void Device::query_qp(transport::Qp* qp, ibv_qp_attr& attr, ibv_qp_init_attr& init) {
-  std::lock_guard<std::mutex> g(mu_);
+  auto g = app_call();
   qp->query(attr, init);
 }
 
@@ -412,6 +418,10 @@ void Device::note_poll_result(bool found) {
 
 void Device::stop_polling() {
   engine_->stop_polling();
+}
+
+void Device::set_handoff_ns(transport::Time ns) {
+  engine_->set_handoff_ns(ns);
 }
 
 size_t Device::qp_count() {

@@ -159,12 +159,25 @@ class Device : private Engine::Client, private transport::EventSink {
   // ACKs an application pass held back, Datapath::set_hold): at exit, nothing may stay behind.
   void flush();
   size_t qp_count();
+  // How long after an application thread's last poll the engine takes receiving back
+  // (Engine::set_handoff_ns): tests lengthen it so that the engine's own look cannot stand in
+  // for what they check.
+  void set_handoff_ns(transport::Time ns);
 
  private:
   explicit Device(const DeviceConfig& cfg);
   // After every application call on a QP (device lock held): send what it can send now, flush,
   // and make sure the engine wakes for the QP's next deadline or leftover work.
   void after_call(transport::Qp* qp, transport::Time now);
+  // Takes the device lock for an application call that is neither a post nor a poll (ibv_alloc_pd,
+  // ibv_reg_mr, ibv_create_qp, ibv_modify_qp, …) and first sends what the application's receive
+  // passes held for its next call or post (Datapath::Hold): a thread that calls this is not about
+  // to reply, and the ACKs would otherwise wait for the engine's next look (up to its handoff
+  // time, 1 ms) or go in one burst with whatever it posts next. perftest -R exchanges its set-up
+  // as a SEND per side, then sets up its test connection: the server listens only once its last
+  // SEND completes, and the client's ACK, held through its own set-up, went with its CM REQ —
+  // which the server then rejected (nobody listening yet). Reads the clock only when holding.
+  std::unique_lock<std::mutex> app_call();
 
   // Engine::Client (engine thread, device lock held).
   void on_packets(std::span<const RxPacket> pkts, transport::Time now) override;

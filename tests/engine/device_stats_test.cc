@@ -21,6 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::loopback;
+using test::PublishEnv;
 
 DeviceConfig config(const std::string& name, uint32_t ip) {
   DeviceConfig c;
@@ -40,27 +41,6 @@ uint64_t value(const stats_shm::Snapshot& s, const std::string& name) {
   ADD_FAILURE() << "no counter " << name;
   return 0;
 }
-
-// Sets or unsets UROCE_PUBLISH for one test.
-class PublishEnv {
- public:
-  explicit PublishEnv(const char* v) {
-    if (const char* old = std::getenv("UROCE_PUBLISH")) saved_ = old;
-    if (v)
-      setenv("UROCE_PUBLISH", v, 1);
-    else
-      unsetenv("UROCE_PUBLISH");
-  }
-  ~PublishEnv() {
-    if (saved_)
-      setenv("UROCE_PUBLISH", saved_->c_str(), 1);
-    else
-      unsetenv("UROCE_PUBLISH");
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
 
 TEST(DeviceStatsTest, PublishesLiveCountersWhileOpen) {
   PublishEnv env(nullptr);

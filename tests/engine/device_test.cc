@@ -314,6 +314,56 @@ TEST(DeviceTest, QpAndPdLifecycle) {
   EXPECT_EQ(a.dev->mtu_bytes(), 4096);  // lo's MTU is 65536
 }
 
+// The ACK an application's receive pass holds for that thread's next call (Datapath::Hold) leaves
+// at once when the call is neither a post nor a poll — here ibv_alloc_pd — instead of waiting
+// for the engine's next look. perftest -R's client received its server's last set-up SEND, set
+// up its test connection (PD, MRs, QP) and sent its CM REQ in one burst with that ACK; the
+// server, which listens only once its SEND completes, rejected the REQ. Nothing else can send
+// the ACK while the test waits: the receiver's engine looks only after its handoff (600 s here),
+// the sender retransmits after its ACK timeout (Timeout 24: 69 s), its early-retransmit probes
+// are off, and so is publishing to `uroce stats` (its snapshots wake the engine every 100 ms).
+TEST(DeviceTest, AnAckHeldForTheNextCallLeavesAtACallThatIsNotAPost) {
+  test::PublishEnv no_publishing("0");
+  Side a, b;
+  DeviceConfig ca = config("ua", loopback(44, 9, 1));
+  ca.early_retransmit = false;
+  ASSERT_TRUE(a.setup(ca, 64));
+  ASSERT_TRUE(b.setup(config("ub", loopback(44, 9, 2)), 64));
+  connect(a, b, /*timeout=*/24);
+  connect(b, a, /*timeout=*/24);
+  b.dev->set_handoff_ns(600'000'000'000);
+  post_recvs(b, 4, 16);
+  // b's application polls from before the first SEND. Its engine may still take that one (it
+  // was asleep on the socket before the first poll) and ACK it at once; from its next look it
+  // leaves receiving to the polling application (Engine::run), so a later SEND is the
+  // application's.
+  b.dev->poll_progress();
+  bool tested = false;
+  for (int i = 0; i < 4 && !tested; ++i) {
+    post_sends(a, 1, 16);
+    bool by_app = false;
+    ibv_wc wc{};
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    int got = 0;
+    while (got == 0 && std::chrono::steady_clock::now() < give_up) {
+      by_app = b.dev->poll_progress() || by_app;
+      got = b.rcq->poll(1, &wc);
+      b.dev->note_poll_result(got > 0);
+    }
+    ASSERT_EQ(got, 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (by_app) {
+      b.dev->dealloc_pd(b.dev->alloc_pd());  // the set-up call: the held ACK leaves with it
+      tested = true;
+    }
+    const auto swc = poll_n(*a.scq, 1, 30'000ms);
+    ASSERT_EQ(swc.size(), 1u) << "SEND " << i << (by_app ? ", received by b's application" : "");
+    EXPECT_EQ(swc[0].status, IBV_WC_SUCCESS);
+    if (!by_app) b.dev->poll_progress();  // polling on, while nothing is held
+  }
+  EXPECT_TRUE(tested) << "b's engine received every SEND itself";
+}
+
 TEST(DeviceTest, EngineGoesIdleAfterTraffic) {
   Side a, b;
   ASSERT_TRUE(a.setup(config("ua", loopback(44, 7, 1)), 64 * 8));

@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +31,27 @@ inline DeviceConfig config(const char* name, uint32_t ip, FaultConfig faults = {
   c.faults = faults;
   return c;
 }
+
+// Sets or unsets UROCE_PUBLISH (publishing to `uroce stats`) for one test.
+class PublishEnv {
+ public:
+  explicit PublishEnv(const char* v) {
+    if (const char* old = std::getenv("UROCE_PUBLISH")) saved_ = old;
+    if (v)
+      setenv("UROCE_PUBLISH", v, 1);
+    else
+      unsetenv("UROCE_PUBLISH");
+  }
+  ~PublishEnv() {
+    if (saved_)
+      setenv("UROCE_PUBLISH", saved_->c_str(), 1);
+    else
+      unsetenv("UROCE_PUBLISH");
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
 
 inline std::unique_ptr<Device> open_device(const DeviceConfig& c) {
   std::string err;
