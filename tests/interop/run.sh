@@ -54,6 +54,7 @@ NS=$RXEVM_NS
 HOST_IP=$RXEVM_HOST_IP
 GUEST_IP=$RXEVM_GUEST_IP
 UROCE_RUN=$build/bin/uroce-run
+GATE_LIB=$build/lib/libconnect_gate.so
 DPDK_IP=${DPDK_IP:-192.0.2.3}
 if [[ -n ${UROCE_DPDK:-} ]]; then
   UROCE_IP=$DPDK_IP
@@ -131,6 +132,10 @@ require_vm() {
   vm_running || skip "the rxe-vm guest is not running (run.sh start failed or was skipped)"
   [[ -x $UROCE_RUN ]] || {
     echo "FAIL: $UROCE_RUN not built"
+    exit 1
+  }
+  [[ -f $GATE_LIB ]] || {
+    echo "FAIL: $GATE_LIB not built (target connect_gate)"
     exit 1
   }
 }
@@ -517,18 +522,25 @@ cmd_rdma_cm() {
     # perftest -R's own race (tests/integration/rdma_cm.sh, docs/rdma-cm.md): its client connects
     # before its server listens for the test connection, is rejected (reason 8, nobody listens)
     # and its retry path crashes — with the guest's librdmacm and kernel CM just as with uroce's.
-    # Only that outcome is run again.
+    # With uroce as the client the gate (cm_pair) orders the two; with the guest's client (r2u),
+    # which nothing here can hold back, that one outcome is run again.
     [[ -n $result_fail && $attempt -lt 3 ]] || break
     if guest_outwaited "$1"; then
       echo "NOTE: uroce gave up on a stalled guest (IBV_WC_RETRY_EXC_ERR); running again"
     else
-      [[ $2 == ib_* ]] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$tmp/client.out" || break
+      [[ $1 == r2u && $2 == ib_* ]] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$tmp/client.out" || break
       echo "NOTE: perftest connected before its server listened; running again"
     fi
     rm -rf "$tmp" "$pcap" "$pcap.log"
     tmp='' pcap=''
   done
   summary "$2 $1: $cm_seen"
+}
+
+# The cm-idn of each rdma_cm id listening in the guest, one per line.
+guest_listeners() {
+  "$G" -t 20 "rdma resource show cm_id" |
+    awk '/state LISTEN/ { for (i = 1; i < NF; i++) if ($i == "cm-idn") print $(i + 1) }'
 }
 
 cm_pair() {
@@ -545,13 +557,35 @@ cm_pair() {
   if [[ $dir == u2r ]]; then
     # shellcheck disable=SC2046 # cm_args prints words
     "$G" -b "$guest_job" -t 60 $(cm_args server "$prog" "$GUEST_IP" "${rdev[@]}" "$@") >/dev/null
+    local listening=''
     for _ in $(seq 100); do
-      "$G" -t 20 "rdma resource show cm_id" | grep -q "state LISTEN" && break
+      listening=$(guest_listeners)
+      [[ -n $listening ]] && break
       sleep 0.2
     done
-    # shellcheck disable=SC2046
-    UROCE_LOG=info uroce $(cm_args client "$prog" "$GUEST_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1
-    cli_rc=$?
+    if [[ $prog == ib_* ]]; then
+      # perftest -R connects a second time, for the test connection, and its server listens for
+      # that one only after the two have exchanged their parameters over the first: the client's
+      # rdma_connect waits (connect_gate.c) until a listener other than the first shows here.
+      local gate=$tmp/connect-gate
+      # shellcheck disable=SC2016,SC2046 # $0 and $LD_PRELOAD are the inner shell's
+      URO_CONNECT_GATE=$gate UROCE_LOG=info uroce sh -c 'LD_PRELOAD="$0:$LD_PRELOAD" exec "$@"' \
+        "$GATE_LIB" $(cm_args client "$prog" "$GUEST_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1 &
+      local cli_pid=$!
+      while kill -0 "$cli_pid" 2>/dev/null; do
+        if guest_listeners | grep -qvxF "$listening"; then
+          touch "$gate"
+          break
+        fi
+        sleep 0.1
+      done
+      wait "$cli_pid"
+      cli_rc=$?
+    else
+      # shellcheck disable=SC2046
+      UROCE_LOG=info uroce $(cm_args client "$prog" "$GUEST_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1
+      cli_rc=$?
+    fi
     local wait_s=$TIMEOUT
     ((cli_rc != 0)) && wait_s=15
     "$G" -w "$guest_job" -t "$wait_s" >"$tmp/server.out" 2>&1
