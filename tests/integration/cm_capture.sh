@@ -59,7 +59,7 @@ echo "REQ Starting PSN $req_psn, server's first PSN $srv_psn; REP Starting PSN $
 [[ -n $req_psn && $srv_psn == "$req_psn" ]] || fail="${fail:-the server did not start at the REQ's PSN}"
 [[ -n $rep_psn && $cli_psn == "$rep_psn" ]] || fail="${fail:-the client did not start at the REP's PSN}"
 
-# Nobody listens on PORT+1: rping's client is rejected at once with reason 8.
+# Nobody listens on PORT+1: rping's client is rejected at once with reason 8, and told why.
 (
   export UROCE_DEVICES=uroce0=$srv_ip UROCE_LOG=info
   timeout 30 "$run" rping -s -a "$srv_ip" -p "$port" -C 1 >"$dir/srv2.out" 2>&1 &
@@ -71,6 +71,9 @@ echo "REQ Starting PSN $req_psn, server's first PSN $srv_psn; REP Starting PSN $
 )
 cat "$dir/rej.out"
 grep -q "RDMA_CM_EVENT_REJECTED" "$dir/rej.out" || fail="${fail:-no REJECTED event for an unserved port}"
+# uroce's log (UROCE_LOG=info) says what the event's number means.
+grep -q "connection to $srv_ip:$((port + 1)) rejected by the peer: nobody listens on that port" \
+  "$dir/rej.out" || fail="${fail:-uroce did not say why the connection was rejected}"
 reason=$(tshark -r "$dir/rej.pcap" -Y 'infiniband.mad.attributeid == 0x0012' -T fields \
   -e infiniband.cm.rej.reason 2>/dev/null | head -1)
 echo "REJ reason: $reason"
