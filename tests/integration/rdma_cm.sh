@@ -73,16 +73,7 @@ fi
 gate_pid=
 if [[ $program == ib_* ]]; then
   export URO_CONNECT_GATE=$log/connect-gate
-  (
-    for _ in $(seq 2400); do
-      listens=$(grep -c "$READY" "$log/server.out" 2>/dev/null)
-      if ((${listens:-0} >= 2)); then
-        touch "$URO_CONNECT_GATE"
-        exit 0
-      fi
-      sleep 0.05
-    done
-  ) &
+  "$(dirname "$0")/open_gate_on_relisten.sh" "$log/server.out" "$URO_CONNECT_GATE" &
   gate_pid=$!
 fi
 # A server whose client failed waits for it for ever: 5 s of grace, not the whole TIMEOUT.

@@ -600,16 +600,8 @@ cm_pair() {
       cp "$GATE_LIB" "$RXEVM_SHARE/connect_gate.so"
       rm -f "$RXEVM_SHARE/connect-gate"
       pre=(env LD_PRELOAD=/host/connect_gate.so URO_CONNECT_GATE=/host/connect-gate)
-      (
-        for _ in $(seq 2400); do
-          listens=$(grep -c "rdma_cm: listening on" "$tmp/server.out" 2>/dev/null)
-          if ((${listens:-0} >= 2)); then
-            touch "$RXEVM_SHARE/connect-gate"
-            exit 0
-          fi
-          sleep 0.05
-        done
-      ) &
+      "$root/tests/integration/open_gate_on_relisten.sh" "$tmp/server.out" \
+        "$RXEVM_SHARE/connect-gate" &
       gate_pid=$!
     fi
     # shellcheck disable=SC2046
