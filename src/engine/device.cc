@@ -404,8 +404,7 @@ const DeviceCounters& Device::counters() const {
 
 void Device::flush() {
   std::lock_guard<std::mutex> g(mu_);
-  dp_->release_post_hold();
-  dp_->tx_flush(monotonic_now());
+  dp_->send_held(monotonic_now());
 }
 
 bool Device::poll_progress() {

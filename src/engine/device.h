@@ -173,10 +173,9 @@ class Device : private Engine::Client, private transport::EventSink {
   // ibv_reg_mr, ibv_create_qp, ibv_modify_qp, …) and first sends what the application's receive
   // passes held for its next call or post (Datapath::Hold): a thread that calls this is not about
   // to reply, and the ACKs would otherwise wait for the engine's next look (up to its handoff
-  // time, 1 ms) or go in one burst with whatever it posts next. perftest -R exchanges its set-up
-  // as a SEND per side, then sets up its test connection: the server listens only once its last
-  // SEND completes, and the client's ACK, held through its own set-up, went with its CM REQ —
-  // which the server then rejected (nobody listening yet). Reads the clock only when holding.
+  // time, 1 ms) or go in one burst with whatever it posts next — delaying the completion of a
+  // peer that waits for it before it goes on (a set-up exchange, say, after which the receiver
+  // registers memory and creates QPs). Reads the clock only when holding.
   std::unique_lock<std::mutex> app_call();
 
   // Engine::Client (engine thread, device lock held).

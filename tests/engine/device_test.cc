@@ -316,9 +316,8 @@ TEST(DeviceTest, QpAndPdLifecycle) {
 
 // The ACK an application's receive pass holds for that thread's next call (Datapath::Hold) leaves
 // at once when the call is neither a post nor a poll — here ibv_alloc_pd — instead of waiting
-// for the engine's next look. perftest -R's client received its server's last set-up SEND, set
-// up its test connection (PD, MRs, QP) and sent its CM REQ in one burst with that ACK; the
-// server, which listens only once its SEND completes, rejected the REQ. Nothing else can send
+// for the engine's next look (up to its handoff time) or for the next post: a receiver that
+// sets up (a PD, MRs, QPs) after a message held back the sender's completion. Nothing else can send
 // the ACK while the test waits: the receiver's engine looks only after its handoff (600 s here),
 // the sender retransmits after its ACK timeout (Timeout 24: 69 s), its early-retransmit probes
 // are off, and so is publishing to `uroce stats` (its snapshots wake the engine every 100 ms).
