@@ -93,8 +93,8 @@ TEST(DeviceTest, RcSendsSurviveInjectedLoss) {
   Side a, b;
   ASSERT_TRUE(a.setup(config("ua", loopback(44, 2, 1), lossy), kMsgs * kLen));
   ASSERT_TRUE(b.setup(config("ub", loopback(44, 2, 2), lossy), kMsgs * kLen));
-  connect(a, b, 8);  // 4.096 us * 2^8 = 1 ms retransmission timeout
-  connect(b, a, 8);
+  connect(a, b, 12);  // 4.096 us * 2^12 = 17 ms: 8 tries outlast a loaded host's scheduling
+  connect(b, a, 12);
   for (size_t i = 0; i < a.buf.size(); ++i) a.buf[i] = static_cast<uint8_t>(i ^ 0x5a);
   post_recvs(b, kMsgs, kLen);
   post_sends(a, kMsgs, kLen);
@@ -131,8 +131,8 @@ TEST(DeviceTest, ManyQpsUnderLossAllComplete) {
   for (size_t i = 0; i < kPairs; ++i) {
     Side& a = *as[i];
     Side& b = *bs[i];
-    connect(a, b, 8);
-    connect(b, a, 8);
+    connect(a, b, 12);
+    connect(b, a, 12);
     for (size_t k = 0; k < a.buf.size(); ++k) a.buf[k] = static_cast<uint8_t>(k * (i + 3));
     post_recvs(b, kMsgs, kLen);
     post_sends(a, kMsgs, kLen);
@@ -324,11 +324,11 @@ TEST(DeviceTest, QpAndPdLifecycle) {
 TEST(DeviceTest, AnAckHeldForTheNextCallLeavesAtACallThatIsNotAPost) {
   test::PublishEnv no_publishing("0");
   Side a, b;
-  DeviceConfig ca = config("ua", loopback(44, 9, 1));
+  DeviceConfig ca = config("ua", loopback(44, 12, 1));
   ca.early_retransmit = false;
   constexpr int kTries = 16;
   ASSERT_TRUE(a.setup(ca, 64));
-  ASSERT_TRUE(b.setup(config("ub", loopback(44, 9, 2)), kTries * 16));
+  ASSERT_TRUE(b.setup(config("ub", loopback(44, 12, 2)), kTries * 16));
   connect(a, b, /*timeout=*/24);
   connect(b, a, /*timeout=*/24);
   b.dev->set_handoff_ns(600'000'000'000);
