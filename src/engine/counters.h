@@ -79,6 +79,13 @@ struct DeviceCounters {
   // until the handoff lapsed (it spins elsewhere between polls, as ib_write_lat spins on memory)
   // and began receiving on arrival beside it (Engine::run).
   Counter engine_rx_takeovers;
+  // Times an application thread that had been polling a CQ made no call for the handoff time
+  // (Engine::kDefaultHandoffNs) without saying it stopped (arming a CQ), so the engine thread took
+  // the receive side back (Engine::run). Either the application went off to do something else,
+  // or it was descheduled: on a machine with fewer cores than busy threads (its own engine
+  // thread among them) a streaming application can lapse a hundred times a second, and each
+  // lapse moves its work to the engine thread for a while.
+  Counter engine_handoff_lapses;
 
   // Port state transitions seen on the netdev (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE).
   Counter port_down_events, port_up_events;
@@ -136,6 +143,7 @@ struct DeviceCounters {
     f("engine_wakeups", s.engine_wakeups);
     f("app_progress_passes", s.app_progress_passes);
     f("engine_rx_takeovers", s.engine_rx_takeovers);
+    f("engine_handoff_lapses", s.engine_handoff_lapses);
     f("port_down_events", s.port_down_events);
     f("port_up_events", s.port_up_events);
   }

@@ -110,7 +110,8 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
     Engine::Client& client = *d;
     d->engine_ = std::make_unique<Engine>(d->mu_, *d->dp_, client, "uroce-" + cfg.name);
     d->engine_->set_counters(&d->counters_.engine_wakeups, &d->counters_.app_progress_passes,
-                             &d->counters_.engine_rx_takeovers);
+                             &d->counters_.engine_rx_takeovers,
+                             &d->counters_.engine_handoff_lapses);
     d->engine_->start();
   } catch (const std::system_error& e) {
     if (err) *err = cfg.name + ": cannot start the engine: " + e.what();

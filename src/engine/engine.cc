@@ -195,7 +195,10 @@ void Engine::run() {
     // The application said it stopped polling (stop_polling); or poll_from_app ended it.
     if (last == 0) beside_score_.store(0, std::memory_order_relaxed);
     const bool beside = beside_score_.load(std::memory_order_relaxed) > 0;
-    if (was_app_polling && !app_polls && last != 0) lapsed = true;
+    if (was_app_polling && !app_polls && last != 0) {
+      lapsed = true;
+      if (handoff_lapses_) handoff_lapses_->add();
+    }
     was_app_polling = app_polls;
     // The engine leaves receiving to the application thread that polls.
     const bool defer = app_polls && !beside;

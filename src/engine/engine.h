@@ -80,12 +80,15 @@ class Engine {
   uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
   // Counters the engine keeps for the device (all optional; call before start()): passes of its
   // own thread that found work to look at, receive-and-progress passes run by application
-  // threads (poll_from_app) that received something, and times the engine began receiving on
-  // arrival beside a polling application that had left arrivals waiting (see run()).
-  void set_counters(Counter* engine_passes, Counter* app_passes, Counter* rx_takeovers = nullptr) {
+  // threads (poll_from_app) that received something, times the engine began receiving on
+  // arrival beside a polling application that had left arrivals waiting, and times a polling
+  // application's handoff lapsed (see run()).
+  void set_counters(Counter* engine_passes, Counter* app_passes, Counter* rx_takeovers = nullptr,
+                    Counter* handoff_lapses = nullptr) {
     engine_passes_ = engine_passes;
     app_passes_ = app_passes;
     rx_takeovers_ = rx_takeovers;
+    handoff_lapses_ = handoff_lapses;
   }
   // Whether the engine now receives on arrival although an application thread polls: it found
   // that application leaving arrivals waiting (run()). Any thread; for tests and diagnostics.
@@ -136,7 +139,8 @@ class Engine {
   std::atomic<uint64_t> wakeups_{0};
   Counter* engine_passes_ = nullptr;  // under the device lock
   Counter* app_passes_ = nullptr;
-  Counter* rx_takeovers_ = nullptr;  // engine thread
+  Counter* rx_takeovers_ = nullptr;    // engine thread
+  Counter* handoff_lapses_ = nullptr;  // engine thread
   // Receiving beside a polling application (run()) while positive; its score. Any thread.
   std::atomic<int> beside_score_{0};
   void score_beside(int delta);  // adds delta, within [0, kBesideMax]; 0 ends it

@@ -281,6 +281,55 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
   r.engine->stop();
 }
 
+// engine_handoff_lapses counts each time an application thread that polled went away without
+// saying so (the engine took the receive side back once the handoff time passed) — once per
+// going away, not per wake-up after it — and not when the application said it stopped polling
+// (stop_polling: it armed a CQ). The handoff is long enough that the engine thread, once kicked,
+// surely looks while the application still counts as polling.
+TEST(EngineTest, CountsEachLapseOfAPollingApplicationOnce) {
+  Rig r(loopback(43, 11, 1));
+  ASSERT_TRUE(r.engine);
+  Counter passes, app_passes, takeovers, lapses;
+  r.engine->set_counters(&passes, &app_passes, &takeovers, &lapses);
+  r.engine->set_handoff_ns(300'000'000);
+  r.engine->start();
+  // The application polls (every millisecond) until the engine thread has made a pass while it
+  // did, then goes away.
+  auto poll_until_the_engine_looked = [&] {
+    const uint64_t before = passes.get();
+    r.engine->poll_from_app();
+    r.engine->kick();
+    for (int i = 0; i < 10'000 && passes.get() == before; ++i) {
+      r.engine->poll_from_app();
+      std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_GT(passes.get(), before) << "the engine thread made no pass in 10 s";
+    r.engine->poll_from_app();
+  };
+  auto lapses_after = [&](uint64_t want, std::chrono::seconds within) {
+    const auto end = std::chrono::steady_clock::now() + within;
+    while (lapses.get() < want && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return lapses.get();
+  };
+
+  ASSERT_NO_FATAL_FAILURE(poll_until_the_engine_looked());
+  EXPECT_EQ(lapses_after(1, 10s), 1u);
+  std::this_thread::sleep_for(700ms);  // two more handoff times: still one lapse
+  EXPECT_EQ(lapses.get(), 1u);
+
+  ASSERT_NO_FATAL_FAILURE(poll_until_the_engine_looked());
+  EXPECT_EQ(lapses_after(2, 10s), 2u);
+
+  // It stops polling and says so: the engine takes the receive side back at once, no lapse.
+  ASSERT_NO_FATAL_FAILURE(poll_until_the_engine_looked());
+  r.engine->stop_polling();
+  std::this_thread::sleep_for(700ms);
+  EXPECT_EQ(lapses.get(), 2u);
+  r.engine->stop();
+}
+
 // The hold tests' set-up: a device whose client ACKs each packet it is given (noting when, under
 // the device lock), and a peer socket that sends it RC packets and reads what comes back.
 struct AckingRig {
