@@ -315,7 +315,7 @@ TEST(UdpPortTest, SourcePortPoolIsBounded) {
 
 TEST(UdpPortTest, TxRingIsBounded) {
   DeviceCounters c;
-  auto p = open_port(loopback(41, 9, 1), c);
+  auto p = open_port(loopback(41, 20, 1), c);
   ASSERT_TRUE(p);
   std::vector<transport::TxBuf*> bufs;
   for (size_t i = 0; i < UdpPort::kTxRing; ++i) {
