@@ -361,6 +361,9 @@ const bool kFixedRegistered = [] {
   benchmark::RegisterBenchmark("fixed/RcWriteStream/64", BM_RcWriteStream)
       ->Arg(64)
       ->Iterations(iters);
+  benchmark::RegisterBenchmark("fixed/RcWriteStream/4096", BM_RcWriteStream)
+      ->Arg(4096)
+      ->Iterations(iters);
   benchmark::RegisterBenchmark("fixed/PostSend", BM_PostSend)->Iterations(iters);
   return true;
 }();
