@@ -384,4 +384,34 @@ uint64_t cm_timeout_ns(uint8_t value) {
   return uint64_t{4096} << std::min<uint8_t>(value, 31);
 }
 
+const char* rej_reason_text(uint16_t reason) {
+  switch (static_cast<RejReason>(reason)) {
+    case RejReason::kNoQp:
+      return "the peer has no QP for it";
+    case RejReason::kNoResources:
+      return "the peer is out of resources";
+    case RejReason::kTimeout:
+      return "the peer timed out";
+    case RejReason::kUnsupportedReq:
+      return "the peer does not support the request";
+    case RejReason::kInvalidCommId:
+      return "the peer does not know the connection";
+    case RejReason::kInvalidServiceId:
+      return "nobody listens on that port there (server not started, or not listening yet)";
+    case RejReason::kInvalidTransportType:
+      return "the peer does not serve that transport type";
+    case RejReason::kStaleConnection:
+      return "the peer holds a stale connection with the same QP";
+    case RejReason::kInvalidMtu:
+      return "the path MTU is not one the peer takes";
+    case RejReason::kConsumerReject:
+      return "the peer's program rejected it (rdma_reject)";
+    case RejReason::kDuplicateLocalCommId:
+      return "the peer has a connection with the same communication ID";
+    case RejReason::kInvalidClassVersion:
+      return "the peer speaks another CM class version";
+  }
+  return "see IBTA 12.6.7, table 112";
+}
+
 }  // namespace uroce::cm

@@ -228,6 +228,8 @@ enum class RejReason : uint16_t {
   kDuplicateLocalCommId = 30,
   kInvalidClassVersion = 31,
 };
+// What a REJ's reason means to the user of rdma_connect, in words (IBTA 12.6.7, table 112).
+const char* rej_reason_text(uint16_t reason);
 // REJ's "Message REJected" and MRA's "Message MRAed" (12.6.6, 12.6.7).
 enum class MsgRef : uint8_t { kReq = 0, kRep = 1, kOther = 2 };
 

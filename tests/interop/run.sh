@@ -460,6 +460,11 @@ result_lines() {
   awk '/#bytes/ { on = 1; next } on && /^-{10}/ { on = 0 } on' "$1"
 }
 
+# A result row: bytes, iterations, then a figure. perftest in the guest may print "inf": its
+# cycle-counter calibration fails under TCG ("Correlation coefficient r^2 < 0.9"), which says
+# nothing about the transport, so a row of inf counts as a row.
+RESULT_ROW='^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) '
+
 cmd_perftest() {
   local dir=$1 prog=$2
   shift 2
@@ -485,19 +490,15 @@ cmd_perftest() {
     no_figure=1
     result_fail=
   fi
-  # One result row per size under the "#bytes" header (warnings may come between). perftest in the
-  # guest may print "inf": its cycle-counter calibration fails under TCG ("Correlation coefficient
-  # r^2 < 0.9"), which says nothing about the transport, so a row of inf counts as a row.
-  local row='^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) '
   if [[ -z $no_figure ]]; then
-    result_lines "$tmp/client.out" | grep -Eq "$row" ||
+    result_lines "$tmp/client.out" | grep -Eq "$RESULT_ROW" ||
       result_fail="${result_fail:-the client printed no result row}"
   fi
   # (uroce's counters, on stderr, can land on the row's line before perftest ends it.)
   local rxe_row
-  rxe_row=$(result_lines "$tmp/$r.out" | grep -E "$row" | tr -s ' \t' ' ')
+  rxe_row=$(result_lines "$tmp/$r.out" | grep -E "$RESULT_ROW" | tr -s ' \t' ' ')
   [[ -n $no_figure ]] && rxe_row="completed, no figure (its clock calibration failed)"
-  summary "uroce: $(result_lines "$tmp/$u.out" | grep -E "$row" | sed 's/uroce: .*//' |
+  summary "uroce: $(result_lines "$tmp/$u.out" | grep -E "$RESULT_ROW" | sed 's/uroce: .*//' |
     tr -s ' \t' ' ')" "| rxe: $rxe_row"
 }
 
@@ -675,8 +676,7 @@ cm_pair() {
       result_fail="${result_fail:-the client did not complete}" ;;
     rdma_server) grep -q "rdma_client: end 0" "$tmp/client.out" ||
       result_fail="${result_fail:-the client did not end cleanly}" ;;
-    ib_*) [[ -n $no_figure ]] || result_lines "$tmp/client.out" |
-      grep -Eq '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) ' ||
+    ib_*) [[ -n $no_figure ]] || result_lines "$tmp/client.out" | grep -Eq "$RESULT_ROW" ||
       result_fail="${result_fail:-the client printed no result row}" ;;
   esac
 }
