@@ -284,14 +284,14 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
 // engine_handoff_lapses counts each time an application thread that polled went away without
 // saying so (the engine took the receive side back once the handoff time passed) — once per
 // going away, not per wake-up after it — and not when the application said it stopped polling
-// (stop_polling: it armed a CQ). The handoff is long enough that the engine thread, once kicked,
-// surely looks while the application still counts as polling.
+// (stop_polling: it armed a CQ). The handoff (1 s) is long enough that the engine thread, once
+// kicked, surely looks while the application still counts as polling.
 TEST(EngineTest, CountsEachLapseOfAPollingApplicationOnce) {
   Rig r(loopback(43, 11, 1));
   ASSERT_TRUE(r.engine);
   Counter passes, app_passes, takeovers, lapses;
   r.engine->set_counters(&passes, &app_passes, &takeovers, &lapses);
-  r.engine->set_handoff_ns(300'000'000);
+  r.engine->set_handoff_ns(1'000'000'000);
   r.engine->start();
   // The application polls (every millisecond) until the engine thread has made a pass while it
   // did, then goes away.
@@ -316,16 +316,20 @@ TEST(EngineTest, CountsEachLapseOfAPollingApplicationOnce) {
 
   ASSERT_NO_FATAL_FAILURE(poll_until_the_engine_looked());
   EXPECT_EQ(lapses_after(1, 10s), 1u);
-  std::this_thread::sleep_for(700ms);  // two more handoff times: still one lapse
+  std::this_thread::sleep_for(1200ms);  // more than another handoff time: still one lapse
   EXPECT_EQ(lapses.get(), 1u);
 
   ASSERT_NO_FATAL_FAILURE(poll_until_the_engine_looked());
   EXPECT_EQ(lapses_after(2, 10s), 2u);
 
-  // It stops polling and says so: the engine takes the receive side back at once, no lapse.
+  // It stops polling and says so: the engine takes the receive side back at once (its next
+  // pass), no lapse. (A handoff no descheduling can outlast, so that only stop_polling ends it.)
+  r.engine->set_handoff_ns(600'000'000'000);
   ASSERT_NO_FATAL_FAILURE(poll_until_the_engine_looked());
+  const uint64_t before = passes.get();
   r.engine->stop_polling();
-  std::this_thread::sleep_for(700ms);
+  for (int i = 0; i < 2000 && passes.get() == before; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_GT(passes.get(), before) << "the engine thread made no pass in 10 s";
   EXPECT_EQ(lapses.get(), 2u);
   r.engine->stop();
 }
