@@ -274,6 +274,7 @@ run_pair() {
   tmp=$(mktemp -d /tmp/uroce-interop.XXXXXX)
   guest_job=ij$$
   local srv_rc cli_rc
+  client_end=
   cap_start
   if [[ $dir == u2r ]]; then
     # rxe server in the guest, uroce client in the namespace.
@@ -285,6 +286,7 @@ run_pair() {
     done
     uroce "$prog" "${uargs[@]}" "${common[@]}" "$GUEST_IP" >"$tmp/client.out" 2>&1
     cli_rc=$?
+    client_end=$(date +%s.%N)
     # A client that failed or timed out leaves the server waiting for ever: give it a moment.
     local wait_s=$TIMEOUT
     ((cli_rc != 0)) && wait_s=15
@@ -304,6 +306,7 @@ run_pair() {
     done
     "$G" -t "$TIMEOUT" "$prog" "${rargs[@]}" "${common[@]}" "$HOST_IP" >"$tmp/client.out" 2>&1
     cli_rc=$?
+    client_end=$(date +%s.%N)
     wait "$srv_pid"
     srv_rc=$?
     srv_pid=
@@ -380,7 +383,9 @@ rxe_stalled() {
   [[ $result_fail == "server exit 124, client exit 124" && -s $pcap ]] || return 1
   local t end
   t=$(ts -r "$pcap" -Y infiniband -T fields -e frame.time_epoch | tail -n 1)
-  end=$(stat -c %Y "$tmp/client.out")
+  # When the client ended (run_pair): not client.out's time, which a uroce client killed by its
+  # timeout never writes (its stdout, a file, is block-buffered), so it kept its creation time.
+  end=$client_end
   [[ -n $t ]] && awk -v t="$t" -v e="$end" -v q="${STALL_QUIET:-10}" 'BEGIN { exit !(e - t >= q) }' ||
     return 1
   stall_why="silent for $(awk -v t="$t" -v e="$end" 'BEGIN { printf "%.0f", e - t }') s"
