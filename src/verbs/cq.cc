@@ -34,8 +34,11 @@ int ex_next(ibv_cq_ex* cqx) {
 int ex_start(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
   int rc = ex_next(cqx);
-  // As in poll_cq: an empty CQ lets the polling thread drive progress.
-  if (rc == ENOENT && to_v(cqx)->ctx->dev->poll_progress()) rc = ex_next(cqx);
+  // As in poll_cq: an empty CQ lets the polling thread drive progress, and is looked at again.
+  if (rc == ENOENT) {
+    to_v(cqx)->ctx->dev->poll_progress();
+    rc = ex_next(cqx);
+  }
   to_v(cqx)->ctx->dev->note_poll_result(rc == 0);
   return rc;
 }
@@ -290,8 +293,17 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   VCq* vcq = to_v(cq);
   int got = vcq->impl.poll(n, wc);
   // An application that busy-polls drives progress itself when its CQ is empty, so its latency
-  // does not depend on the engine thread being scheduled next to the spinning poller.
-  if (got == 0 && n > 0 && vcq->ctx->dev->poll_progress()) got = vcq->impl.poll(n, wc);
+  // does not depend on the engine thread being scheduled next to the spinning poller. The CQ is
+  // looked at again whatever that pass did: while this thread waited (for the device, or on a
+  // loaded host for a core), another one may have completed work — the engine thread takes the
+  // receive side when a poller goes a handoff without polling — and a result older than that
+  // contradicts what the program learns next by other means (libfabric's rxm read its CQ empty,
+  // then its peer's rdma_cm disconnect, closed the connection and reported the last SEND, ACKed
+  // before the disconnect was sent, as flushed).
+  if (got == 0 && n > 0) {
+    vcq->ctx->dev->poll_progress();
+    got = vcq->impl.poll(n, wc);
+  }
   if (n > 0) vcq->ctx->dev->note_poll_result(got > 0);
   return got;
 }

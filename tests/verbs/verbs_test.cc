@@ -566,6 +566,40 @@ TEST_F(RcPairTest, CompletionChannelSignalsArmedCq) {
   EXPECT_EQ(poll(&pfd, 1, 50), 0);
 }
 
+TEST_F(RcPairTest, DestroyRemovesTheQpsCompletions) {
+  // As mlx4/mlx5, which libfabric's verbs provider is written against: after destroying an
+  // endpoint's QP it polls what is left and reports what it finds no completion for as flushed;
+  // with the completions left in place, libfabric 1.17's rxm crashed (SIGSEGV) in fi_pingpong -e
+  // rdm when one was a receive the peer's disconnect had overtaken.
+  ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
+  post_recv(b_, 5, 0, 64);
+  ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16), 0);
+  pollfd pfd{b_.ch->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 2000), 1) << "b's receive must complete";
+  ibv_cq* cq = nullptr;
+  void* cq_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(b_.ch, &cq, &cq_ctx), 0);
+  ibv_ack_cq_events(cq, 1);
+
+  ASSERT_EQ(ibv_destroy_qp(b_.qp), 0);
+  b_.qp = nullptr;
+  EXPECT_EQ(poll_n(b_.rcq, 1, 50).size(), 0u);
+}
+
+TEST_F(RcPairTest, AMoveToResetRemovesTheQpsCompletions) {
+  // As mlx4/mlx5: the flush of an earlier life must not surface once the QP is reconnected.
+  post_recv(b_, 6, 0, 64);
+  post_recv(b_, 7, 64, 64);
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(b_.qp, &err, IBV_QP_STATE), 0);
+  // The flushes are queued at once (the error state's contract, IBTA 10.3.1); none is polled.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(b_.qp, &reset, IBV_QP_STATE), 0);
+  EXPECT_EQ(poll_n(b_.rcq, 1, 50).size(), 0u);
+}
+
 TEST_F(RcPairTest, LifecycleErrors) {
   EXPECT_EQ(ibv_destroy_cq(a_.scq), EBUSY) << "a QP still uses the CQ";
 
