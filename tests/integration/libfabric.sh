@@ -53,6 +53,37 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 
+# teardown_race_only: the pingpong failed only in libfabric 1.17's rxm teardown race. fi_pingpong
+# -e rdm ends without a handshake: each side sends "fin", waits for that SEND's completion and
+# closes. When the peer's disconnect (its rdma_cm DREQ) reaches a side that has not yet read the
+# completion of its own fin — the SEND was ACKed, its completion sits in the CQ, the program did
+# not get the core in time on a loaded host — rxm closes the connection on the DISCONNECTED event
+# first and reads the CQ after, by which time destroying the QP has taken the completion along
+# (as mlx5 does; rxe and siw would leave it, and 1.17's rxm then crashes on a leftover receive),
+# so the verbs provider reports the fin as flushed and that side exits 125. Upstream rxm drains
+# the CQ before it closes. Beside three busy loops on two cores: 10 runs in 80, 5 in 164 once
+# uroce's polls looked at the CQ again after their receive pass (src/verbs/cq.cc); never idle.
+# Accepted only when that is all: one side exit 125 on exactly that error, the other exit 0, and
+# both printed the same full table with every transfer acknowledged (-c checked their data).
+teardown_race_only() {
+  local bad good rows_bad rows_good row='^[0-9]+[kmg]? +[0-9]+ +=[0-9]+ '
+  [[ $ep == rdm ]] || return 1
+  if ((srv_rc == 125 && cli_rc == 0)); then
+    bad=server good=client
+  elif ((cli_rc == 125 && srv_rc == 0)); then
+    bad=client good=server
+  else
+    return 1
+  fi
+  [[ $(grep -c "cq_readerr: Work Request Flushed Error" "$log/$bad.out") == 1 ]] || return 1
+  grep -Eq "^[0-9]+[kmg]? +[0-9]+ +[-+][0-9]" "$log/$bad.out" "$log/$good.out" && return 1
+  rows_bad=$(grep -Ec "$row" "$log/$bad.out")
+  rows_good=$(grep -Ec "$row" "$log/$good.out")
+  ((rows_good > 0 && rows_bad == rows_good)) || return 1
+  echo "NOTE: every transfer completed on both sides; the $bad's final SEND was reported flushed" \
+    "at teardown (libfabric 1.17 rxm closes on the peer's disconnect before reading its CQ)"
+}
+
 fail=
 case $mode in
   fi_info)
@@ -81,7 +112,9 @@ case $mode in
     server_cmd=(env UROCE_LOG=info "$run" fi_pingpong -p "$prov" -e "$ep" -c -B "$port" "$@")
     client_cmd=("$run" fi_pingpong -p "$prov" -e "$ep" -c -P "$port" "$@" "$srv_ip")
     run_pair "$srv_ip" "$cli_ip" "$port"
-    ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
+    if ((srv_rc != 0 || cli_rc != 0)); then
+      teardown_race_only || fail="server exit $srv_rc, client exit $cli_rc"
+    fi
     # One row per size: bytes, #sent, =#ack (all acknowledged), …
     for f in server client; do
       grep -Eq "^[0-9]+[kmg]? +[0-9]+ +=[0-9]+ " "$log/$f.out" ||
