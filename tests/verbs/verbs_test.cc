@@ -368,6 +368,19 @@ class RcPairTest : public ::testing::Test {
     uroce::test::post_recv_at(s.qp, s, wr_id, off, len);
   }
 
+  // Arms b's receive CQ, sends b one message from a and waits on b's channel for the event, which
+  // it takes into *cq / *cq_ctx and acknowledges: b's receive completion (wr_id) is then queued
+  // and not yet polled.
+  void receive_on_armed_cq(uint64_t wr_id, ibv_cq** cq, void** cq_ctx) {
+    ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
+    post_recv(b_, wr_id, 0, 64);
+    ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16), 0);
+    pollfd pfd{b_.ch->fd, POLLIN, 0};
+    ASSERT_EQ(poll(&pfd, 1, 2000), 1) << "the channel fd must become readable";
+    ASSERT_EQ(ibv_get_cq_event(b_.ch, cq, cq_ctx), 0);
+    ibv_ack_cq_events(*cq, 1);
+  }
+
   Side a_, b_;
 };
 
@@ -542,18 +555,11 @@ TEST_F(RcPairTest, PostSendValidatesEveryWr) {
 }
 
 TEST_F(RcPairTest, CompletionChannelSignalsArmedCq) {
-  ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
-  post_recv(b_, 3, 0, 64);
-  ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16), 0);
-
-  pollfd pfd{b_.ch->fd, POLLIN, 0};
-  ASSERT_EQ(poll(&pfd, 1, 2000), 1) << "the channel fd must become readable";
   ibv_cq* cq = nullptr;
   void* cq_ctx = nullptr;
-  ASSERT_EQ(ibv_get_cq_event(b_.ch, &cq, &cq_ctx), 0);
+  ASSERT_NO_FATAL_FAILURE(receive_on_armed_cq(3, &cq, &cq_ctx));
   EXPECT_EQ(cq, b_.rcq);
   EXPECT_EQ(cq_ctx, &b_);
-  ibv_ack_cq_events(cq, 1);
   EXPECT_EQ(b_.rcq->comp_events_completed, 1u);
   auto r = poll_n(b_.rcq, 1);
   ASSERT_EQ(r.size(), 1u);
@@ -563,6 +569,7 @@ TEST_F(RcPairTest, CompletionChannelSignalsArmedCq) {
   post_recv(b_, 4, 0, 64);
   ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16), 0);
   ASSERT_EQ(poll_n(b_.rcq, 1).size(), 1u);
+  pollfd pfd{b_.ch->fd, POLLIN, 0};
   EXPECT_EQ(poll(&pfd, 1, 50), 0);
 }
 
@@ -571,15 +578,9 @@ TEST_F(RcPairTest, DestroyRemovesTheQpsCompletions) {
   // endpoint's QP it polls what is left and reports what it finds no completion for as flushed;
   // with the completions left in place, libfabric 1.17's rxm crashed (SIGSEGV) in fi_pingpong -e
   // rdm when one was a receive the peer's disconnect had overtaken.
-  ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
-  post_recv(b_, 5, 0, 64);
-  ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16), 0);
-  pollfd pfd{b_.ch->fd, POLLIN, 0};
-  ASSERT_EQ(poll(&pfd, 1, 2000), 1) << "b's receive must complete";
   ibv_cq* cq = nullptr;
   void* cq_ctx = nullptr;
-  ASSERT_EQ(ibv_get_cq_event(b_.ch, &cq, &cq_ctx), 0);
-  ibv_ack_cq_events(cq, 1);
+  ASSERT_NO_FATAL_FAILURE(receive_on_armed_cq(5, &cq, &cq_ctx));
 
   ASSERT_EQ(ibv_destroy_qp(b_.qp), 0);
   b_.qp = nullptr;
