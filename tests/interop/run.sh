@@ -381,11 +381,10 @@ guest_outwaited() {
 rxe_stalled() {
   stall_why=
   [[ $result_fail == "server exit 124, client exit 124" && -s $pcap ]] || return 1
-  local t end
+  # The end is when the client ended (run_pair): not client.out's time, which a uroce client
+  # killed by its timeout never writes (its stdout, a file, is block-buffered).
+  local t end=$client_end
   t=$(ts -r "$pcap" -Y infiniband -T fields -e frame.time_epoch | tail -n 1)
-  # When the client ended (run_pair): not client.out's time, which a uroce client killed by its
-  # timeout never writes (its stdout, a file, is block-buffered), so it kept its creation time.
-  end=$client_end
   [[ -n $t ]] && awk -v t="$t" -v e="$end" -v q="${STALL_QUIET:-10}" 'BEGIN { exit !(e - t >= q) }' ||
     return 1
   stall_why="silent for $(awk -v t="$t" -v e="$end" 'BEGIN { printf "%.0f", e - t }') s"
