@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -70,6 +71,16 @@ void put_be16(uint8_t* p, uint16_t v) {
 void put_be32(uint8_t* p, uint32_t v) {
   put_be16(p, uint16_t(v >> 16));
   put_be16(p + 2, uint16_t(v));
+}
+// Whole-word big-endian stores (one bswap and one store where the compiler would otherwise
+// keep the byte stores of put_be16 apart).
+void store_be32(uint8_t* p, uint32_t v) {
+  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap32(v);
+  std::memcpy(p, &v, sizeof v);
+}
+void store_be64(uint8_t* p, uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
+  std::memcpy(p, &v, sizeof v);
 }
 
 // Linear part of the CRC contributed by each IP ID bit at the ID field's position, i.e. the CRC
@@ -136,24 +147,22 @@ IdBasis make_id_basis(size_t after) {
 
 uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<const uint8_t> more) {
   const size_t udp_len = kUdpHeader + ib.size() + more.size() + kIcrcBytes;
-  uint8_t h[kPseudoBytes + kShortIb];
-  std::memset(h, 0xff, kLrhStandIn);
-  uint8_t* ip = h + kLrhStandIn;
-  ip[0] = 0x45;  // version 4, IHL 5: the framing has no options
-  ip[1] = 0xff;  // TOS masked
-  put_be16(ip + 2, uint16_t(kIpv4MinHeader + udp_len));
-  put_be16(ip + kIpIdOffset, f.ip_id);
-  put_be16(ip + 6, f.dont_fragment ? 0x4000 : 0);
-  ip[8] = 0xff;  // TTL masked
-  ip[9] = kIpProtoUdp;
-  ip[10] = ip[11] = 0xff;  // header checksum masked
-  put_be32(ip + 12, f.src_ip);
-  put_be32(ip + 16, f.dst_ip);
-  uint8_t* udp = ip + kIpv4MinHeader;
-  put_be16(udp, f.src_port);
-  put_be16(udp + 2, f.dst_port);
-  put_be16(udp + 4, uint16_t(udp_len));
-  udp[6] = udp[7] = 0xff;  // UDP checksum masked
+  const uint64_t ip_len = kIpv4MinHeader + udp_len;
+  // The pseudo-header in four word stores rather than field by field: it is built for every
+  // packet sent and received, and byte stores were a third of a small packet's ICRC
+  // (bench/path_bench under callgrind).
+  alignas(8) uint8_t h[kPseudoBytes + kShortIb];
+  store_be64(h, ~uint64_t{0});  // the LRH stand-in
+  // Version 4 and IHL 5 (the framing has no options), TOS masked; total length; ID; flags.
+  store_be64(h + 8, uint64_t{0x45ff} << 48 | (ip_len & 0xffff) << 32 | uint64_t{f.ip_id} << 16 |
+                        (f.dont_fragment ? 0x4000u : 0u));
+  // TTL masked, protocol UDP, header checksum masked; source address.
+  store_be64(h + 16, uint64_t{0xff} << 56 | uint64_t{kIpProtoUdp} << 48 | uint64_t{0xffff} << 32 |
+                         f.src_ip);
+  // Destination address; UDP source and destination ports.
+  store_be64(h + 24, uint64_t{f.dst_ip} << 32 | uint64_t{f.src_port} << 16 | f.dst_port);
+  // UDP length; UDP checksum masked.
+  store_be32(h + 32, uint32_t(udp_len & 0xffff) << 16 | 0xffff);
   const uint32_t crc = crc_head_ib(h, kPseudoBytes, ib);
   return more.empty() ? crc : crc_update(crc, more.data(), more.size());
 }
