@@ -61,6 +61,8 @@ void BM_Icrc(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(buf.size()));
 }
 BENCHMARK(BM_Icrc)->Arg(0)->Arg(1024)->Arg(4096);
+// Which CRC routine the figures are for (transport/wire/icrc.cc chooses it).
+const bool kIcrcContext = (benchmark::AddCustomContext("icrc", icrc_implementation()), true);
 
 // A packet from a peer whose IP ID is not 0 (as Linux rxe sends): the check must solve for it.
 void BM_IcrcSomeIpId(benchmark::State& state) {

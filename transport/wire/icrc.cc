@@ -39,8 +39,50 @@ constexpr uint8_t kIpProtoUdp = 17;
 // seed in and value out, so it chains), with carry-less multiplication: about 20x zlib's speed
 // here on 4 KiB packets (bench/wire_bench). zlib stays the reference in tests/wire/icrc_test.cc,
 // and for crc32_combine below.
+//
+// Which of ISA-L's routines: its own dispatch picks the widest the CPU has, on AVX-512 machines
+// the 512-bit folding loop (by16_10). That is the fastest in a loop over warm buffers, but a
+// datapath computes one packet's CRC between other work, and there the 512-bit routine cost 3-7x
+// the 128-bit ones on this project's build host (rdtsc around Datapath::accept over memif: 720
+// against 215 cycles a 1 KiB packet, 760-980 against ~110 an ACK on the sending side, where the
+// 1 KiB CRCs ran too; 64 KiB ib_write_bw 1040-1090 against 1437-1591 MB/s) — the cost of bringing
+// up the wide units (and their clock licence) for a short burst of use. So uroce takes the
+// 128-bit PCLMULQDQ routine, VEX-encoded where the CPU has AVX, and ISA-L's dispatch only where
+// neither exists. The two are exported by libisal but not declared in its headers: weak, so a
+// libisal without them falls back to the dispatch.
+extern "C" {
+uint32_t crc32_gzip_refl_by8_02(uint32_t, const unsigned char*, uint64_t) __attribute__((weak));
+uint32_t crc32_gzip_refl_by8(uint32_t, const unsigned char*, uint64_t) __attribute__((weak));
+}
+
+using CrcFn = uint32_t (*)(uint32_t, const unsigned char*, uint64_t);
+
+struct CrcImpl {
+  CrcFn fn;
+  const char* name;
+};
+
+CrcImpl pick_crc() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("pclmul")) {
+    if (crc32_gzip_refl_by8_02 && __builtin_cpu_supports("avx"))
+      return {crc32_gzip_refl_by8_02, "ISA-L crc32_gzip_refl_by8_02 (128-bit PCLMULQDQ, AVX)"};
+    if (crc32_gzip_refl_by8 && __builtin_cpu_supports("sse4.1"))
+      return {crc32_gzip_refl_by8, "ISA-L crc32_gzip_refl_by8 (128-bit PCLMULQDQ, SSE)"};
+  }
+#endif
+  return {crc32_gzip_refl, "ISA-L crc32_gzip_refl (its own dispatch)"};
+}
+
+// A function-local static: other translation units' static initialisers may compute ICRCs.
+const CrcImpl& crc_impl() {
+  static const CrcImpl impl = pick_crc();
+  return impl;
+}
+
 uint32_t crc_update(uint32_t crc, const uint8_t* p, size_t n) {
-  return crc32_gzip_refl(crc, p, n);
+  return crc_impl().fn(crc, p, n);
 }
 
 // Packets up to this size are copied whole behind the pseudo-header, so their ICRC is one call:
@@ -144,6 +186,10 @@ IdBasis make_id_basis(size_t after) {
 }
 
 }  // namespace
+
+const char* icrc_implementation() {
+  return crc_impl().name;
+}
 
 uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<const uint8_t> more) {
   const size_t udp_len = kUdpHeader + ib.size() + more.size() + kIcrcBytes;

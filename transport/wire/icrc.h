@@ -21,6 +21,10 @@ struct Ipv4UdpFraming {
   uint16_t dst_port = 4791;
 };
 
+// Which CRC-32 routine the ICRC runs on this CPU (icrc.cc says why it is not always ISA-L's own
+// choice); for diagnostics and benchmarks.
+const char* icrc_implementation();
+
 // ICRC of one IB packet (`ib` = BTH..payload+pad, without the ICRC) in the given framing. The
 // value is returned so that storing it little-endian (le32) reproduces the wire bytes. A packet
 // in two pieces is `ib` (at least the BTH) followed by `more` (a payload sent from where it
