@@ -292,6 +292,34 @@ TEST(ParseBuild, ExactBytes) {
   EXPECT_EQ(untouched, 0x5a);
 }
 
+// build_headers writes every byte of the headers, reserved ones as zero: what was in the buffer
+// before never shows.
+TEST(ParseBuild, EveryHeaderByteIsWritten) {
+  std::mt19937_64 rng(11);
+  for (int op = 0; op < 256; ++op) {
+    const OpcodeInfo& info = opcode_info(uint8_t(op));
+    if (!info.name) continue;
+    SCOPED_TRACE(op);
+    Packet p;
+    p.bth.opcode = uint8_t(op);
+    p.bth.dest_qp = uint32_t(rng());
+    p.bth.psn = uint32_t(rng());
+    p.reth.va = rng();
+    p.deth.qkey = uint32_t(rng());
+    p.deth.src_qp = uint32_t(rng());
+    p.aeth.msn = uint32_t(rng());
+    p.atomic.swap_add = rng();
+    uint8_t zeros[64], ones[64];
+    std::memset(zeros, 0, sizeof zeros);
+    std::memset(ones, 0xff, sizeof ones);
+    const size_t n = build_headers(p, zeros);
+    ASSERT_EQ(n, info.header_len);
+    ASSERT_LE(n, sizeof zeros);
+    ASSERT_EQ(build_headers(p, ones), n);
+    EXPECT_EQ(0, std::memcmp(zeros, ones, n));
+  }
+}
+
 TEST(Parse, RejectsEveryTruncation) {
   std::mt19937_64 rng(7);
   for (int op = 0; op < 256; ++op) {

@@ -278,7 +278,9 @@ size_t build_headers(const Packet& p, uint8_t* out) {
   const OpcodeInfo& info = kTable[p.bth.opcode];
   // An invalid opcode has header_len 0: nothing is written and the caller sees 0 bytes.
   if (info.name == nullptr) return 0;
-  std::memset(out, 0, info.header_len);  // reserved fields and the CNP's 16 bytes are zero
+  // Every byte is written below, reserved ones as zero, rather than the header cleared first:
+  // a memset of a variable length became a `rep stos`, two thirds of this function's time on a
+  // sending application thread (perf, 64 KiB ib_write_bw over memif).
   const Bth& b = p.bth;
   out[kBthOpcode] = b.opcode;
   out[kBthFlags] = uint8_t((b.se ? kSeBit : 0) | (b.migreq ? kMigReqBit : 0) |
@@ -303,6 +305,7 @@ size_t build_headers(const Packet& p, uint8_t* out) {
   if (info.deth_off) {
     uint8_t* h = out + info.deth_off;
     store_be32(h, p.deth.qkey);
+    h[4] = 0;  // reserved
     store_be24(h + 5, p.deth.src_qp & kQpnMask);
   }
   if (info.imm_off) std::memcpy(out + info.imm_off, &p.imm_be, kImmBytes);
@@ -315,6 +318,7 @@ size_t build_headers(const Packet& p, uint8_t* out) {
     store_be64(h + 20, p.atomic.compare);
   }
   if (info.atomic_ack_off) store_be64(out + info.atomic_ack_off, p.atomic_ack);
+  if (info.flags & kCnpFlag) std::memset(out + info.header_len - kCnpPadBytes, 0, kCnpPadBytes);
   return info.header_len;
 }
 
