@@ -454,7 +454,8 @@ void Qp::pump(Time now) {
   }
   if (port_full) return;
   if (!q.sending_state()) return;
-  q.handle(q.requester.pump(now, q.ctx, q.sq, q.tx, q.state == IBV_QPS_RTS, q.pacer), now);
+  if (!q.requester.idle(q.sq))
+    q.handle(q.requester.pump(now, q.ctx, q.sq, q.tx, q.state == IBV_QPS_RTS, q.pacer), now);
   if (q.state == IBV_QPS_SQD && !q.sq_drained_reported && !q.completer.outstanding() &&
       (q.sq.empty() || q.sq.front().state == WqeState::kQueued)) {
     // IBTA 10.3.1 (SQ Drain): every WQE in progress has completed.

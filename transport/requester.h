@@ -99,6 +99,12 @@ class Requester {
   RequesterOutcome pump(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
                         bool may_start, cc::Pacer& pacer);
 
+  // Whether pump() has nothing to do: every WQE posted has been sent, no RNR wait is to end and
+  // no window cut is to be reported. A QP pumps after every packet it receives and every post,
+  // several times a round trip with nothing to send; Qp::pump skips the call then.
+  bool idle(const SendQueue& sq) const {
+    return cursor_seq_ >= sq.end() && not_before_ == 0 && cuts_unreported_ == 0;
+  }
   // What pump() would do now, ignoring the port; kRnrWait while the RNR timer runs.
   State state(Time now, const QpContext& ctx, const SendQueue& sq, bool may_start) const;
   // The RNR timer's expiry while it runs, else kNever.
