@@ -82,14 +82,19 @@ void DpdkPort::disarm_wait() {
 
 // --- receive ---
 
+// rx_burst() stores each of these fields itself: one added to RxFrame must be stored there too.
+static_assert(sizeof(RxFrame) == 40, "a new RxFrame field: set it in DpdkPort::rx_burst()");
+
 std::span<const RxFrame> DpdkPort::rx_burst() {
-  for (uint16_t i = 0; i < rx_count_; ++i) rte_pktmbuf_free(rx_mbufs_[i]);
+  // One bulk put per pool for the whole burst (a put per mbuf, each with its lcore lookup, was 3 %
+  // of a receiving engine's time at MTU 1024).
+  if (rx_count_ != 0) rte_pktmbuf_free_bulk(rx_mbufs_, rx_count_);
   rx_count_ = 0;
-  rx_out_.clear();
+  rx_out_n_ = 0;
   rx_linear_.clear();
   rte_mbuf* ms[kRxBurst];
   const uint16_t n = rte_eth_rx_burst(port_id_, 0, ms, kRxBurst);
-  if (n == 0) return rx_out_;
+  if (n == 0) return {};
   // The PMD allocates a burst's mbufs from the caller's cache (eal.h); asked only once something
   // arrived, so that the empty polls a busy-polling application spins in stay short.
   eal_thread_enter();
@@ -117,9 +122,13 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
     const Classified c = classify(f, len, me);
     switch (c.kind) {
       case Kind::kRoceV2: {
-        RxFrame fr;
+        // Every field stored in place (at most one frame a received frame: kRxBurst). Assigning a
+        // temporary, `fr = RxFrame{}`, built it on the stack in byte and vector stores and read it
+        // back across them: stalled store forwarding, 2 % of a receiving engine's time.
+        RxFrame& fr = rx_out_[rx_out_n_++];
         fr.data = c.payload;
         fr.len = static_cast<uint32_t>(c.payload_len);
+        fr.truncated = false;
         fr.src_ip = c.src_ip;
         fr.dst_ip = c.dst_ip;
         fr.src_port = c.src_port;
@@ -128,7 +137,7 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         fr.ip_id_known = true;
         fr.dont_fragment = c.dont_fragment;
         fr.ip_id = c.ip_id;
-        rx_out_.push_back(fr);
+        fr.roce_v1 = false;
         rx_mbufs_[rx_count_++] = m;  // the frame points into it until the next burst
         continue;
       }
@@ -145,14 +154,19 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
           break;
         }
         counters_.rx_roce_v1.add();
-        RxFrame fr;
+        RxFrame& fr = rx_out_[rx_out_n_++];
         fr.data = c.payload;
         fr.len = static_cast<uint32_t>(c.payload_len);
+        fr.truncated = false;
         fr.src_ip = src;
         fr.dst_ip = dst;
+        fr.src_port = 0;
+        fr.dst_port = 0;
         fr.tos = c.tos;
+        fr.ip_id_known = false;
+        fr.dont_fragment = true;
+        fr.ip_id = 0;
         fr.roce_v1 = true;
-        rx_out_.push_back(fr);
         rx_mbufs_[rx_count_++] = m;
         continue;
       }
@@ -175,7 +189,7 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
     }
     rte_pktmbuf_free(m);
   }
-  return rx_out_;
+  return {rx_out_, rx_out_n_};
 }
 
 bool DpdkPort::handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const Classified& c,

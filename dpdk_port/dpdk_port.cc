@@ -97,7 +97,6 @@ DpdkPort::DpdkPort(const DpdkPortOptions& opt, PortCounters& counters)
   caps_.exact_icrc = true;
   caps_.multicast = true;
   caps_.poll_mode = true;
-  rx_out_.reserve(kRxBurst);
 }
 
 std::unique_ptr<DpdkPort> DpdkPort::open(const DpdkPortOptions& opt, PortCounters& counters,

@@ -158,7 +158,8 @@ class DpdkPort : public Port {
   // frames that came in several segments.
   rte_mbuf* rx_mbufs_[kRxBurst] = {};
   uint16_t rx_count_ = 0;
-  std::vector<RxFrame> rx_out_;
+  RxFrame rx_out_[kRxBurst];
+  uint16_t rx_out_n_ = 0;
   std::vector<std::vector<uint8_t>> rx_linear_;
 
   // Transmit side (device lock): frames the PMD did not take yet, and packets held by PAUSE,
