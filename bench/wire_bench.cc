@@ -4,6 +4,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "wire/icrc.h"
@@ -61,8 +64,18 @@ void BM_Icrc(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(buf.size()));
 }
 BENCHMARK(BM_Icrc)->Arg(0)->Arg(1024)->Arg(4096);
-// Which CRC routine the figures are for (transport/wire/icrc.cc chooses it).
-const bool kIcrcContext = (benchmark::AddCustomContext("icrc", icrc_implementation()), true);
+// Which CRC routine the figures are for: UROCE_ICRC's, as in the library (transport/wire/icrc.cc
+// chooses it by default).
+const bool kIcrcContext = [] {
+  const char* v = std::getenv("UROCE_ICRC");
+  const std::optional<IcrcRoutine> r = parse_icrc_routine(v ? v : "");
+  if (!r || !select_icrc_routine(*r)) {
+    std::fprintf(stderr, "wire_bench: UROCE_ICRC '%s' is not a routine this host has\n", v);
+    std::exit(2);
+  }
+  benchmark::AddCustomContext("icrc", icrc_implementation());
+  return true;
+}();
 
 // A packet from a peer whose IP ID is not 0 (as Linux rxe sends): the check must solve for it.
 void BM_IcrcSomeIpId(benchmark::State& state) {

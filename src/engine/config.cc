@@ -26,6 +26,7 @@ constexpr std::string_view kStatsVar = "UROCE_STATS";
 constexpr std::string_view kPcapVar = "UROCE_PCAP";
 constexpr std::string_view kEarlyRetransmitVar = "UROCE_EARLY_RETRANSMIT";
 constexpr std::string_view kGsoVar = "UROCE_GSO";
+constexpr std::string_view kIcrcVar = "UROCE_ICRC";
 constexpr std::string_view kCcVar = "UROCE_CC";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
 constexpr size_t kMaxNameLen = 63;
@@ -777,6 +778,20 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0, 1 or auto");
     return std::nullopt;
   }
+  const char* icrc = std::getenv(std::string(kIcrcVar).c_str());
+  const std::string_view iv = icrc ? icrc : "";
+  const std::optional<wire::IcrcRoutine> routine = wire::parse_icrc_routine(iv);
+  if (!routine) {
+    set_err(err, kIcrcVar, "'" + std::string(iv) + "' is not auto, pclmul, isal or zlib");
+    return std::nullopt;
+  }
+  if (!wire::icrc_routine_available(*routine)) {
+    set_err(err, kIcrcVar,
+            "'" + std::string(iv) +
+                "' is not available here: it needs a CPU with PCLMULQDQ and a libisal that exports "
+                "crc32_gzip_refl_by8_02 or crc32_gzip_refl_by8");
+    return std::nullopt;
+  }
   const char* ccv = std::getenv(std::string(kCcVar).c_str());
   if (ccv && *ccv && !apply_cc(ccv, out, err)) return std::nullopt;
   const char* pcap = std::getenv(std::string(kPcapVar).c_str());
@@ -786,6 +801,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
                         : DeviceConfig::Gso::kAuto;
     d.print_stats = sv == "1";
     d.early_retransmit = erv != "0";
+    d.icrc = *routine;
     if (pcap && *pcap) d.pcap_path = expand_pcap_path(pcap, d.name, out.size() > 1);
   }
   return out;

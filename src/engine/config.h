@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "transport/cc/params.h"
+#include "transport/wire/icrc.h"
 
 namespace uroce {
 
@@ -120,6 +121,9 @@ struct DeviceConfig {
   // (docs/configuration.md).
   enum class Gso : uint8_t { kAuto, kOff, kOn };
   Gso gso = Gso::kAuto;
+  // UROCE_ICRC=auto|pclmul|isal|zlib (default auto): the CRC-32 routine of every ICRC the process
+  // computes (wire::IcrcRoutine; one choice for the process: the same for all its devices).
+  wire::IcrcRoutine icrc = wire::IcrcRoutine::kAuto;
   // DSCP (RFC 2474) of data packets: 0 on the UDP port unless dscp= is given, 26 on DPDK (RoCE
   // deployments' class; the QP's GRH traffic_class overrides it).
   uint8_t dscp = 0;

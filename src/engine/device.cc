@@ -79,6 +79,13 @@ std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, ui
 Device::Device(const DeviceConfig& cfg) : cfg_(cfg) {}
 
 std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) {
+  // The process's ICRC routine (UROCE_ICRC), before this device computes any: the configuration
+  // checked that it exists here. Every device of a process is configured alike.
+  if (!wire::select_icrc_routine(cfg.icrc)) {
+    if (err) *err = cfg.name + ": the ICRC routine asked for is not available on this host";
+    return nullptr;
+  }
+  log().debug("{}: ICRC by {}", cfg.name, wire::icrc_implementation());
   std::unique_ptr<Device> d(new Device(cfg));
   std::string why;
   // The port first: it says what MTU it carries, which the published identity shows. Its

@@ -282,6 +282,38 @@ TEST(ConfigTest, GsoSwitch) {
   }
 }
 
+// UROCE_ICRC picks the ICRC's CRC routine for the process; a name it does not know is an error
+// naming the variable and the value.
+TEST(ConfigTest, IcrcRoutine) {
+  ScopedEnv d("UROCE_DEVICES", "u0=127.0.0.1,u1=127.0.0.2");
+  std::string err;
+  for (const char* v : {static_cast<const char*>(nullptr), "", "auto"}) {
+    ScopedEnv e("UROCE_ICRC", v);
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_EQ((*c)[0].icrc, wire::IcrcRoutine::kAuto) << (v ? v : "unset");
+  }
+  for (auto [v, r] :
+       {std::pair{"isal", wire::IcrcRoutine::kIsal}, std::pair{"zlib", wire::IcrcRoutine::kZlib},
+        std::pair{"pclmul", wire::IcrcRoutine::kPclmul}}) {
+    ScopedEnv e("UROCE_ICRC", v);
+    auto c = load_device_config(&err);
+    if (r == wire::IcrcRoutine::kPclmul && !wire::icrc_routine_available(r)) {
+      EXPECT_FALSE(c.has_value());
+      EXPECT_NE(err.find("UROCE_ICRC: 'pclmul' is not available here"), std::string::npos) << err;
+      continue;
+    }
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_EQ((*c)[0].icrc, r) << v;
+    EXPECT_EQ((*c)[1].icrc, r) << v;  // one choice for the process
+  }
+  {
+    ScopedEnv e("UROCE_ICRC", "avx512");
+    EXPECT_FALSE(load_device_config(&err).has_value());
+    EXPECT_EQ(err, "UROCE_ICRC: 'avx512' is not auto, pclmul, isal or zlib");
+  }
+}
+
 // auto batches on a loopback interface only; an interface uroce cannot name stays unbatched.
 TEST(ConfigTest, GsoAutoBatchesOnLoopbackOnly) {
   DeviceConfig cfg;

@@ -106,6 +106,53 @@ TEST(Icrc, EqualsTheZlibReferenceForEveryLength) {
   }
 }
 
+// UROCE_ICRC's routines (wire::IcrcRoutine) all compute the reference value, and the one selected
+// is the one that runs: its name changes with it.
+TEST(Icrc, EverySelectableRoutineEqualsTheReference) {
+  const std::vector<uint8_t> ib = random_bytes(4160 + 4, 7);
+  const wire::Ipv4UdpFraming f = sample_framing(0xbeef);
+  const std::string automatic = wire::icrc_implementation();
+  int ran = 0;
+  for (wire::IcrcRoutine r : {wire::IcrcRoutine::kPclmul, wire::IcrcRoutine::kIsal,
+                              wire::IcrcRoutine::kZlib, wire::IcrcRoutine::kAuto}) {
+    if (!wire::icrc_routine_available(r)) {
+      EXPECT_EQ(r, wire::IcrcRoutine::kPclmul);  // the only one that depends on the host
+      EXPECT_FALSE(wire::select_icrc_routine(r));
+      continue;
+    }
+    ASSERT_TRUE(wire::select_icrc_routine(r));
+    ++ran;
+    const std::string name = wire::icrc_implementation();
+    SCOPED_TRACE(name);
+    if (r == wire::IcrcRoutine::kZlib) {
+      EXPECT_NE(name.find("zlib"), std::string::npos);
+    } else if (r == wire::IcrcRoutine::kIsal) {
+      EXPECT_NE(name.find("dispatch"), std::string::npos);
+    } else if (r == wire::IcrcRoutine::kAuto) {
+      EXPECT_EQ(name, automatic);
+    }
+    for (size_t at : {size_t{0}, size_t{1}, size_t{7}}) {
+      for (size_t len = 0; len + at <= ib.size(); len += (len < 300 ? 1 : 257)) {
+        SCOPED_TRACE(::testing::Message() << "offset " << at << " length " << len);
+        ASSERT_EQ(wire::icrc(f, {ib.data() + at, len}), reference_icrc(f, {ib.data() + at, len}));
+      }
+    }
+  }
+  EXPECT_GE(ran, 3);
+  EXPECT_EQ(wire::icrc_implementation(), automatic);  // kAuto last: the default again
+}
+
+TEST(Icrc, RoutineNamesParse) {
+  EXPECT_EQ(wire::parse_icrc_routine(""), wire::IcrcRoutine::kAuto);
+  EXPECT_EQ(wire::parse_icrc_routine("auto"), wire::IcrcRoutine::kAuto);
+  EXPECT_EQ(wire::parse_icrc_routine("pclmul"), wire::IcrcRoutine::kPclmul);
+  EXPECT_EQ(wire::parse_icrc_routine("isal"), wire::IcrcRoutine::kIsal);
+  EXPECT_EQ(wire::parse_icrc_routine("zlib"), wire::IcrcRoutine::kZlib);
+  EXPECT_FALSE(wire::parse_icrc_routine("ISAL").has_value());
+  EXPECT_FALSE(wire::parse_icrc_routine("avx512").has_value());
+  EXPECT_FALSE(wire::parse_icrc_routine(" isal").has_value());
+}
+
 // The RoCE v1 ICRC the obvious way (IBTA 7.8.1, Annex A16): the LRH stand-in, then the GRH
 // (IPVer 6, TClass, FlowLabel and HopLmt all ones, PayLen, NxtHdr 0x1B, IPv4-mapped GIDs),
 // then the IB packet with resv8a all ones.

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -49,7 +50,8 @@ constexpr uint8_t kIpProtoUdp = 17;
 // up the wide units (and their clock licence) for a short burst of use. So uroce takes the
 // 128-bit PCLMULQDQ routine, VEX-encoded where the CPU has AVX, and ISA-L's dispatch only where
 // neither exists. The two are exported by libisal but not declared in its headers: weak, so a
-// libisal without them falls back to the dispatch.
+// libisal without them falls back to the dispatch. UROCE_ICRC picks another routine, for hosts
+// where the wide one keeps its speed (select_icrc_routine).
 extern "C" {
 uint32_t crc32_gzip_refl_by8_02(uint32_t, const unsigned char*, uint64_t) __attribute__((weak));
 uint32_t crc32_gzip_refl_by8(uint32_t, const unsigned char*, uint64_t) __attribute__((weak));
@@ -62,23 +64,60 @@ struct CrcImpl {
   const char* name;
 };
 
-CrcImpl pick_crc() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("pclmul")) {
-    if (crc32_gzip_refl_by8_02 && __builtin_cpu_supports("avx"))
-      return {crc32_gzip_refl_by8_02, "ISA-L crc32_gzip_refl_by8_02 (128-bit PCLMULQDQ, AVX)"};
-    if (crc32_gzip_refl_by8 && __builtin_cpu_supports("sse4.1"))
-      return {crc32_gzip_refl_by8, "ISA-L crc32_gzip_refl_by8 (128-bit PCLMULQDQ, SSE)"};
-  }
-#endif
-  return {crc32_gzip_refl, "ISA-L crc32_gzip_refl (its own dispatch)"};
+// zlib's crc32, in the same shape as ISA-L's routines (a packet is far below uInt's range).
+uint32_t zlib_crc(uint32_t crc, const unsigned char* p, uint64_t n) {
+  return static_cast<uint32_t>(crc32(crc, p, static_cast<uInt>(n)));
 }
 
-// A function-local static: other translation units' static initialisers may compute ICRCs.
+const CrcImpl kIsal{crc32_gzip_refl, "ISA-L crc32_gzip_refl (its own dispatch)"};
+const CrcImpl kZlibImpl{zlib_crc, "zlib crc32 (table-driven)"};
+
+// The 128-bit routine this CPU and libisal offer, or null.
+const CrcImpl* pclmul_impl() {
+#if defined(__x86_64__)
+  static const CrcImpl kAvx{crc32_gzip_refl_by8_02,
+                            "ISA-L crc32_gzip_refl_by8_02 (128-bit PCLMULQDQ, AVX)"};
+  static const CrcImpl kSse{crc32_gzip_refl_by8,
+                            "ISA-L crc32_gzip_refl_by8 (128-bit PCLMULQDQ, SSE)"};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("pclmul")) {
+    if (crc32_gzip_refl_by8_02 && __builtin_cpu_supports("avx")) return &kAvx;
+    if (crc32_gzip_refl_by8 && __builtin_cpu_supports("sse4.1")) return &kSse;
+  }
+#endif
+  return nullptr;
+}
+
+const CrcImpl* impl_for(IcrcRoutine r) {
+  switch (r) {
+    case IcrcRoutine::kAuto: {
+      const CrcImpl* p = pclmul_impl();
+      return p ? p : &kIsal;
+    }
+    case IcrcRoutine::kPclmul:
+      return pclmul_impl();
+    case IcrcRoutine::kIsal:
+      return &kIsal;
+    case IcrcRoutine::kZlib:
+      return &kZlibImpl;
+  }
+  return nullptr;
+}
+
+// The routine in use: the automatic choice until select_icrc_routine() names another. One relaxed
+// load per CRC call; the first call makes the automatic choice (static initialisers of other
+// translation units may compute ICRCs before anything is selected), unless a selection came first.
+std::atomic<const CrcImpl*> g_selected{nullptr};
+
 const CrcImpl& crc_impl() {
-  static const CrcImpl impl = pick_crc();
-  return impl;
+  const CrcImpl* p = g_selected.load(std::memory_order_relaxed);
+  if (p) [[likely]]
+    return *p;
+  const CrcImpl* automatic = impl_for(IcrcRoutine::kAuto);
+  // A selection made meanwhile wins; the loser of a race between two first calls agrees anyway.
+  if (g_selected.compare_exchange_strong(p, automatic, std::memory_order_relaxed))
+    return *automatic;
+  return *p;
 }
 
 uint32_t crc_update(uint32_t crc, const uint8_t* p, size_t n) {
@@ -189,6 +228,25 @@ IdBasis make_id_basis(size_t after) {
 
 const char* icrc_implementation() {
   return crc_impl().name;
+}
+
+std::optional<IcrcRoutine> parse_icrc_routine(std::string_view s) {
+  if (s.empty() || s == "auto") return IcrcRoutine::kAuto;
+  if (s == "pclmul") return IcrcRoutine::kPclmul;
+  if (s == "isal") return IcrcRoutine::kIsal;
+  if (s == "zlib") return IcrcRoutine::kZlib;
+  return std::nullopt;
+}
+
+bool icrc_routine_available(IcrcRoutine r) {
+  return impl_for(r) != nullptr;
+}
+
+bool select_icrc_routine(IcrcRoutine r) {
+  const CrcImpl* p = impl_for(r);
+  if (!p) return false;
+  g_selected.store(p, std::memory_order_relaxed);
+  return true;
 }
 
 uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<const uint8_t> more) {

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 
 namespace uroce::wire {
 
@@ -24,6 +26,23 @@ struct Ipv4UdpFraming {
 // Which CRC-32 routine the ICRC runs on this CPU (icrc.cc says why it is not always ISA-L's own
 // choice); for diagnostics and benchmarks.
 const char* icrc_implementation();
+
+// The CRC-32 routines the ICRC can run on (UROCE_ICRC, docs/configuration.md). All compute the
+// same value; they differ in speed, which depends on the host (docs/performance.md).
+enum class IcrcRoutine : uint8_t {
+  kAuto,    // kPclmul where it exists, else kIsal
+  kPclmul,  // ISA-L's 128-bit PCLMULQDQ routine (by8_02 with AVX, else by8)
+  kIsal,    // ISA-L's own dispatch: the widest routine the CPU has (AVX-512 where present)
+  kZlib,    // zlib's crc32: the reference, a table-driven loop (several times slower)
+};
+// "auto" (or empty), "pclmul", "isal", "zlib"; nothing for any other text.
+std::optional<IcrcRoutine> parse_icrc_routine(std::string_view s);
+// Whether `r` can run on this CPU with this libisal (kPclmul needs both; the others always can).
+bool icrc_routine_available(IcrcRoutine r);
+// Makes every ICRC computed from now on, in every thread, use `r`. Returns false, changing
+// nothing, when it is not available. Meant for start-up, before packets flow: a packet whose CRC
+// is being computed meanwhile finishes on either routine (they agree).
+bool select_icrc_routine(IcrcRoutine r);
 
 // ICRC of one IB packet (`ib` = BTH..payload+pad, without the ICRC) in the given framing. The
 // value is returned so that storing it little-endian (le32) reproduces the wire bytes. A packet
