@@ -191,7 +191,9 @@ Classified classify(const uint8_t* f, size_t len, const Identity& me) {
   c.ip_id = rte_be_to_cpu_16(ip->packet_id);
   c.dont_fragment = (frag & RTE_IPV4_HDR_DF_FLAG) != 0;
   c.tos = ip->type_of_service;
-  const bool group = std::find(me.groups.begin(), me.groups.end(), c.dst_ip) != me.groups.end();
+  // The device's own address is unicast: a frame to it is no group's (the search is skipped).
+  const bool group = c.dst_ip != me.ipv4 &&
+                     std::find(me.groups.begin(), me.groups.end(), c.dst_ip) != me.groups.end();
   if (c.dst_ip != me.ipv4 && !group) {
     c.kind = Kind::kNotForUs;
     return c;
