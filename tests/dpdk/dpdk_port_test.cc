@@ -215,6 +215,47 @@ TEST_F(DpdkRingTest, ArpResolvesThenRocePacketsArriveWithAnExactIcrc) {
   EXPECT_TRUE(a_.port->caps().exact_icrc);
 }
 
+// A receive burst takes at most DpdkPort::kRxBurst frames, in order; frames it does not hand up
+// (one for another MAC here) go back to their pool at once, the rest with the next burst, and the
+// frames handed up stay valid until then.
+TEST_F(DpdkRingTest, ReceiveBurstsTakeAtMostTheirSizeInOrder) {
+  make();
+  send(a_, kIpB, 100);  // resolves B first (ArpResolvesThenRocePacketsArriveWithAnExactIcrc)
+  pass(a_);
+  pass(b_);
+  pass(a_);
+  ASSERT_EQ(pass(b_), (std::vector<uint32_t>{100}));
+  constexpr uint32_t kFrames = DpdkPort::kRxBurst + 9;
+  std::vector<uint32_t> sent;
+  for (uint32_t i = 0; i < kFrames; ++i) {
+    if (i == 5) {
+      uint8_t other[64] = {0x02, 0, 0, 0, 0, 0x77};  // to a MAC nobody here has
+      std::memcpy(other + 6, kMacA.data(), 6);
+      other[12] = 0x08;  // IPv4
+      inject(b_, other, sizeof other);
+    }
+    send(a_, kIpB, 200 + i);
+    sent.push_back(200 + i);
+  }
+  std::vector<uint32_t> got;
+  // The first burst holds kRxBurst frames, one of them not handed up.
+  const auto burst = b_.dp->rx_burst(monotonic_now());
+  EXPECT_EQ(burst.size(), DpdkPort::kRxBurst - 1);
+  for (const RxPacket& p : burst) got.push_back(p.pkt.bth.psn);
+  // Still readable: nothing was freed under them yet.
+  for (const RxPacket& p : burst) {
+    ASSERT_EQ(p.pkt.payload.size(), 64u);
+    EXPECT_EQ(p.pkt.payload[0], uint8_t(p.pkt.bth.psn));
+  }
+  const auto rest = pass(b_);
+  EXPECT_EQ(rest.size(), 10u);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_TRUE(pass(b_).empty());
+  EXPECT_EQ(got, sent);
+  EXPECT_EQ(b_.c.port.rx_not_for_us.get(), 1u);
+  EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 0u);
+}
+
 TEST_F(DpdkRingTest, IcrcIsCheckedForTheRealIpId) {
   // A frame whose ICRC was computed for IP ID 0 but which carries ID 5 is corrupt on the wire.
   // The socket datapath cannot tell (some ID makes it valid); this port sees the ID and drops it.
