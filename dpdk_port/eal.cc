@@ -69,11 +69,18 @@ std::vector<rte_mempool*> g_pools;  // g_pools_mu
 std::atomic<int> g_registered{0};
 
 // A thread's registration: decided once, on its first eal_thread_enter(); undone when it exits.
-struct ThreadCache {
-  enum class State : uint8_t { kUndecided, kRegistered, kNone };
-  State state = State::kUndecided;
-  ~ThreadCache() {
-    if (state != State::kRegistered) return;
+// The decision is a plain byte in the initial-exec TLS model, because eal_thread_enter() runs on
+// every receive and transmit (eight times a round trip): a thread_local with a destructor is
+// reached through a wrapper and __tls_get_addr from a shared library. The destructor lives in
+// `t_registration`, which only a registered thread ever touches.
+enum class ThreadState : uint8_t { kUndecided, kRegistered, kNone };
+__attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state =
+    ThreadState::kUndecided;
+
+struct Registration {
+  bool armed = false;
+  ~Registration() {
+    if (!armed) return;
     {
       // The mbufs this thread's caches keep go back to their pools, or nobody could use them
       // until another thread happened to get the same lcore id. A port that closes meanwhile
@@ -88,14 +95,13 @@ struct ThreadCache {
     g_registered.fetch_sub(1, std::memory_order_relaxed);
   }
 };
-thread_local ThreadCache t_cache;
+thread_local Registration t_registration;
 
 }  // namespace
 
 void eal_thread_enter() {
-  ThreadCache& tc = t_cache;
-  if (tc.state != ThreadCache::State::kUndecided) return;
-  tc.state = ThreadCache::State::kNone;
+  if (t_state != ThreadState::kUndecided) return;
+  t_state = ThreadState::kNone;
   if (rte_lcore_id() != LCORE_ID_ANY) return;  // the thread that initialised the EAL: lcore 0
   if (g_registered.fetch_add(1, std::memory_order_relaxed) >= kMaxThreadCaches) {
     g_registered.fetch_sub(1, std::memory_order_relaxed);
@@ -107,7 +113,8 @@ void eal_thread_enter() {
                 rte_strerror(rte_errno));
     return;
   }
-  tc.state = ThreadCache::State::kRegistered;
+  t_registration.armed = true;
+  t_state = ThreadState::kRegistered;
 }
 
 void eal_track_pool(rte_mempool* mp) {
