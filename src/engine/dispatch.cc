@@ -225,11 +225,21 @@ transport::Time Dispatch::after_call(transport::Qp* qp, transport::Time now, boo
 }
 
 void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
+  // A run of packets for one QP — a burst of a message's packets, a reply and the ACK beside it —
+  // is tracked once, after its last packet: a QP's deadline and pump wish change only during
+  // calls on it (the contract above), and nothing reads them between two packets of the burst.
+  QpEntry* run = nullptr;
+  uint32_t run_qpn = 0;
+  const auto end_run = [&] {
+    if (run) track(run_qpn, *run);
+    run = nullptr;
+  };
   for (const RxPacket& p : pkts) {
     // A datagram sent to a group goes to every QP attached to it, and must name the multicast
     // QPN; that QPN sent to a unicast address names no QP.
     const bool to_group = (p.info.dst_ip >> 28) == 0xe;
     if (to_group || p.pkt.bth.dest_qp == kMulticastQpn) {
+      end_run();
       auto g = to_group && p.pkt.bth.dest_qp == kMulticastQpn ? mcast_.find(p.info.dst_ip)
                                                               : mcast_.end();
       if (g == mcast_.end()) {
@@ -249,9 +259,12 @@ void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
       counters_.rx_unknown_qp.add();
       continue;
     }
+    if (e != run) end_run();
     e->qp->receive(p.pkt, p.info, now);
-    track(p.pkt.bth.dest_qp, *e);
+    run = e;
+    run_qpn = p.pkt.bth.dest_qp;
   }
+  end_run();
 }
 
 transport::Time Dispatch::progress(transport::Time now, bool* again) {
