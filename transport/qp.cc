@@ -375,16 +375,19 @@ int Qp::post_recv(const RecvWqe& wqe) {
 }
 
 void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
+  if (receive_deferring_pump(pkt, rx, now)) pump(now);
+}
+
+bool Qp::receive_deferring_pump(const wire::Packet& pkt, const RxInfo& rx, Time now) {
   Impl& q = *impl_;
   CheckCqsOnReturn check{q};
   if (pkt.info != nullptr && (pkt.info->flags & wire::kCnpFlag)) {
     q.on_cnp(rx, now);
-    return;
+    return false;
   }
   if (q.init.type != IBV_QPT_RC) {
     unreliable_receive(q, pkt, rx, now);  // UD/UC responders send nothing back but CNPs
-    if (q.cnp_pending) pump(now);
-    return;
+    return q.cnp_pending;
   }
   // Cheapest checks first; each refusal is a counted drop (IBTA 9.6: silently dropped packets).
   const bool accepting = q.state == IBV_QPS_RTR || q.sending_state();
@@ -392,7 +395,7 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
       q.init.type != IBV_QPT_RC || (pkt.bth.pkey & 0x7fff) != (wire::kDefaultPkey & 0x7fff) ||
       rx.src_ip != q.ctx.remote_ip) {
     ++q.counters.dropped_pkts;
-    return;
+    return false;
   }
   ++q.counters.rcvd_pkts;
   if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
@@ -413,7 +416,7 @@ void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {
   } else {
     ++q.counters.dropped_pkts;  // a response while in RTR (we sent nothing yet)
   }
-  pump(now);
+  return true;
 }
 
 void Qp::pump(Time now) {

@@ -174,6 +174,11 @@ class Qp {
   // RESET/INIT/ERR, are counted in dropped_pkts. Ends with pump(now), so ACKs and what an ACK
   // lets through leave at once.
   void receive(const wire::Packet& pkt, const RxInfo& rx, Time now);
+  // receive() without its closing pump(): returns true when the caller owes the QP that pump.
+  // For a caller handing over a run of packets for one QP (a burst of a message's packets, a
+  // reply with the ACK beside it), which pumps once after the last: the ACK for the run is then
+  // one ACK, and what the ACKs in it let through leaves in one go.
+  [[nodiscard]] bool receive_deferring_pump(const wire::Packet& pkt, const RxInfo& rx, Time now);
   // Transmit what the send window, the rate and the port's buffers allow.
   void pump(Time now);
   // True when pump() has something it could send (used to re-pump after tx backpressure).

@@ -226,13 +226,18 @@ transport::Time Dispatch::after_call(transport::Qp* qp, transport::Time now, boo
 
 void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
   // A run of packets for one QP — a burst of a message's packets, a reply and the ACK beside it —
-  // is tracked once, after its last packet: a QP's deadline and pump wish change only during
-  // calls on it (the contract above), and nothing reads them between two packets of the burst.
+  // is pumped and tracked once, after its last packet: a QP's deadline and pump wish change only
+  // during calls on it (the contract above), nothing reads them between two packets of the run,
+  // and one pump answers the run with one ACK and sends what its ACKs let through in one go.
   QpEntry* run = nullptr;
   uint32_t run_qpn = 0;
+  bool run_pump = false;
   const auto end_run = [&] {
-    if (run) track(run_qpn, *run);
+    if (!run) return;
+    if (run_pump) run->qp->pump(now);
+    track(run_qpn, *run);
     run = nullptr;
+    run_pump = false;
   };
   for (const RxPacket& p : pkts) {
     // A datagram sent to a group goes to every QP attached to it, and must name the multicast
@@ -260,7 +265,7 @@ void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
       continue;
     }
     if (e != run) end_run();
-    e->qp->receive(p.pkt, p.info, now);
+    run_pump |= e->qp->receive_deferring_pump(p.pkt, p.info, now);
     run = e;
     run_qpn = p.pkt.bth.dest_qp;
   }
