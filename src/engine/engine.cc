@@ -255,8 +255,10 @@ void Engine::run() {
     // The pass right after a lapse looks at what is waiting now, not at what arrives later.
     if (lapsed) timeout = 0;
     if (timeout < 0 && look_again != transport::kNever) {
+      // Whole milliseconds, rounded up: not before the handoff would lapse, at most a millisecond
+      // after it when nobody re-armed the timer meanwhile.
       const transport::Time left = look_again > t ? look_again - t : 0;
-      timeout = static_cast<int>(std::min<transport::Time>(left / 1'000'000 + 1, 1000));
+      timeout = static_cast<int>(std::min<transport::Time>((left + 999'999) / 1'000'000, 1000));
     }
     look_again = transport::kNever;
     int n = epoll_wait(epfd_, evs, kMaxEvents, timeout);
