@@ -230,12 +230,11 @@ void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
   // during calls on it (the contract above), nothing reads them between two packets of the run,
   // and one pump answers the run with one ACK and sends what its ACKs let through in one go.
   QpEntry* run = nullptr;
-  uint32_t run_qpn = 0;
   bool run_pump = false;
   const auto end_run = [&] {
     if (!run) return;
     if (run_pump) run->qp->pump(now);
-    track(run_qpn, *run);
+    track(run->qp->qpn(), *run);
     run = nullptr;
     run_pump = false;
   };
@@ -267,7 +266,6 @@ void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
     if (e != run) end_run();
     run_pump |= e->qp->receive_deferring_pump(p.pkt, p.info, now);
     run = e;
-    run_qpn = p.pkt.bth.dest_qp;
   }
   end_run();
 }

@@ -189,6 +189,13 @@ void Engine::run() {
   // Set when a wake-up was left to the polling application (below): the engine looks again by
   // then even if nobody re-arms its timer.
   transport::Time look_again = transport::kNever;
+  // The timer set no later than `deadline`. due_ mirrors armed_ (arm_timer), so the device lock,
+  // which a polling application holds in its passes, is taken only when the timer must move.
+  const auto look_by = [this](transport::Time deadline) {
+    if (deadline >= due_.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> g(mu_);
+    wake_by(deadline);
+  };
   while (!stop_.load(std::memory_order_relaxed)) {
     int timeout = again ? 0 : -1;
     const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
@@ -215,10 +222,7 @@ void Engine::run() {
       // channel) or fell silent for that long; datagrams that arrived meanwhile are still there
       // (level-triggered).
       if (defer != !rx_watched_) watch_rx(!defer);
-      if (defer && last + handoff < due_.load(std::memory_order_relaxed)) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (last + handoff < armed_) arm_timer(last + handoff);
-      }
+      if (defer) look_by(last + handoff);
     }
     if (poll_mode && !again) {
       // A poll-mode port shows frames only to rx_burst(): poll while traffic flows; when idle,
@@ -233,12 +237,7 @@ void Engine::run() {
           port.disarm_wait();
           armed = false;
         }
-        // due_ mirrors armed_ (arm_timer): the device lock, which the polling thread holds in
-        // its passes, is taken only when the timer must move.
-        if (last + handoff < due_.load(std::memory_order_relaxed)) {
-          std::lock_guard<std::mutex> g(mu_);
-          if (last + handoff < armed_) arm_timer(last + handoff);
-        }
+        look_by(last + handoff);
         backoff = kMinBackoffNs;
       } else if (!app_polls && t - last_active < kSpinNs) {
         timeout = 0;
