@@ -85,6 +85,7 @@ class DpdkPort : public Port {
   bool arm_wait() override;
   void disarm_wait() override;
   transport::Time next_deadline() const override;
+  bool wants_poll() const override { return ctl_dirty_.load(std::memory_order_acquire); }
   bool poll(transport::Time now) override;
   bool link_up() const override { return link_up_.load(std::memory_order_acquire); }
   int join_group(uint32_t group) override;

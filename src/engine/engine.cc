@@ -33,6 +33,11 @@ constexpr transport::Time kMinTimerNs = 10'000;
 // progress itself (poll_from_app), so the engine does not spin against it.
 constexpr transport::Time kSpinNs = 50'000;
 constexpr transport::Time kMinBackoffNs = 20'000;
+// The longest a polling application's guard runs (Engine::push_guard): how long the engine
+// thread may take, at worst, to notice that an application which polled steadily stopped
+// without saying so (no CQ armed, no completion channel) — and so how long arrivals may wait
+// then. Well inside RC's ACK timeouts (perftest and rdma_cm default to 67 ms and more).
+constexpr transport::Time kMaxGuardNs = 8'000'000;
 // Receiving beside a polling application (Engine::run): the score it starts at and its ceiling.
 constexpr int kBesideStart = 8, kBesideMax = 16;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
@@ -118,12 +123,36 @@ void Engine::kick() {
 }
 
 void Engine::wake_by(transport::Time deadline) {
-  if (deadline < armed_) arm_timer(deadline);
+  if (deadline < work_at_.load(std::memory_order_relaxed))
+    work_at_.store(deadline, std::memory_order_relaxed);
+  // While guarded, the polling application thread runs it (poll_from_app); should that thread
+  // stop, the guard wakes the engine thread, whose pass runs whatever is due.
+  if (!guarded_.load(std::memory_order_relaxed) && deadline < armed_) arm_kernel(deadline);
 }
 
 void Engine::arm_timer(transport::Time deadline) {
+  work_at_.store(deadline, std::memory_order_relaxed);
+  guarded_.store(false, std::memory_order_relaxed);
+  push_at_.store(0, std::memory_order_relaxed);  // a polling application guards again
+  arm_kernel(deadline);
+}
+
+void Engine::push_guard(transport::Time now) {
+  const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> g(mu_);
+  // Each push re-arms the timerfd, which costs what a wake-up does on a VM (hrtimer
+  // reprogramming: ~14 us here, against ~1 us for a re-arm right after another): so the span
+  // doubles with every push the application made in time, from the handoff up to kMaxGuardNs.
+  const transport::Time cap = std::max(handoff, kMaxGuardNs);
+  guard_span_ = guarded_.load(std::memory_order_relaxed) ? std::min(guard_span_ * 2, cap) : handoff;
+  arm_kernel(now + guard_span_);
+  guarded_.store(true, std::memory_order_relaxed);
+  push_at_.store(now + guard_span_ - guard_span_ / 8, std::memory_order_relaxed);
+}
+
+void Engine::arm_kernel(transport::Time deadline) {
   armed_ = deadline;
-  due_.store(deadline, std::memory_order_relaxed);
+  timer_at_.store(deadline, std::memory_order_relaxed);
   itimerspec its{};
   if (deadline != transport::kNever) {
     // A deadline of 0 would disarm the timer; anything in the past fires immediately.
@@ -161,6 +190,8 @@ void Engine::watch_rx(bool on) {
 }
 
 void Engine::stop_polling() {
+  push_at_.store(0, std::memory_order_relaxed);
+  // The engine's pass on the kick arms the timer for the work due (arm_timer ends the guard).
   if (last_app_poll_.exchange(0, std::memory_order_relaxed) != 0) kick();
 }
 
@@ -189,12 +220,15 @@ void Engine::run() {
   // Set when a wake-up was left to the polling application (below): the engine looks again by
   // then even if nobody re-arms its timer.
   transport::Time look_again = transport::kNever;
-  // The timer set no later than `deadline`. due_ mirrors armed_ (arm_timer), so the device lock,
-  // which a polling application holds in its passes, is taken only when the timer must move.
+  // The timer set no later than `deadline`. timer_at_ mirrors armed_ (arm_kernel), so the device
+  // lock, which a polling application holds in its passes, is taken only when the timer must
+  // move (a guarding application keeps it earlier: push_guard).
   const auto look_by = [this](transport::Time deadline) {
-    if (deadline >= due_.load(std::memory_order_relaxed)) return;
+    if (guarded_.load(std::memory_order_relaxed) ||
+        deadline >= timer_at_.load(std::memory_order_relaxed))
+      return;
     std::lock_guard<std::mutex> g(mu_);
-    wake_by(deadline);
+    if (!guarded_.load(std::memory_order_relaxed) && deadline < armed_) arm_kernel(deadline);
   };
   while (!stop_.load(std::memory_order_relaxed)) {
     int timeout = again ? 0 : -1;
@@ -247,7 +281,7 @@ void Engine::run() {
         timeout = 0;  // one more pass: what arrived before arming raised no interrupt
       } else if (!armed) {
         std::lock_guard<std::mutex> g(mu_);
-        if (t + backoff < armed_) arm_timer(t + backoff);
+        if (t + backoff < armed_) arm_kernel(t + backoff);
         backoff = std::min(backoff * 2, kMaxBackoffNs);
       }
     }
@@ -283,8 +317,8 @@ void Engine::run() {
     }
     if (timer_only && defer && !lapsed && !again) {
       // Its timer alone woke it while an application thread polls, and that thread polled a
-      // moment ago: it receives, runs the due timers (the clock has passed due_) and re-arms the
-      // timer itself (poll_from_app). A pass here would only contend with it for the receive
+      // moment ago: it receives, runs the due timers (the clock has passed work_at_) and guards
+      // the handoff itself (poll_from_app). A pass here would only contend with it for the receive
       // and device locks — a futex wake-up on each side, and the application thread preempted
       // (measured in a memif ping-pong: ~1 700 wake-ups, 2 400 futex calls and 2 300 timer
       // re-arms a second, the application threads waiting for their cores 5 % of the time). The
@@ -292,7 +326,8 @@ void Engine::run() {
       const transport::Time now = monotonic_now();
       const transport::Time polled = last_app_poll_.load(std::memory_order_relaxed);
       if (polled_within(polled, now, left_ns_.load(std::memory_order_relaxed))) {
-        look_again = polled + handoff;
+        // Its guard (push_guard) wakes the engine should it stop; without one, look then.
+        if (!guarded_.load(std::memory_order_relaxed)) look_again = polled + handoff;
         continue;
       }
     }
@@ -348,7 +383,11 @@ void Engine::run() {
       dp_.set_hold(Datapath::Hold::kOff);
       // This thread sends them if no call comes.
       next = std::min(next, dp_.hold_limit());
-      if (next != armed_) arm_timer(next);
+      if (next != armed_ || guarded_.load(std::memory_order_relaxed)) {
+        arm_timer(next);
+      } else {
+        work_at_.store(next, std::memory_order_relaxed);
+      }
       if (!rx.empty() || again) {
         last_active = now;
         backoff = kMinBackoffNs;
@@ -357,6 +396,20 @@ void Engine::run() {
     if (link_changed) client_.on_link_change();
   }
   if (armed) port.disarm_wait();
+}
+
+void Engine::app_pass_done(transport::Time next, transport::Time now) {
+  work_at_.store(next, std::memory_order_relaxed);
+  // This thread runs it when due; the guard covers its going away.
+  if (guarded_.load(std::memory_order_relaxed)) return;
+  // Unguarded (the engine receives beside this application, which then leaves its timers to
+  // it): the timer the pass just ran must not still wake the engine thread, but it must wake by
+  // the handoff time. An application that stops calling uroce without saying so (ib_write_lat
+  // spins on memory) leaves the receive side to the engine, which no longer watches the sockets
+  // while an application polls: were its timer pushed out to a QP's ACK timeout, arrivals (and
+  // held ACKs) would wait that long, and the peer's retries could run out.
+  next = std::min(next, now + handoff_ns_.load(std::memory_order_relaxed));
+  if (next < armed_ || armed_ <= now) arm_kernel(next);
 }
 
 void Engine::score_beside(int delta) {
@@ -372,6 +425,11 @@ bool Engine::poll_from_app() {
   // application spins in, and three reads were a third of it (memif profile).
   const transport::Time now = monotonic_now();
   last_app_poll_.store(now, std::memory_order_relaxed);
+  // Now and then (push_guard) the timer moves to a lapse this poll sets (guarded_); not while
+  // the engine receives beside this application, which leaves its timers to the engine.
+  if (now >= push_at_.load(std::memory_order_relaxed) &&
+      beside_score_.load(std::memory_order_relaxed) == 0)
+    push_guard(now);
   if (now >= dp_.hold_deadline()) {
     // What the last application pass held (its ACKs) leaves now: this thread did not post.
     // (Unless they wait for its post: Datapath::Hold::kUntilPost.)
@@ -385,15 +443,15 @@ bool Engine::poll_from_app() {
     // Nothing received; but a timer may be due (a paced QP's next release, a retransmission,
     // a coalesced ACK): the polling thread runs it now rather than wait for the engine thread
     // to be scheduled, which on a loaded machine takes milliseconds.
-    if (due_.load(std::memory_order_relaxed) <= now) {
+    // (Or the port has work that no deadline announced — an ARP request to answer, a resolved
+    // neighbour's held packets: with the engine thread asleep behind the guard, nobody else
+    // would send them.)
+    if (work_at_.load(std::memory_order_relaxed) <= now || dp_.port().wants_poll()) {
       std::lock_guard<std::mutex> g(mu_);
-      if (armed_ <= now) {
+      if (work_at_.load(std::memory_order_relaxed) <= now || dp_.port().wants_poll()) {
         if (app_passes_) app_passes_->add();
         bool again = false, link_changed = false;
-        // Never later than the handoff: should this thread stop polling, the engine thread must
-        // wake to take the receive side back (and send what a pass held).
-        arm_timer(std::min(pass(rx, now, &again, &link_changed),
-                           now + handoff_ns_.load(std::memory_order_relaxed)));
+        app_pass_done(pass(rx, now, &again, &link_changed), now);
         if (again || link_changed) kick();
         return true;
       }
@@ -403,7 +461,7 @@ bool Engine::poll_from_app() {
     transport::Time held = dp_.rx_fault_deadline();
     if (held != transport::kNever) {
       std::lock_guard<std::mutex> g(mu_);
-      if (held < armed_) arm_timer(held);
+      wake_by(held);
     }
     return false;
   }
@@ -429,13 +487,7 @@ bool Engine::poll_from_app() {
   dp_.set_hold(silent ? Datapath::Hold::kUntilPost : Datapath::Hold::kUntilNextCall);
   transport::Time next = pass(rx, t, &again, &link_changed);
   dp_.set_hold(Datapath::Hold::kOff);
-  // A timer the pass just ran must not still wake the engine thread; but it must wake by the
-  // handoff time. An application that stops calling uroce without saying so (ib_write_lat spins
-  // on memory) leaves the receive side to the engine, which no longer watches the sockets while
-  // an application polls: were its timer pushed out to a QP's ACK timeout, arrivals (and held
-  // ACKs) would wait that long, and the peer's retries could run out.
-  next = std::min(next, t + handoff_ns_.load(std::memory_order_relaxed));
-  if (next < armed_ || armed_ <= t) arm_timer(next);
+  app_pass_done(next, t);
   // The engine thread reports link changes (it runs on_link_change without locks).
   if (again || link_changed) kick();
   return true;

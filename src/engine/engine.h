@@ -55,8 +55,9 @@ class Engine {
 
   // Wakes the thread for a progress pass (any thread, any lock state).
   void kick();
-  // Ensures the thread wakes no later than `deadline` (CLOCK_MONOTONIC ns). Call with the device
-  // lock held, e.g. after an application call armed a retransmission timer.
+  // Ensures the work due at `deadline` (CLOCK_MONOTONIC ns) runs by then: the engine thread
+  // wakes for it, or the application thread that polls runs it (see guarded_). Call with the
+  // device lock held, e.g. after an application call armed a retransmission timer.
   void wake_by(transport::Time deadline);
 
   // One non-blocking receive-and-progress pass run by an application thread, typically one that
@@ -94,10 +95,14 @@ class Engine {
   // that application leaving arrivals waiting (run()). Any thread; for tests and diagnostics.
   bool receives_beside_app() const { return beside_score_.load(std::memory_order_relaxed) > 0; }
   // How long after an application thread's last poll the engine takes the receive side back
-  // (default kDefaultHandoffNs). Tests lengthen it to tell a wake-up on arrival from the
-  // handoff's lapse without depending on how fast a loaded machine schedules threads.
+  // (default kDefaultHandoffNs; after steady polling up to kMaxGuardNs: see guarded_). Tests
+  // lengthen it to tell a wake-up on arrival from the handoff's lapse without depending on how fast
+  // a loaded machine schedules threads.
   static constexpr transport::Time kDefaultHandoffNs = 1'000'000;
-  void set_handoff_ns(transport::Time ns) { handoff_ns_.store(ns, std::memory_order_relaxed); }
+  void set_handoff_ns(transport::Time ns) {
+    handoff_ns_.store(ns, std::memory_order_relaxed);
+    push_at_.store(0, std::memory_order_relaxed);  // the next poll guards the new lapse
+  }
   // How long an application thread that took a completion may go without polling before the
   // engine takes it to be spinning elsewhere (default kDefaultLeftNs; run()). Settable for the
   // same reason: a test makes it long so that a loaded machine descheduling its polling thread
@@ -107,7 +112,14 @@ class Engine {
 
  private:
   void run();
-  void arm_timer(transport::Time deadline);  // device lock held
+  // Device lock held. arm_timer: the work a pass left is due at `deadline` and the engine thread
+  // wakes for it. arm_kernel: only moves the timerfd.
+  void arm_timer(transport::Time deadline);
+  void arm_kernel(transport::Time deadline);
+  // Application thread: keeps the timerfd at the handoff's lapse while it polls (poll_from_app).
+  void push_guard(transport::Time now);
+  // Device lock held: an application thread's pass left work due at `next`.
+  void app_pass_done(transport::Time next, transport::Time now);
   // Under the device lock, after a receive: hands `rx` to the client, runs its progress, flushes
   // and returns the next deadline of everything the engine waits for (*again: work is ready now).
   // *link_changed is set when the port's poll() saw its link change.
@@ -130,11 +142,30 @@ class Engine {
   bool rx_watched_ = true;
   void watch_rx(bool on);
   transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
+  // While an application thread polls and the engine leaves receiving to it, the timerfd only
+  // guards the handoff: that thread runs due work itself (work_at_, and the port's: wants_poll)
+  // and now and then pushes the timer out (push_guard) — by the handoff at first, by twice as
+  // much with each push made in time, up to kMaxGuardNs (engine.cc) — so the engine thread
+  // sleeps for as long as the application polls, and the application re-arms the timer some
+  // 140 times a second at most. The engine used to wake at every deadline an application call
+  // armed (a probe or ACK timer a round trip ahead) and at every handoff time, and the
+  // application re-armed the timer as often: ~1 000 times a second each in a memif ping-pong,
+  // each costing 12-20 us on a VM (a wake-up preempts a spinning application thread; a re-arm
+  // after a pause reprograms the hrtimer) — the round trip's 99th percentile was 4-6x its
+  // median. Set by push_guard, cleared when the engine arms the timer for work (arm_timer).
+  // Written under the device lock.
+  std::atomic<bool> guarded_{false};
+  transport::Time guard_span_ = 0;  // how far ahead the last push set the guard; device lock
   // Whether the device sent anything but ACKs between the last two RC WRITEs that ended a message
   // without immediate data (an application that answers them: run()). Device lock.
   bool replied_ = false;
-  // A copy of armed_ that poll_from_app reads without the lock, to see whether a timer is due.
-  std::atomic<transport::Time> due_{transport::kNever};
+  // A copy of armed_, read without the lock (run(): whether the timer must move).
+  std::atomic<transport::Time> timer_at_{transport::kNever};
+  // The earliest deadline of the work passes left (written under the device lock): poll_from_app
+  // reads it without the lock to see whether a timer is due.
+  std::atomic<transport::Time> work_at_{transport::kNever};
+  // When the polling application thread next pushes the guard (push_guard); 0: at its next poll.
+  std::atomic<transport::Time> push_at_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};
   Counter* engine_passes_ = nullptr;  // under the device lock

@@ -133,6 +133,11 @@ class Port {
   virtual bool on_control() { return false; }
   // The port's own timers (ARP retries, PAUSE expiry…): poll() must run by then. kNever when none.
   virtual transport::Time next_deadline() const { return transport::kNever; }
+  // Whether poll() has work now that no deadline announced: a control frame received (an ARP
+  // request to answer, a neighbour resolved and its held packets to send, a PAUSE), a packet
+  // held or left in the backlog by a transmit. Any thread, no lock: a polling application asks
+  // after each receive whether it must run a pass for the port.
+  virtual bool wants_poll() const { return false; }
   // Housekeeping due by `now` (engine thread, device lock held). Returns true when link_up()
   // changed (for a port without a control fd that learns its link state by polling).
   virtual bool poll(transport::Time now) {
