@@ -35,9 +35,12 @@ constexpr transport::Time kSpinNs = 50'000;
 constexpr transport::Time kMinBackoffNs = 20'000;
 // The longest a polling application's guard runs (Engine::push_guard): how long the engine
 // thread may take, at worst, to notice that an application which polled steadily stopped
-// without saying so (no CQ armed, no completion channel) — and so how long arrivals may wait
-// then. Well inside RC's ACK timeouts (perftest and rdma_cm default to 67 ms and more).
-constexpr transport::Time kMaxGuardNs = 8'000'000;
+// without saying so (no CQ armed, no completion channel) — and so how long arrivals, and ACKs
+// its last pass held for its next call, may wait then. Below the 5 ms after which a peer's
+// early-retransmit probe fires (kPtoFloorNs, completer.cc), and far inside RC's ACK timeouts
+// (perftest and rdma_cm default to 67 ms and more). The application then re-arms the timer ~290
+// times a second.
+constexpr transport::Time kMaxGuardNs = 4'000'000;
 // Receiving beside a polling application (Engine::run): the score it starts at and its ceiling.
 constexpr int kBesideStart = 8, kBesideMax = 16;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
