@@ -102,8 +102,8 @@ class Datapath : public Transmitter {
   //    than the send window keeps them through its first windows), for at most kMaxHoldNs, or
   //    kMaxReplyHoldNs once a reply is under way (Engine::run says why: ib_write_lat) — or, held
   //    by the application's own pass and the application then silent altogether, until the
-  //    engine thread next runs (at most Engine's handoff time): arming its timer on every such
-  //    pass would cost a system call a round trip.
+  //    engine thread next runs (when the application's guard lapses: Engine::guarded_, 1-4 ms):
+  //    arming its timer on every such pass would cost a system call a round trip.
   enum class Hold : uint8_t { kOff, kUntilNextCall, kUntilPost };
   static constexpr size_t kMaxHeld = 8;
   // An ACK held longer delays the peer's send completion more than sharing a burst saves; and a
