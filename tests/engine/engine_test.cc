@@ -362,12 +362,21 @@ TEST(EngineTest, ReceivesOnArrivalBesideAnApplicationThatPollsOnlyNowAndThen) {
   // spinning thread counts as polling even when a loaded machine deschedules it.)
   r.engine->set_left_ns(600'000'000'000);
   std::atomic<bool> spin{true};
+  std::atomic<uint64_t> polls{0};
   std::thread app([&] {
     while (spin.load()) {
       r.engine->poll_from_app();
       r.engine->note_poll_result(false);
+      polls.fetch_add(1);
     }
   });
+  // Not before the thread has polled once: until then the last poll on record is the one above
+  // that took a completion, and every wake-up of the engine's finds packets nobody else would
+  // take (on a loaded machine the new thread may not run for the whole loop below).
+  for (const auto give_up = std::chrono::steady_clock::now() + 30s;
+       polls.load() == 0 && std::chrono::steady_clock::now() < give_up;)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_GT(polls.load(), 0u) << "the application thread never ran";
   uint32_t psn = 5;
   for (; psn < 500 && r.engine->receives_beside_app(); ++psn) {
     send(psn);
