@@ -135,8 +135,7 @@ void Engine::wake_by(transport::Time deadline) {
 
 void Engine::arm_timer(transport::Time deadline) {
   work_at_.store(deadline, std::memory_order_relaxed);
-  guarded_.store(false, std::memory_order_relaxed);
-  push_at_.store(0, std::memory_order_relaxed);  // a polling application guards again
+  guarded_.store(false, std::memory_order_relaxed);  // a polling application guards again
   arm_kernel(deadline);
 }
 
@@ -154,6 +153,7 @@ void Engine::push_guard(transport::Time now) {
 }
 
 void Engine::arm_kernel(transport::Time deadline) {
+  if (deadline == armed_) return;  // set already
   armed_ = deadline;
   timer_at_.store(deadline, std::memory_order_relaxed);
   itimerspec its{};
@@ -193,7 +193,6 @@ void Engine::watch_rx(bool on) {
 }
 
 void Engine::stop_polling() {
-  push_at_.store(0, std::memory_order_relaxed);
   // The engine's pass on the kick arms the timer for the work due (arm_timer ends the guard).
   if (last_app_poll_.exchange(0, std::memory_order_relaxed) != 0) kick();
 }
@@ -386,11 +385,7 @@ void Engine::run() {
       dp_.set_hold(Datapath::Hold::kOff);
       // This thread sends them if no call comes.
       next = std::min(next, dp_.hold_limit());
-      if (next != armed_ || guarded_.load(std::memory_order_relaxed)) {
-        arm_timer(next);
-      } else {
-        work_at_.store(next, std::memory_order_relaxed);
-      }
+      arm_timer(next);
       if (!rx.empty() || again) {
         last_active = now;
         backoff = kMinBackoffNs;
@@ -430,7 +425,8 @@ bool Engine::poll_from_app() {
   last_app_poll_.store(now, std::memory_order_relaxed);
   // Now and then (push_guard) the timer moves to a lapse this poll sets (guarded_); not while
   // the engine receives beside this application, which leaves its timers to the engine.
-  if (now >= push_at_.load(std::memory_order_relaxed) &&
+  if ((!guarded_.load(std::memory_order_relaxed) ||
+       now >= push_at_.load(std::memory_order_relaxed)) &&
       beside_score_.load(std::memory_order_relaxed) == 0)
     push_guard(now);
   if (now >= dp_.hold_deadline()) {
@@ -449,9 +445,12 @@ bool Engine::poll_from_app() {
     // (Or the port has work that no deadline announced — an ARP request to answer, a resolved
     // neighbour's held packets: with the engine thread asleep behind the guard, nobody else
     // would send them.)
-    if (work_at_.load(std::memory_order_relaxed) <= now || dp_.port().wants_poll()) {
+    const auto work_due = [&] {
+      return work_at_.load(std::memory_order_relaxed) <= now || dp_.port().wants_poll();
+    };
+    if (work_due()) {
       std::lock_guard<std::mutex> g(mu_);
-      if (work_at_.load(std::memory_order_relaxed) <= now || dp_.port().wants_poll()) {
+      if (work_due()) {
         if (app_passes_) app_passes_->add();
         bool again = false, link_changed = false;
         app_pass_done(pass(rx, now, &again, &link_changed), now);

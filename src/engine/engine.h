@@ -164,7 +164,7 @@ class Engine {
   // The earliest deadline of the work passes left (written under the device lock): poll_from_app
   // reads it without the lock to see whether a timer is due.
   std::atomic<transport::Time> work_at_{transport::kNever};
-  // When the polling application thread next pushes the guard (push_guard); 0: at its next poll.
+  // When the polling application thread next pushes the guard while guarded_ (push_guard).
   std::atomic<transport::Time> push_at_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};
