@@ -38,7 +38,7 @@ constexpr transport::Time kMinBackoffNs = 20'000;
 // without saying so (no CQ armed, no completion channel) — and so how long arrivals, and ACKs
 // its last pass held for its next call, may wait then. Below the 5 ms after which a peer's
 // early-retransmit probe fires (kPtoFloorNs, completer.cc), and far inside RC's ACK timeouts
-// (perftest and rdma_cm default to 67 ms and more). The application then re-arms the timer ~290
+// (perftest and rdma_cm default to 67 ms and more). The application then re-arms the timer ~330
 // times a second.
 constexpr transport::Time kMaxGuardNs = 4'000'000;
 // Receiving beside a polling application (Engine::run): the score it starts at and its ceiling.
@@ -149,7 +149,16 @@ void Engine::push_guard(transport::Time now) {
   guard_span_ = guarded_.load(std::memory_order_relaxed) ? std::min(guard_span_ * 2, cap) : handoff;
   arm_kernel(now + guard_span_);
   guarded_.store(true, std::memory_order_relaxed);
-  push_at_.store(now + guard_span_ - guard_span_ / 8, std::memory_order_relaxed);
+  // The next push is due a handoff before the guard runs out (an eighth of the span when that is
+  // more): the guard then fires only when the application went a handoff without polling, the
+  // lapse it is there to catch. With less slack (an eighth of 4 ms) it also fired in the shorter
+  // gaps of a thread that polls between long stretches of posting — 8 QPs' 64 KiB WRITEs over
+  // sockets, whose polls are 0.5-1 ms apart ~2 000 times in a 5 s run — and each such wake-up
+  // found ACKs waiting and the last poll a completion, the sign of an application gone
+  // elsewhere: the engine took the receive side, and the sending process's work was split
+  // between two threads (docs/performance.md: 3.1-3.4 GB/s instead of 3.6-4.1).
+  const transport::Time slack = std::min(guard_span_, std::max(guard_span_ / 8, handoff));
+  push_at_.store(now + guard_span_ - slack, std::memory_order_relaxed);
 }
 
 void Engine::arm_kernel(transport::Time deadline) {

@@ -147,7 +147,7 @@ class Engine {
   // and now and then pushes the timer out (push_guard) — by the handoff at first, by twice as
   // much with each push made in time, up to kMaxGuardNs (engine.cc) — so the engine thread
   // sleeps for as long as the application polls, and the application re-arms the timer some
-  // 290 times a second at most. The engine used to wake at every deadline an application call
+  // 330 times a second at most. The engine used to wake at every deadline an application call
   // armed (a probe or ACK timer a round trip ahead) and at every handoff time, and the
   // application re-armed the timer as often: ~1 000 times a second each in a memif ping-pong,
   // each costing 12-20 us on a VM (a wake-up preempts a spinning application thread; a re-arm

@@ -213,6 +213,30 @@ TEST(EngineTest, APollingApplicationRunsWhatFallsDueAndTheEngineSleeps) {
   r.engine->stop();
 }
 
+// The guard catches an application that stopped polling for a handoff, nothing shorter: one that
+// polls now and then, with gaps well below the handoff, never wakes the engine thread. (The push
+// used to be due only an eighth of the span before the guard ran out, so gaps longer than that
+// eighth that fell across it fired the guard: a sender busy posting to many QPs between its
+// polls had its receive side taken by the engine. docs/performance.md, "8 QPs over sockets".)
+TEST(EngineTest, TheGuardFiresOnlyWhenTheApplicationWentAHandoffWithoutPolling) {
+  Rig r(loopback(43, 9, 1));
+  ASSERT_TRUE(r.engine);
+  // Long enough that a loaded machine's late wake-ups (below) stay well inside it.
+  r.engine->set_handoff_ns(100'000'000);
+  EXPECT_FALSE(r.engine->poll_from_app());  // polled before the engine's first look: it defers
+  r.engine->start();
+  std::this_thread::sleep_for(20ms);  // the engine thread goes to sleep
+  const uint64_t woke = r.engine->wakeups();
+  // Polls 40 ms apart: more than an eighth of the guard's span (100 ms), less than the handoff.
+  const auto until = std::chrono::steady_clock::now() + 600ms;
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(40ms);
+    r.engine->poll_from_app();
+  }
+  EXPECT_EQ(r.engine->wakeups(), woke) << "the guard fired while the application polled";
+  r.engine->stop();
+}
+
 // A port with control work of its own that only wants_poll() announces (as the DPDK port's ARP
 // replies and the packets a resolved neighbour releases): a UdpPort otherwise.
 class ControlWorkPort : public Port {
