@@ -37,8 +37,9 @@ struct DeviceCounters {
 
   // Accepted packets that were marked ECN CE (congestion experienced).
   Counter rcvd_ecn_ce;
-  // Accepted packets whose ICRC was valid only for a non-zero IP Identification: the peer is not
-  // uroce's socket datapath (rxe, an RNIC). Informational.
+  // Accepted packets whose ICRC was valid only for a non-zero IP Identification: a peer that
+  // numbers its packets (rxe, an RNIC), or a uroce peer sending with UDP GSO, whose segments the
+  // kernel numbers 0, 1, 2, ... (docs/wire-format.md). Informational.
   Counter rx_foreign_ip_id;
   // Of rcvd_icrc_err: datagrams whose ICRC was valid only under an IP ID their source never uses
   // (a source that has only sent small IDs, as uroce's socket port does): corrupted ones that the
