@@ -150,13 +150,12 @@ void Engine::push_guard(transport::Time now) {
   arm_kernel(now + guard_span_);
   guarded_.store(true, std::memory_order_relaxed);
   // The next push is due a handoff before the guard runs out (an eighth of the span when that is
-  // more): the guard then fires only when the application went a handoff without polling, the
-  // lapse it is there to catch. With less slack (an eighth of 4 ms) it also fired in the shorter
-  // gaps of a thread that polls between long stretches of posting — 8 QPs' 64 KiB WRITEs over
-  // sockets, whose polls are 0.5-1 ms apart ~2 000 times in a 5 s run — and each such wake-up
-  // found ACKs waiting and the last poll a completion, the sign of an application gone
-  // elsewhere: the engine took the receive side, and the sending process's work was split
-  // between two threads (docs/performance.md: 3.1-3.4 GB/s instead of 3.6-4.1).
+  // more; all of a span shorter than the handoff, as after set_handoff_ns lengthened it): the
+  // guard then fires only when the application went a handoff without polling, the lapse it is
+  // there to catch. With an eighth alone (0.5 ms of 4 ms) it also fired between the polls of a
+  // sender posting to 8 QPs over sockets (0.5-1 ms apart ~1 700 times in a 5 s run), and its
+  // wake-up took that sender for gone and split its work between two threads
+  // (docs/performance.md, "8 QPs over sockets").
   const transport::Time slack = std::min(guard_span_, std::max(guard_span_ / 8, handoff));
   push_at_.store(now + guard_span_ - slack, std::memory_order_relaxed);
 }
