@@ -118,8 +118,7 @@ void Qp::Impl::flush() {
     init.send_cq->push(flush_wc(w.wr_id, wc_opcode_for(w.opcode), init.qpn));
   }
   sq.clear();
-  for (const RecvWqe& w : rq) init.recv_cq->push(flush_wc(w.wr_id, IBV_WC_RECV, init.qpn));
-  rq.clear();
+  rq.flush(init.recv_cq);
 }
 
 void Qp::Impl::enter_error(bool transport_error) {
@@ -255,7 +254,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       // place it would keep counting from the WQEs of before, and the requester would look for
       // its first WQE at a sequence the queue no longer holds.
       q.sq = SendQueue{};
-      q.rq.clear();
+      q.rq.reset();
       q.attr = ibv_qp_attr{};
       q.requester = Requester{};
       q.responder = Responder{};
@@ -269,6 +268,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       q.state = IBV_QPS_RESET;
       break;
     case IBV_QPS_INIT:
+      q.rq.open();  // receives may be posted from INIT on (ibv_post_recv(3))
       q.state = IBV_QPS_INIT;
       break;
     case IBV_QPS_RTR:
@@ -360,18 +360,12 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
 }
 
 int Qp::post_recv(const RecvWqe& wqe) {
+  // Any thread, without the device lock: only the immutable QpInit and the receive queue's
+  // posting side are touched (recv_queue.h says how the QP's state reaches it).
   Impl& q = *impl_;
-  CheckCqsOnReturn check{q};
   if (q.init.srq != nullptr) return EINVAL;  // receives go to the SRQ (ibv_post_recv(3))
-  if (q.state == IBV_QPS_RESET) return EINVAL;
   if (wqe.num_sge > std::min(q.init.max_recv_sge, kMaxSge)) return EINVAL;
-  if (q.state == IBV_QPS_ERR) {
-    q.init.recv_cq->push(flush_wc(wqe.wr_id, IBV_WC_RECV, q.init.qpn));
-    return 0;
-  }
-  if (q.rq.size() >= q.init.max_recv_wr) return ENOMEM;
-  copy_used(q.rq.push_slot(), wqe);
-  return 0;
+  return q.rq.post(wqe);
 }
 
 void Qp::receive(const wire::Packet& pkt, const RxInfo& rx, Time now) {

@@ -11,14 +11,13 @@
 
 #include "transport/cc/params.h"
 #include "transport/env.h"
+#include "transport/recv_queue.h"
 #include "transport/ring.h"
+#include "transport/wqe.h"
 #include "wire/wire.h"
 
 namespace uroce::transport {
 
-inline constexpr uint32_t kMaxSge = 16;          // per WR, send and receive
-inline constexpr uint32_t kMaxInlineData = 256;  // bytes of IBV_SEND_INLINE data per WR
-inline constexpr uint32_t kMaxQpWr = 16384;      // per queue
 // READ/ATOMIC requests outstanding per QP, both ways: the largest max_rd_atomic (as requester)
 // and max_dest_rd_atomic (responder resources, IBTA 9.5, 9.7.4.1.3.2) a QP accepts, reported as
 // max_qp_rd_atom and max_qp_init_rd_atom. Linux rxe offers 128, and perftest sets its
@@ -30,57 +29,6 @@ inline constexpr uint8_t kMaxRdAtomic = 128;
 inline constexpr uint64_t kDefaultLineRateBps = 25'000'000'000ull;
 
 class Srq;  // srq.h
-
-struct Sge {
-  uint64_t addr = 0;
-  uint32_t length = 0;
-  uint32_t lkey = 0;
-};
-
-// A send WQE as the verbs layer hands it over, already validated for shape (opcode supported by
-// the QP type, num_sge <= max, inline size <= max). Keys are resolved when the data is read, so a
-// bad lkey completes with IBV_WC_LOC_PROT_ERR as on hardware.
-struct SendWqe {
-  uint64_t wr_id = 0;
-  ibv_wr_opcode opcode = IBV_WR_SEND;
-  unsigned send_flags = 0;  // IBV_SEND_*
-  // Immediate data, network byte order; for SEND_WITH_INV and LOCAL_INV the rkey to invalidate,
-  // host order.
-  uint32_t imm_be = 0;
-  uint64_t remote_addr = 0;  // RDMA / atomic
-  uint32_t rkey = 0;
-  uint64_t compare_add = 0;  // atomic
-  uint64_t swap = 0;
-  // UD address (from the AH): destination IPv4, QPN and Q_Key.
-  uint32_t ud_dst_ip = 0;
-  uint32_t ud_remote_qpn = 0;
-  uint32_t ud_remote_qkey = 0;
-  uint8_t ud_traffic_class = 0;  // the AH's GRH traffic class (its DSCP bits set the packet's)
-  bool ud_roce_v1 = false;       // the AH names the RoCE v1 GID (kRoceV1GidIndex)
-  // IBV_WR_BIND_MW: the binding (a local operation: no packet, see send_queue.h).
-  MwBind bind;
-  uint32_t num_sge = 0;
-  std::array<Sge, kMaxSge> sge{};
-  // With IBV_SEND_INLINE the data is copied here at post time and `sge` is unused.
-  uint32_t inline_len = 0;
-  std::array<uint8_t, kMaxInlineData> inline_data{};
-};
-
-struct RecvWqe {
-  uint64_t wr_id = 0;
-  uint32_t num_sge = 0;
-  std::array<Sge, kMaxSge> sge{};
-};
-
-// Copy the part of a WQE that is in use — its fields, its first num_sge SGEs and (a SendWqe) its
-// first inline_len bytes — rather than the whole ~600 (270) bytes: posting copies a WQE into its
-// queue, and most of one is empty SGE slots and inline-data room. The bytes past what is in use
-// are left as they were; nothing reads them. Counts above the arrays' sizes are clamped (the
-// caller refuses such a WQE anyway).
-void copy_used(SendWqe& dst, const SendWqe& src);
-void copy_used(RecvWqe& dst, const RecvWqe& src);
-// A QP's (or an SRQ's) posted receive WQEs, oldest first.
-using RecvQueue = Ring<RecvWqe>;
 
 struct QpInit {
   ibv_qp_type type = IBV_QPT_RC;
@@ -167,6 +115,8 @@ class Qp {
   // BIND_MW on RC), for inline READ/ATOMIC, for an ATOMIC whose result is not one 8-byte SGE and
   // for a LOCAL_INV/BIND_MW with data; it ends with pump(now).
   int post_send(const SendWqe& wqe, Time now);
+  // The one call that needs no serialisation with the others: any thread may post receives while
+  // another runs the QP (recv_queue.h), as on an RNIC, so a receive pass never delays a repost.
   int post_recv(const RecvWqe& wqe);
 
   // A parsed packet addressed to this QP (the engine dispatches on BTH DestQP). RC accepts only

@@ -53,6 +53,7 @@ struct Qp::Impl {
         tx(t),
         mem(m),
         ctx{init, attr, mem, counters},
+        rq(i.max_recv_wr, i.recv_cq, i.qpn, RecvQueue::Gate::kClosed),
         rate(cc::make_rate_control(init.cc, init.line_rate_bps)),
         pacer(init.cc.pacer_burst) {}
 
@@ -69,7 +70,9 @@ struct Qp::Impl {
   QpContext ctx;  // refers to init, attr, mem, counters; path fields set by modify()
 
   SendQueue sq;  // posted send WQEs, oldest first
-  RecvQueue rq;  // posted receive WQEs, oldest first
+  // Posted receive WQEs, oldest first. Its posting side is the one part of a QP that application
+  // threads reach without the device lock (recv_queue.h); the QP opens, flushes and resets it.
+  RecvQueue rq;
   Requester requester;
   Responder responder;
   Completer completer;

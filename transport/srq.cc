@@ -16,36 +16,35 @@ int Srq::check_init(const SrqInit& init) {
 
 int Srq::post_recv(const RecvWqe& wqe) {
   if (wqe.num_sge > init_.max_sge) return EINVAL;
-  if (q_.size() >= init_.max_wr) return ENOMEM;
-  copy_used(q_.push_slot(), wqe);
-  return 0;
+  return q_.post(wqe);
 }
 
 int Srq::modify(const ibv_srq_attr& attr, int mask) {
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
-  uint32_t max_wr = init_.max_wr;
+  uint32_t max_wr = q_.capacity();
   uint32_t limit = limit_;
   if (mask & IBV_SRQ_MAX_WR) {
-    // Shrinking below the WQEs queued would have to drop posted work: refused.
-    if (attr.max_wr == 0 || attr.max_wr > kMaxQpWr || attr.max_wr < q_.size()) return EINVAL;
+    if (attr.max_wr == 0 || attr.max_wr > kMaxQpWr) return EINVAL;
     max_wr = attr.max_wr;
   }
   if (mask & IBV_SRQ_LIMIT) limit = attr.srq_limit;
   if (limit > max_wr) return EINVAL;
-  init_.max_wr = max_wr;
+  // Shrinking below the WQEs queued would have to drop posted work: refused (checked against
+  // concurrent posts, under the queue's lock).
+  if ((mask & IBV_SRQ_MAX_WR) && q_.set_capacity(max_wr) != 0) return EINVAL;
   limit_ = limit;
   return 0;
 }
 
 void Srq::query(ibv_srq_attr& attr) const {
-  attr.max_wr = init_.max_wr;
+  attr.max_wr = q_.capacity();
   attr.max_sge = init_.max_sge;
   attr.srq_limit = limit_;
 }
 
 bool Srq::take(RecvQueue& rq) {
   if (q_.empty()) return false;
-  copy_used(rq.push_slot(), q_.front());
+  copy_used(rq.push_local(), q_.front());
   q_.pop_front();
   // IBTA 11.5.2.4: the event fires when the count drops below the armed limit, once; the limit
   // is disarmed until the consumer sets it again.

@@ -8,8 +8,9 @@
 // fewer WQEs than the limit, the SRQ raises IBV_EVENT_SRQ_LIMIT_REACHED once and disarms itself
 // (srq_limit reads 0 again); ibv_modify_srq with IBV_SRQ_LIMIT re-arms it.
 //
-// Thread safety: none of its own. The SRQ is shared by QPs of one device, and the device lock
-// (src/engine/device.h) serialises every call on it, as it serialises the transport.
+// Thread safety: post_recv may run on any thread, without the device lock (the queue's posting
+// side, recv_queue.h). Every other call is serialised by the device lock (src/engine/device.h),
+// as the transport is: the SRQ is shared by QPs of one device.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -38,14 +39,15 @@ struct SrqInit {
 class Srq {
  public:
   // The caller validates init (check_init) first.
-  explicit Srq(const SrqInit& init) : init_(init), limit_(init.srq_limit) {}
+  explicit Srq(const SrqInit& init) : init_(init), limit_(init.srq_limit), q_(init.max_wr) {}
   Srq(const Srq&) = delete;
   Srq& operator=(const Srq&) = delete;
 
   // 0, or EINVAL for a capacity/SGE count outside the limits or a limit above max_wr.
   static int check_init(const SrqInit& init);
 
-  // ibv_post_srq_recv: EINVAL when the WQE has more SGEs than max_sge, ENOMEM when full.
+  // ibv_post_srq_recv: EINVAL when the WQE has more SGEs than max_sge, ENOMEM when full. Any
+  // thread, no device lock.
   int post_recv(const RecvWqe& wqe);
 
   // ibv_modify_srq: IBV_SRQ_MAX_WR resizes (never below the WQEs queued now, so none is lost),
@@ -59,12 +61,12 @@ class Srq {
   bool take(RecvQueue& rq);
 
   size_t size() const { return q_.size(); }
-  uint32_t max_wr() const { return init_.max_wr; }
+  uint32_t max_wr() const { return q_.capacity(); }
   uint32_t max_sge() const { return init_.max_sge; }
   uint32_t limit() const { return limit_; }
 
  private:
-  SrqInit init_;        // max_wr is updated by resizes
+  SrqInit init_;        // as created; the capacity (max_wr) lives in q_, which resizes change
   uint32_t limit_ = 0;  // armed limit; 0 when disarmed (also after the event fired)
   RecvQueue q_;         // oldest first
 };

@@ -386,20 +386,22 @@ int Device::post_send(transport::Qp* qp, const transport::SendWqe* wqes, size_t 
 }
 
 int Device::post_recv(transport::Qp* qp, const transport::RecvWqe* wqes, size_t n, size_t* bad) {
-  std::lock_guard<std::mutex> g(mu_);
-  transport::Time now = monotonic_now();
-  int rc = 0;
+  // Without the device lock: a receive pass holding it for a burst must not delay the repost that
+  // the burst's next SEND needs (transport/recv_queue.h). A posted WQE sends nothing and arms no
+  // timer — a responder that sent an RNR NAK waits for the requester's retry —, so there is
+  // nothing to schedule either.
   for (size_t i = 0; i < n; ++i) {
-    rc = qp->post_recv(wqes[i]);
-    if (rc != 0) {
+    if (int rc = qp->post_recv(wqes[i]); rc != 0) {
       if (bad) *bad = i;
-      break;
+      return rc;
     }
   }
-  // A receive WQE can unblock a responder that sent an RNR NAK; it sends nothing itself, but the
-  // QP may have deadlines or output to schedule.
-  after_call(qp, now);
-  return rc;
+  // It is the application's next call after a receive pass of its own: what that pass held for
+  // it (the ACK of the message it reposts for) leaves now. ibv_rc_pingpong reposts, then
+  // replies (and the reply's post flushes anyway); fio's server reposts, then sleeps on its
+  // completion channel, and its peer's next SEND waits for that ACK.
+  if (dp_->holding()) engine_->release_held(monotonic_now());
+  return 0;
 }
 
 AsyncEventQueue& Device::async_events() {

@@ -111,6 +111,7 @@ class Device : private Engine::Client, private transport::EventSink {
   int modify_qp(transport::Qp* qp, const ibv_qp_attr& attr, int mask);
   void query_qp(transport::Qp* qp, ibv_qp_attr& attr, ibv_qp_init_attr& init);
   // Posts a chain of WQEs; on error returns the errno and the index of the failed WQE.
+  // post_recv takes no device lock (transport/recv_queue.h): it never waits for a receive pass.
   int post_send(transport::Qp* qp, const transport::SendWqe* wqes, size_t n, size_t* bad);
   int post_recv(transport::Qp* qp, const transport::RecvWqe* wqes, size_t n, size_t* bad);
 

@@ -141,7 +141,11 @@ void Engine::arm_timer(transport::Time deadline) {
 
 void Engine::push_guard(transport::Time now) {
   const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
-  std::lock_guard<std::mutex> g(mu_);
+  // Never waits: the caller is an application's CQ poll, which must not wait behind a receive
+  // pass (an RNIC's poll reads a ring). Whoever holds the lock is about to arm the timer anyway,
+  // and the next poll pushes again (push_at_ stays due).
+  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+  if (!g.owns_lock()) return;
   // Each push re-arms the timerfd, which costs what a wake-up does on a VM (hrtimer
   // reprogramming: ~14 us here, against ~1 us for a re-arm right after another): so the span
   // doubles with every push the application made in time, from the handoff up to kMaxGuardNs.
@@ -201,8 +205,20 @@ void Engine::watch_rx(bool on) {
 }
 
 void Engine::stop_polling() {
+  // What its passes held for its next call leaves before it sleeps, not at the engine's pass.
+  release_held(monotonic_now());
   // The engine's pass on the kick arms the timer for the work due (arm_timer ends the guard).
   if (last_app_poll_.exchange(0, std::memory_order_relaxed) != 0) kick();
+}
+
+void Engine::release_held(transport::Time now) {
+  // (Unless they wait for its post: Datapath::Hold::kUntilPost, whose deadline is later.)
+  if (now < dp_.hold_deadline()) return;
+  // Not if that means waiting: an application's poll or post never waits behind a receive pass.
+  // The pass holding the lock flushes before it lets go (the engine's), or holds them for this
+  // thread's next call (another application thread's), and the engine's next look sends them.
+  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+  if (g.owns_lock()) dp_.tx_flush(now);
 }
 
 void Engine::run() {
@@ -437,12 +453,8 @@ bool Engine::poll_from_app() {
        now >= push_at_.load(std::memory_order_relaxed)) &&
       beside_score_.load(std::memory_order_relaxed) == 0)
     push_guard(now);
-  if (now >= dp_.hold_deadline()) {
-    // What the last application pass held (its ACKs) leaves now: this thread did not post.
-    // (Unless they wait for its post: Datapath::Hold::kUntilPost.)
-    std::lock_guard<std::mutex> g(mu_);
-    dp_.tx_flush(now);
-  }
+  // What the last application pass held (its ACKs) leaves now: this thread did not post.
+  release_held(now);
   std::unique_lock<std::mutex> rx_guard(rx_mu_, std::try_to_lock);
   if (!rx_guard.owns_lock()) return false;
   std::span<const RxPacket> rx = dp_.rx_burst(now);
@@ -457,8 +469,10 @@ bool Engine::poll_from_app() {
       return work_at_.load(std::memory_order_relaxed) <= now || dp_.port().wants_poll();
     };
     if (work_due()) {
-      std::lock_guard<std::mutex> g(mu_);
-      if (work_due()) {
+      // Not if that means waiting (a CQ poll never waits behind a pass): the next poll looks
+      // again, and the holder — an engine pass — runs what is due itself.
+      std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+      if (g.owns_lock() && work_due()) {
         if (app_passes_) app_passes_->add();
         bool again = false, link_changed = false;
         app_pass_done(pass(rx, now, &again, &link_changed), now);
@@ -470,8 +484,8 @@ bool Engine::poll_from_app() {
     // reorder): the engine thread, which no longer sees the socket readable, must wake for it.
     transport::Time held = dp_.rx_fault_deadline();
     if (held != transport::kNever) {
-      std::lock_guard<std::mutex> g(mu_);
-      wake_by(held);
+      std::unique_lock<std::mutex> g(mu_, std::try_to_lock);  // else the next poll does it
+      if (g.owns_lock()) wake_by(held);
     }
     return false;
   }

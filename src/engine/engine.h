@@ -70,6 +70,10 @@ class Engine {
   // or waits on a completion channel): the engine takes the receive side back at once rather
   // than after the handoff time. Any thread, no lock.
   void stop_polling();
+  // An application call that is not a post (a poll, a receive post, a wait): the ACKs its own
+  // receive passes held for its next call (Datapath::set_hold) leave now — unless taking the
+  // device lock would mean waiting (see engine.cc). Any thread, without the device lock.
+  void release_held(transport::Time now);
   // Whether an application's CQ poll (with or without poll_from_app) returned completions. One
   // that spins on an empty CQ is about to poll again; one that took a completion may go off to
   // do something else (run()). Any thread, no lock.

@@ -1,8 +1,9 @@
 // Shared receive queues: ibv_create_srq / ibv_create_srq_ex (basic SRQs), ibv_modify_srq,
 // ibv_query_srq, ibv_destroy_srq and ibv_post_srq_recv (an inline verb that calls
 // ibv_context_ops::post_srq_recv). The queue itself is transport::Srq; RC QPs created with an SRQ
-// take their receive WQEs from it (transport/srq.h). Every call on the queue holds the device
-// lock, which also serialises the responders of the QPs that consume from it.
+// take their receive WQEs from it (transport/srq.h). Posting takes only the queue's own lock
+// (transport/recv_queue.h); every other call on the queue holds the device lock, which also
+// serialises the responders of the QPs that consume from it.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -172,14 +173,12 @@ int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   } catch (const std::bad_alloc&) {
     err = ENOMEM;
   }
+  // Without the device lock, as ibv_post_recv (transport/recv_queue.h).
   size_t posted = 0;
-  if (n > 0) {
-    std::lock_guard<std::mutex> g(s->ctx->dev->lock());
-    for (; posted < n; ++posted) {
-      if (int rc = s->impl->post_recv(wqes[posted])) {
-        err = rc;
-        break;
-      }
+  for (; posted < n; ++posted) {
+    if (int rc = s->impl->post_recv(wqes[posted])) {
+      err = rc;
+      break;
     }
   }
   if (err) {

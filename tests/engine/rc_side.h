@@ -115,7 +115,7 @@ inline ibv_gid gid_of(uint32_t ip) {
 }
 
 // RESET → INIT → RTR → RTS towards `remote` (ibv_modify_qp(3) required attributes).
-inline void connect(Side& s, const Side& remote, uint8_t timeout = 14) {
+inline void connect(Side& s, const Side& remote, uint8_t timeout = 14, uint8_t rnr_retry = 7) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
@@ -143,7 +143,7 @@ inline void connect(Side& s, const Side& remote, uint8_t timeout = 14) {
   a.qp_state = IBV_QPS_RTS;
   a.timeout = timeout;
   a.retry_cnt = 7;
-  a.rnr_retry = 7;
+  a.rnr_retry = rnr_retry;
   a.sq_psn = 0x100;
   a.max_rd_atomic = 4;
   ASSERT_EQ(s.dev->modify_qp(s.qp, a,
