@@ -1,6 +1,6 @@
 // Two CM agents (src/cm/agent.h) joined by a virtual link that can lose MADs, in virtual time:
-// the harness of tests/cm/agent_test.cc, shared with the tests of what consumes the agents'
-// events.
+// the harness of tests/cm/agent_test.cc (the agents' own rules) and tests/cm/id_state_test.cc
+// (rdma_cm's id state machine fed the events the agents raise).
 #pragma once
 
 #include <gtest/gtest.h>
