@@ -3,15 +3,18 @@
 // over a lossy virtual link (agent_link.h) — connections, rejections, timeouts, crossing
 // disconnections, SIDR — by consumers that answer as rdma_cm does for its applications. Every
 // agent event must be taken (a refused one would be an rdma_cm event the application never gets)
-// and each id must tell its application what librdmacm's would.
+// and each id must tell its application what librdmacm's would. Last, the diagram in
+// docs/architecture.md must be the one the table draws.
 #include "cm/id_state.h"
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -465,6 +468,30 @@ TEST(IdStateWithAgents, EveryEventIsTakenUnderLoss) {
     EXPECT_LE(told.size(), 4u) << c.pas->trace;
     EXPECT_EQ(c.p.a.connection_count() + c.p.b.connection_count(), 0u) << "seed " << seed;
   }
+}
+
+// ---- the diagram ----------------------------------------------------------------------------
+
+// docs/architecture.md carries the diagram between two markers; after a change of the table,
+// paste what this test prints there.
+TEST(IdState, DiagramInTheDocsIsTheTables) {
+  const std::string path = std::string(UROCE_SOURCE_DIR) + "/docs/architecture.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  const std::string begin =
+      "<!-- id-state-diagram: generated from src/cm/id_state.cc -->\n```mermaid\n";
+  const std::string end = "```\n";
+  const size_t b = doc.find(begin);
+  ASSERT_NE(b, std::string::npos) << "marker missing in " << path;
+  const size_t from = b + begin.size();
+  const size_t e = doc.find(end, from);
+  ASSERT_NE(e, std::string::npos);
+  EXPECT_EQ(doc.substr(from, e - from), id_state_diagram())
+      << "docs/architecture.md's diagram is not the table's; it should read:\n"
+      << begin << id_state_diagram() << end;
 }
 
 }  // namespace
