@@ -2,7 +2,7 @@
 // thread that runs them — it sleeps in epoll on every GSI's completion channel, a timerfd set to
 // the agents' earliest deadline and a wake-up eventfd, and on each wake-up feeds received MADs to
 // the agents, runs their timers, sends what they queued and hands their events to the rdma_cm
-// layer (rdma_cm.cc).
+// layer (rdma_cm.h).
 //
 // Locking: one mutex (mu()) serialises the agents, the GSIs and every rdma_cm object (ids,
 // listeners, event queues' producers). Lock order: mu() before any device lock (the GSI and the

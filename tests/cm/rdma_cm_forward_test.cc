@@ -1,6 +1,6 @@
-// uroce's rdma_cm forwarding ids it does not own to the system librdmacm (src/cm/rdma_cm.cc,
-// docs/rdma-cm.md "Ids of other RDMA devices"). The program is linked against the system
-// librdmacm and runs under uroce-run, as an application does; CMake runs it
+// uroce's rdma_cm forwarding ids it does not own to the system librdmacm
+// (src/cm/rdma_cm_forward.cc, docs/rdma-cm.md "Ids of other RDMA devices"). The program is linked
+// against the system librdmacm and runs under uroce-run, as an application does; CMake runs it
 //  - with the fake librdmacm of tests/cm/fake_rdmacm in the system library's place
 //    (LD_LIBRARY_PATH): a made-up RDMA device that owns 192.0.2.1, with librdmacm's event
 //    sequences (the Fake* tests);

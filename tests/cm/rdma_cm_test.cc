@@ -1,4 +1,4 @@
-// librdmacm's API as liburoce serves it (src/cm/rdma_cm.cc), driven in one process over two uroce
+// librdmacm's API as liburoce serves it (src/cm/rdma_cm_*.cc), driven in one process over two uroce
 // devices: event channels, the event sequence and statuses of a connection, private data, rejects,
 // synchronous endpoints, UD ids with SIDR, options and bad input. The CM thread and the engines
 // are real; every wait has a bound and nothing is asserted about how long anything took.
