@@ -11,21 +11,6 @@ namespace uroce::transport {
 
 using wire::Opcode;
 
-Opcode uc_opcode(ibv_wr_opcode op, uint32_t index, uint32_t npkts) {
-  const bool first = index == 0, last = index + 1 == npkts;
-  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  const bool imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  // The immediate travels in the LAST/ONLY packet, the RETH in the FIRST/ONLY (9.4.3, 9.4.4).
-  if (first && last) {
-    if (write) return imm ? Opcode::kUcWriteOnlyImm : Opcode::kUcWriteOnly;
-    return imm ? Opcode::kUcSendOnlyImm : Opcode::kUcSendOnly;
-  }
-  if (first) return write ? Opcode::kUcWriteFirst : Opcode::kUcSendFirst;
-  if (!last) return write ? Opcode::kUcWriteMiddle : Opcode::kUcSendMiddle;
-  if (write) return imm ? Opcode::kUcWriteLastImm : Opcode::kUcWriteLast;
-  return imm ? Opcode::kUcSendLastImm : Opcode::kUcSendLast;
-}
-
 void UcSender::reset(Psn sq_psn) {
   *this = UcSender{};
   next_psn_ = sq_psn;
@@ -72,7 +57,8 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
         out.blocked_by_port = true;
         return out;
       }
-      const Opcode op = uc_opcode(e.wqe.opcode, sent_, e.npkts);
+      const Opcode op = wire_opcode(wr_opcode_info(e.wqe.opcode), wire::Service::kUc, sent_ == 0,
+                                    sent_ + 1 == e.npkts);
       const wire::OpcodeInfo& info = wire::opcode_info(op);
       wire::Packet p;
       p.bth.opcode = static_cast<uint8_t>(op);

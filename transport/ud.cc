@@ -85,10 +85,10 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       out.blocked_by_port = true;
       return out;
     }
-    const bool imm = e.wqe.opcode == IBV_WR_SEND_WITH_IMM;
+    // A UD message is one packet: SEND ONLY, with or without immediate (IBTA 9.8.4).
+    const WrOpcodeInfo& w = wr_opcode_info(e.wqe.opcode);
     wire::Packet p;
-    p.bth.opcode =
-        static_cast<uint8_t>(imm ? wire::Opcode::kUdSendOnlyImm : wire::Opcode::kUdSendOnly);
+    p.bth.opcode = static_cast<uint8_t>(wire_opcode(w, wire::Service::kUd, true, true));
     p.bth.se = e.wqe.send_flags & IBV_SEND_SOLICITED;
     p.bth.migreq = true;
     p.bth.pad = wire::pad_for(e.length);
@@ -97,7 +97,7 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     p.bth.psn = next_psn_.value();
     p.deth.qkey = ud_wire_qkey(e.wqe.ud_remote_qkey, ctx.attr.qkey);
     p.deth.src_qp = ctx.init.qpn;
-    if (imm) p.imm_be = e.wqe.imm_be;
+    if (w.flags & kWrImm) p.imm_be = e.wqe.imm_be;
     const size_t hdr = wire::build_headers(p, buf->data);
     uint8_t* payload = buf->data + hdr;
     if (is_inline) {

@@ -31,12 +31,9 @@ void enter_sqe(Qp::Impl& q) {
 }  // namespace
 
 bool unreliable_wqe_ok(ibv_qp_type type, const SendWqe& wqe) {
-  const ibv_wr_opcode op = wqe.opcode;
-  const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  if (type == IBV_QPT_UD) return send && wqe.ud_dst_ip != 0;
-  if (type == IBV_QPT_UC) return send || write;
-  return false;
+  const bool carried = wr_opcode_info(wqe.opcode).allowed_on(type);
+  if (type == IBV_QPT_UD) return carried && wqe.ud_dst_ip != 0;
+  return type == IBV_QPT_UC && carried;
 }
 
 void unreliable_on_modify(Qp::Impl& q, ibv_qp_state cur, ibv_qp_state next) {

@@ -9,30 +9,13 @@
 
 #include "objects.h"
 #include "provider.h"
+#include "transport/wr_opcode.h"
 
 namespace uroce::verbs {
 namespace {
 
 constexpr unsigned kWrFlags =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
-
-struct OpMap {
-  uint64_t flag;  // IBV_QP_EX_WITH_*
-  ibv_wr_opcode op;
-};
-constexpr OpMap kOps[] = {
-    {IBV_QP_EX_WITH_RDMA_WRITE, IBV_WR_RDMA_WRITE},
-    {IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM},
-    {IBV_QP_EX_WITH_SEND, IBV_WR_SEND},
-    {IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_WR_SEND_WITH_IMM},
-    {IBV_QP_EX_WITH_RDMA_READ, IBV_WR_RDMA_READ},
-    {IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_CMP_AND_SWP},
-    {IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_FETCH_AND_ADD},
-    {IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV},
-    {IBV_QP_EX_WITH_BIND_MW, IBV_WR_BIND_MW},
-    {IBV_QP_EX_WITH_SEND_WITH_INV, IBV_WR_SEND_WITH_INV},
-    {IBV_QP_EX_WITH_TSO, IBV_WR_TSO},
-};
 
 void fail(VQp* qp, int err) {
   if (!qp->batch_err) qp->batch_err = err;
@@ -204,9 +187,9 @@ void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
 
 int check_send_ops(uint64_t flags) {
   uint64_t known = 0;
-  for (const auto& m : kOps) {
-    known |= m.flag;
-    if ((flags & m.flag) && !send_opcode_supported(m.op)) return EOPNOTSUPP;
+  for (const transport::WrOpcodeInfo& op : transport::wr_table::kRows) {
+    known |= op.qp_ex_flag;
+    if ((flags & op.qp_ex_flag) && !op.supported) return EOPNOTSUPP;
   }
   return (flags & ~known) ? EOPNOTSUPP : 0;
 }
