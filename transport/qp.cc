@@ -13,6 +13,7 @@
 #include "transport/qp_state.h"
 #include "transport/srq.h"
 #include "transport/unreliable_qp.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 
@@ -41,15 +42,6 @@ namespace {
 
 // Largest message (IBTA: 2^31 bytes), as the device reports in max_msg_sz.
 constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;
-
-ibv_wc flush_wc(uint64_t wr_id, ibv_wc_opcode op, uint32_t qpn) {
-  ibv_wc wc{};
-  wc.wr_id = wr_id;
-  wc.status = IBV_WC_WR_FLUSH_ERR;
-  wc.opcode = op;
-  wc.qp_num = qpn;
-  return wc;
-}
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 
 #include "transport/dma.h"
 #include "transport/srq.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 
@@ -226,17 +227,9 @@ void UcReceiver::on_write(const wire::Packet& pkt, const QpContext& ctx, RecvQue
 void UcReceiver::complete(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,
                           ibv_wc_opcode op, uint32_t byte_len, const wire::Packet& last) {
   msg_ = Msg::kNone;
-  ibv_wc wc{};
-  wc.wr_id = rq.front().wr_id;
-  wc.status = status;
-  wc.opcode = op;
-  wc.byte_len = byte_len;
-  wc.qp_num = ctx.init.qpn;
-  wc.src_qp = ctx.attr.dest_qp_num;
-  if (status == IBV_WC_SUCCESS && (last.info->flags & wire::kHasImm)) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = last.imm_be;
-  }
+  // A failed message reports no immediate (UC carries no invalidate).
+  const ibv_wc wc = make_recv_wc(rq.front().wr_id, status, op, ctx.init.qpn, ctx.attr.dest_qp_num,
+                                 byte_len, status == IBV_WC_SUCCESS ? &last : nullptr);
   rq.pop_front();
   ctx.init.recv_cq->push(wc, status == IBV_WC_SUCCESS && last.bth.se);
 }

@@ -6,6 +6,7 @@
 
 #include "transport/dma.h"
 #include "transport/srq.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 namespace {
@@ -140,20 +141,11 @@ void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
   const RecvWqe w = rq.front();
   rq.pop_front();
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
-  ibv_wc wc{};
-  wc.wr_id = w.wr_id;
-  wc.opcode = IBV_WC_RECV;
-  wc.qp_num = ctx.init.qpn;
-  wc.src_qp = pkt.deth.src_qp;
-  wc.pkey_index = 0;
-  wc.byte_len = kGrhBytes + len;
-  wc.wc_flags = IBV_WC_GRH;
+  // The receive buffer starts with the GRH area, written below (IBV_WC_GRH); pkey_index 0.
+  ibv_wc wc = make_recv_wc(w.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, ctx.init.qpn, pkt.deth.src_qp,
+                           kGrhBytes + len, &pkt);
+  wc.wc_flags |= IBV_WC_GRH;
   wc.sl = rx.roce_v1 ? kWcSlRoceV1 : kWcSlRoceV2Ipv4;
-  if (pkt.info->flags & wire::kHasImm) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = pkt.imm_be;
-  }
-  wc.status = IBV_WC_SUCCESS;
   if (sge_total(w.sge.data(), w.num_sge) < uint64_t{kGrhBytes} + len) {
     wc.status = IBV_WC_LOC_LEN_ERR;
   } else {

@@ -7,6 +7,7 @@
 #include "transport/cc/pacer.h"
 #include "transport/context.h"
 #include "transport/send_queue.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 
@@ -32,15 +33,8 @@ inline void commit_paced(PacketSink& tx, TxBuf* buf, cc::Pacer& pacer, Time now,
 // pops it.
 inline void complete_front_send(const QpContext& ctx, SendQueue& sq, ibv_wc_status status) {
   const SendEntry& e = sq.front();
-  if (e.signaled || status != IBV_WC_SUCCESS) {
-    ibv_wc wc{};
-    wc.wr_id = e.wqe.wr_id;
-    wc.status = status;
-    wc.opcode = wc_opcode_for(e.wqe.opcode);
-    wc.qp_num = ctx.init.qpn;
-    wc.byte_len = e.length;
-    ctx.init.send_cq->push(wc);
-  }
+  if (e.signaled || status != IBV_WC_SUCCESS)
+    ctx.init.send_cq->push(make_send_wc(e, status, ctx.init.qpn));
   sq.pop_front();
 }
 

@@ -2,6 +2,7 @@
 #include "transport/unreliable_qp.h"
 
 #include "transport/qp_impl.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 namespace {
@@ -18,12 +19,7 @@ void enter_sqe(Qp::Impl& q) {
   q.state = IBV_QPS_SQE;
   for (SendQueue::Seq s = q.sq.begin(); s != q.sq.end(); ++s) {
     const SendWqe& w = q.sq.at(s).wqe;
-    ibv_wc wc{};
-    wc.wr_id = w.wr_id;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = wc_opcode_for(w.opcode);
-    wc.qp_num = q.init.qpn;
-    q.init.send_cq->push(wc);
+    q.init.send_cq->push(flush_wc(w.wr_id, wc_opcode_for(w.opcode), q.init.qpn));
   }
   q.sq.clear();
 }
