@@ -325,12 +325,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
     std::memset(payload + len, 0, p.bth.pad);
     buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
   }
-  buf->dst_ip = ctx.remote_ip;
-  buf->src_port = ctx.src_port;
-  buf->ecn = kEcnEct0;   // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)
-  buf->dscp = ctx.dscp;  // every packet, like ecn: a reused buffer keeps no CNP's DSCP
-  buf->pcp = kPcpPortDefault;
-  buf->roce_v1 = ctx.roce_v1;
+  stamp_route(buf, data_route(ctx));
   return ack_req;
 }
 

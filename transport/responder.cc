@@ -476,15 +476,7 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
   p.bth.dest_qp = ctx.attr.dest_qp_num;
   p.bth.psn = r.psn.value();
   p.aeth.msn = r.msn;
-  buf->dst_ip = ctx.remote_ip;
-  buf->src_port = ctx.src_port;
-  // ECN-capable like every packet of the QP, as ConnectX sends them (even its CNPs carry ECT(0),
-  // docs/congestion-control.md): a switch marks a congested reverse path too, and an ACK then
-  // shares a UDP GSO send with data going the same way (the reply of a ping-pong).
-  buf->ecn = kEcnEct0;
-  buf->dscp = ctx.dscp;
-  buf->pcp = kPcpPortDefault;
-  buf->roce_v1 = ctx.roce_v1;
+  stamp_route(buf, data_route(ctx));  // ECN-capable like the QP's data (context.h)
   bool fatal = false;
   switch (r.kind) {
     case Response::Kind::kAck:

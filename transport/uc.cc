@@ -85,12 +85,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       }
       std::memset(payload + len, 0, p.bth.pad);
       buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
-      buf->dst_ip = ctx.remote_ip;
-      buf->src_port = ctx.src_port;
-      buf->ecn = kEcnEct0;
-      buf->dscp = ctx.dscp;
-      buf->pcp = kPcpPortDefault;
-      buf->roce_v1 = ctx.roce_v1;
+      stamp_route(buf, data_route(ctx));
       commit_paced(tx, buf, pacer, now, out);
       ++ctx.counters.sent_pkts;
       ++next_psn_;

@@ -108,12 +108,13 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     }
     std::memset(payload + e.length, 0, p.bth.pad);
     buf->len = static_cast<uint32_t>(hdr + e.length + p.bth.pad);
-    buf->dst_ip = e.wqe.ud_dst_ip;
-    buf->src_port = ctx.src_port;
-    buf->ecn = kEcnEct0;
-    buf->dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class);
-    buf->pcp = kPcpPortDefault;
-    buf->roce_v1 = e.wqe.ud_roce_v1;
+    // Each datagram goes where its AH says, with the AH's traffic class.
+    stamp_route(buf, Route{.dst_ip = e.wqe.ud_dst_ip,
+                           .src_port = ctx.src_port,
+                           .ecn = kEcnEct0,
+                           .dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class),
+                           .pcp = kPcpPortDefault,
+                           .roce_v1 = e.wqe.ud_roce_v1});
     commit_paced(tx, buf, pacer, now, out);
     ++ctx.counters.sent_pkts;
     ++next_psn_;
