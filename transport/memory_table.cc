@@ -150,26 +150,9 @@ MemoryTable::Access MemoryTable::resolve_window(uint32_t rkey, uint32_t pd, uint
   }
   auto mit = regions_.find(w.mr);
   if (mit == regions_.end()) return r;  // cannot happen: remove_region refuses while bound
-  const Region& mr = mit->second;
-  r.region = &mr;
-  if (len == 0) {
-    r.status = MemStatus::kOk;
-    r.offset = w.addr - mr.iova;
-    return r;
-  }
-  if (addr < w.addr || addr - w.addr > w.len || len > w.len - (addr - w.addr)) {
-    r.status = MemStatus::kOutOfBounds;
-    return r;
-  }
-  // The window's own rights decide, not the region's (IBTA 10.6.7: a region registered without
-  // remote rights can still be reached through a window bound to it).
-  if ((w.access & access) != access || w.access == 0) {
-    r.status = MemStatus::kNoAccess;
-    return r;
-  }
-  r.status = MemStatus::kOk;
-  r.offset = addr - mr.iova;
-  return r;
+  // The window's own range and rights decide, not the region's (IBTA 10.6.7: a region
+  // registered without remote rights can still be reached through a window bound to it).
+  return within(mit->second, w.addr, w.len, w.access, true, addr, len, access);
 }
 
 }  // namespace uroce::transport

@@ -104,6 +104,10 @@ class MemoryTable {
     int access = 0;              // IBV_ACCESS_REMOTE_* granted through the window
   };
   void unbind(Window& w);
+  // The rest of the check once key and PD passed: [addr, addr + len) inside [lo, lo + span) of
+  // region `g` (the region itself, or a window on it) with the `rights` granted there.
+  static Access within(const Region& g, uint64_t lo, uint64_t span, int rights, bool remote,
+                       uint64_t addr, uint64_t len, int access);
   Access resolve_window(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len, int access) const;
 
   std::unordered_map<uint32_t, Region> regions_;  // key → region
@@ -114,6 +118,34 @@ class MemoryTable {
   mutable uint32_t cached_key_[2] = {};
   mutable const Region* cached_[2] = {};
 };
+
+inline MemoryTable::Access MemoryTable::within(const Region& g, uint64_t lo, uint64_t span,
+                                               int rights, bool remote, uint64_t addr, uint64_t len,
+                                               int access) {
+  Access r;
+  r.region = &g;
+  // Written so that no sum can overflow: addr >= lo, then (addr - lo) + len <= span.
+  const bool inside = addr >= lo && addr - lo <= span;
+  if (len == 0) {
+    // Zero-length access names no byte; the offset is only a harmless base.
+    r.status = MemStatus::kOk;
+    r.offset = (inside ? addr : lo) - g.iova;
+    return r;
+  }
+  if (!inside || len > span - (addr - lo)) {
+    r.status = MemStatus::kOutOfBounds;
+    return r;
+  }
+  // Local reads need no flag (every region grants them); everything else must have been
+  // granted, and an rkey with no remote right at all is no rkey (an R_Key violation).
+  if ((remote && !(rights & kRemoteAccess)) || (rights & access) != access) {
+    r.status = MemStatus::kNoAccess;
+    return r;
+  }
+  r.status = MemStatus::kOk;
+  r.offset = addr - g.iova;
+  return r;
+}
 
 inline MemoryTable::Access MemoryTable::resolve(uint32_t key, uint32_t pd, uint64_t addr,
                                                 uint64_t len, int access, bool remote) const {
@@ -131,32 +163,11 @@ inline MemoryTable::Access MemoryTable::resolve(uint32_t key, uint32_t pd, uint6
     cached_key_[remote] = key;
     cached_[remote] = found;
   }
-  const Region& g = *found;
-  r.region = &g;
-  if (g.pd != pd) {
+  if (found->pd != pd) {
     r.status = MemStatus::kBadPd;
     return r;
   }
-  if (len == 0) {
-    // Zero-length access names no byte; the offset is only a harmless base.
-    r.status = MemStatus::kOk;
-    r.offset = (addr >= g.iova && addr - g.iova <= g.len) ? addr - g.iova : 0;
-    return r;
-  }
-  // Written so that no sum can overflow: addr >= iova, then (addr - iova) + len <= g.len.
-  if (addr < g.iova || addr - g.iova > g.len || len > g.len - (addr - g.iova)) {
-    r.status = MemStatus::kOutOfBounds;
-    return r;
-  }
-  // Local reads need no flag (every region grants them); everything else must have been
-  // granted, and an rkey with no remote right at all is no rkey (an R_Key violation).
-  if ((remote && !(g.access & kRemoteAccess)) || (g.access & access) != access) {
-    r.status = MemStatus::kNoAccess;
-    return r;
-  }
-  r.status = MemStatus::kOk;
-  r.offset = addr - g.iova;
-  return r;
+  return within(*found, found->iova, found->len, found->access, remote, addr, len, access);
 }
 
 }  // namespace uroce::transport

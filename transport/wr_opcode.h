@@ -78,17 +78,8 @@ using wire::Opcode;
 constexpr WrOpcodeInfo row(const char* name, uint32_t flags, ibv_wc_opcode wc, uint64_t qp_ex,
                            Opcode first = {}, Opcode middle = {}, Opcode last = {},
                            Opcode only = {}) {
-  WrOpcodeInfo i;
-  i.name = name;
-  i.flags = flags;
-  i.supported = (flags & (kWrOnRc | kWrOnUc | kWrOnUd)) != 0;
-  i.wc_opcode = wc;
-  i.qp_ex_flag = qp_ex;
-  i.first = first;
-  i.middle = middle;
-  i.last = last;
-  i.only = only;
-  return i;
+  const bool supported = (flags & (kWrOnRc | kWrOnUc | kWrOnUd)) != 0;
+  return WrOpcodeInfo{name, flags, supported, wc, qp_ex, first, middle, last, only};
 }
 
 // The values of enum ibv_wr_opcode run from 0 to IBV_WR_ATOMIC_WRITE (15), with a gap.

@@ -21,6 +21,16 @@ uint64_t addr_of(const void* p) {
   return reinterpret_cast<uint64_t>(p);
 }
 
+// A region without bytes (as the simulator's).
+MemoryTable::Region region(uint32_t pd, uint64_t iova, uint64_t len, int access) {
+  MemoryTable::Region r;
+  r.pd = pd;
+  r.iova = iova;
+  r.len = len;
+  r.access = access;
+  return r;
+}
+
 // Every resolve of a matrix of keys, PDs, ranges, accesses and sides gives the same status from
 // the three, and the same bytes from the two that have bytes.
 TEST(MemoryTableTest, EngineSimulatorAndTestsCheckMemoryAlike) {
@@ -118,12 +128,8 @@ TEST(MemoryTableTest, RegistrationRules) {
 // resolves like any other, and the owner places the bytes.
 TEST(MemoryTableTest, ResolveAnswersTheOffsetInTheRegion) {
   MemoryTable t;
-  MemoryTable::Region r;
-  r.pd = 3;
-  r.iova = 0x10000;
-  r.len = 0x1000;
-  r.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
-  ASSERT_TRUE(t.add_region(0x200, r));
+  ASSERT_TRUE(t.add_region(
+      0x200, region(3, 0x10000, 0x1000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)));
   MemoryTable::Access a = t.resolve(0x200, 3, 0x10010, 16, IBV_ACCESS_REMOTE_READ, true);
   ASSERT_EQ(a.status, MemStatus::kOk);
   EXPECT_EQ(a.offset, 0x10u);
@@ -146,11 +152,8 @@ TEST(MemoryTableTest, ResolveAnswersTheOffsetInTheRegion) {
 // The one-entry lookup cache never answers for a region that went, or with its old rights.
 TEST(MemoryTableTest, RemovedAndReplacedRegionsAreSeenAtOnce) {
   MemoryTable t;
-  MemoryTable::Region r;
-  r.pd = 1;
-  r.iova = 0x1000;
-  r.len = 64;
-  r.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  const MemoryTable::Region r =
+      region(1, 0x1000, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ASSERT_TRUE(t.add_region(0x100, r));
   EXPECT_EQ(t.resolve(0x100, 1, 0x1000, 8, IBV_ACCESS_REMOTE_WRITE, true).status, MemStatus::kOk);
   EXPECT_EQ(t.resolve(0x100, 1, 0x1000, 8, IBV_ACCESS_LOCAL_WRITE, false).status, MemStatus::kOk);
@@ -176,11 +179,9 @@ TEST(MemoryTableTest, RemovedAndReplacedRegionsAreSeenAtOnce) {
 // and rights; unbinding, by invalidation or by removing the window, lets the region go.
 TEST(MemoryTableTest, WindowsHoldTheirRegionWhileBound) {
   MemoryTable t;
-  MemoryTable::Region r;
-  r.pd = 1;
-  r.iova = 0x1000;
-  r.len = 0x100;
-  r.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;  // no remote right of its own
+  // No remote right of its own.
+  const MemoryTable::Region r =
+      region(1, 0x1000, 0x100, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
   ASSERT_TRUE(t.add_region(0x100, r));
   const uint32_t rkey = t.add_window(7, 1, IBV_MW_TYPE_2);
   EXPECT_EQ(rkey, MemoryTable::kMwKeyBit | 7u << 8);

@@ -358,6 +358,20 @@ class RcPairTest : public ::testing::Test {
     return ia;
   }
 
+  // ibv_create_qp_ex's attributes for an RC QP of a_ with the ibv_wr_* operations `send_ops`.
+  ibv_qp_init_attr_ex send_ops_attr(uint64_t send_ops, uint32_t depth = 4) {
+    ibv_qp_init_attr_ex ex{};
+    ex.send_cq = a_.scq;
+    ex.recv_cq = a_.rcq;
+    ex.qp_type = IBV_QPT_RC;
+    ex.cap.max_send_wr = ex.cap.max_recv_wr = depth;
+    ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    ex.pd = a_.pd;
+    ex.send_ops_flags = send_ops;
+    return ex;
+  }
+
   void open_side(Side& s, const char* name) {
     ASSERT_NO_FATAL_FAILURE(uroce::test::open_dev(s, name));
     s.ch = ibv_create_comp_channel(s.ctx);
@@ -621,15 +635,7 @@ TEST_F(RcPairTest, AMoveToResetRemovesTheQpsCompletions) {
 TEST_F(RcPairTest, SendOpsFlagsAreTheOpcodeTables) {
   for (const uroce::transport::WrOpcodeInfo& row : uroce::transport::wr_table::kRows) {
     if (row.qp_ex_flag == 0) continue;
-    ibv_qp_init_attr_ex ex{};
-    ex.send_cq = a_.scq;
-    ex.recv_cq = a_.rcq;
-    ex.qp_type = IBV_QPT_RC;
-    ex.cap.max_send_wr = ex.cap.max_recv_wr = 4;
-    ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
-    ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    ex.pd = a_.pd;
-    ex.send_ops_flags = row.qp_ex_flag;
+    ibv_qp_init_attr_ex ex = send_ops_attr(row.qp_ex_flag);
     errno = 0;
     ibv_qp* qp = ibv_create_qp_ex(a_.ctx, &ex);
     if (row.supported) {
@@ -697,15 +703,8 @@ TEST_F(RcPairTest, LifecycleErrors) {
   EXPECT_EQ(ibv_create_qp(a_.pd, &ia), nullptr);
   EXPECT_EQ(errno, EINVAL);
 
-  ibv_qp_init_attr_ex ex{};
-  ex.send_cq = a_.scq;
-  ex.recv_cq = a_.rcq;
-  ex.qp_type = IBV_QPT_RC;
-  ex.cap.max_send_wr = ex.cap.max_recv_wr = 4;
-  ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
-  ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ex.pd = a_.pd;
-  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_TSO;  // raw packet QPs only
+  // TSO: raw packet QPs only.
+  ibv_qp_init_attr_ex ex = send_ops_attr(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_TSO);
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(a_.ctx, &ex), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
@@ -778,15 +777,7 @@ TEST_F(RcPairTest, ExtendedCqPollsCompletions) {
 
 TEST_F(RcPairTest, WrApiPostsABatch) {
   // perftest's default path: ibv_create_qp_ex with send ops, ibv_qp_to_qp_ex, ibv_wr_*.
-  ibv_qp_init_attr_ex ex{};
-  ex.send_cq = a_.scq;
-  ex.recv_cq = a_.rcq;
-  ex.qp_type = IBV_QPT_RC;
-  ex.cap.max_send_wr = ex.cap.max_recv_wr = 16;
-  ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
-  ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ex.pd = a_.pd;
-  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  ibv_qp_init_attr_ex ex = send_ops_attr(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, 16);
   ibv_qp* qp = ibv_create_qp_ex(a_.ctx, &ex);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
   ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
