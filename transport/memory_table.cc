@@ -2,6 +2,7 @@
 #include "transport/memory_table.h"
 
 #include <cerrno>
+#include <cstring>
 
 namespace uroce::transport {
 
@@ -20,14 +21,21 @@ bool MemoryTable::add_region(uint32_t key, const Region& r) {
   if (key >= kMwKeyBit) return false;
   Region g = r;
   g.bound_mws = 0;
-  return regions_.emplace(key, g).second;
+  if (!regions_.emplace(key, g).second) return false;
+  ++pd_users_[g.pd];
+  return true;
 }
 
-int MemoryTable::remove_region(uint32_t key, uint32_t* pd) {
+void MemoryTable::release_pd(uint32_t pd) {
+  auto it = pd_users_.find(pd);
+  if (it != pd_users_.end() && --it->second == 0) pd_users_.erase(it);
+}
+
+int MemoryTable::remove_region(uint32_t key) {
   auto it = regions_.find(key);
   if (it == regions_.end()) return EINVAL;
   if (it->second.bound_mws != 0) return EBUSY;
-  if (pd) *pd = it->second.pd;
+  release_pd(it->second.pd);
   cached_[0] = cached_[1] = nullptr;
   regions_.erase(it);
   return 0;
@@ -37,6 +45,8 @@ int MemoryTable::replace_region(uint32_t key, const Region& r) {
   auto it = regions_.find(key);
   if (it == regions_.end()) return EINVAL;
   if (it->second.bound_mws != 0) return EBUSY;
+  ++pd_users_[r.pd];
+  release_pd(it->second.pd);
   it->second = r;
   it->second.bound_mws = 0;
   return 0;
@@ -52,7 +62,7 @@ uint32_t MemoryTable::add_window(uint32_t index, uint32_t pd, ibv_mw_type type) 
   w.pd = pd;
   w.type = type;
   w.rkey = kMwKeyBit | index << 8;
-  windows_.emplace(index, w);
+  if (windows_.emplace(index, w).second) ++pd_users_[pd];
   return w.rkey;
 }
 
@@ -66,12 +76,12 @@ void MemoryTable::unbind(Window& w) {
   w.access = 0;
 }
 
-int MemoryTable::remove_window(uint32_t index, uint32_t* pd) {
+int MemoryTable::remove_window(uint32_t index) {
   auto it = windows_.find(index);
   if (it == windows_.end()) return EINVAL;
   // Deallocating a bound window invalidates it (ibv_dealloc_mw(3)).
   unbind(it->second);
-  if (pd) *pd = it->second.pd;
+  release_pd(it->second.pd);
   windows_.erase(it);
   return 0;
 }
@@ -153,6 +163,39 @@ MemoryTable::Access MemoryTable::resolve_window(uint32_t rkey, uint32_t pd, uint
   // The window's own range and rights decide, not the region's (IBTA 10.6.7: a region
   // registered without remote rights can still be reached through a window bound to it).
   return within(mit->second, w.addr, w.len, w.access, true, addr, len, access);
+}
+
+MemRef TableMemory::resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
+                                  int access) {
+  return table_.resolve(lkey, pd, addr, len, access, false).ref();
+}
+
+MemRef TableMemory::resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
+                                   int access) {
+  return table_.resolve(rkey, pd, addr, len, access, true).ref();
+}
+
+MemStatus TableMemory::bind_mw(const MwBind& b, uint32_t qp_pd) {
+  return table_.bind(b, qp_pd);
+}
+
+MemStatus TableMemory::invalidate(uint32_t rkey, uint32_t pd) {
+  return table_.invalidate(rkey, pd);
+}
+
+uint64_t TableMemory::atomic_fetch_add(uint8_t* ptr, uint64_t add) {
+  uint64_t v;
+  std::memcpy(&v, ptr, sizeof v);
+  const uint64_t n = v + add;
+  std::memcpy(ptr, &n, sizeof n);
+  return v;
+}
+
+uint64_t TableMemory::atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) {
+  uint64_t v;
+  std::memcpy(&v, ptr, sizeof v);
+  if (v == compare) std::memcpy(ptr, &swap, sizeof swap);
+  return v;
 }
 
 }  // namespace uroce::transport

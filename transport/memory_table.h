@@ -64,22 +64,26 @@ class MemoryTable {
   // Regions (lkey == rkey, like rxe). add_region: false when `key` is in use or not below
   // kMwKeyBit (the caller picks keys). remove_region: 0; EINVAL (no such key); EBUSY while
   // windows are bound to it (they would name freed memory: IBTA 10.6.7.1, and rxe and mlx5
-  // refuse too); *pd gets its PD. replace_region (ibv_rereg_mr): the region's PD, translation
-  // and access become r's; 0, EINVAL or EBUSY as for removal — bound windows were checked
-  // against the old ones.
+  // refuse too). replace_region (ibv_rereg_mr): the region's PD, translation and access become
+  // r's; 0, EINVAL or EBUSY as for removal — bound windows were checked against the old ones.
   bool add_region(uint32_t key, const Region& r);
-  int remove_region(uint32_t key, uint32_t* pd = nullptr);
+  int remove_region(uint32_t key);
   int replace_region(uint32_t key, const Region& r);
   const Region* region(uint32_t key) const;
   size_t region_count() const { return regions_.size(); }
 
   // Windows (IBTA 10.6.7). add_window: an unbound window of PD `pd` at `index` (nonzero, below
   // 2^23, unused: the caller picks it); returns its first R_Key. remove_window: 0 or EINVAL; a
-  // bound window is unbound first (ibv_dealloc_mw(3)); *pd gets its PD. Type 2 windows are
-  // associated with their PD only (type 2B, as mlx5), not with the QP that bound them.
+  // bound window is unbound first (ibv_dealloc_mw(3)). Type 2 windows are associated with their
+  // PD only (type 2B, as mlx5), not with the QP that bound them.
   uint32_t add_window(uint32_t index, uint32_t pd, ibv_mw_type type);
-  int remove_window(uint32_t index, uint32_t* pd = nullptr);
+  int remove_window(uint32_t index);
   size_t window_count() const { return windows_.size(); }
+  // The regions and windows of PD `pd`: while any, the PD cannot be deallocated.
+  uint32_t pd_users(uint32_t pd) const {
+    auto it = pd_users_.find(pd);
+    return it == pd_users_.end() ? 0 : it->second;
+  }
   // A BIND_MW work request posted on a QP of PD `qp_pd` (MemoryAccess::bind_mw).
   MemStatus bind(const MwBind& b, uint32_t qp_pd);
   // A LOCAL_INV, or a SEND with invalidate received, on a QP of PD `pd`
@@ -104,19 +108,42 @@ class MemoryTable {
     int access = 0;              // IBV_ACCESS_REMOTE_* granted through the window
   };
   void unbind(Window& w);
+  void release_pd(uint32_t pd);
   // The rest of the check once key and PD passed: [addr, addr + len) inside [lo, lo + span) of
   // region `g` (the region itself, or a window on it) with the `rights` granted there.
   static Access within(const Region& g, uint64_t lo, uint64_t span, int rights, bool remote,
                        uint64_t addr, uint64_t len, int access);
   Access resolve_window(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len, int access) const;
 
-  std::unordered_map<uint32_t, Region> regions_;  // key → region
-  std::unordered_map<uint32_t, Window> windows_;  // window index → window
+  std::unordered_map<uint32_t, Region> regions_;     // key → region
+  std::unordered_map<uint32_t, Window> windows_;     // window index → window
+  std::unordered_map<uint32_t, uint32_t> pd_users_;  // PD → its regions and windows
   // The last region each side resolved (local SGEs, remote requests), found again without
   // hashing: a flow's packets name the same key one after the other. Node pointers of regions_
   // survive other insertions; remove_region clears the cache.
   mutable uint32_t cached_key_[2] = {};
   mutable const Region* cached_[2] = {};
+};
+
+// transport::MemoryAccess over one MemoryTable. Its regions' bytes are in this process (the
+// engine's key table, the transport tests' fake memory, which differ only in how they hand out keys
+// and, the engine, in how atomics are made atomic); the simulator's memory, whose regions have no
+// bytes, places them itself (resolve_local/remote).
+class TableMemory : public MemoryAccess {
+ public:
+  MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
+                       int access) override;
+  MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
+                        int access) override;
+  MemStatus bind_mw(const MwBind& b, uint32_t qp_pd) override;
+  MemStatus invalidate(uint32_t rkey, uint32_t pd) override;
+  // Plain read-modify-writes of the 8-byte word: atomic where one thread owns the memory (the
+  // simulator, the transport tests). The engine's key table makes them atomic across threads.
+  uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
+  uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
+
+ protected:
+  MemoryTable table_;
 };
 
 inline MemoryTable::Access MemoryTable::within(const Region& g, uint64_t lo, uint64_t span,

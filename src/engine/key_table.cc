@@ -66,7 +66,7 @@ uint32_t KeyTable::alloc_pd() {
 int KeyTable::dealloc_pd(uint32_t pd) {
   auto it = pds_.find(pd);
   if (it == pds_.end()) return EINVAL;
-  if (it->second != 0) return EBUSY;
+  if (it->second != 0 || table_.pd_users(pd) != 0) return EBUSY;
   pds_.erase(it);
   return 0;
 }
@@ -100,24 +100,20 @@ int KeyTable::reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int a
     if (mr_count_ == ~0u) return ENOMEM;
     key = mr_perm_(mr_count_++);
   } while (key >= kMwKeyBit || key < 0x100);
-  if (!mem_.add_region(key, r)) return ENOMEM;
-  ++pds_[pd];
+  if (!table_.add_region(key, r)) return ENOMEM;
   *lkey = key;
   *rkey = key;
   return 0;
 }
 
 int KeyTable::dereg_mr(uint32_t lkey) {
-  uint32_t pd = 0;
-  if (int rc = mem_.remove_region(lkey, &pd)) return rc;
-  pd_unref(pd);
-  return 0;
+  return table_.remove_region(lkey);
 }
 
 int KeyTable::rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64_t len,
                        uint64_t iova, int access) {
   if (flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return EINVAL;
-  const transport::MemoryTable::Region* old = mem_.region(lkey);
+  const transport::MemoryTable::Region* old = table_.region(lkey);
   if (old == nullptr) return EINVAL;
   transport::MemoryTable::Region next = *old;
   if (flags & IBV_REREG_MR_CHANGE_PD) {
@@ -133,13 +129,7 @@ int KeyTable::rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) next.access = access;
   // The same rules as reg_mr, on the resulting region.
   if (!transport::MemoryTable::valid_registration(next)) return EINVAL;
-  const uint32_t old_pd = old->pd;
-  if (int rc = mem_.replace_region(lkey, next)) return rc;
-  if (next.pd != old_pd) {
-    ++pds_[next.pd];
-    pd_unref(old_pd);
-  }
-  return 0;
+  return table_.replace_region(lkey, next);
 }
 
 int KeyTable::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey) {
@@ -151,35 +141,13 @@ int KeyTable::alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t
     if (mw_count_ >= (1u << 24)) return ENOMEM;
     index = mw_perm_(mw_count_++);
   } while (index == 0 || index >= (kMwKeyBit >> 8));
-  *rkey = mem_.add_window(index, pd, type);
-  ++pds_[pd];
+  *rkey = table_.add_window(index, pd, type);
   *handle = index;
   return 0;
 }
 
 int KeyTable::dealloc_mw(uint32_t handle) {
-  uint32_t pd = 0;
-  if (int rc = mem_.remove_window(handle, &pd)) return rc;
-  pd_unref(pd);
-  return 0;
-}
-
-MemStatus KeyTable::bind_mw(const transport::MwBind& b, uint32_t qp_pd) {
-  return mem_.bind(b, qp_pd);
-}
-
-MemStatus KeyTable::invalidate(uint32_t rkey, uint32_t pd) {
-  return mem_.invalidate(rkey, pd);
-}
-
-MemRef KeyTable::resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
-                               int access) {
-  return mem_.resolve(lkey, pd, addr, len, access, false).ref();
-}
-
-MemRef KeyTable::resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
-                                int access) {
-  return mem_.resolve(rkey, pd, addr, len, access, true).ref();
+  return table_.remove_window(handle);
 }
 
 uint64_t KeyTable::atomic_fetch_add(uint8_t* ptr, uint64_t add) {

@@ -37,7 +37,7 @@ class KeyPermutation {
   uint32_t round_[4];  // round keys
 };
 
-class KeyTable : public transport::MemoryAccess {
+class KeyTable : public transport::TableMemory {
  public:
   KeyTable();                          // draws the permutations' secret (getrandom)
   KeyTable(const KeyTable&) = delete;  // as its MemoryTable
@@ -47,7 +47,7 @@ class KeyTable : public transport::MemoryAccess {
 
   // PD handles start at 1 (0 is never a valid PD) and are never reused while the table lives.
   uint32_t alloc_pd();
-  // 0; EINVAL for an unknown PD; EBUSY while MRs or QPs use it.
+  // 0; EINVAL for an unknown PD; EBUSY while MRs, windows or QPs use it.
   int dealloc_pd(uint32_t pd);
   bool pd_exists(uint32_t pd) const { return pds_.count(pd) != 0; }
   // QPs hold a reference on their PD so that dealloc_pd can refuse (EBUSY).
@@ -70,33 +70,26 @@ class KeyTable : public transport::MemoryAccess {
   // to it (they name the old translation and rights).
   int rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64_t len, uint64_t iova,
                int access);
-  size_t mr_count() const { return mem_.region_count(); }
+  size_t mr_count() const { return table_.region_count(); }
 
   // Memory windows (IBTA 10.6.7): see transport::MemoryTable for their keys and rules.
   static constexpr uint32_t kMwKeyBit = transport::MemoryTable::kMwKeyBit;
   // 0, EINVAL (unknown PD, type not 1/2) or ENOMEM; *handle names the window, *rkey its key.
   int alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey);
   int dealloc_mw(uint32_t handle);  // 0 or EINVAL; a bound window is unbound first
-  size_t mw_count() const { return mem_.window_count(); }
+  size_t mw_count() const { return table_.window_count(); }
 
-  // transport::MemoryAccess.
-  transport::MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
-                                  int access) override;
-  transport::MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
-                                   int access) override;
-  // IBV_ATOMIC_HCA asks only for atomicity against this device's atomics, but the operation is
-  // done with a CPU atomic instruction on the 8-byte word, so it is also atomic against the
-  // application's own atomics and other devices in the process (a stronger guarantee, at no
-  // cost). A misaligned pointer (the transport should never pass one: IBTA C9-? makes misaligned
-  // atomics an invalid request) falls back to the device-wide atomic lock.
+  // transport::MemoryAccess: resolving, binding and invalidating are TableMemory's (the rules);
+  // the atomics are the engine's own. IBV_ATOMIC_HCA asks only for atomicity against this device's
+  // atomics, but the operation is done with a CPU atomic instruction on the 8-byte word, so it is
+  // also atomic against the application's own atomics and other devices in the process (a stronger
+  // guarantee, at no cost). A misaligned pointer (the transport should never pass one: IBTA C9-?
+  // makes misaligned atomics an invalid request) falls back to the device-wide atomic lock.
   uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
   uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
-  transport::MemStatus bind_mw(const transport::MwBind& bind, uint32_t qp_pd) override;
-  transport::MemStatus invalidate(uint32_t rkey, uint32_t pd) override;
 
  private:
-  std::unordered_map<uint32_t, uint32_t> pds_;  // PD → references (MRs, windows, QPs)
-  transport::MemoryTable mem_;
+  std::unordered_map<uint32_t, uint32_t> pds_;  // PD → QPs using it (MRs, windows: table_)
   uint32_t next_pd_ = 1;
   // MR keys: mr_perm_(mr_count_) for the next counter value whose image is a valid MR key
   // (0x100 ≤ key < kMwKeyBit: away from 0, which some applications take for "none", and out of

@@ -1,7 +1,5 @@
 #include "sim/memory.h"
 
-#include <cstring>
-
 namespace uroce::sim {
 
 using transport::MemRef;
@@ -31,21 +29,6 @@ MemRef SyntheticMemory::resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr,
 MemRef SyntheticMemory::resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
                                        int access) {
   return place(table_.resolve(rkey, pd, addr, len, access, true), len);
-}
-
-uint64_t SyntheticMemory::atomic_fetch_add(uint8_t* ptr, uint64_t add) {
-  uint64_t v;
-  std::memcpy(&v, ptr, 8);
-  const uint64_t n = v + add;
-  std::memcpy(ptr, &n, 8);
-  return v;
-}
-
-uint64_t SyntheticMemory::atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) {
-  uint64_t v;
-  std::memcpy(&v, ptr, 8);
-  if (v == compare) std::memcpy(ptr, &swap, 8);
-  return v;
 }
 
 }  // namespace uroce::sim

@@ -19,7 +19,7 @@
 
 namespace uroce::sim {
 
-class SyntheticMemory final : public transport::MemoryAccess {
+class SyntheticMemory final : public transport::TableMemory {
  public:
   // Larger than any packet's payload (path MTU 4096).
   static constexpr uint64_t kWindow = 16 * 1024;
@@ -33,14 +33,11 @@ class SyntheticMemory final : public transport::MemoryAccess {
                                   int access) override;
   transport::MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
                                    int access) override;
-  uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
-  uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
 
  private:
   // Where the bytes of a resolved range are: the window, or nothing for a longer range.
   transport::MemRef place(const transport::MemoryTable::Access& a, uint64_t len);
 
-  transport::MemoryTable table_;  // regions without bytes (host null)
   uint32_t next_key_ = 0x100;
   std::vector<uint8_t> scratch_;  // 2·kWindow, so any resolve of <= kWindow bytes fits
 };

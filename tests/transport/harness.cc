@@ -20,21 +20,6 @@ uint32_t FakeMemory::reg(uint32_t pd, void* addr, size_t len, int access) {
   return key;
 }
 
-uint64_t FakeMemory::atomic_fetch_add(uint8_t* ptr, uint64_t add) {
-  uint64_t v;
-  std::memcpy(&v, ptr, 8);
-  const uint64_t n = v + add;
-  std::memcpy(ptr, &n, 8);
-  return v;
-}
-
-uint64_t FakeMemory::atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) {
-  uint64_t v;
-  std::memcpy(&v, ptr, 8);
-  if (v == compare) std::memcpy(ptr, &swap, 8);
-  return v;
-}
-
 TxBuf* CaptureSink::tx_alloc() {
   if (budget == 0) return nullptr;
   if (budget > 0) --budget;

@@ -32,25 +32,12 @@ namespace uroce::transport::test {
 // MemoryAccess over registered host buffers, checked by the engine's own rules
 // (transport::MemoryTable: key, PD, bounds, access, windows); keys are handed out in order from
 // 0x100 (lkey == rkey), and nothing here allocates a window.
-class FakeMemory : public MemoryAccess {
+class FakeMemory : public TableMemory {
  public:
   uint32_t reg(uint32_t pd, void* addr, size_t len, int access);
   void dereg(uint32_t key) { table_.remove_region(key); }
-  MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
-                       int access) override {
-    return table_.resolve(lkey, pd, addr, len, access, false).ref();
-  }
-  MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
-                        int access) override {
-    return table_.resolve(rkey, pd, addr, len, access, true).ref();
-  }
-  uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
-  uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
-  MemStatus bind_mw(const MwBind& b, uint32_t qp_pd) override { return table_.bind(b, qp_pd); }
-  MemStatus invalidate(uint32_t rkey, uint32_t pd) override { return table_.invalidate(rkey, pd); }
 
  private:
-  MemoryTable table_;
   uint32_t next_key_ = 0x100;
 };
 

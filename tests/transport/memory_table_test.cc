@@ -165,9 +165,10 @@ TEST(MemoryTableTest, RemovedAndReplacedRegionsAreSeenAtOnce) {
             MemStatus::kBadPd);
   EXPECT_EQ(t.resolve(0x100, 2, 0x1000, 8, IBV_ACCESS_REMOTE_WRITE, true).status,
             MemStatus::kNoAccess);
-  uint32_t pd = 0;
-  ASSERT_EQ(t.remove_region(0x100, &pd), 0);
-  EXPECT_EQ(pd, 2u);
+  EXPECT_EQ(t.pd_users(1), 0u);
+  EXPECT_EQ(t.pd_users(2), 1u) << "the region moved to PD 2";
+  ASSERT_EQ(t.remove_region(0x100), 0);
+  EXPECT_EQ(t.pd_users(2), 0u);
   EXPECT_EQ(t.resolve(0x100, 2, 0x1000, 8, IBV_ACCESS_REMOTE_READ, true).status,
             MemStatus::kBadKey);
   EXPECT_EQ(t.resolve(0x100, 2, 0x1000, 8, 0, false).status, MemStatus::kBadKey);
@@ -216,11 +217,11 @@ TEST(MemoryTableTest, WindowsHoldTheirRegionWhileBound) {
   // Bound again, then the window goes: the region is free to go too.
   b.new_rkey = rkey | 0x2b;
   ASSERT_EQ(t.bind(b, 1), MemStatus::kOk);
-  uint32_t pd = 0;
-  ASSERT_EQ(t.remove_window(7, &pd), 0);
-  EXPECT_EQ(pd, 1u);
+  EXPECT_EQ(t.pd_users(1), 2u) << "the region and the window";
+  ASSERT_EQ(t.remove_window(7), 0);
   EXPECT_EQ(t.window_count(), 0u);
   EXPECT_EQ(t.remove_region(0x100), 0);
+  EXPECT_EQ(t.pd_users(1), 0u);
 }
 
 }  // namespace
