@@ -28,9 +28,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       // A new WQE: check every SGE before its first packet, as the RC requester does.
       if (!is_inline &&
           check_sges(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, 0) != MemStatus::kOk) {
-        complete_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR);
-        out.send_error = true;
-        return out;
+        return fail_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR, out);
       }
       active_seq_ = sq.begin();
       sent_ = 0;
@@ -48,16 +46,10 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
                        &npieces) != MemStatus::kOk) {
         // The memory went away mid-message: the peer abandons the partial message when the
         // next one starts (9.8.3.1).
-        complete_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR);
-        out.send_error = true;
-        return out;
+        return fail_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR, out);
       }
-      if (!pacer.may_send(now)) return out;  // the QP's rate: its release time wakes it
-      TxBuf* buf = tx.tx_alloc();
-      if (buf == nullptr) {
-        out.blocked_by_port = true;
-        return out;
-      }
+      TxBuf* buf = alloc_paced(tx, pacer, now, out);
+      if (buf == nullptr) return out;
       const Opcode op = wire_opcode(wr_opcode_info(e.wqe.opcode), wire::Service::kUc, sent_ == 0,
                                     sent_ + 1 == e.npkts);
       const wire::OpcodeInfo& info = wire::opcode_info(op);

@@ -68,24 +68,16 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     SendEntry& e = sq.front();
     const bool is_inline = e.wqe.send_flags & IBV_SEND_INLINE;
     if (e.length > ctx.init.port_mtu) {
-      complete_front_send(ctx, sq, IBV_WC_LOC_LEN_ERR);
-      out.send_error = true;
-      return out;
+      return fail_front_send(ctx, sq, IBV_WC_LOC_LEN_ERR, out);
     }
     MemPieces pieces;
     uint32_t npieces = 0;
     if (!is_inline && resolve_read(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, 0,
                                    e.length, pieces, &npieces) != MemStatus::kOk) {
-      complete_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR);
-      out.send_error = true;
-      return out;
+      return fail_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR, out);
     }
-    if (!pacer.may_send(now)) return out;  // the QP's rate: its release time wakes it
-    TxBuf* buf = tx.tx_alloc();
-    if (buf == nullptr) {
-      out.blocked_by_port = true;
-      return out;
-    }
+    TxBuf* buf = alloc_paced(tx, pacer, now, out);
+    if (buf == nullptr) return out;
     // A UD message is one packet: SEND ONLY, with or without immediate (IBTA 9.8.4).
     const WrOpcodeInfo& w = wr_opcode_info(e.wqe.opcode);
     wire::Packet p;
