@@ -97,44 +97,38 @@ void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_inf
   if (int rc = mw_bind_wqe(qp->ctx, mw, rkey, *info, *w)) fail(qp, rc);
 }
 
-void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  if (auto* w = begin(qpx, IBV_WR_RDMA_WRITE)) {
+// Starts a WR of the batch that names remote memory (RDMA and atomics).
+transport::SendWqe* begin_remote(ibv_qp_ex* qpx, ibv_wr_opcode op, uint32_t rkey, uint64_t addr) {
+  transport::SendWqe* w = begin(qpx, op);
+  if (w) {
     w->rkey = rkey;
     w->remote_addr = addr;
   }
+  return w;
+}
+
+void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
+  begin_remote(qpx, IBV_WR_RDMA_WRITE, rkey, addr);
 }
 
 void wr_rdma_write_imm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, __be32 imm) {
-  if (auto* w = begin(qpx, IBV_WR_RDMA_WRITE_WITH_IMM)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
-    w->imm_be = imm;
-  }
+  if (auto* w = begin_remote(qpx, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, addr)) w->imm_be = imm;
 }
 
 void wr_rdma_read(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  if (auto* w = begin(qpx, IBV_WR_RDMA_READ)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
-  }
+  begin_remote(qpx, IBV_WR_RDMA_READ, rkey, addr);
 }
 
 void wr_atomic_cmp_swp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare,
                        uint64_t swap) {
-  if (auto* w = begin(qpx, IBV_WR_ATOMIC_CMP_AND_SWP)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
+  if (auto* w = begin_remote(qpx, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, addr)) {
     w->compare_add = compare;
     w->swap = swap;
   }
 }
 
 void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
-  if (auto* w = begin(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
-    w->compare_add = add;
-  }
+  if (auto* w = begin_remote(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr)) w->compare_add = add;
 }
 
 void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {

@@ -23,17 +23,9 @@ void fatal(const char* fmt, ...) {
 }
 
 ibv_wr_opcode test_opcode(Verb v, AtomicOp a) {
-  switch (v) {
-    case Verb::kSend:
-      return IBV_WR_SEND;
-    case Verb::kWrite:
-      return IBV_WR_RDMA_WRITE;
-    case Verb::kRead:
-      return IBV_WR_RDMA_READ;
-    case Verb::kAtomic:
-      break;
-  }
-  return a == AtomicOp::kCmpAndSwap ? IBV_WR_ATOMIC_CMP_AND_SWP : IBV_WR_ATOMIC_FETCH_AND_ADD;
+  if (v == Verb::kAtomic)
+    return a == AtomicOp::kCmpAndSwap ? IBV_WR_ATOMIC_CMP_AND_SWP : IBV_WR_ATOMIC_FETCH_AND_ADD;
+  return v == Verb::kSend ? IBV_WR_SEND : v == Verb::kWrite ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
 }
 
 namespace {
