@@ -131,17 +131,6 @@ void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t 
   if (auto* w = begin_remote(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr)) w->compare_add = add;
 }
 
-void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
-  VQp* qp = to_v(qpx);
-  auto* w = current(qpx);
-  if (!w) return;
-  if (qp->cap.max_send_sge < 1) return fail(qp, EINVAL);
-  w->sge[0] = transport::Sge{addr, length, lkey};
-  w->num_sge = 1;
-  w->inline_len = 0;
-  w->send_flags &= ~static_cast<unsigned>(IBV_SEND_INLINE);
-}
-
 void wr_set_sge_list(ibv_qp_ex* qpx, size_t n, const ibv_sge* list) {
   VQp* qp = to_v(qpx);
   auto* w = current(qpx);
@@ -152,6 +141,11 @@ void wr_set_sge_list(ibv_qp_ex* qpx, size_t n, const ibv_sge* list) {
   w->num_sge = static_cast<uint32_t>(n);
   w->inline_len = 0;
   w->send_flags &= ~static_cast<unsigned>(IBV_SEND_INLINE);
+}
+
+void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
+  const ibv_sge sge{addr, length, lkey};
+  wr_set_sge_list(qpx, 1, &sge);
 }
 
 void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
