@@ -136,7 +136,16 @@ constexpr std::array<WrOpcodeInfo, kSize> make() {
 }
 
 inline constexpr std::array<WrOpcodeInfo, kSize> kRows = make();
-inline constexpr WrOpcodeInfo kNone{};  // what a value outside the enum gets
+static_assert((kSize & (kSize - 1)) == 0, "wr_opcode_info masks the value into the table");
+
+// The opcodes whose rows have `flag`, one bit per opcode: a per-WQE question is then a shift of
+// a constant, as cheap as the comparisons it replaces.
+constexpr uint32_t ops_with(uint32_t flag) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < kSize; ++i)
+    if (kRows[i].flags & flag) m |= 1u << i;
+  return m;
+}
 
 // Every row's flags hang together (tests/transport/wr_opcode_test.cc checks the rest against the
 // wire opcode table).
@@ -153,11 +162,11 @@ static_assert(consistent());
 
 }  // namespace wr_table
 
-// The row of `op`. A value outside the enum gets an empty row (not supported); the verbs layer
-// refuses such values before they get here.
+// The row of `op`. Every value an ibv_wr_opcode can hold (0..15) has one; the mask only keeps a
+// corrupt value inside the table (the verbs layer refuses an int outside the enum before it is
+// ever held as one).
 constexpr const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op) {
-  const auto i = static_cast<size_t>(op);
-  return i < wr_table::kSize ? wr_table::kRows[i] : wr_table::kNone;
+  return wr_table::kRows[static_cast<size_t>(op) & (wr_table::kSize - 1)];
 }
 
 // The wire opcode of a packet of a message of `w` on a QP of service `s`, by its position in the
@@ -169,14 +178,19 @@ constexpr wire::Opcode wire_opcode(const WrOpcodeInfo& w, wire::Service s, bool 
 }
 
 // Named questions over the rows, for the roles that ask them per WQE.
+template <uint32_t kFlag>
+constexpr bool has_flag(ibv_wr_opcode op) {
+  constexpr uint32_t kOps = wr_table::ops_with(kFlag);
+  return (kOps >> (static_cast<uint32_t>(op) & (wr_table::kSize - 1))) & 1;
+}
 inline bool is_read_or_atomic(ibv_wr_opcode op) {
-  return wr_opcode_info(op).flags & kWrReadOrAtomic;
+  return has_flag<kWrReadOrAtomic>(op);
 }
 inline bool is_atomic(ibv_wr_opcode op) {
-  return wr_opcode_info(op).flags & kWrAtomic;
+  return has_flag<kWrAtomic>(op);
 }
 inline bool is_local_op(ibv_wr_opcode op) {
-  return wr_opcode_info(op).flags & kWrLocal;
+  return has_flag<kWrLocal>(op);
 }
 // The completion opcode of a send WQE (ibv_poll_cq(3)).
 inline ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {

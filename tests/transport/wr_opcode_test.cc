@@ -128,8 +128,8 @@ TEST(WrOpcodeTest, RowsAgreeWithIbvPostSend) {
   EXPECT_EQ(wc_opcode_for(IBV_WR_ATOMIC_FETCH_AND_ADD), IBV_WC_FETCH_ADD);
   EXPECT_EQ(wc_opcode_for(IBV_WR_LOCAL_INV), IBV_WC_LOCAL_INV);
   EXPECT_EQ(wc_opcode_for(IBV_WR_BIND_MW), IBV_WC_BIND_MW);
-  // Values rdma-core leaves undefined are not supported. (Beyond the enum's range a value cannot
-  // even be held as an ibv_wr_opcode; the verbs layer refuses it as the int it is.)
+  // Values rdma-core leaves undefined are not supported. (Beyond the enum's range, 0..15, a value
+  // cannot even be held as an ibv_wr_opcode; the verbs layer refuses it as the int it is.)
   for (int v : {12, 13, 14}) {
     const WrOpcodeInfo& w = wr_opcode_info(static_cast<ibv_wr_opcode>(v));
     EXPECT_FALSE(w.supported) << v;
