@@ -5,11 +5,13 @@
 // ibv_reg_mr(3), ibv_bind_mw(3)).
 //
 // Pure: no lock, no clock, no random source, no bytes of its own. Whoever owns one serialises
-// the calls (the engine's device lock) and decides what it does not: where keys come from, PDs'
-// lifetimes, how atomics are made atomic, and where a region's bytes are. The engine's key table
-// (unpredictable keys, PD references, src/engine/key_table.h), the simulator's memory (regions
-// without bytes, src/sim/memory.h) and the transport tests' FakeMemory (keys in order,
-// tests/transport/harness.h) each wrap one, so all three check memory exactly alike.
+// the calls (the engine's device lock) and decides what it does not: where keys come from, which
+// PDs exist (the table counts each PD's regions and windows), how atomics are made atomic, and
+// where a region's bytes are. TableMemory below is the transport::MemoryAccess over one; the
+// engine's key table (unpredictable keys, PDs, atomics across threads: src/engine/key_table.h),
+// the simulator's memory (regions without bytes, src/sim/memory.h) and the transport tests'
+// FakeMemory (keys in order, tests/transport/harness.h) are TableMemorys, so all three check
+// memory exactly alike.
 #pragma once
 
 #include <infiniband/verbs.h>

@@ -179,18 +179,18 @@ constexpr wire::Opcode wire_opcode(const WrOpcodeInfo& w, wire::Service s, bool 
 
 // Named questions over the rows, for the roles that ask them per WQE.
 template <uint32_t kFlag>
-constexpr bool has_flag(ibv_wr_opcode op) {
+constexpr bool wr_opcode_has(ibv_wr_opcode op) {
   constexpr uint32_t kOps = wr_table::ops_with(kFlag);
   return (kOps >> (static_cast<uint32_t>(op) & (wr_table::kSize - 1))) & 1;
 }
 inline bool is_read_or_atomic(ibv_wr_opcode op) {
-  return has_flag<kWrReadOrAtomic>(op);
+  return wr_opcode_has<kWrReadOrAtomic>(op);
 }
 inline bool is_atomic(ibv_wr_opcode op) {
-  return has_flag<kWrAtomic>(op);
+  return wr_opcode_has<kWrAtomic>(op);
 }
 inline bool is_local_op(ibv_wr_opcode op) {
-  return has_flag<kWrLocal>(op);
+  return wr_opcode_has<kWrLocal>(op);
 }
 // The completion opcode of a send WQE (ibv_poll_cq(3)).
 inline ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
