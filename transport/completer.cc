@@ -5,6 +5,7 @@
 
 #include "transport/dma.h"
 #include "transport/qp_state.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 namespace {
@@ -30,16 +31,6 @@ constexpr Time kPtoFloorNs = 5'000'000;
 // Probes without progress double the PTO up to 2^6 times (and never beyond half the ACK
 // timeout), so a dead or overloaded peer gets a few window resends, not a stream of them.
 constexpr uint8_t kMaxProbeBackoff = 6;
-
-ibv_wc send_wc(const QpContext& ctx, const SendEntry& e, ibv_wc_status status) {
-  ibv_wc wc{};
-  wc.wr_id = e.wqe.wr_id;
-  wc.status = status;
-  wc.opcode = wc_opcode_for(e.wqe.opcode);
-  wc.byte_len = e.length;
-  wc.qp_num = ctx.init.qpn;
-  return wc;
-}
 
 }  // namespace
 
@@ -132,7 +123,7 @@ bool Completer::advance(Psn next_unacked, Time now, const QpContext& ctx, SendQu
   while (!sq.empty() && sq.front().state == WqeState::kInFlight &&
          sq.front().end_psn() <= unacked_) {
     const SendEntry& e = sq.front();
-    if (e.signaled) ctx.init.send_cq->push(send_wc(ctx, e, IBV_WC_SUCCESS));
+    if (e.signaled) ctx.init.send_cq->push(make_send_wc(e, IBV_WC_SUCCESS, ctx.init.qpn));
     sq.pop_front();
   }
   // Forward progress restores the retry budgets and restarts the timer for what is left.
@@ -151,7 +142,7 @@ bool Completer::advance(Psn next_unacked, Time now, const QpContext& ctx, SendQu
 CompleterOutcome Completer::fail_front(Error err, const QpContext& ctx, SendQueue& sq) {
   CompleterOutcome out;
   if (!sq.empty()) {
-    ctx.init.send_cq->push(send_wc(ctx, sq.front(), to_wc_status(err)));
+    ctx.init.send_cq->push(make_send_wc(sq.front(), to_wc_status(err), ctx.init.qpn));
     sq.pop_front();
     ++ctx.counters.send_err;
   }
@@ -163,7 +154,7 @@ CompleterOutcome Completer::fail_front(Error err, const QpContext& ctx, SendQueu
 CompleterOutcome Completer::complete_local_error(const QpContext& ctx, SendQueue& sq) {
   CompleterOutcome out;
   if (sq.empty() || sq.front().state != WqeState::kLocalError) return out;
-  ctx.init.send_cq->push(send_wc(ctx, sq.front(), sq.front().error));
+  ctx.init.send_cq->push(make_send_wc(sq.front(), sq.front().error, ctx.init.qpn));
   sq.pop_front();
   ++ctx.counters.send_err;
   deadline_ = probe_at_ = kNever;
@@ -175,7 +166,7 @@ void Completer::complete_local_done(const QpContext& ctx, SendQueue& sq) {
   while (!sq.empty() && sq.front().state == WqeState::kInFlight && sq.front().npkts == 0 &&
          sq.front().end_psn() <= unacked_) {
     const SendEntry& e = sq.front();
-    if (e.signaled) ctx.init.send_cq->push(send_wc(ctx, e, IBV_WC_SUCCESS));
+    if (e.signaled) ctx.init.send_cq->push(make_send_wc(e, IBV_WC_SUCCESS, ctx.init.qpn));
     sq.pop_front();
   }
 }

@@ -27,6 +27,20 @@ struct QpContext {
   bool roce_v1 = false;
 };
 
+// The route of a connected QP's packets (RC requests and responses, UC): to the peer of its AV,
+// with its DSCP and the port's priority, ECN-capable (Annex A17.9: DCQCN needs the marks). ACKs
+// too, as ConnectX sends them (even its CNPs carry ECT(0), docs/congestion-control.md): a switch
+// marks a congested reverse path as well, and an ACK then shares a UDP GSO send with data going
+// the same way (the reply of a ping-pong).
+inline Route data_route(const QpContext& ctx) {
+  return Route{.dst_ip = ctx.remote_ip,
+               .src_port = ctx.src_port,
+               .ecn = kEcnEct0,
+               .dscp = ctx.dscp,
+               .pcp = kPcpPortDefault,
+               .roce_v1 = ctx.roce_v1};
+}
+
 // UDP source port for a QPN: RoCEv2 leaves it free for ECMP entropy (Annex A17.5.1.2); the top
 // two bits set keep it in the dynamic range 0xC000..0xFFFF, as rxe and NICs do.
 inline uint16_t src_port_for_qpn(uint32_t qpn) {

@@ -81,6 +81,26 @@ struct TxBuf {
 // data follows headroom directly, so data - n (n <= kTxHeadroom) is where n bytes of headers go.
 static_assert(offsetof(TxBuf, data) == offsetof(TxBuf, headroom) + kTxHeadroom);
 
+// Where a packet goes and how it is marked: TxBuf's routing fields, which stamp_route() sets
+// together on every packet the transport builds — a port reuses its buffers, and a field left
+// alone would keep the last packet's value (a CNP's DSCP or priority on data).
+struct Route {
+  uint32_t dst_ip = 0;    // IPv4, host byte order
+  uint16_t src_port = 0;  // the QP's (src_port_for_qpn)
+  uint8_t ecn = kEcnNotEct;
+  uint8_t dscp = kDscpPortDefault;
+  uint8_t pcp = kPcpPortDefault;
+  bool roce_v1 = false;
+};
+inline void stamp_route(TxBuf* buf, const Route& r) {
+  buf->dst_ip = r.dst_ip;
+  buf->src_port = r.src_port;
+  buf->ecn = r.ecn;
+  buf->dscp = r.dscp;
+  buf->pcp = r.pcp;
+  buf->roce_v1 = r.roce_v1;
+}
+
 class PacketSink {
  public:
   virtual ~PacketSink() = default;

@@ -13,6 +13,7 @@
 #include "transport/qp_state.h"
 #include "transport/srq.h"
 #include "transport/unreliable_qp.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 
@@ -41,15 +42,6 @@ namespace {
 
 // Largest message (IBTA: 2^31 bytes), as the device reports in max_msg_sz.
 constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;
-
-ibv_wc flush_wc(uint64_t wr_id, ibv_wc_opcode op, uint32_t qpn) {
-  ibv_wc wc{};
-  wc.wr_id = wr_id;
-  wc.status = IBV_WC_WR_FLUSH_ERR;
-  wc.opcode = op;
-  wc.qp_num = qpn;
-  return wc;
-}
 
 }  // namespace
 
@@ -210,12 +202,12 @@ void Qp::Impl::on_marked(const wire::Packet& pkt, const RxInfo& rx, Time now) {
 
 void Qp::Impl::write_cnp(TxBuf* buf) {
   buf->len = static_cast<uint32_t>(wire::build_headers(wire::cnp_packet(cnp_to.qpn), buf->data));
-  buf->dst_ip = cnp_to.ip;
-  buf->src_port = ctx.src_port;
-  buf->ecn = kEcnNotEct;  // a CNP is not ECN-capable: marking it would say nothing
-  buf->dscp = init.cc.np.cnp_dscp;
-  buf->pcp = init.cc.np.cnp_802p_prio;
-  buf->roce_v1 = cnp_to.roce_v1;  // Annex A17.9.3 defines the CNP for RoCE v1 too
+  stamp_route(buf, Route{.dst_ip = cnp_to.ip,
+                         .src_port = ctx.src_port,
+                         .ecn = kEcnNotEct,  // a CNP is not ECN-capable: marking it says nothing
+                         .dscp = init.cc.np.cnp_dscp,
+                         .pcp = init.cc.np.cnp_802p_prio,
+                         .roce_v1 = cnp_to.roce_v1});  // Annex A17.9.3 defines a v1 CNP too
 }
 
 bool Qp::Impl::send_pending_cnp() {

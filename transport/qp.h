@@ -11,6 +11,7 @@
 
 #include "transport/cc/params.h"
 #include "transport/env.h"
+#include "transport/qp_counters.h"
 #include "transport/recv_queue.h"
 #include "transport/ring.h"
 #include "transport/wqe.h"
@@ -57,36 +58,6 @@ struct QpInit {
   cc::CcConfig cc;
   // The rate congestion control starts from and caps at (rpg_max_rate may cap lower), bits/s.
   uint64_t line_rate_bps = kDefaultLineRateBps;
-};
-
-// Per-QP counters; names follow rxe's hw_counters where one exists.
-struct QpCounters {
-  uint64_t sent_pkts = 0, rcvd_pkts = 0;
-  uint64_t retry_exceeded_err = 0, rnr_retry_exceeded_err = 0;
-  uint64_t send_rnr_err = 0;        // RNR NAKs sent (no receive WQE)
-  uint64_t rcvd_rnr_err = 0;        // RNR NAKs received
-  uint64_t rcvd_seq_err = 0;        // PSN sequence error NAKs received
-  uint64_t out_of_seq_request = 0;  // requests received out of sequence (NAK sent)
-  uint64_t duplicate_request = 0;   // duplicate requests received (re-ACKed)
-  uint64_t send_err = 0;
-  uint64_t completer_retry_err = 0, local_ack_timeout_err = 0;
-  uint64_t retransmitted_pkts = 0;
-  // Times a loss signal (sequence/implicit NAK, ACK timeout, probe) shrank the requester's send
-  // window (requester.h, SendWindowCtl). No rxe equivalent.
-  uint64_t send_window_cuts = 0;
-  // Probe timeouts that resent from the oldest unacknowledged PSN before the ACK timeout
-  // (QpInit::early_retransmit, completer.h). No rxe equivalent.
-  uint64_t early_retransmits = 0;
-  uint64_t dropped_pkts = 0;  // received but dropped (wrong state, bad opcode for QP type…)
-  // UD/UC receive drops (each also counted in dropped_pkts).
-  uint64_t qkey_violation = 0;   // UD: DETH Q_Key differs from the QP's (IBTA C10-15, 10.2.5)
-  uint64_t out_of_buffer = 0;    // UD/UC: no receive WQE posted (mlx5's name): message dropped
-  uint64_t uc_dropped_msgs = 0;  // UC: messages abandoned after a lost packet (IBTA 9.8.3)
-  // Congestion control, mlx5's names (docs/congestion-control.md, "Counters").
-  uint64_t np_ecn_marked_roce_packets = 0;  // accepted packets that arrived marked CE
-  uint64_t np_cnp_sent = 0;                 // CNPs sent (at most one per min_time_between_cnps)
-  uint64_t rp_cnp_handled = 0;              // CNPs received that the rate control acted on (DCQCN)
-  uint64_t rp_cnp_ignored = 0;  // CNPs received and ignored: no DCQCN on this QP, not sending
 };
 
 class Qp {

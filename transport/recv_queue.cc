@@ -3,17 +3,14 @@
 
 #include <cerrno>
 
+#include "transport/wc.h"
+
 namespace uroce::transport {
 
 namespace {
 // IBTA 10.3.1 (Error state): a receive WQE of a QP in ERR completes "flushed in error".
 ibv_wc recv_flush_wc(uint64_t wr_id, uint32_t qpn) {
-  ibv_wc wc{};
-  wc.wr_id = wr_id;
-  wc.status = IBV_WC_WR_FLUSH_ERR;
-  wc.opcode = IBV_WC_RECV;
-  wc.qp_num = qpn;
-  return wc;
+  return flush_wc(wr_id, IBV_WC_RECV, qpn);
 }
 }  // namespace
 

@@ -7,55 +7,8 @@
 #include "transport/dma.h"
 
 namespace uroce::transport {
-namespace {
 
 using wire::Opcode;
-
-constexpr WrOpcodeInfo kUnsupported{};
-
-}  // namespace
-
-const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op) {
-  // RC rows (IBTA Table 38). A SEND's immediate travels in its LAST/ONLY packet only (9.4.3).
-  static constexpr WrOpcodeInfo kSend{true, Opcode::kRcSendFirst, Opcode::kRcSendMiddle,
-                                      Opcode::kRcSendLast, Opcode::kRcSendOnly};
-  static constexpr WrOpcodeInfo kSendImm{true, Opcode::kRcSendFirst, Opcode::kRcSendMiddle,
-                                         Opcode::kRcSendLastImm, Opcode::kRcSendOnlyImm};
-  // RETH travels in the first packet of a WRITE, its immediate in the last (9.4.3, 9.4.4).
-  static constexpr WrOpcodeInfo kWrite{true, Opcode::kRcWriteFirst, Opcode::kRcWriteMiddle,
-                                       Opcode::kRcWriteLast, Opcode::kRcWriteOnly};
-  static constexpr WrOpcodeInfo kWriteImm{true, Opcode::kRcWriteFirst, Opcode::kRcWriteMiddle,
-                                          Opcode::kRcWriteLastImm, Opcode::kRcWriteOnlyImm};
-  static constexpr WrOpcodeInfo kRead{true, Opcode::kRcReadRequest, Opcode::kRcReadRequest,
-                                      Opcode::kRcReadRequest, Opcode::kRcReadRequest};
-  static constexpr WrOpcodeInfo kCmpSwap{true, Opcode::kRcCompareSwap, Opcode::kRcCompareSwap,
-                                         Opcode::kRcCompareSwap, Opcode::kRcCompareSwap};
-  // SEND with invalidate: the IETH travels in its LAST/ONLY packet (9.4.1.1).
-  static constexpr WrOpcodeInfo kSendInv{true, Opcode::kRcSendFirst, Opcode::kRcSendMiddle,
-                                         Opcode::kRcSendLastInv, Opcode::kRcSendOnlyInv};
-  static constexpr WrOpcodeInfo kFetchAdd{true, Opcode::kRcFetchAdd, Opcode::kRcFetchAdd,
-                                          Opcode::kRcFetchAdd, Opcode::kRcFetchAdd};
-  switch (op) {
-    case IBV_WR_SEND:
-      return kSend;
-    case IBV_WR_SEND_WITH_IMM:
-      return kSendImm;
-    case IBV_WR_SEND_WITH_INV:
-      return kSendInv;
-    case IBV_WR_RDMA_WRITE:
-      return kWrite;
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return kWriteImm;
-    case IBV_WR_RDMA_READ:
-      return kRead;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return kCmpSwap;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return kFetchAdd;
-    default:
-      return kUnsupported;
-  }
-}
 
 void SendWindowCtl::on_acked(uint32_t pkts) {
   if (limit_ < ssthresh_) {
@@ -297,12 +250,10 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   const bool first = seg.index == 0, last = seg.index + 1 == e.npkts;
   const uint32_t len = seg.len;
   const WrOpcodeInfo& w = wr_opcode_info(e.wqe.opcode);
-  const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
-  const Opcode op = rd_atomic       ? w.only
-                    : first && last ? w.only
-                    : first         ? w.first
-                    : last          ? w.last
-                                    : w.middle;
+  const bool rd_atomic = w.flags & kWrReadOrAtomic;
+  // A READ resent from mid-stream is not its first packet, but READ and the ATOMICs name their
+  // one request opcode in every position.
+  const Opcode op = wire_opcode(w, wire::Service::kRc, first, last);
   const wire::OpcodeInfo& info = wire::opcode_info(op);
 
   ++since_ack_req_;
@@ -374,12 +325,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
     std::memset(payload + len, 0, p.bth.pad);
     buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
   }
-  buf->dst_ip = ctx.remote_ip;
-  buf->src_port = ctx.src_port;
-  buf->ecn = kEcnEct0;   // data packets are ECN-capable (Annex A17.9: DCQCN needs marks)
-  buf->dscp = ctx.dscp;  // every packet, like ecn: a reused buffer keeps no CNP's DSCP
-  buf->pcp = kPcpPortDefault;
-  buf->roce_v1 = ctx.roce_v1;
+  stamp_route(buf, data_route(ctx));
   return ack_req;
 }
 

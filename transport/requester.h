@@ -65,15 +65,6 @@ class SendWindowCtl {
   uint32_t credit_ = 0;                  // PSNs acknowledged towards the next +1 above ssthresh_
 };
 
-// ibv_wr_opcode → the wire opcodes of its packets by position. Segmentation and header building
-// read only this table and the wire opcode table. READ and the ATOMICs are one request packet
-// (all four positions name it).
-struct WrOpcodeInfo {
-  bool supported = false;
-  wire::Opcode first, middle, last, only;
-};
-const WrOpcodeInfo& wr_opcode_info(ibv_wr_opcode op);
-
 class Requester {
  public:
   enum class State : uint8_t {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "transport/dma.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 namespace {
@@ -460,21 +461,8 @@ void Responder::complete_recv(const QpContext& ctx, RecvQueue& rq, ibv_wc_status
                               ibv_wc_opcode opcode, uint32_t byte_len, const wire::Packet* last) {
   msg_ = Msg::kNone;
   if (rq.empty()) return;
-  ibv_wc wc{};
-  wc.wr_id = rq.front().wr_id;
-  wc.status = status;
-  wc.opcode = opcode;
-  wc.byte_len = byte_len;
-  wc.qp_num = ctx.init.qpn;
-  wc.src_qp = ctx.attr.dest_qp_num;
-  if (last != nullptr && (last->info->flags & wire::kHasImm)) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = last->imm_be;
-  }
-  if (last != nullptr && (last->info->flags & wire::kHasIeth)) {
-    wc.wc_flags |= IBV_WC_WITH_INV;
-    wc.invalidated_rkey = last->ieth_rkey;
-  }
+  const ibv_wc wc = make_recv_wc(rq.front().wr_id, status, opcode, ctx.init.qpn,
+                                 ctx.attr.dest_qp_num, byte_len, last);
   rq.pop_front();
   // Solicited: the message's last packet had SE set (IBTA 9.2.3, 11.4.2.2).
   ctx.init.recv_cq->push(wc, last != nullptr && last->bth.se);
@@ -488,15 +476,7 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
   p.bth.dest_qp = ctx.attr.dest_qp_num;
   p.bth.psn = r.psn.value();
   p.aeth.msn = r.msn;
-  buf->dst_ip = ctx.remote_ip;
-  buf->src_port = ctx.src_port;
-  // ECN-capable like every packet of the QP, as ConnectX sends them (even its CNPs carry ECT(0),
-  // docs/congestion-control.md): a switch marks a congested reverse path too, and an ACK then
-  // shares a UDP GSO send with data going the same way (the reply of a ping-pong).
-  buf->ecn = kEcnEct0;
-  buf->dscp = ctx.dscp;
-  buf->pcp = kPcpPortDefault;
-  buf->roce_v1 = ctx.roce_v1;
+  stamp_route(buf, data_route(ctx));  // ECN-capable like the QP's data (context.h)
   bool fatal = false;
   switch (r.kind) {
     case Response::Kind::kAck:

@@ -13,48 +13,16 @@
 #include "transport/psn.h"
 #include "transport/qp.h"
 #include "transport/ring.h"
+#include "transport/wr_opcode.h"
 
 namespace uroce::transport {
 
-// READ and the ATOMICs get their data back in responses: the responder answers them from its
-// limited resources (max_rd_atomic / max_dest_rd_atomic, IBTA 9.5), a later ACK cannot complete
-// them, and their completion writes local memory.
-inline bool is_read_or_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-inline bool is_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-// BIND_MW and LOCAL_INV act on this device's key table only: no packet, no PSN. The requester
-// executes one when its cursor reaches it (so after every earlier WQE has been sent, and, with
-// IBV_SEND_FENCE, after every earlier READ/ATOMIC has completed); it then enters kInFlight with
-// npkts == 0 at first_psn, so the completer completes it in order once everything before it is
-// acknowledged (IBTA 10.8.3: work requests complete in order).
-inline bool is_local_op(ibv_wr_opcode op) {
-  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
-}
-// The completion opcode of a send WQE (ibv_poll_cq(3)).
-inline ibv_wc_opcode wc_opcode_for(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_BIND_MW:
-      return IBV_WC_BIND_MW;
-    case IBV_WR_LOCAL_INV:
-      return IBV_WC_LOCAL_INV;
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return IBV_WC_FETCH_ADD;
-    default:
-      return IBV_WC_SEND;
-  }
-}
-
+// A local operation (BIND_MW, LOCAL_INV: kWrLocal in wr_opcode.h) acts on this device's key
+// table only: no packet, no PSN. The requester executes one when its cursor reaches it (so after
+// every earlier WQE has been sent, and, with IBV_SEND_FENCE, after every earlier READ/ATOMIC has
+// completed); it then enters kInFlight with npkts == 0 at first_psn, so the completer completes it
+// in order once everything before it is acknowledged (IBTA 10.8.3: work requests complete in
+// order).
 enum class WqeState : uint8_t {
   kQueued,      // posted; the requester has not reached it, no PSN assigned
   kInFlight,    // PSNs [first_psn, first_psn + npkts) assigned; sent, partly sent or to be resent.

@@ -6,25 +6,11 @@
 
 #include "transport/dma.h"
 #include "transport/srq.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 
 using wire::Opcode;
-
-Opcode uc_opcode(ibv_wr_opcode op, uint32_t index, uint32_t npkts) {
-  const bool first = index == 0, last = index + 1 == npkts;
-  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  const bool imm = op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  // The immediate travels in the LAST/ONLY packet, the RETH in the FIRST/ONLY (9.4.3, 9.4.4).
-  if (first && last) {
-    if (write) return imm ? Opcode::kUcWriteOnlyImm : Opcode::kUcWriteOnly;
-    return imm ? Opcode::kUcSendOnlyImm : Opcode::kUcSendOnly;
-  }
-  if (first) return write ? Opcode::kUcWriteFirst : Opcode::kUcSendFirst;
-  if (!last) return write ? Opcode::kUcWriteMiddle : Opcode::kUcSendMiddle;
-  if (write) return imm ? Opcode::kUcWriteLastImm : Opcode::kUcWriteLast;
-  return imm ? Opcode::kUcSendLastImm : Opcode::kUcSendLast;
-}
 
 void UcSender::reset(Psn sq_psn) {
   *this = UcSender{};
@@ -42,9 +28,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       // A new WQE: check every SGE before its first packet, as the RC requester does.
       if (!is_inline &&
           check_sges(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, 0) != MemStatus::kOk) {
-        complete_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR);
-        out.send_error = true;
-        return out;
+        return fail_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR, out);
       }
       active_seq_ = sq.begin();
       sent_ = 0;
@@ -62,17 +46,12 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
                        &npieces) != MemStatus::kOk) {
         // The memory went away mid-message: the peer abandons the partial message when the
         // next one starts (9.8.3.1).
-        complete_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR);
-        out.send_error = true;
-        return out;
+        return fail_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR, out);
       }
-      if (!pacer.may_send(now)) return out;  // the QP's rate: its release time wakes it
-      TxBuf* buf = tx.tx_alloc();
-      if (buf == nullptr) {
-        out.blocked_by_port = true;
-        return out;
-      }
-      const Opcode op = uc_opcode(e.wqe.opcode, sent_, e.npkts);
+      TxBuf* buf = alloc_paced(tx, pacer, now, out);
+      if (buf == nullptr) return out;
+      const Opcode op = wire_opcode(wr_opcode_info(e.wqe.opcode), wire::Service::kUc, sent_ == 0,
+                                    sent_ + 1 == e.npkts);
       const wire::OpcodeInfo& info = wire::opcode_info(op);
       wire::Packet p;
       p.bth.opcode = static_cast<uint8_t>(op);
@@ -98,12 +77,7 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       }
       std::memset(payload + len, 0, p.bth.pad);
       buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
-      buf->dst_ip = ctx.remote_ip;
-      buf->src_port = ctx.src_port;
-      buf->ecn = kEcnEct0;
-      buf->dscp = ctx.dscp;
-      buf->pcp = kPcpPortDefault;
-      buf->roce_v1 = ctx.roce_v1;
+      stamp_route(buf, data_route(ctx));
       commit_paced(tx, buf, pacer, now, out);
       ++ctx.counters.sent_pkts;
       ++next_psn_;
@@ -240,17 +214,9 @@ void UcReceiver::on_write(const wire::Packet& pkt, const QpContext& ctx, RecvQue
 void UcReceiver::complete(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,
                           ibv_wc_opcode op, uint32_t byte_len, const wire::Packet& last) {
   msg_ = Msg::kNone;
-  ibv_wc wc{};
-  wc.wr_id = rq.front().wr_id;
-  wc.status = status;
-  wc.opcode = op;
-  wc.byte_len = byte_len;
-  wc.qp_num = ctx.init.qpn;
-  wc.src_qp = ctx.attr.dest_qp_num;
-  if (status == IBV_WC_SUCCESS && (last.info->flags & wire::kHasImm)) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = last.imm_be;
-  }
+  // A failed message reports no immediate (UC carries no invalidate).
+  const ibv_wc wc = make_recv_wc(rq.front().wr_id, status, op, ctx.init.qpn, ctx.attr.dest_qp_num,
+                                 byte_len, status == IBV_WC_SUCCESS ? &last : nullptr);
   rq.pop_front();
   ctx.init.recv_cq->push(wc, status == IBV_WC_SUCCESS && last.bth.se);
 }

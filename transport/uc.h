@@ -16,9 +16,6 @@
 
 namespace uroce::transport {
 
-// The UC wire opcode of packet `index` of `npkts` of a SEND/WRITE WQE (IBTA Table 38).
-wire::Opcode uc_opcode(ibv_wr_opcode op, uint32_t index, uint32_t npkts);
-
 class UcSender {
  public:
   // RTR→RTS: the first PSN is sq_psn.

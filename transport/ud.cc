@@ -6,6 +6,7 @@
 
 #include "transport/dma.h"
 #include "transport/srq.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 namespace {
@@ -67,28 +68,20 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     SendEntry& e = sq.front();
     const bool is_inline = e.wqe.send_flags & IBV_SEND_INLINE;
     if (e.length > ctx.init.port_mtu) {
-      complete_front_send(ctx, sq, IBV_WC_LOC_LEN_ERR);
-      out.send_error = true;
-      return out;
+      return fail_front_send(ctx, sq, IBV_WC_LOC_LEN_ERR, out);
     }
     MemPieces pieces;
     uint32_t npieces = 0;
     if (!is_inline && resolve_read(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, 0,
                                    e.length, pieces, &npieces) != MemStatus::kOk) {
-      complete_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR);
-      out.send_error = true;
-      return out;
+      return fail_front_send(ctx, sq, IBV_WC_LOC_PROT_ERR, out);
     }
-    if (!pacer.may_send(now)) return out;  // the QP's rate: its release time wakes it
-    TxBuf* buf = tx.tx_alloc();
-    if (buf == nullptr) {
-      out.blocked_by_port = true;
-      return out;
-    }
-    const bool imm = e.wqe.opcode == IBV_WR_SEND_WITH_IMM;
+    TxBuf* buf = alloc_paced(tx, pacer, now, out);
+    if (buf == nullptr) return out;
+    // A UD message is one packet: SEND ONLY, with or without immediate (IBTA 9.8.4).
+    const WrOpcodeInfo& w = wr_opcode_info(e.wqe.opcode);
     wire::Packet p;
-    p.bth.opcode =
-        static_cast<uint8_t>(imm ? wire::Opcode::kUdSendOnlyImm : wire::Opcode::kUdSendOnly);
+    p.bth.opcode = static_cast<uint8_t>(wire_opcode(w, wire::Service::kUd, true, true));
     p.bth.se = e.wqe.send_flags & IBV_SEND_SOLICITED;
     p.bth.migreq = true;
     p.bth.pad = wire::pad_for(e.length);
@@ -97,7 +90,7 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     p.bth.psn = next_psn_.value();
     p.deth.qkey = ud_wire_qkey(e.wqe.ud_remote_qkey, ctx.attr.qkey);
     p.deth.src_qp = ctx.init.qpn;
-    if (imm) p.imm_be = e.wqe.imm_be;
+    if (w.flags & kWrImm) p.imm_be = e.wqe.imm_be;
     const size_t hdr = wire::build_headers(p, buf->data);
     uint8_t* payload = buf->data + hdr;
     if (is_inline) {
@@ -107,12 +100,13 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
     }
     std::memset(payload + e.length, 0, p.bth.pad);
     buf->len = static_cast<uint32_t>(hdr + e.length + p.bth.pad);
-    buf->dst_ip = e.wqe.ud_dst_ip;
-    buf->src_port = ctx.src_port;
-    buf->ecn = kEcnEct0;
-    buf->dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class);
-    buf->pcp = kPcpPortDefault;
-    buf->roce_v1 = e.wqe.ud_roce_v1;
+    // Each datagram goes where its AH says, with the AH's traffic class.
+    stamp_route(buf, Route{.dst_ip = e.wqe.ud_dst_ip,
+                           .src_port = ctx.src_port,
+                           .ecn = kEcnEct0,
+                           .dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class),
+                           .pcp = kPcpPortDefault,
+                           .roce_v1 = e.wqe.ud_roce_v1});
     commit_paced(tx, buf, pacer, now, out);
     ++ctx.counters.sent_pkts;
     ++next_psn_;
@@ -140,20 +134,11 @@ void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
   const RecvWqe w = rq.front();
   rq.pop_front();
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());
-  ibv_wc wc{};
-  wc.wr_id = w.wr_id;
-  wc.opcode = IBV_WC_RECV;
-  wc.qp_num = ctx.init.qpn;
-  wc.src_qp = pkt.deth.src_qp;
-  wc.pkey_index = 0;
-  wc.byte_len = kGrhBytes + len;
-  wc.wc_flags = IBV_WC_GRH;
+  // The receive buffer starts with the GRH area, written below (IBV_WC_GRH); pkey_index 0.
+  ibv_wc wc = make_recv_wc(w.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, ctx.init.qpn, pkt.deth.src_qp,
+                           kGrhBytes + len, &pkt);
+  wc.wc_flags |= IBV_WC_GRH;
   wc.sl = rx.roce_v1 ? kWcSlRoceV1 : kWcSlRoceV2Ipv4;
-  if (pkt.info->flags & wire::kHasImm) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = pkt.imm_be;
-  }
-  wc.status = IBV_WC_SUCCESS;
   if (sge_total(w.sge.data(), w.num_sge) < uint64_t{kGrhBytes} + len) {
     wc.status = IBV_WC_LOC_LEN_ERR;
   } else {

@@ -7,6 +7,7 @@
 #include "transport/cc/pacer.h"
 #include "transport/context.h"
 #include "transport/send_queue.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 
@@ -28,20 +29,31 @@ inline void commit_paced(PacketSink& tx, TxBuf* buf, cc::Pacer& pacer, Time now,
   out.frame_bytes += frame;
 }
 
+// The buffer for a UD/UC QP's next packet, or nullptr when it must wait: for the QP's rate (its
+// pacer's release time wakes it) or for the port's ring (out.blocked_by_port).
+inline TxBuf* alloc_paced(PacketSink& tx, cc::Pacer& pacer, Time now, UnreliableOutcome& out) {
+  if (!pacer.may_send(now)) return nullptr;
+  TxBuf* buf = tx.tx_alloc();
+  if (buf == nullptr) out.blocked_by_port = true;
+  return buf;
+}
+
 // Completes the send WQE at the front of `sq` with `status` (successes only when signaled) and
 // pops it.
 inline void complete_front_send(const QpContext& ctx, SendQueue& sq, ibv_wc_status status) {
   const SendEntry& e = sq.front();
-  if (e.signaled || status != IBV_WC_SUCCESS) {
-    ibv_wc wc{};
-    wc.wr_id = e.wqe.wr_id;
-    wc.status = status;
-    wc.opcode = wc_opcode_for(e.wqe.opcode);
-    wc.qp_num = ctx.init.qpn;
-    wc.byte_len = e.length;
-    ctx.init.send_cq->push(wc);
-  }
+  if (e.signaled || status != IBV_WC_SUCCESS)
+    ctx.init.send_cq->push(make_send_wc(e, status, ctx.init.qpn));
   sq.pop_front();
+}
+
+// The send WQE at the front of `sq` failed (a bad length, memory the QP cannot read): it
+// completes with `status`, and `out` tells the QP to enter SQE. Returns `out`.
+inline UnreliableOutcome fail_front_send(const QpContext& ctx, SendQueue& sq, ibv_wc_status status,
+                                         UnreliableOutcome& out) {
+  complete_front_send(ctx, sq, status);
+  out.send_error = true;
+  return out;
 }
 
 }  // namespace uroce::transport

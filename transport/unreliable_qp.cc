@@ -2,6 +2,7 @@
 #include "transport/unreliable_qp.h"
 
 #include "transport/qp_impl.h"
+#include "transport/wc.h"
 
 namespace uroce::transport {
 namespace {
@@ -18,12 +19,7 @@ void enter_sqe(Qp::Impl& q) {
   q.state = IBV_QPS_SQE;
   for (SendQueue::Seq s = q.sq.begin(); s != q.sq.end(); ++s) {
     const SendWqe& w = q.sq.at(s).wqe;
-    ibv_wc wc{};
-    wc.wr_id = w.wr_id;
-    wc.status = IBV_WC_WR_FLUSH_ERR;
-    wc.opcode = wc_opcode_for(w.opcode);
-    wc.qp_num = q.init.qpn;
-    q.init.send_cq->push(wc);
+    q.init.send_cq->push(flush_wc(w.wr_id, wc_opcode_for(w.opcode), q.init.qpn));
   }
   q.sq.clear();
 }
@@ -31,12 +27,9 @@ void enter_sqe(Qp::Impl& q) {
 }  // namespace
 
 bool unreliable_wqe_ok(ibv_qp_type type, const SendWqe& wqe) {
-  const ibv_wr_opcode op = wqe.opcode;
-  const bool send = op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-  const bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  if (type == IBV_QPT_UD) return send && wqe.ud_dst_ip != 0;
-  if (type == IBV_QPT_UC) return send || write;
-  return false;
+  const bool carried = wr_opcode_info(wqe.opcode).allowed_on(type);
+  if (type == IBV_QPT_UD) return carried && wqe.ud_dst_ip != 0;
+  return type == IBV_QPT_UC && carried;
 }
 
 void unreliable_on_modify(Qp::Impl& q, ibv_qp_state cur, ibv_qp_state next) {

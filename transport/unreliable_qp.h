@@ -17,9 +17,9 @@ struct UnreliableRoles {
   bool seen_packet = false;  // UC: a valid packet arrived since RTR (IBV_EVENT_COMM_EST)
 };
 
-// Whether a UD/UC QP may post `wqe`'s opcode (IBTA Table 38 / ibv_post_send(3): UD carries SEND and
-// SEND with immediate, UC adds RDMA WRITE with and without immediate). A UD WQE also needs a
-// destination (from its AH): EINVAL without one.
+// Whether a UD/UC QP may post `wqe`'s opcode (the QP types of its row in wr_opcode.h: UD carries
+// SEND and SEND with immediate, UC adds RDMA WRITE with and without immediate). A UD WQE also
+// needs a destination (from its AH): EINVAL without one.
 bool unreliable_wqe_ok(ibv_qp_type type, const SendWqe& wqe);
 // Called by Qp::modify after the attributes are applied and before the state changes.
 void unreliable_on_modify(Qp::Impl& q, ibv_qp_state cur, ibv_qp_state next);

@@ -7,32 +7,6 @@
 
 namespace uroce {
 
-void add_qp_counters(transport::QpCounters& sum, const transport::QpCounters& c) {
-  sum.sent_pkts += c.sent_pkts;
-  sum.rcvd_pkts += c.rcvd_pkts;
-  sum.retry_exceeded_err += c.retry_exceeded_err;
-  sum.rnr_retry_exceeded_err += c.rnr_retry_exceeded_err;
-  sum.send_rnr_err += c.send_rnr_err;
-  sum.rcvd_rnr_err += c.rcvd_rnr_err;
-  sum.rcvd_seq_err += c.rcvd_seq_err;
-  sum.out_of_seq_request += c.out_of_seq_request;
-  sum.duplicate_request += c.duplicate_request;
-  sum.send_err += c.send_err;
-  sum.completer_retry_err += c.completer_retry_err;
-  sum.local_ack_timeout_err += c.local_ack_timeout_err;
-  sum.retransmitted_pkts += c.retransmitted_pkts;
-  sum.send_window_cuts += c.send_window_cuts;
-  sum.early_retransmits += c.early_retransmits;
-  sum.dropped_pkts += c.dropped_pkts;
-  sum.qkey_violation += c.qkey_violation;
-  sum.out_of_buffer += c.out_of_buffer;
-  sum.uc_dropped_msgs += c.uc_dropped_msgs;
-  sum.np_ecn_marked_roce_packets += c.np_ecn_marked_roce_packets;
-  sum.np_cnp_sent += c.np_cnp_sent;
-  sum.rp_cnp_handled += c.rp_cnp_handled;
-  sum.rp_cnp_ignored += c.rp_cnp_ignored;
-}
-
 Dispatch::Dispatch(Transmitter& tx, transport::MemoryAccess& mem, DeviceCounters& counters,
                    Limits limits)
     : tx_(tx), mem_(mem), counters_(counters), limits_(limits) {}
@@ -107,7 +81,7 @@ int Dispatch::destroy_qp(transport::Qp* qp, uint32_t* pd) {
   QpEntry* e = qps_.find(qp->qpn());
   if (!e || e->qp.get() != qp) return EINVAL;
   if (pd) *pd = e->pd;
-  add_qp_counters(retired_, qp->counters());
+  retired_ += qp->counters();
   detach_all_mcast(qp->qpn());
   qps_.erase(qp->qpn());
   return 0;
@@ -316,7 +290,7 @@ transport::Time Dispatch::progress(transport::Time now, bool* again) {
 
 transport::QpCounters Dispatch::counter_totals() const {
   transport::QpCounters sum = retired_;
-  qps_.for_each([&sum](uint32_t, const QpEntry& e) { add_qp_counters(sum, e.qp->counters()); });
+  qps_.for_each([&sum](uint32_t, const QpEntry& e) { sum += e.qp->counters(); });
   return sum;
 }
 

@@ -167,7 +167,4 @@ class Dispatch {
   uint32_t next_qpn_ = 0x11;
 };
 
-// Adds every field of `c` to `sum`.
-void add_qp_counters(transport::QpCounters& sum, const transport::QpCounters& c);
-
 }  // namespace uroce

@@ -1,7 +1,9 @@
-// Protection domains and memory regions of one device, and the transport's window onto memory
+// Protection domains and memory of one device, and the transport's window onto memory
 // (transport::MemoryAccess): every byte the transport reads or writes on behalf of a work request
-// or a remote peer is reached through resolve_local/resolve_remote, which check the key, the PD,
-// the bounds and the access flags.
+// or a remote peer is reached through resolve_local/resolve_remote. The rules — key, PD, bounds,
+// access flags, memory windows — are transport::MemoryTable's (transport/memory_table.h), which
+// the simulator and the transport tests use too; what the engine adds is its own: unpredictable
+// keys, PD lifetimes, and atomics that are atomic across the device.
 //
 // Locking: the device lock protects the whole table (the transport resolves keys with it held,
 // and the verbs calls that register and deregister take it). Atomics do not rely on it; see
@@ -13,6 +15,7 @@
 #include <unordered_map>
 
 #include "transport/env.h"
+#include "transport/memory_table.h"
 
 namespace uroce {
 
@@ -34,17 +37,17 @@ class KeyPermutation {
   uint32_t round_[4];  // round keys
 };
 
-class KeyTable : public transport::MemoryAccess {
+class KeyTable : public transport::TableMemory {
  public:
   KeyTable();                          // draws the permutations' secret (getrandom)
-  KeyTable(const KeyTable&) = delete;  // the lookup cache points into its own map
+  KeyTable(const KeyTable&) = delete;  // as its MemoryTable
   KeyTable& operator=(const KeyTable&) = delete;
   // For tests that need the same keys from run to run.
   explicit KeyTable(uint64_t secret);
 
   // PD handles start at 1 (0 is never a valid PD) and are never reused while the table lives.
   uint32_t alloc_pd();
-  // 0; EINVAL for an unknown PD; EBUSY while MRs or QPs use it.
+  // 0; EINVAL for an unknown PD; EBUSY while MRs, windows or QPs use it.
   int dealloc_pd(uint32_t pd);
   bool pd_exists(uint32_t pd) const { return pds_.count(pd) != 0; }
   // QPs hold a reference on their PD so that dealloc_pd can refuse (EBUSY).
@@ -67,67 +70,26 @@ class KeyTable : public transport::MemoryAccess {
   // to it (they name the old translation and rights).
   int rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64_t len, uint64_t iova,
                int access);
-  size_t mr_count() const { return mrs_.size(); }
+  size_t mr_count() const { return table_.region_count(); }
 
-  // Memory windows (IBTA 10.6.7). A window's R_Key is kMwKeyBit | index << 8 | key: the index
-  // names the window for its lifetime, the low 8 bits change with every bind (the consumer's key
-  // for type 2, incremented by the verbs layer for type 1), so a stale R_Key stops working. MR
-  // keys stay below kMwKeyBit, so the two never collide. A window starts unbound (type 2: "free");
-  // it is bound by a BIND_MW work request (bind_mw) and type 2 windows are unbound by
-  // invalidate(). Type 2 windows are associated with their PD only (type 2B, as mlx5), not QP.
-  static constexpr uint32_t kMwKeyBit = 0x80000000u;
+  // Memory windows (IBTA 10.6.7): see transport::MemoryTable for their keys and rules.
+  static constexpr uint32_t kMwKeyBit = transport::MemoryTable::kMwKeyBit;
   // 0, EINVAL (unknown PD, type not 1/2) or ENOMEM; *handle names the window, *rkey its key.
   int alloc_mw(uint32_t pd, ibv_mw_type type, uint32_t* handle, uint32_t* rkey);
   int dealloc_mw(uint32_t handle);  // 0 or EINVAL; a bound window is unbound first
-  size_t mw_count() const { return mws_.size(); }
+  size_t mw_count() const { return table_.window_count(); }
 
-  // transport::MemoryAccess.
-  transport::MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
-                                  int access) override;
-  transport::MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
-                                   int access) override;
-  // IBV_ATOMIC_HCA asks only for atomicity against this device's atomics, but the operation is
-  // done with a CPU atomic instruction on the 8-byte word, so it is also atomic against the
-  // application's own atomics and other devices in the process (a stronger guarantee, at no
-  // cost). A misaligned pointer (the transport should never pass one: IBTA C9-? makes misaligned
-  // atomics an invalid request) falls back to the device-wide atomic lock.
+  // transport::MemoryAccess: resolving, binding and invalidating are TableMemory's (the rules);
+  // the atomics are the engine's own. IBV_ATOMIC_HCA asks only for atomicity against this device's
+  // atomics, but the operation is done with a CPU atomic instruction on the 8-byte word, so it is
+  // also atomic against the application's own atomics and other devices in the process (a stronger
+  // guarantee, at no cost). A misaligned pointer (the transport should never pass one: IBTA C9-?
+  // makes misaligned atomics an invalid request) falls back to the device-wide atomic lock.
   uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
   uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
-  transport::MemStatus bind_mw(const transport::MwBind& bind, uint32_t qp_pd) override;
-  transport::MemStatus invalidate(uint32_t rkey, uint32_t pd) override;
 
  private:
-  struct Mr {
-    uint32_t pd;
-    uint8_t* host;  // first byte in this process
-    uint64_t iova;  // address of the first byte as work requests and peers name it
-    uint64_t len;
-    int access;              // IBV_ACCESS_* given at registration
-    uint32_t bound_mws = 0;  // windows bound to it: dereg_mr is EBUSY while > 0
-  };
-  struct Mw {
-    uint32_t pd;
-    ibv_mw_type type;
-    uint32_t rkey;               // current R_Key (kMwKeyBit | index << 8 | key)
-    bool bound = false;          // type 2 "valid", else "free"; type 1 bound with length > 0
-    uint32_t mr = 0;             // key of the MR it is bound to, while bound
-    uint64_t addr = 0, len = 0;  // the window, in the MR's address space
-    int access = 0;              // IBV_ACCESS_REMOTE_* granted through the window
-  };
-  void unbind(Mw& mw);
-  transport::MemRef resolve_mw(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
-                               int access) const;
-  transport::MemRef resolve(uint32_t key, uint32_t pd, uint64_t addr, uint64_t len, int access,
-                            bool remote) const;
-
-  std::unordered_map<uint32_t, uint32_t> pds_;  // PD → references (MRs + QPs)
-  std::unordered_map<uint32_t, Mr> mrs_;        // key → region
-  // The last region each side resolved (local SGEs, remote requests), found again without
-  // hashing: a flow's packets name the same key one after the other. Node pointers of mrs_
-  // survive other insertions; dereg_mr clears the cache. Device lock, like the table.
-  mutable uint32_t cached_key_[2] = {};
-  mutable const Mr* cached_mr_[2] = {};
-  std::unordered_map<uint32_t, Mw> mws_;  // window index → window
+  std::unordered_map<uint32_t, uint32_t> pds_;  // PD → QPs using it (MRs, windows: table_)
   uint32_t next_pd_ = 1;
   // MR keys: mr_perm_(mr_count_) for the next counter value whose image is a valid MR key
   // (0x100 ≤ key < kMwKeyBit: away from 0, which some applications take for "none", and out of

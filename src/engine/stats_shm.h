@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "transport/qp.h"
+#include "transport/qp_counters.h"
 
 namespace uroce::stats_shm {
 
@@ -172,33 +172,8 @@ std::string cc_slot_name(size_t slot, size_t field);
 // Whether `name` is one of those entries; *slot and *field say which.
 bool parse_cc_slot_name(const std::string& name, size_t* slot, size_t* field);
 
-// The per-QP transport counters a device publishes, with their names (print_stats uses the same).
-template <typename F>
-void for_each_qp_counter(const transport::QpCounters& q, F&& f) {
-  f("qp_sent_pkts", q.sent_pkts);
-  f("qp_rcvd_pkts", q.rcvd_pkts);
-  f("retransmitted_pkts", q.retransmitted_pkts);
-  f("send_window_cuts", q.send_window_cuts);
-  f("early_retransmits", q.early_retransmits);
-  f("local_ack_timeout_err", q.local_ack_timeout_err);
-  f("rcvd_seq_err", q.rcvd_seq_err);
-  f("rcvd_rnr_err", q.rcvd_rnr_err);
-  f("send_rnr_err", q.send_rnr_err);
-  f("out_of_seq_request", q.out_of_seq_request);
-  f("duplicate_request", q.duplicate_request);
-  f("retry_exceeded_err", q.retry_exceeded_err);
-  f("rnr_retry_exceeded_err", q.rnr_retry_exceeded_err);
-  f("completer_retry_err", q.completer_retry_err);
-  f("send_err", q.send_err);
-  f("qp_dropped_pkts", q.dropped_pkts);
-  f("qkey_violation", q.qkey_violation);
-  f("out_of_buffer", q.out_of_buffer);
-  f("uc_dropped_msgs", q.uc_dropped_msgs);
-  // Congestion control, mlx5's names (docs/congestion-control.md).
-  f("np_ecn_marked_roce_packets", q.np_ecn_marked_roce_packets);
-  f("np_cnp_sent", q.np_cnp_sent);
-  f("rp_cnp_handled", q.rp_cnp_handled);
-  f("rp_cnp_ignored", q.rp_cnp_ignored);
-}
+// The per-QP transport counters a device publishes, with their names (print_stats uses the same):
+// the rows of transport/qp_counters.h.
+using transport::for_each_qp_counter;
 
 }  // namespace uroce::stats_shm

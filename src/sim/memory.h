@@ -1,6 +1,6 @@
-// Memory behind a simulated host's MRs, without the bytes: regions of any size, checked exactly
-// as the engine's key table checks them (key, PD, bounds, access), whose contents live in one
-// small scratch window. A 256-host fabric moving megabyte messages then needs no gigabytes of
+// Memory behind a simulated host's MRs, without the bytes: regions of any size, checked by the
+// engine's own rules (transport::MemoryTable: key, PD, bounds, access), whose contents live in
+// one small scratch window. A 256-host fabric moving megabyte messages then needs no gigabytes of
 // buffers; the packets still carry (and the ICRC still covers) real bytes — whatever the
 // window holds.
 //
@@ -12,14 +12,14 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "transport/env.h"
+#include "transport/memory_table.h"
 
 namespace uroce::sim {
 
-class SyntheticMemory final : public transport::MemoryAccess {
+class SyntheticMemory final : public transport::TableMemory {
  public:
   // Larger than any packet's payload (path MTU 4096).
   static constexpr uint64_t kWindow = 16 * 1024;
@@ -33,18 +33,11 @@ class SyntheticMemory final : public transport::MemoryAccess {
                                   int access) override;
   transport::MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
                                    int access) override;
-  uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
-  uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
 
  private:
-  struct Region {
-    uint32_t pd;
-    uint64_t base, len;
-    int access;
-  };
-  transport::MemRef resolve(const Region& g, uint32_t pd, uint64_t addr, uint64_t len);
+  // Where the bytes of a resolved range are: the window, or nothing for a longer range.
+  transport::MemRef place(const transport::MemoryTable::Access& a, uint64_t len);
 
-  std::map<uint32_t, Region> regions_;
   uint32_t next_key_ = 0x100;
   std::vector<uint8_t> scratch_;  // 2·kWindow, so any resolve of <= kWindow bytes fits
 };

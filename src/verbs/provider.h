@@ -119,14 +119,11 @@ int destroy_srq(ibv_srq* srq);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);  // ibv_context_ops
 
 // ---- wr_api.cc: the ibv_wr_* send interface ----
-// 0 when every operation in `send_ops_flags` (IBV_QP_EX_WITH_*) can be posted, else EOPNOTSUPP.
+// 0 when every operation in `send_ops_flags` (IBV_QP_EX_WITH_*) can be posted (its row in
+// transport/wr_opcode.h is supported), else EOPNOTSUPP.
 int check_send_ops(uint64_t send_ops_flags);
 // Installs the wr_* function pointers of the operations asked for.
 void init_send_ops(class VQp* qp, uint64_t send_ops_flags);
-
-// Work-request opcodes the verbs layer accepts in ibv_post_send (bit per ibv_wr_opcode). Every
-// other opcode fails with EOPNOTSUPP and *bad_wr set, before anything is posted.
-bool send_opcode_supported(ibv_wr_opcode op);
 
 // Releases everything a context still owns (used by close_device).
 void destroy_context_objects(class VContext* ctx);

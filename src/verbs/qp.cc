@@ -14,6 +14,7 @@
 #include "objects.h"
 #include "provider.h"
 #include "transport/qp_state.h"
+#include "transport/wr_opcode.h"
 
 namespace uroce::verbs {
 namespace {
@@ -108,8 +109,8 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   if (const int op = transport::stored_int(wr.opcode);
       op < IBV_WR_RDMA_WRITE || op > IBV_WR_ATOMIC_WRITE)
     return refuse(EINVAL, "opcode is not an ibv_wr_opcode");
-  if (!send_opcode_supported(wr.opcode))
-    return refuse(EOPNOTSUPP, "opcode not implemented (docs/verbs.md)");
+  const transport::WrOpcodeInfo& op = transport::wr_opcode_info(wr.opcode);
+  if (!op.supported) return refuse(EOPNOTSUPP, "opcode not implemented (docs/verbs.md)");
   if (wr.send_flags & ~kRcSendFlags)
     return refuse(EINVAL, "send_flags has a flag other than FENCE, SIGNALED, SOLICITED, INLINE");
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp->cap.max_send_sge)
@@ -142,33 +143,18 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
     if (int rc = ud_dest(qp->qpx.qp_base.context, wr, w)) return rc;
   }
-  switch (wr.opcode) {
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      w.imm_be = wr.imm_data;
-      break;
-    case IBV_WR_SEND_WITH_INV:
-      w.imm_be = wr.invalidate_rkey;
-      break;
-    default:
-      break;
+  // What the WR holds for its opcode (the opcode table's row).
+  if (op.flags & transport::kWrImm) w.imm_be = wr.imm_data;
+  if (op.flags & transport::kWrInvalidate) w.imm_be = wr.invalidate_rkey;
+  if (op.flags & transport::kWrRdma) {
+    w.remote_addr = wr.wr.rdma.remote_addr;
+    w.rkey = wr.wr.rdma.rkey;
   }
-  switch (wr.opcode) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-      w.remote_addr = wr.wr.rdma.remote_addr;
-      w.rkey = wr.wr.rdma.rkey;
-      break;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      w.remote_addr = wr.wr.atomic.remote_addr;
-      w.rkey = wr.wr.atomic.rkey;
-      w.compare_add = wr.wr.atomic.compare_add;
-      w.swap = wr.wr.atomic.swap;
-      break;
-    default:
-      break;
+  if (op.flags & transport::kWrAtomic) {
+    w.remote_addr = wr.wr.atomic.remote_addr;
+    w.rkey = wr.wr.atomic.rkey;
+    w.compare_add = wr.wr.atomic.compare_add;
+    w.swap = wr.wr.atomic.swap;
   }
 
   w.num_sge = 0;
@@ -176,8 +162,7 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   if (wr.send_flags & IBV_SEND_INLINE) {
     // Inline data is copied now: the application may reuse its buffer as soon as post returns,
     // and inline SGEs carry no lkey to check (ibv_post_send(3)).
-    if (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM &&
-        wr.opcode != IBV_WR_RDMA_WRITE && wr.opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+    if (!(op.flags & transport::kWrInline))
       return refuse(EINVAL, "IBV_SEND_INLINE with an opcode that sends no data of its own");
     uint64_t total = 0;
     for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
@@ -220,25 +205,6 @@ thread_local std::vector<transport::RecvWqe> t_recv_wqes;
 thread_local std::vector<ibv_recv_wr*> t_recv_wrs;
 
 }  // namespace
-
-bool send_opcode_supported(ibv_wr_opcode op) {
-  // The operations the transport carries end to end today. Extend together with the transport.
-  switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_LOCAL_INV:
-    case IBV_WR_BIND_MW:
-      return true;
-    default:
-      return false;
-  }
-}
 
 void VQp::qp_event(uint32_t, ibv_event_type type) {
   ibv_async_event ev{};

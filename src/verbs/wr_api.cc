@@ -9,30 +9,13 @@
 
 #include "objects.h"
 #include "provider.h"
+#include "transport/wr_opcode.h"
 
 namespace uroce::verbs {
 namespace {
 
 constexpr unsigned kWrFlags =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
-
-struct OpMap {
-  uint64_t flag;  // IBV_QP_EX_WITH_*
-  ibv_wr_opcode op;
-};
-constexpr OpMap kOps[] = {
-    {IBV_QP_EX_WITH_RDMA_WRITE, IBV_WR_RDMA_WRITE},
-    {IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM},
-    {IBV_QP_EX_WITH_SEND, IBV_WR_SEND},
-    {IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_WR_SEND_WITH_IMM},
-    {IBV_QP_EX_WITH_RDMA_READ, IBV_WR_RDMA_READ},
-    {IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_CMP_AND_SWP},
-    {IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_FETCH_AND_ADD},
-    {IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV},
-    {IBV_QP_EX_WITH_BIND_MW, IBV_WR_BIND_MW},
-    {IBV_QP_EX_WITH_SEND_WITH_INV, IBV_WR_SEND_WITH_INV},
-    {IBV_QP_EX_WITH_TSO, IBV_WR_TSO},
-};
 
 void fail(VQp* qp, int err) {
   if (!qp->batch_err) qp->batch_err = err;
@@ -114,55 +97,38 @@ void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_inf
   if (int rc = mw_bind_wqe(qp->ctx, mw, rkey, *info, *w)) fail(qp, rc);
 }
 
-void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  if (auto* w = begin(qpx, IBV_WR_RDMA_WRITE)) {
+// Starts a WR of the batch that names remote memory (RDMA and atomics).
+transport::SendWqe* begin_remote(ibv_qp_ex* qpx, ibv_wr_opcode op, uint32_t rkey, uint64_t addr) {
+  transport::SendWqe* w = begin(qpx, op);
+  if (w) {
     w->rkey = rkey;
     w->remote_addr = addr;
   }
+  return w;
+}
+
+void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
+  begin_remote(qpx, IBV_WR_RDMA_WRITE, rkey, addr);
 }
 
 void wr_rdma_write_imm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, __be32 imm) {
-  if (auto* w = begin(qpx, IBV_WR_RDMA_WRITE_WITH_IMM)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
-    w->imm_be = imm;
-  }
+  if (auto* w = begin_remote(qpx, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, addr)) w->imm_be = imm;
 }
 
 void wr_rdma_read(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  if (auto* w = begin(qpx, IBV_WR_RDMA_READ)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
-  }
+  begin_remote(qpx, IBV_WR_RDMA_READ, rkey, addr);
 }
 
 void wr_atomic_cmp_swp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare,
                        uint64_t swap) {
-  if (auto* w = begin(qpx, IBV_WR_ATOMIC_CMP_AND_SWP)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
+  if (auto* w = begin_remote(qpx, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, addr)) {
     w->compare_add = compare;
     w->swap = swap;
   }
 }
 
 void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
-  if (auto* w = begin(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD)) {
-    w->rkey = rkey;
-    w->remote_addr = addr;
-    w->compare_add = add;
-  }
-}
-
-void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
-  VQp* qp = to_v(qpx);
-  auto* w = current(qpx);
-  if (!w) return;
-  if (qp->cap.max_send_sge < 1) return fail(qp, EINVAL);
-  w->sge[0] = transport::Sge{addr, length, lkey};
-  w->num_sge = 1;
-  w->inline_len = 0;
-  w->send_flags &= ~static_cast<unsigned>(IBV_SEND_INLINE);
+  if (auto* w = begin_remote(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr)) w->compare_add = add;
 }
 
 void wr_set_sge_list(ibv_qp_ex* qpx, size_t n, const ibv_sge* list) {
@@ -175,6 +141,11 @@ void wr_set_sge_list(ibv_qp_ex* qpx, size_t n, const ibv_sge* list) {
   w->num_sge = static_cast<uint32_t>(n);
   w->inline_len = 0;
   w->send_flags &= ~static_cast<unsigned>(IBV_SEND_INLINE);
+}
+
+void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
+  const ibv_sge sge{addr, length, lkey};
+  wr_set_sge_list(qpx, 1, &sge);
 }
 
 void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
@@ -204,9 +175,9 @@ void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
 
 int check_send_ops(uint64_t flags) {
   uint64_t known = 0;
-  for (const auto& m : kOps) {
-    known |= m.flag;
-    if ((flags & m.flag) && !send_opcode_supported(m.op)) return EOPNOTSUPP;
+  for (const transport::WrOpcodeInfo& op : transport::wr_table::kRows) {
+    known |= op.qp_ex_flag;
+    if ((flags & op.qp_ex_flag) && !op.supported) return EOPNOTSUPP;
   }
   return (flags & ~known) ? EOPNOTSUPP : 0;
 }

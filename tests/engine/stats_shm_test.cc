@@ -57,6 +57,52 @@ bool exists(const std::string& path) {
   return access(path.c_str(), F_OK) == 0;
 }
 
+// The per-QP counters' one list (transport/qp_counters.h) feeds the struct, the published names
+// and the sums: the names are the ones `uroce stats` has always shown, in that order, each fits an
+// entry, and the sum adds every field.
+TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
+  std::vector<std::string> names;
+  for_each_qp_counter(transport::QpCounters{},
+                      [&names](const char* name, uint64_t) { names.emplace_back(name); });
+  const std::vector<std::string> want = {"qp_sent_pkts",
+                                         "qp_rcvd_pkts",
+                                         "retransmitted_pkts",
+                                         "send_window_cuts",
+                                         "early_retransmits",
+                                         "local_ack_timeout_err",
+                                         "rcvd_seq_err",
+                                         "rcvd_rnr_err",
+                                         "send_rnr_err",
+                                         "out_of_seq_request",
+                                         "duplicate_request",
+                                         "retry_exceeded_err",
+                                         "rnr_retry_exceeded_err",
+                                         "completer_retry_err",
+                                         "send_err",
+                                         "qp_dropped_pkts",
+                                         "qkey_violation",
+                                         "out_of_buffer",
+                                         "uc_dropped_msgs",
+                                         "np_ecn_marked_roce_packets",
+                                         "np_cnp_sent",
+                                         "rp_cnp_handled",
+                                         "rp_cnp_ignored"};
+  EXPECT_EQ(names, want);
+  EXPECT_EQ(names.size(), transport::kQpCounterCount);
+  for (const std::string& n : names) EXPECT_LT(n.size(), kNameLen) << n;
+
+  transport::QpCounters a;
+  uint64_t v = 0;
+  for_each_qp_counter(a, [&v](const char*, uint64_t& c) { c = ++v; });
+  transport::QpCounters sum;
+  sum += a;
+  sum += a;
+  v = 0;
+  for_each_qp_counter(sum, [&v](const char* name, uint64_t c) { EXPECT_EQ(c, 2 * ++v) << name; });
+  EXPECT_EQ(sum.sent_pkts, 2u);                                   // the first row
+  EXPECT_EQ(sum.rp_cnp_ignored, 2 * transport::kQpCounterCount);  // the last
+}
+
 TEST(StatsShmTest, LayoutRoundTrip) {
   Identity id = identity("uroce7");
   std::vector<std::string> names = {"rcvd_pkts", "sent_pkts", std::string(40, 'x')};

@@ -10,48 +10,14 @@ namespace uroce::transport::test {
 
 uint32_t FakeMemory::reg(uint32_t pd, void* addr, size_t len, int access) {
   const uint32_t key = next_key_++;
-  regions_[key] = Region{pd, reinterpret_cast<uint64_t>(addr), len, access};
+  MemoryTable::Region r;
+  r.pd = pd;
+  r.host = static_cast<uint8_t*>(addr);
+  r.iova = reinterpret_cast<uint64_t>(addr);
+  r.len = len;
+  r.access = access;
+  table_.add_region(key, r);
   return key;
-}
-
-MemRef FakeMemory::resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
-                                 int access) {
-  MemRef r;
-  auto it = regions_.find(lkey);
-  if (it == regions_.end()) return r;
-  const Region& g = it->second;
-  r.status = MemStatus::kBadPd;
-  if (g.pd != pd) return r;
-  r.status = MemStatus::kOutOfBounds;
-  if (addr < g.base || len > g.len || addr - g.base > g.len - len) return r;
-  r.status = MemStatus::kNoAccess;
-  if ((access & IBV_ACCESS_LOCAL_WRITE) && !(g.access & IBV_ACCESS_LOCAL_WRITE)) return r;
-  r.status = MemStatus::kOk;
-  r.ptr = reinterpret_cast<uint8_t*>(addr);
-  return r;
-}
-
-MemRef FakeMemory::resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
-                                  int access) {
-  MemRef r = resolve_local(rkey, pd, addr, len, 0);
-  if (r.status != MemStatus::kOk) return r;
-  if ((regions_[rkey].access & access) != access) return MemRef{MemStatus::kNoAccess, nullptr};
-  return r;
-}
-
-uint64_t FakeMemory::atomic_fetch_add(uint8_t* ptr, uint64_t add) {
-  uint64_t v;
-  std::memcpy(&v, ptr, 8);
-  const uint64_t n = v + add;
-  std::memcpy(ptr, &n, 8);
-  return v;
-}
-
-uint64_t FakeMemory::atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) {
-  uint64_t v;
-  std::memcpy(&v, ptr, 8);
-  if (v == compare) std::memcpy(ptr, &swap, 8);
-  return v;
 }
 
 TxBuf* CaptureSink::tx_alloc() {

@@ -24,31 +24,20 @@
 #include "sim/event_queue.h"
 #include "sim/frame.h"
 #include "sim/rng.h"
+#include "transport/memory_table.h"
 #include "transport/qp.h"
 
 namespace uroce::transport::test {
 
-// MemoryAccess over registered host buffers; lkey == rkey. Enforces key, PD, bounds and access
-// like the engine's key table.
-class FakeMemory : public MemoryAccess {
+// MemoryAccess over registered host buffers, checked by the engine's own rules
+// (transport::MemoryTable: key, PD, bounds, access, windows); keys are handed out in order from
+// 0x100 (lkey == rkey), and nothing here allocates a window.
+class FakeMemory : public TableMemory {
  public:
   uint32_t reg(uint32_t pd, void* addr, size_t len, int access);
-  void dereg(uint32_t key) { regions_.erase(key); }
-  MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
-                       int access) override;
-  MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
-                        int access) override;
-  uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
-  uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
+  void dereg(uint32_t key) { table_.remove_region(key); }
 
  private:
-  struct Region {
-    uint32_t pd;
-    uint64_t base;
-    uint64_t len;
-    int access;
-  };
-  std::map<uint32_t, Region> regions_;
   uint32_t next_key_ = 0x100;
 };
 

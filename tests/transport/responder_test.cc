@@ -239,8 +239,8 @@ TEST_F(ResponderTest, MessageLongerThanReceiveIsLocalLengthError) {
 
 TEST_F(ResponderTest, SendWithInvalidateOfAKeyThatCannotBeInvalidatedIsNakInvalidRequest) {
   post_recv(1, 100);
-  // FakeMemory has no memory windows: no key can be invalidated (tests/transport/
-  // invalidate_test.cc covers invalidation with the engine's key table).
+  // FakeMemory allocates no memory windows and a region cannot be invalidated: no key can be
+  // (tests/transport/invalidate_test.cc covers invalidation with the engine's key table).
   in(Opcode::kRcSendOnlyInv, kRqPsn, true, bytes(8, 1));
   const auto r = responses();
   ASSERT_EQ(r.size(), 1u);

@@ -1,9 +1,11 @@
 // The DSCP of a QP's packets (transport/context.h QpContext::dscp): the port's default unless the
 // AV's GRH traffic class sets one — as on RNICs, where RoCEv2 carries the traffic class in the IPv4
-// TOS byte (Annex A17.4.5.2) — for requests, ACKs and READ responses alike; per AH for UD.
+// TOS byte (Annex A17.4.5.2) — for requests, ACKs and READ responses alike; per AH for UD. And
+// the rest of a packet's route (transport/env.h stamp_route).
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "transport/context.h"
 
 namespace uroce::transport {
 namespace {
@@ -50,6 +52,32 @@ TEST(TrafficClass, TheAvsTrafficClassSetsTheDscpOfEveryPacket) {
     EXPECT_GE(seen, 4u);  // 2 SENDs (MTU 1024), the READ request, its response, ACKs
     EXPECT_EQ(a.scq.wcs.size(), 2u);
   }
+}
+
+// A port hands out reused buffers: every packet gets its whole route, so nothing of the last
+// packet's (a CNP's DSCP, priority and ECN, a RoCE v1 peer) stays on the next.
+TEST(TrafficClass, EveryPacketGetsItsWholeRoute) {
+  TxBuf buf;
+  stamp_route(&buf, Route{.dst_ip = kIpB,
+                          .src_port = 0xc001,
+                          .ecn = kEcnNotEct,
+                          .dscp = 48,
+                          .pcp = 6,
+                          .roce_v1 = true});
+  QpInit init;
+  ibv_qp_attr attr{};
+  test::FakeMemory mem;
+  QpCounters counters;
+  QpContext ctx{init, attr, mem, counters};
+  ctx.remote_ip = kIpA;
+  ctx.src_port = 0xd00d;
+  stamp_route(&buf, data_route(ctx));
+  EXPECT_EQ(buf.dst_ip, kIpA);
+  EXPECT_EQ(buf.src_port, 0xd00d);
+  EXPECT_EQ(buf.ecn, kEcnEct0);  // a QP's data and ACKs are ECN-capable
+  EXPECT_EQ(buf.dscp, kDscpPortDefault);
+  EXPECT_EQ(buf.pcp, kPcpPortDefault);
+  EXPECT_FALSE(buf.roce_v1);
 }
 
 }  // namespace

@@ -76,8 +76,10 @@ TEST_F(UcPair, SendIsSegmentedWithPsnsAndNoAckRequest) {
   // Completed once sent: nothing will acknowledge it.
   ASSERT_EQ(a.scq.wcs.size(), 1u);
   EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(uc_opcode(IBV_WR_RDMA_WRITE_WITH_IMM, 0, 1), wire::Opcode::kUcWriteOnlyImm);
-  EXPECT_EQ(uc_opcode(IBV_WR_SEND_WITH_IMM, 2, 3), wire::Opcode::kUcSendLastImm);
+  EXPECT_EQ(wire_opcode(wr_opcode_info(IBV_WR_RDMA_WRITE_WITH_IMM), wire::Service::kUc, true, true),
+            wire::Opcode::kUcWriteOnlyImm);
+  EXPECT_EQ(wire_opcode(wr_opcode_info(IBV_WR_SEND_WITH_IMM), wire::Service::kUc, false, true),
+            wire::Opcode::kUcSendLastImm);
 }
 
 TEST_F(UcPair, MessagesArriveOverTheLinkWithoutResponses) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/wr_opcode.h"
 #include "uroce/uroce.h"
 
 #include "verbs_test_util.h"
@@ -167,6 +168,21 @@ TEST_F(ContextTest, QueryDeviceTellsLimits) {
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &ex), 0);
   EXPECT_EQ(std::memcmp(&ex.orig_attr, &a, sizeof a), 0);
   EXPECT_EQ(ex.phys_port_cnt_ex, 1u);  // equal to phys_port_cnt below 256 ports
+}
+
+// The capabilities that follow from the operations ibv_post_send accepts are the opcode table's
+// (transport/wr_opcode.h): claimed exactly when its rows say the operations are carried.
+TEST_F(ContextTest, QueryDeviceCapabilitiesAreTheOpcodeTables) {
+  using uroce::transport::wr_opcode_info;
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &ex), 0);
+  const bool atomics = wr_opcode_info(IBV_WR_ATOMIC_CMP_AND_SWP).supported &&
+                       wr_opcode_info(IBV_WR_ATOMIC_FETCH_AND_ADD).supported;
+  EXPECT_EQ(ex.orig_attr.atomic_cap, atomics ? IBV_ATOMIC_HCA : IBV_ATOMIC_NONE);
+  const unsigned mw = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  const unsigned want = wr_opcode_info(IBV_WR_BIND_MW).supported ? mw : 0;
+  EXPECT_EQ(ex.orig_attr.device_cap_flags & mw, want);
+  EXPECT_EQ(ex.device_cap_flags_ex & mw, want);
 }
 
 TEST_F(ContextTest, QueryPortTellsRoceV2Port) {
@@ -340,6 +356,20 @@ class RcPairTest : public ::testing::Test {
     ia.cap.max_inline_data = 64;
     ia.qp_context = &s;
     return ia;
+  }
+
+  // ibv_create_qp_ex's attributes for an RC QP of a_ with the ibv_wr_* operations `send_ops`.
+  ibv_qp_init_attr_ex send_ops_attr(uint64_t send_ops, uint32_t depth = 4) {
+    ibv_qp_init_attr_ex ex{};
+    ex.send_cq = a_.scq;
+    ex.recv_cq = a_.rcq;
+    ex.qp_type = IBV_QPT_RC;
+    ex.cap.max_send_wr = ex.cap.max_recv_wr = depth;
+    ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    ex.pd = a_.pd;
+    ex.send_ops_flags = send_ops;
+    return ex;
   }
 
   void open_side(Side& s, const char* name) {
@@ -601,6 +631,64 @@ TEST_F(RcPairTest, AMoveToResetRemovesTheQpsCompletions) {
   EXPECT_EQ(poll_n(b_.rcq, 1, 50).size(), 0u);
 }
 
+// ibv_create_qp_ex takes the send_ops_flags of exactly the operations the opcode table carries.
+TEST_F(RcPairTest, SendOpsFlagsAreTheOpcodeTables) {
+  for (const uroce::transport::WrOpcodeInfo& row : uroce::transport::wr_table::kRows) {
+    if (row.qp_ex_flag == 0) continue;
+    ibv_qp_init_attr_ex ex = send_ops_attr(row.qp_ex_flag);
+    errno = 0;
+    ibv_qp* qp = ibv_create_qp_ex(a_.ctx, &ex);
+    if (row.supported) {
+      ASSERT_NE(qp, nullptr) << row.name << ": " << std::strerror(errno);
+      EXPECT_NE(ibv_qp_to_qp_ex(qp), nullptr) << row.name;
+      EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    } else {
+      EXPECT_EQ(qp, nullptr) << row.name;
+      EXPECT_EQ(errno, EOPNOTSUPP) << row.name;
+    }
+  }
+}
+
+// ibv_post_send accepts the opcodes the table carries (EOPNOTSUPP for the others), IBV_SEND_INLINE
+// only on those that send data of their own, and each completes with its row's completion opcode.
+TEST_F(RcPairTest, PostSendFollowsTheOpcodeTable) {
+  // In ERR a WR the QP takes completes at once, flushed: only what the verbs layer refuses fails.
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &err, IBV_QP_STATE), 0);
+  std::vector<uint64_t> taken;
+  for (size_t i = 0; i < uroce::transport::wr_table::kSize; ++i) {
+    const uroce::transport::WrOpcodeInfo& row = uroce::transport::wr_table::kRows[i];
+    if (row.name == nullptr) continue;
+    for (bool inl : {false, true}) {
+      // A BIND_MW needs a window (tests/verbs/mw_test.cc); inline, the verbs layer refuses it
+      // before it looks.
+      if (i == IBV_WR_BIND_MW && !inl) continue;
+      ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 8, a_.mr->lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = i << 1 | (inl ? 1 : 0);
+      wr.opcode = static_cast<ibv_wr_opcode>(i);
+      wr.send_flags = IBV_SEND_SIGNALED | (inl ? IBV_SEND_INLINE : 0);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      ibv_send_wr* bad = nullptr;
+      const int want = !row.supported                                      ? EOPNOTSUPP
+                       : inl && !(row.flags & uroce::transport::kWrInline) ? EINVAL
+                                                                           : 0;
+      EXPECT_EQ(ibv_post_send(a_.qp, &wr, &bad), want) << row.name << (inl ? " inline" : "");
+      if (want == 0) taken.push_back(wr.wr_id);
+    }
+  }
+  const std::vector<ibv_wc> wcs = poll_n(a_.scq, taken.size());
+  ASSERT_EQ(wcs.size(), taken.size());
+  for (size_t k = 0; k < wcs.size(); ++k) {
+    EXPECT_EQ(wcs[k].wr_id, taken[k]);
+    EXPECT_EQ(wcs[k].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wcs[k].opcode, uroce::transport::wr_table::kRows[wcs[k].wr_id >> 1].wc_opcode)
+        << uroce::transport::wr_table::kRows[wcs[k].wr_id >> 1].name;
+  }
+}
+
 TEST_F(RcPairTest, LifecycleErrors) {
   EXPECT_EQ(ibv_destroy_cq(a_.scq), EBUSY) << "a QP still uses the CQ";
 
@@ -615,15 +703,8 @@ TEST_F(RcPairTest, LifecycleErrors) {
   EXPECT_EQ(ibv_create_qp(a_.pd, &ia), nullptr);
   EXPECT_EQ(errno, EINVAL);
 
-  ibv_qp_init_attr_ex ex{};
-  ex.send_cq = a_.scq;
-  ex.recv_cq = a_.rcq;
-  ex.qp_type = IBV_QPT_RC;
-  ex.cap.max_send_wr = ex.cap.max_recv_wr = 4;
-  ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
-  ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ex.pd = a_.pd;
-  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_TSO;  // raw packet QPs only
+  // TSO: raw packet QPs only.
+  ibv_qp_init_attr_ex ex = send_ops_attr(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_TSO);
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(a_.ctx, &ex), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
@@ -696,15 +777,7 @@ TEST_F(RcPairTest, ExtendedCqPollsCompletions) {
 
 TEST_F(RcPairTest, WrApiPostsABatch) {
   // perftest's default path: ibv_create_qp_ex with send ops, ibv_qp_to_qp_ex, ibv_wr_*.
-  ibv_qp_init_attr_ex ex{};
-  ex.send_cq = a_.scq;
-  ex.recv_cq = a_.rcq;
-  ex.qp_type = IBV_QPT_RC;
-  ex.cap.max_send_wr = ex.cap.max_recv_wr = 16;
-  ex.cap.max_send_sge = ex.cap.max_recv_sge = 1;
-  ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ex.pd = a_.pd;
-  ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  ibv_qp_init_attr_ex ex = send_ops_attr(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, 16);
   ibv_qp* qp = ibv_create_qp_ex(a_.ctx, &ex);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
   ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);

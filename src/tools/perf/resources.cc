@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include "transport/wr_opcode.h"
+
 namespace uroce::perf {
 
 void fatal(const char* fmt, ...) {
@@ -18,6 +20,12 @@ void fatal(const char* fmt, ...) {
   std::fputc('\n', stderr);
   va_end(ap);
   std::exit(1);
+}
+
+ibv_wr_opcode test_opcode(Verb v, AtomicOp a) {
+  if (v == Verb::kAtomic)
+    return a == AtomicOp::kCmpAndSwap ? IBV_WR_ATOMIC_CMP_AND_SWP : IBV_WR_ATOMIC_FETCH_AND_ADD;
+  return v == Verb::kSend ? IBV_WR_SEND : v == Verb::kWrite ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
 }
 
 namespace {
@@ -47,21 +55,6 @@ bool gid_zero(const ibv_gid& g) {
   return true;
 }
 
-uint64_t send_ops_for(Verb v, AtomicOp a) {
-  switch (v) {
-    case Verb::kSend:
-      return IBV_QP_EX_WITH_SEND;
-    case Verb::kWrite:
-      return IBV_QP_EX_WITH_RDMA_WRITE;
-    case Verb::kRead:
-      return IBV_QP_EX_WITH_RDMA_READ;
-    case Verb::kAtomic:
-      return a == AtomicOp::kCmpAndSwap ? IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-                                        : IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-  }
-  return 0;
-}
-
 ibv_qp_type qp_type(Conn c) {
   switch (c) {
     case Conn::kUC:
@@ -75,7 +68,7 @@ ibv_qp_type qp_type(Conn c) {
 
 }  // namespace
 
-Resources::Resources(const Options& o) : o_(o) {
+Resources::Resources(const Options& o) : o_(o), opcode_(test_opcode(o.verb, o.atomic_op)) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (!list || n == 0) {
@@ -128,7 +121,7 @@ Resources::Resources(const Options& o) : o_(o) {
       fatal("%s port %d has no GID at index %d (-x)", info_.name.c_str(), o.ib_port,
             info_.gid_index);
   }
-  if (o.verb == Verb::kRead || o.verb == Verb::kAtomic) {
+  if (transport::wr_opcode_info(opcode_).flags & transport::kWrReadOrAtomic) {
     int dev_max = std::max(1, info_.attr.max_qp_rd_atom);
     out_reads_ = o.out_reads ? std::min(o.out_reads, dev_max) : dev_max;
   }
@@ -178,7 +171,7 @@ ibv_qp* Resources::create_qp(CqCtx& cq, int sq, int rq, bool* new_api) {
   a.comp_mask = IBV_QP_INIT_ATTR_PD;
   if (*new_api) {
     a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    a.send_ops_flags = send_ops_for(o_.verb, o_.atomic_op);
+    a.send_ops_flags = transport::wr_opcode_info(opcode_).qp_ex_flag;
     if (ibv_qp* qp = ibv_create_qp_ex(ctx_, &a)) return qp;
     // Devices without the extended API (perftest uses it on mlx5 and EFA only) take the old one.
     std::fprintf(stderr,
@@ -374,7 +367,8 @@ void Resources::connect(const std::vector<Dest>& remote, ibv_mtu mtu) {
 }
 
 int Resources::post(QpCtx& q, const SendWr* wrs, int n) {
-  const bool can_inline = o_.inline_size > 0 && (o_.verb == Verb::kSend || o_.verb == Verb::kWrite);
+  const transport::WrOpcodeInfo& op = transport::wr_opcode_info(opcode_);
+  const bool can_inline = o_.inline_size > 0 && (op.flags & transport::kWrInline);
   if (q.qpx) {
     ibv_qp_ex* x = q.qpx;
     ibv_wr_start(x);
@@ -424,33 +418,21 @@ int Resources::post(QpCtx& q, const SendWr* wrs, int n) {
     r.send_flags = w.signaled ? IBV_SEND_SIGNALED : 0;
     if (can_inline && w.length <= static_cast<uint32_t>(o_.inline_size))
       r.send_flags |= IBV_SEND_INLINE;
-    switch (o_.verb) {
-      case Verb::kSend:
-        r.opcode = IBV_WR_SEND;
-        if (q.ah) {
-          r.wr.ud.ah = q.ah;
-          r.wr.ud.remote_qpn = q.remote.qpn;
-          r.wr.ud.remote_qkey = kQkey;
-        }
-        break;
-      case Verb::kWrite:
-        r.opcode = IBV_WR_RDMA_WRITE;
-        r.wr.rdma.remote_addr = w.remote_addr;
-        r.wr.rdma.rkey = q.remote.rkey;
-        break;
-      case Verb::kRead:
-        r.opcode = IBV_WR_RDMA_READ;
-        r.wr.rdma.remote_addr = w.remote_addr;
-        r.wr.rdma.rkey = q.remote.rkey;
-        break;
-      case Verb::kAtomic:
-        r.opcode = o_.atomic_op == AtomicOp::kCmpAndSwap ? IBV_WR_ATOMIC_CMP_AND_SWP
-                                                         : IBV_WR_ATOMIC_FETCH_AND_ADD;
-        r.wr.atomic.remote_addr = w.remote_addr;
-        r.wr.atomic.compare_add = w.compare_add;
-        r.wr.atomic.swap = w.swap;
-        r.wr.atomic.rkey = q.remote.rkey;
-        break;
+    r.opcode = opcode_;
+    if (q.ah) {  // UD: SEND only
+      r.wr.ud.ah = q.ah;
+      r.wr.ud.remote_qpn = q.remote.qpn;
+      r.wr.ud.remote_qkey = kQkey;
+    }
+    if (op.flags & transport::kWrRdma) {
+      r.wr.rdma.remote_addr = w.remote_addr;
+      r.wr.rdma.rkey = q.remote.rkey;
+    }
+    if (op.flags & transport::kWrAtomic) {
+      r.wr.atomic.remote_addr = w.remote_addr;
+      r.wr.atomic.compare_add = w.compare_add;
+      r.wr.atomic.swap = w.swap;
+      r.wr.atomic.rkey = q.remote.rkey;
     }
   }
   ibv_send_wr* bad = nullptr;

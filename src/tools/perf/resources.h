@@ -31,6 +31,11 @@ inline constexpr uint8_t kMinRnrTimer = 12;
 
 [[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// The work-request opcode of a test's operation. What follows from it (the QP's send-ops flag,
+// whether it may go inline, whether it is a READ/atomic limited by -o) comes from its row in the
+// transport's opcode table (transport/wr_opcode.h).
+ibv_wr_opcode test_opcode(Verb v, AtomicOp a);
+
 // What a port says about itself, and the GID the run uses.
 struct DeviceInfo {
   std::string name;
@@ -121,6 +126,7 @@ class Resources {
   void modify_init(ibv_qp* qp);
 
   const Options& o_;
+  const ibv_wr_opcode opcode_;  // test_opcode(o_.verb, o_.atomic_op)
   DeviceInfo info_;
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
