@@ -8,6 +8,8 @@
 // successful read always finds an event to dequeue.
 #include "engine/cq.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -56,13 +58,31 @@ void CompChannel::notify(void* cq_cookie) {
   give_token(fd_);
 }
 
-int CompChannel::get_event(void** cq_cookie) {
-  int rc = take_token(fd_);
-  if (rc != 0) return rc;
+int CompChannel::try_get_event(void** cq_cookie) {
   std::lock_guard<std::mutex> g(mu_);
+  if (events_.empty()) return EAGAIN;
+  // A token was written with the event and every reader takes one only here, with its event:
+  // the read finds it and does not block.
+  if (int rc = take_token(fd_); rc != 0) return rc;
   *cq_cookie = events_.front();
   events_.pop_front();
   return 0;
+}
+
+bool CompChannel::nonblocking() const {
+  const int fl = fcntl(fd_, F_GETFL);
+  return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+int CompChannel::get_event(void** cq_cookie) {
+  for (;;) {
+    if (int rc = try_get_event(cq_cookie); rc != EAGAIN) return rc;
+    if (nonblocking()) return EAGAIN;
+    // Sleep until an event is queued (the fd becomes readable), as a read of the kernel's event
+    // file would; a signal ends the wait with EINTR (take_token says why).
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, -1) < 0 && errno == EINTR) return EINTR;
+  }
 }
 
 size_t CompChannel::pending() {

@@ -26,6 +26,12 @@ class CompChannel {
   // Dequeues one event; blocks unless the fd is O_NONBLOCK (then EAGAIN), like the kernel's.
   // Returns 0 or a positive errno (EINTR when a signal interrupted the wait).
   int get_event(void** cq_cookie);
+  // Dequeues one event if one is queued (EAGAIN otherwise); never blocks, whatever the fd's
+  // flags. The fd's token is taken with the event, under the channel's lock, so fd() is readable
+  // exactly while an event is queued and a reader never blocks on a token another took.
+  int try_get_event(void** cq_cookie);
+  // Whether the application made fd() non-blocking (O_NONBLOCK): its gets must not sleep.
+  bool nonblocking() const;
   size_t pending();  // events queued and not yet taken
 
  private:

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -427,6 +428,39 @@ void Device::note_poll_result(bool found) {
 
 void Device::stop_polling() {
   engine_->stop_polling();
+}
+
+void Device::on_arm() {
+  engine_->on_arm();
+}
+
+int Device::get_cq_event(CompChannel& ch, void** cq_cookie) {
+  // An event already waits (the fd is readable): no receive pass, no sleep.
+  if (int rc = ch.try_get_event(cq_cookie); rc != EAGAIN) return rc;
+  if (ch.nonblocking()) {
+    // A program polling the fd in its own loop: what has arrived may complete its work.
+    engine_->poll_from_app();
+    return ch.try_get_event(cq_cookie);
+  }
+  if (!engine_->wait_begin()) return ch.get_event(cq_cookie);  // poll mode: the engine receives
+  struct WaitEnd {
+    Engine& e;
+    ~WaitEnd() { e.wait_end(); }
+  } end{*engine_};
+  const std::span<const int> rx = engine_->wait_fds();
+  std::vector<pollfd> fds;
+  fds.reserve(1 + rx.size());
+  fds.push_back({ch.fd(), POLLIN, 0});
+  for (int fd : rx) fds.push_back({fd, POLLIN, 0});
+  for (;;) {
+    // Receive what is there (a pass the engine runs meanwhile is waited for, not raced), then
+    // look for the event it may have raised.
+    engine_->poll_from_app(/*wait_for_receiver=*/true);
+    if (int rc = ch.try_get_event(cq_cookie); rc != EAGAIN) return rc;
+    // Sleep until an event is queued (another thread's pass, or the engine's timers) or a
+    // datagram arrives. A signal ends the wait with EINTR, as a read of the kernel's event file.
+    if (poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) return EINTR;
+  }
 }
 
 void Device::set_handoff_ns(transport::Time ns) {

@@ -154,6 +154,14 @@ class Device : private Engine::Client, private transport::EventSink {
   bool poll_progress();
   // The polling application thread is about to block (Engine::stop_polling).
   void stop_polling();
+  // ibv_req_notify_cq armed a CQ (Engine::on_arm).
+  void on_arm();
+  // ibv_get_cq_event on a channel of this device: the next event, or a positive errno (EAGAIN
+  // when the fd is O_NONBLOCK and none is queued, EINTR when a signal ended the wait). A thread
+  // that must sleep does so on the channel's fd *and* the port's wait fds (Engine::wait_begin),
+  // and receives what arrives itself: the datagram that completes its work wakes it, and no
+  // other thread (one wake-up per message, as an RNIC's interrupt gives).
+  int get_cq_event(CompChannel& ch, void** cq_cookie);
   // What an application's CQ poll returned (Engine::note_poll_result).
   void note_poll_result(bool found);
   // Waits for a pass another thread is running and sends what the transmit queue holds (the

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "engine/signals.h"
+#include "util/log.h"
 
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -29,21 +30,19 @@ constexpr transport::Time kMinTimerNs = 10'000;
 // Poll mode (PortCaps::poll_mode): keep polling this long after the last receive or pending
 // work; then sleep, on receive interrupts or on a timer that doubles from kMinBackoffNs to
 // kMaxBackoffNs (an idle device then wakes at most 1000 times a second: about 0% CPU). An
-// application thread that polled within the handoff time (Engine::kDefaultHandoffNs) drives
-// progress itself (poll_from_app), so the engine does not spin against it.
+// application thread that polled within the handoff time drives progress itself (poll_from_app),
+// so the engine does not spin against it.
 constexpr transport::Time kSpinNs = 50'000;
 constexpr transport::Time kMinBackoffNs = 20'000;
-// The longest a polling application's guard runs (Engine::push_guard): how long the engine
-// thread may take, at worst, to notice that an application which polled steadily stopped
-// without saying so (no CQ armed, no completion channel) — and so how long arrivals, and ACKs
-// its last pass held for its next call, may wait then. Below the 5 ms after which a peer's
+constexpr transport::Time kMaxBackoffNs = 1'000'000;
+// Progress::Tunables::max_guard, the longest a polling application's guard runs: how long the
+// engine thread may take, at worst, to notice that an application which polled steadily stopped
+// without saying so (no CQ armed, no completion channel) — and so how long arrivals, and ACKs its
+// last pass held for its next call, may wait then. Below the 5 ms after which a peer's
 // early-retransmit probe fires (kPtoFloorNs, completer.cc), and far inside RC's ACK timeouts
 // (perftest and rdma_cm default to 67 ms and more). The application then re-arms the timer ~330
 // times a second.
-constexpr transport::Time kMaxGuardNs = 4'000'000;
-// Receiving beside a polling application (Engine::run): the score it starts at and its ceiling.
-constexpr int kBesideStart = 8, kBesideMax = 16;
-constexpr transport::Time kMaxBackoffNs = 1'000'000;
+static_assert(Progress::Tunables{}.max_guard == 4'000'000);
 
 // Whether `rx` holds an RC WRITE that ends a message without immediate data: one whose target
 // learns of it only by watching memory (Datapath::Hold::kUntilPost).
@@ -52,12 +51,6 @@ bool ends_silent_write(std::span<const RxPacket> rx) {
     return p.pkt.bth.opcode == uint8_t(wire::Opcode::kRcWriteOnly) ||
            p.pkt.bth.opcode == uint8_t(wire::Opcode::kRcWriteLast);
   });
-}
-
-// Whether an application thread polled (at `last`, 0 for never) less than `span` before `now`.
-// It may have polled after the caller read the clock: now - last would wrap.
-bool polled_within(transport::Time last, transport::Time now, transport::Time span) {
-  return last != 0 && (last >= now || now - last < span);
 }
 
 // An eventfd (not in semaphore mode) or a timerfd: one read takes its whole count and resets it.
@@ -70,7 +63,11 @@ void drain(int fd) {
 }  // namespace
 
 Engine::Engine(std::mutex& mu, Datapath& dp, Client& client, std::string thread_name)
-    : mu_(mu), dp_(dp), client_(client), name_(std::move(thread_name)) {
+    : mu_(mu),
+      dp_(dp),
+      client_(client),
+      name_(std::move(thread_name)),
+      progress_(!dp.port().caps().poll_mode && !dp.port().wait_fds().empty()) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   doorbell_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   timerfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -125,48 +122,36 @@ void Engine::kick() {
   (void)r;  // EAGAIN only if the counter is saturated, and then the thread is awake anyway
 }
 
-void Engine::wake_by(transport::Time deadline) {
-  if (deadline < work_at_.load(std::memory_order_relaxed))
-    work_at_.store(deadline, std::memory_order_relaxed);
-  // While guarded, the polling application thread runs it (poll_from_app); should that thread
-  // stop, the guard wakes the engine thread, whose pass runs whatever is due.
-  if (!guarded_.load(std::memory_order_relaxed) && deadline < armed_) arm_kernel(deadline);
-}
-
-void Engine::arm_timer(transport::Time deadline) {
-  work_at_.store(deadline, std::memory_order_relaxed);
-  guarded_.store(false, std::memory_order_relaxed);  // a polling application guards again
-  arm_kernel(deadline);
-}
-
-void Engine::push_guard(transport::Time now) {
-  const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
-  // Never waits: the caller is an application's CQ poll, which must not wait behind a receive
-  // pass (an RNIC's poll reads a ring). Whoever holds the lock is about to arm the timer anyway,
-  // and the next poll pushes again (push_at_ stays due).
-  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
-  if (!g.owns_lock()) return;
-  // Each push re-arms the timerfd, which costs what a wake-up does on a VM (hrtimer
-  // reprogramming: ~14 us here, against ~1 us for a re-arm right after another): so the span
-  // doubles with every push the application made in time, from the handoff up to kMaxGuardNs.
-  const transport::Time cap = std::max(handoff, kMaxGuardNs);
-  guard_span_ = guarded_.load(std::memory_order_relaxed) ? std::min(guard_span_ * 2, cap) : handoff;
-  arm_kernel(now + guard_span_);
-  guarded_.store(true, std::memory_order_relaxed);
-  // The next push is due a handoff before the guard runs out (an eighth of the span when that is
-  // more; all of a span shorter than the handoff, as after set_handoff_ns lengthened it): the
-  // guard then fires only when the application went a handoff without polling, the lapse it is
-  // there to catch. With an eighth alone (0.5 ms of 4 ms) it also fired between the polls of a
-  // sender posting to 8 QPs over sockets (0.5-1 ms apart ~1 700 times in a 5 s run), and its
-  // wake-up took that sender for gone and split its work between two threads
-  // (docs/performance.md, "8 QPs over sockets").
-  const transport::Time slack = std::min(guard_span_, std::max(guard_span_ / 8, handoff));
-  push_at_.store(now + guard_span_ - slack, std::memory_order_relaxed);
+void Engine::apply() {
+  const transport::Time at = progress_.timer_at();
+  if (at != kernel_at_) arm_kernel(at);
+  work_at_.store(progress_.work_at(), std::memory_order_relaxed);
+  push_at_.store(progress_.push_at(), std::memory_order_relaxed);
+  state_.store(progress_.state(), std::memory_order_relaxed);
+  // The engine stops waking for every datagram while an application thread receives them (it
+  // polls, or sleeps with the wait fds in its own set): measured, it woke once per packet only to
+  // race that thread for the receive lock and for two cores. Datagrams that arrive meanwhile are
+  // still there when it watches again (level-triggered).
+  const bool watch = progress_.engine_receives();
+  if (watch != rx_watched_ && !rx_fds_.empty()) {
+    for (int fd : rx_fds_) {
+      epoll_event ev{};
+      ev.events = watch ? uint32_t{EPOLLIN} : 0u;
+      ev.data.fd = fd;
+      epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+    }
+    rx_watched_ = watch;
+  }
+  if (progress_.transition_count() != traced_) {
+    traced_ = progress_.transition_count();
+    const Progress::Transition& t = progress_.last_transition();
+    log().debug("{}: progress: {} --{}--> {}", name_, Progress::name(t.from),
+                Progress::name(t.cause), Progress::name(t.to));
+  }
 }
 
 void Engine::arm_kernel(transport::Time deadline) {
-  if (deadline == armed_) return;  // set already
-  armed_ = deadline;
+  kernel_at_ = deadline;
   timer_at_.store(deadline, std::memory_order_relaxed);
   itimerspec its{};
   if (deadline != transport::kNever) {
@@ -176,6 +161,40 @@ void Engine::arm_kernel(transport::Time deadline) {
     its.it_value.tv_nsec = static_cast<long>(d % 1000000000ull);
   }
   timerfd_settime(timerfd_, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+void Engine::wake_by(transport::Time deadline) {
+  // Most calls arm nothing earlier than what is armed: no policy lock for them.
+  if (deadline >= timer_at_.load(std::memory_order_relaxed) &&
+      deadline >= work_at_.load(std::memory_order_relaxed))
+    return;
+  Policy p(*this);
+  p->on_deadline(deadline);
+}
+
+void Engine::set_handoff_ns(transport::Time ns) {
+  Policy p(*this);
+  p->set_handoff(ns);
+}
+
+void Engine::set_left_ns(transport::Time ns) {
+  Policy p(*this);
+  p->set_left(ns);
+}
+
+Progress::State Engine::progress_state() const {
+  std::lock_guard<std::mutex> g(pmu_);
+  return progress_.state();
+}
+
+void Engine::fold_polls() {
+  // The polls application threads recorded without the policy lock, the latest only: it says
+  // everything the earlier ones said (on_app_poll keeps the last time).
+  const transport::Time t = app_poll_at_.load(std::memory_order_relaxed);
+  if (t > folded_poll_) {
+    folded_poll_ = t;
+    progress_.on_app_poll(t);
+  }
 }
 
 transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, bool* again,
@@ -194,21 +213,45 @@ transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, 
   return next;
 }
 
-void Engine::watch_rx(bool on) {
-  for (int fd : rx_fds_) {
-    epoll_event ev{};
-    ev.events = on ? uint32_t{EPOLLIN} : 0u;
-    ev.data.fd = fd;
-    epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev);
+void Engine::stop_polling() {
+  const transport::Time now = monotonic_now();
+  // What its passes held for its next call leaves before it sleeps, not at the engine's pass.
+  release_held(now);
+  bool kick_now;
+  {
+    Policy p(*this);
+    kick_now = p->on_app_stop(now);
   }
-  rx_watched_ = on;
+  // The engine's pass on the kick arms the timer for the work due (it ends the guard).
+  if (kick_now) kick();
 }
 
-void Engine::stop_polling() {
-  // What its passes held for its next call leaves before it sleeps, not at the engine's pass.
-  release_held(monotonic_now());
-  // The engine's pass on the kick arms the timer for the work due (arm_timer ends the guard).
-  if (last_app_poll_.exchange(0, std::memory_order_relaxed) != 0) kick();
+void Engine::on_arm() {
+  armed_since_wait_.store(true, std::memory_order_relaxed);
+  if (arm_means_stop_.load(std::memory_order_relaxed)) stop_polling();
+}
+
+bool Engine::wait_begin() {
+  const transport::Time now = monotonic_now();
+  Progress::WaitBegin w;
+  {
+    Policy p(*this);
+    w = p->on_wait_begin(now);
+  }
+  if (w.kick) kick();
+  if (w.waits) {
+    // This program sleeps in ibv_get_cq_event after arming its CQ: its arms need not hand the
+    // receive side to the engine (on_arm).
+    arm_means_stop_.store(false, std::memory_order_relaxed);
+    armed_since_wait_.store(false, std::memory_order_relaxed);
+  }
+  return w.waits;
+}
+
+void Engine::wait_end() {
+  const transport::Time now = monotonic_now();
+  Policy p(*this);
+  p->on_wait_end(now);
 }
 
 void Engine::release_held(transport::Time now) {
@@ -230,89 +273,50 @@ void Engine::run() {
   bool armed = false;  // poll mode: the port's receive interrupts are enabled
   transport::Time last_active = monotonic_now();
   transport::Time backoff = kMinBackoffNs;
-  // Receiving beside a polling application. The handoff (below) trusts an application thread
-  // that polled within the handoff time to receive; one that polls only now and then and spins
-  // elsewhere in between breaks that trust — ib_write_lat polls its send CQ, then spins on the
-  // memory the peer's next WRITE will fill, and that WRITE waited for the handoff to lapse (a
-  // typical latency of 250-430 us instead of 5-10). Evidence of it: a pass of the engine's own
-  // (a timer's, or the first after the handoff lapsed) finds arrivals waiting while the
-  // application's last poll took a completion and was more than the left time (kDefaultLeftNs:
-  // a thread that polls a CQ in a loop polls again within microseconds) ago. The engine then
-  // receives on arrival (a wake-up each) even while that application polls, and goes back to
-  // leaving the receive side to it when its wake-ups are mostly not needed — the application
-  // spins on an empty CQ: a needed wake-up scores +4, another -1, and so does each receive the
-  // application makes itself (poll_from_app), from kBesideStart up to kBesideMax; at 0 it stops.
-  bool was_app_polling = false, lapsed = false;
-  // Set when a wake-up was left to the polling application (below): the engine looks again by
-  // then even if nobody re-arms its timer.
+  // Set when a wake-up was left to the polling application (Progress::skip_timer_wake): the
+  // engine looks again by then even if nobody re-arms its timer.
   transport::Time look_again = transport::kNever;
-  // The timer set no later than `deadline`. timer_at_ mirrors armed_ (arm_kernel), so the device
-  // lock, which a polling application holds in its passes, is taken only when the timer must
-  // move (a guarding application keeps it earlier: push_guard).
-  const auto look_by = [this](transport::Time deadline) {
-    if (guarded_.load(std::memory_order_relaxed) ||
-        deadline >= timer_at_.load(std::memory_order_relaxed))
-      return;
-    std::lock_guard<std::mutex> g(mu_);
-    if (!guarded_.load(std::memory_order_relaxed) && deadline < armed_) arm_kernel(deadline);
-  };
   while (!stop_.load(std::memory_order_relaxed)) {
     int timeout = again ? 0 : -1;
-    const transport::Time handoff = handoff_ns_.load(std::memory_order_relaxed);
     const transport::Time t = monotonic_now();
-    const transport::Time last = last_app_poll_.load(std::memory_order_relaxed);
-    // (An application thread that polled after this thread read the clock polls: no lapse.)
-    const bool app_polls = polled_within(last, t, handoff);
-    // The application said it stopped polling (stop_polling); or poll_from_app ended it.
-    if (last == 0) beside_score_.store(0, std::memory_order_relaxed);
-    const bool beside = beside_score_.load(std::memory_order_relaxed) > 0;
-    if (was_app_polling && !app_polls && last != 0) {
-      lapsed = true;
-      if (handoff_lapses_) handoff_lapses_->add();
-    }
-    was_app_polling = app_polls;
-    // The engine leaves receiving to the application thread that polls.
-    const bool defer = app_polls && !beside;
-    if (!poll_mode && !rx_fds_.empty()) {
-      // Receive handoff. While an application thread busy-polls a CQ it receives itself
-      // (poll_from_app); an engine that also woke for every datagram would only race it for the
-      // receive lock and for two cores — measured: one engine wake-up per packet received. So
-      // the engine stops watching the port while the application polled within the handoff time
-      // and takes the receive side back when it stops (stop_polling: it armed a CQ or waits on a
-      // channel) or fell silent for that long; datagrams that arrived meanwhile are still there
-      // (level-triggered).
-      if (defer != !rx_watched_) watch_rx(!defer);
-      if (defer) look_by(last + handoff);
+    Progress::Look look;
+    {
+      Policy p(*this);
+      look = p->on_engine_look(t);
+      if (look.lapsed && handoff_lapses_) handoff_lapses_->add();
+      // A program that armed its CQ and then went a handoff without polling or waiting in
+      // ibv_get_cq_event sleeps elsewhere: its next arms hand the receive side over (on_arm).
+      if (look.lapsed && armed_since_wait_.load(std::memory_order_relaxed))
+        arm_means_stop_.store(true, std::memory_order_relaxed);
     }
     if (poll_mode && !again) {
       // A poll-mode port shows frames only to rx_burst(): poll while traffic flows; when idle,
       // sleep on its receive interrupts, else on a timer that backs off to kMaxBackoffNs.
-      if (defer) {
+      if (look.defer) {
         // An application thread polls (poll_from_app): it receives and runs due timers itself.
         // The engine neither spins nor sleeps on receive interrupts then — an interrupt per
         // arrival would wake it to race the poller for the receive lock and preempt it on a
         // core (measured on memif: ~15% of a core and a 2-byte round trip twice as long) — but
-        // sleeps until the handoff would lapse, when it looks again.
+        // sleeps until the handoff would lapse (Progress::on_engine_look armed the timer).
         if (armed) {
           port.disarm_wait();
           armed = false;
         }
-        look_by(last + handoff);
         backoff = kMinBackoffNs;
-      } else if (!app_polls && t - last_active < kSpinNs) {
+      } else if (!look.app_polls && t - last_active < kSpinNs) {
         timeout = 0;
       } else if (!armed && port.arm_wait()) {
         // Idle, or receiving beside a polling application (which spins too: the engine must not).
         armed = true;
         timeout = 0;  // one more pass: what arrived before arming raised no interrupt
       } else if (!armed) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (t + backoff < armed_) arm_kernel(t + backoff);
+        Policy p(*this);
+        p->back_off_until(t + backoff);
         backoff = std::min(backoff * 2, kMaxBackoffNs);
       }
     }
     // The pass right after a lapse looks at what is waiting now, not at what arrives later.
-    if (lapsed) timeout = 0;
+    if (look.lapsed) timeout = 0;
     if (timeout < 0 && look_again != transport::kNever) {
       // Whole milliseconds, rounded up: not before the handoff would lapse, at most a millisecond
       // after it when nobody re-armed the timer meanwhile.
@@ -341,21 +345,9 @@ void Engine::run() {
         rx_woke = true;
       }
     }
-    if (timer_only && defer && !lapsed && !again) {
-      // Its timer alone woke it while an application thread polls, and that thread polled a
-      // moment ago: it receives, runs the due timers (the clock has passed work_at_) and guards
-      // the handoff itself (poll_from_app). A pass here would only contend with it for the receive
-      // and device locks — a futex wake-up on each side, and the application thread preempted
-      // (measured in a memif ping-pong: ~1 700 wake-ups, 2 400 futex calls and 2 300 timer
-      // re-arms a second, the application threads waiting for their cores 5 % of the time). The
-      // engine looks again when the handoff would lapse, whoever re-arms the timer meanwhile.
-      const transport::Time now = monotonic_now();
-      const transport::Time polled = last_app_poll_.load(std::memory_order_relaxed);
-      if (polled_within(polled, now, left_ns_.load(std::memory_order_relaxed))) {
-        // Its guard (push_guard) wakes the engine should it stop; without one, look then.
-        if (!guarded_.load(std::memory_order_relaxed)) look_again = polled + handoff;
-        continue;
-      }
+    if (timer_only && !again) {
+      Policy p(*this);
+      if (p->skip_timer_wake(monotonic_now(), &look_again)) continue;
     }
     if (armed && timeout != 0) {
       port.disarm_wait();  // woken: busy again until a pass finds nothing
@@ -369,47 +361,33 @@ void Engine::run() {
       std::lock_guard<std::mutex> g(mu_);
       transport::Time now = monotonic_now();
       if (engine_passes_) engine_passes_->add();
-      // Whether the application is spinning on an empty CQ now (it will take what arrives), or
-      // took a completion and has not polled for the left time (it is spinning elsewhere).
-      const transport::Time polled = last_app_poll_.load(std::memory_order_relaxed);
-      const bool recent = polled != 0 && (polled >= now ||
-                                          now - polled <= left_ns_.load(std::memory_order_relaxed));
-      const bool found = app_found_.load(std::memory_order_relaxed);
-      if ((lapsed || defer) && !beside && !rx.empty() && found && !recent) {
-        // Packets were left waiting for an application that took a completion and went away.
-        beside_score_.store(kBesideStart, std::memory_order_relaxed);
-        if (rx_takeovers_) rx_takeovers_->add();
-      } else if (beside && app_polls && rx_woke) {
-        // An arrival woke the engine: needed if it found packets the application was not
-        // there to take; not if it found none, or the application spins on its CQ anyway.
-        const bool needed = !rx.empty() && !(recent && !found);
-        score_beside(needed ? 4 : -1);
+      Progress::Pass p;
+      p.received = rx.size();
+      p.rx_woke = rx_woke;
+      p.silent = ends_silent_write(rx);
+      if (p.silent) p.sent_data = dp_.take_sent_data();
+      p.held_for_post = dp_.held_for_post();
+      p.hold_limit = dp_.hold_limit();
+      bool hold, takeover;
+      {
+        Policy pol(*this);
+        pol->on_poll_result(app_found_.load(std::memory_order_relaxed));
+        hold = pol->on_engine_pass(now, p, &takeover);
       }
-      lapsed = false;
-      // ib_write_lat: each side spins on memory for the peer's WRITE and posts its own the
-      // moment it lands. An ACK sent at once ends the peer's CQ poll before that WRITE comes, so
-      // each WRITE then lands while nobody polls and waits for the engine thread to be scheduled
-      // (typical 24-115 us a round trip over memif, 58-90 over sockets, a 1-2 ms tail at each
-      // handoff lapse). Held for the application's post (Datapath::Hold::kUntilPost), the ACK
-      // goes with that WRITE and the peer, still polling, takes both in one pass of its own
-      // (2-5 us). Only while an application thread is about: it polled within the handoff time,
-      // or it posted since the last such WRITE came (replied_) — a WRITE that takes longer than
-      // the handoff time to receive (ib_write_lat -s 256K: ~1 ms here) leaves its target's last
-      // poll further back than that, and without the hold each WRITE after the first was
-      // received by this thread alone (typical 1.27 ms one way for 256 KiB, ib_send_lat 0.39);
-      // a target that never posts (ib_write_bw's) never has its WRITEs' ACKs held. Held packets
-      // that have waited Datapath::kMaxHoldNs leave now.
-      const bool silent = ends_silent_write(rx);
-      if (silent) replied_ = dp_.take_sent_data();
-      const bool present = polled_within(polled, now, handoff) || replied_;
-      const bool hold = present && now < dp_.hold_limit() && (dp_.held_for_post() || silent);
+      if (takeover && rx_takeovers_) rx_takeovers_->add();
+      // ib_write_lat: the ACK of a WRITE its target learns of from memory waits for that
+      // target's next post (Progress::on_engine_pass says when). Held packets that have waited
+      // Datapath::kMaxHoldNs leave now.
       dp_.set_hold(hold ? Datapath::Hold::kUntilPost : Datapath::Hold::kOff);
       if (!hold) dp_.release_post_hold();
       transport::Time next = pass(rx, now, &again, &link_changed);
       dp_.set_hold(Datapath::Hold::kOff);
       // This thread sends them if no call comes.
       next = std::min(next, dp_.hold_limit());
-      arm_timer(next);
+      {
+        Policy pol(*this);
+        pol->on_engine_pass_done(next);
+      }
       if (!rx.empty() || again) {
         last_active = now;
         backoff = kMinBackoffNs;
@@ -420,43 +398,27 @@ void Engine::run() {
   if (armed) port.disarm_wait();
 }
 
-void Engine::app_pass_done(transport::Time next, transport::Time now) {
-  work_at_.store(next, std::memory_order_relaxed);
-  // This thread runs it when due; the guard covers its going away.
-  if (guarded_.load(std::memory_order_relaxed)) return;
-  // Unguarded (the engine receives beside this application, which then leaves its timers to
-  // it): the timer the pass just ran must not still wake the engine thread, but it must wake by
-  // the handoff time. An application that stops calling uroce without saying so (ib_write_lat
-  // spins on memory) leaves the receive side to the engine, which no longer watches the sockets
-  // while an application polls: were its timer pushed out to a QP's ACK timeout, arrivals (and
-  // held ACKs) would wait that long, and the peer's retries could run out.
-  next = std::min(next, now + handoff_ns_.load(std::memory_order_relaxed));
-  if (next < armed_ || armed_ <= now) arm_kernel(next);
-}
-
-void Engine::score_beside(int delta) {
-  int s = beside_score_.load(std::memory_order_relaxed);
-  // Only while receiving beside: a score of 0 stays 0 (entering sets kBesideStart).
-  while (s > 0 && !beside_score_.compare_exchange_weak(s, std::clamp(s + delta, 0, kBesideMax),
-                                                       std::memory_order_relaxed)) {
-  }
-}
-
-bool Engine::poll_from_app() {
+bool Engine::poll_from_app(bool wait_for_receiver) {
   // One clock read serves the whole empty pass: an empty poll is the loop a busy-polling
   // application spins in, and three reads were a third of it (memif profile).
   const transport::Time now = monotonic_now();
-  last_app_poll_.store(now, std::memory_order_relaxed);
-  // Now and then (push_guard) the timer moves to a lapse this poll sets (guarded_); not while
-  // the engine receives beside this application, which leaves its timers to the engine.
-  if ((!guarded_.load(std::memory_order_relaxed) ||
-       now >= push_at_.load(std::memory_order_relaxed)) &&
-      beside_score_.load(std::memory_order_relaxed) == 0)
-    push_guard(now);
+  // Recorded without the policy lock: the empty poll is the loop a busy-polling application
+  // spins in, and it must never wait for a thread the scheduler took off its core while holding
+  // that lock (measured: lapses of 4 ms, a round trip 40x longer). The policy folds it in at its
+  // next decision; only when this poll has a decision due (the first poll after the engine
+  // received, or a guard push) does it try the lock itself.
+  app_poll_at_.store(now, std::memory_order_relaxed);
+  if (state_.load(std::memory_order_relaxed) == Progress::State::kEngine ||
+      now >= push_at_.load(std::memory_order_relaxed)) {
+    Policy p(*this, std::try_to_lock);
+  }
   // What the last application pass held (its ACKs) leaves now: this thread did not post.
   release_held(now);
-  std::unique_lock<std::mutex> rx_guard(rx_mu_, std::try_to_lock);
-  if (!rx_guard.owns_lock()) return false;
+  std::unique_lock<std::mutex> rx_guard(rx_mu_, std::defer_lock);
+  if (wait_for_receiver)
+    rx_guard.lock();
+  else if (!rx_guard.try_lock())
+    return false;
   std::span<const RxPacket> rx = dp_.rx_burst(now);
   if (rx.empty()) {
     // Nothing received; but a timer may be due (a paced QP's next release, a retransmission,
@@ -475,7 +437,11 @@ bool Engine::poll_from_app() {
       if (g.owns_lock() && work_due()) {
         if (app_passes_) app_passes_->add();
         bool again = false, link_changed = false;
-        app_pass_done(pass(rx, now, &again, &link_changed), now);
+        const transport::Time next = pass(rx, now, &again, &link_changed);
+        {
+          Policy p(*this);
+          p->on_app_pass_done(next, now);
+        }
         if (again || link_changed) kick();
         return true;
       }
@@ -484,14 +450,11 @@ bool Engine::poll_from_app() {
     // reorder): the engine thread, which no longer sees the socket readable, must wake for it.
     transport::Time held = dp_.rx_fault_deadline();
     if (held != transport::kNever) {
-      std::unique_lock<std::mutex> g(mu_, std::try_to_lock);  // else the next poll does it
-      if (g.owns_lock()) wake_by(held);
+      Policy p(*this, std::try_to_lock);  // else the next poll does it
+      if (p.owns()) p->on_deadline(held);
     }
     return false;
   }
-  // The application received for itself: while the engine receives beside it, that counts
-  // against doing so (run()).
-  score_beside(-1);
   // The time read before the receive serves the pass too (a burst's receive takes microseconds at
   // most; a second read was ~2 % of a memif round trip's CPU on each side), unless this thread
   // had to wait for the lock.
@@ -505,13 +468,23 @@ bool Engine::poll_from_app() {
   bool again = false, link_changed = false;
   // The few packets this pass produces (ACKs) wait for this thread's next call, which is
   // typically the reply it posts: one burst, not two (Datapath::set_hold); the ACK of a WRITE it
-  // will learn of from memory, for its next post (run() says why).
+  // will learn of from memory, for its next post (Progress::on_engine_pass says why).
   const bool silent = ends_silent_write(rx);
-  if (silent) replied_ = dp_.take_sent_data();
+  const bool sent_data = silent && dp_.take_sent_data();
+  {
+    // The application received for itself: while the engine receives beside it, that counts
+    // against doing so.
+    Policy p(*this);
+    p->on_app_received();
+    if (silent) p->on_app_silent_write(sent_data);
+  }
   dp_.set_hold(silent ? Datapath::Hold::kUntilPost : Datapath::Hold::kUntilNextCall);
   transport::Time next = pass(rx, t, &again, &link_changed);
   dp_.set_hold(Datapath::Hold::kOff);
-  app_pass_done(next, t);
+  {
+    Policy p(*this);
+    p->on_app_pass_done(next, t);
+  }
   // The engine thread reports link changes (it runs on_link_change without locks).
   if (again || link_changed) kick();
   return true;

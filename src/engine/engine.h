@@ -6,6 +6,10 @@
 // run timers and pump QPs, and flushes the transmit queue. An idle device therefore costs no
 // CPU: no spinning, no periodic tick.
 //
+// Who receives — this thread or an application thread inside its verbs calls — is decided by the
+// progress policy (progress.h, pure and tested in virtual time); this class carries its decisions
+// out with epoll, the timerfd and the locks.
+//
 // The client (the Device) knows QPs; the engine knows only threads, fds, the pipeline and time,
 // so it can be tested with a fake client and no transport.
 #pragma once
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "engine/datapath.h"
+#include "engine/progress.h"
 #include "util/counter.h"
 #include "transport/env.h"
 
@@ -56,38 +61,56 @@ class Engine {
   // Wakes the thread for a progress pass (any thread, any lock state).
   void kick();
   // Ensures the work due at `deadline` (CLOCK_MONOTONIC ns) runs by then: the engine thread
-  // wakes for it, or the application thread that polls runs it (see guarded_). Call with the
-  // device lock held, e.g. after an application call armed a retransmission timer.
+  // wakes for it, or the application thread that polls runs it (Progress). Call with the device
+  // lock held, e.g. after an application call armed a retransmission timer.
   void wake_by(transport::Time deadline);
 
   // One non-blocking receive-and-progress pass run by an application thread, typically one that
   // busy-polls a CQ and found it empty. On a machine with fewer cores than spinning threads the
   // engine thread may wait a whole scheduler tick to run; a polling application that drives
   // progress itself does not. Returns false at once if another thread is receiving (the engine,
-  // or another poller) or nothing was received. Call without the device lock.
-  bool poll_from_app();
-  // An application thread that polled (poll_from_app) is about to block instead (it armed a CQ,
-  // or waits on a completion channel): the engine takes the receive side back at once rather
-  // than after the handoff time. Any thread, no lock.
+  // or another poller) or nothing was received. Never waits for the device lock but to process
+  // what it received. Call without the device lock. `wait_for_receiver`: a thread woken from
+  // its wait by an arrival waits for a receive pass another thread runs instead of returning
+  // (it would only find the wait fds still readable and spin).
+  bool poll_from_app(bool wait_for_receiver = false);
+  // An application thread that polled (poll_from_app) is about to block outside uroce (it armed
+  // a CQ and will not wait in ibv_get_cq_event): the engine takes the receive side back at once
+  // rather than after the handoff time. Any thread, no lock.
   void stop_polling();
-  // An application call that is not a post (a poll, a receive post, a wait): the ACKs its own
-  // receive passes held for its next call (Datapath::set_hold) leave now — unless taking the
-  // device lock would mean waiting (see engine.cc). Any thread, without the device lock.
-  void release_held(transport::Time now);
-  // Whether an application's CQ poll (with or without poll_from_app) returned completions. One
-  // that spins on an empty CQ is about to poll again; one that took a completion may go off to
-  // do something else (run()). Any thread, no lock.
+  // A CQ was armed (ibv_req_notify_cq). A program that then sleeps in ibv_get_cq_event is woken
+  // by the datagram itself (wait_begin), so nothing needs doing; one that sleeps elsewhere (its
+  // own poll() on the channel's fd) needs the engine to receive: stop_polling. Which one this
+  // program is shows in its waits (arm_means_stop_). Any thread, no lock.
+  void on_arm();
+  // A thread is about to sleep in ibv_get_cq_event (wait_begin) / is back (wait_end). Returns
+  // whether it may sleep on the port's wait fds (wait_fds()) and receive when woken: then the
+  // engine stops receiving while it sleeps — the datagram that completes the thread's work wakes
+  // that thread alone, which receives it itself (poll_from_app; one wake-up per message). False
+  // for a port with no wait fds (poll mode): the engine receives, as for stop_polling. Any
+  // thread, no lock.
+  bool wait_begin();
+  void wait_end();
+  // The port's wait fds (sockets), for a waiting thread's poll(). Fixed for the engine's life.
+  std::span<const int> wait_fds() const { return rx_fds_; }
+  // What an application's CQ poll (with or without poll_from_app) returned. One that spins on an
+  // empty CQ is about to poll again; one that took a completion may go off to do something else
+  // (Progress). Any thread, no lock.
   void note_poll_result(bool found) {
     if (app_found_.load(std::memory_order_relaxed) != found)
       app_found_.store(found, std::memory_order_relaxed);
   }
+  // An application call that is not a post (a poll, a receive post, a wait): the ACKs its own
+  // receive passes held for its next call (Datapath::set_hold) leave now — unless taking the
+  // device lock would mean waiting (see engine.cc). Any thread, without the device lock.
+  void release_held(transport::Time now);
 
   uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
   // Counters the engine keeps for the device (all optional; call before start()): passes of its
   // own thread that found work to look at, receive-and-progress passes run by application
   // threads (poll_from_app) that received something, times the engine began receiving on
   // arrival beside a polling application that had left arrivals waiting, and times a polling
-  // application's handoff lapsed (see run()).
+  // application's handoff lapsed (Progress).
   void set_counters(Counter* engine_passes, Counter* app_passes, Counter* rx_takeovers = nullptr,
                     Counter* handoff_lapses = nullptr) {
     engine_passes_ = engine_passes;
@@ -95,94 +118,97 @@ class Engine {
     rx_takeovers_ = rx_takeovers;
     handoff_lapses_ = handoff_lapses;
   }
+  // The policy's state (Progress), for tests and diagnostics. Any thread.
+  Progress::State progress_state() const;
   // Whether the engine now receives on arrival although an application thread polls: it found
-  // that application leaving arrivals waiting (run()). Any thread; for tests and diagnostics.
-  bool receives_beside_app() const { return beside_score_.load(std::memory_order_relaxed) > 0; }
+  // that application leaving arrivals waiting (Progress::State::kBeside). Any thread.
+  bool receives_beside_app() const { return progress_state() == Progress::State::kBeside; }
   // How long after an application thread's last poll the engine takes the receive side back
-  // (default kDefaultHandoffNs; after steady polling up to kMaxGuardNs: see guarded_). Tests
-  // lengthen it to tell a wake-up on arrival from the handoff's lapse without depending on how fast
-  // a loaded machine schedules threads.
-  static constexpr transport::Time kDefaultHandoffNs = 1'000'000;
-  void set_handoff_ns(transport::Time ns) {
-    handoff_ns_.store(ns, std::memory_order_relaxed);
-    push_at_.store(0, std::memory_order_relaxed);  // the next poll guards the new lapse
-  }
+  // (default kDefaultHandoffNs; after steady polling up to the guard's 4 ms: Progress). Tests
+  // lengthen it to tell a wake-up on arrival from the handoff's lapse without depending on how
+  // fast a loaded machine schedules threads.
+  static constexpr transport::Time kDefaultHandoffNs = Progress::Tunables{}.handoff;
+  void set_handoff_ns(transport::Time ns);
   // How long an application thread that took a completion may go without polling before the
-  // engine takes it to be spinning elsewhere (default kDefaultLeftNs; run()). Settable for the
+  // engine takes it to be spinning elsewhere (default kDefaultLeftNs; Progress). Settable for the
   // same reason: a test makes it long so that a loaded machine descheduling its polling thread
   // does not look like an application that left.
-  static constexpr transport::Time kDefaultLeftNs = 50'000;
-  void set_left_ns(transport::Time ns) { left_ns_.store(ns, std::memory_order_relaxed); }
+  static constexpr transport::Time kDefaultLeftNs = Progress::Tunables{}.left;
+  void set_left_ns(transport::Time ns);
 
  private:
   void run();
-  // Device lock held. arm_timer: the work a pass left is due at `deadline` and the engine thread
-  // wakes for it. arm_kernel: only moves the timerfd.
-  void arm_timer(transport::Time deadline);
-  void arm_kernel(transport::Time deadline);
-  // Application thread: keeps the timerfd at the handoff's lapse while it polls (poll_from_app).
-  void push_guard(transport::Time now);
-  // Device lock held: an application thread's pass left work due at `next`.
-  void app_pass_done(transport::Time next, transport::Time now);
   // Under the device lock, after a receive: hands `rx` to the client, runs its progress, flushes
   // and returns the next deadline of everything the engine waits for (*again: work is ready now).
   // *link_changed is set when the port's poll() saw its link change.
   transport::Time pass(std::span<const RxPacket> rx, transport::Time now, bool* again,
                        bool* link_changed);
+  // Policy lock held: carry out what progress_ decided — the timerfd at progress_.timer_at(),
+  // the port's wait fds in the engine's epoll set iff progress_.engine_receives() — and trace
+  // its transitions (UROCE_LOG=debug).
+  void apply();
+  // Policy lock held: hands progress_ the latest poll application threads recorded without it.
+  void fold_polls();
+  // The policy lock for one decision: taken (or tried), the recorded polls folded in, and what
+  // the policy decided carried out when it goes.
+  class Policy {
+   public:
+    explicit Policy(Engine& e) : e_(e), g_(e.pmu_) { e_.fold_polls(); }
+    Policy(Engine& e, std::try_to_lock_t t) : e_(e), g_(e.pmu_, t) {
+      if (g_.owns_lock()) e_.fold_polls();
+    }
+    ~Policy() {
+      if (g_.owns_lock()) e_.apply();
+    }
+    Policy(const Policy&) = delete;
+    Policy& operator=(const Policy&) = delete;
+    bool owns() const { return g_.owns_lock(); }
+    Progress* operator->() { return &e_.progress_; }
 
-  // Lock order: rx_mu_ before mu_. rx_mu_ serialises receiving (the port's receive buffers and
-  // the processing of a received batch) between the engine thread and polling applications.
+   private:
+    Engine& e_;
+    std::unique_lock<std::mutex> g_;
+  };
+  void arm_kernel(transport::Time deadline);
+
+  // Lock order: rx_mu_, then the device lock mu_, then the policy lock pmu_. rx_mu_ serialises
+  // receiving (the port's receive buffers and the processing of a received batch) between the
+  // engine thread and application threads. pmu_ guards progress_ and what carries its decisions
+  // out (the timerfd, the epoll registrations): held briefly, never across a pass.
   std::mutex rx_mu_;
   std::mutex& mu_;
+  mutable std::mutex pmu_;
   Datapath& dp_;
   Client& client_;
   std::string name_;
   int epfd_ = -1, doorbell_ = -1, timerfd_ = -1;
   int control_fd_ = -1;  // the port's (link notifications), or -1
-  // The port's wait fds, and whether the engine's epoll set watches them now (engine thread):
-  // while an application thread busy-polls, the engine stops waking for every datagram it would
-  // only race the poller for (see run()).
+  // The port's wait fds, and whether the engine's epoll set watches them now (pmu_).
   std::vector<int> rx_fds_;
   bool rx_watched_ = true;
-  void watch_rx(bool on);
-  transport::Time armed_ = transport::kNever;  // timerfd expiry; device lock
-  // While an application thread polls and the engine leaves receiving to it, the timerfd only
-  // guards the handoff: that thread runs due work itself (work_at_, and the port's: wants_poll)
-  // and now and then pushes the timer out (push_guard) — by the handoff at first, by twice as
-  // much with each push made in time, up to kMaxGuardNs (engine.cc) — so the engine thread
-  // sleeps for as long as the application polls, and the application re-arms the timer some
-  // 330 times a second at most. The engine used to wake at every deadline an application call
-  // armed (a probe or ACK timer a round trip ahead) and at every handoff time, and the
-  // application re-armed the timer as often: ~1 000 times a second each in a memif ping-pong,
-  // each costing 12-20 us on a VM (a wake-up preempts a spinning application thread; a re-arm
-  // after a pause reprograms the hrtimer) — the round trip's 99th percentile was 4-6x its
-  // median. Set by push_guard, cleared when the engine arms the timer for work (arm_timer).
-  // Written under the device lock.
-  std::atomic<bool> guarded_{false};
-  transport::Time guard_span_ = 0;  // how far ahead the last push set the guard; device lock
-  // Whether the device sent anything but ACKs between the last two RC WRITEs that ended a message
-  // without immediate data (an application that answers them: run()). Device lock.
-  bool replied_ = false;
-  // A copy of armed_, read without the lock (run(): whether the timer must move).
-  std::atomic<transport::Time> timer_at_{transport::kNever};
-  // The earliest deadline of the work passes left (written under the device lock): poll_from_app
-  // reads it without the lock to see whether a timer is due.
+  Progress progress_;                              // pmu_
+  transport::Time kernel_at_ = transport::kNever;  // the timerfd's expiry (pmu_)
+  uint64_t traced_ = 0;  // progress_.transition_count() last traced (pmu_)
+  // Mirrors of progress_'s work_at(), timer_at(), push_at() and state(), for an application's
+  // poll to read without the policy lock (written under it, by apply()).
   std::atomic<transport::Time> work_at_{transport::kNever};
-  // When the polling application thread next pushes the guard while guarded_ (push_guard).
+  std::atomic<transport::Time> timer_at_{transport::kNever};
   std::atomic<transport::Time> push_at_{0};
+  std::atomic<Progress::State> state_{Progress::State::kEngine};
+  // The last CQ poll of an application thread, recorded without the policy lock (poll_from_app),
+  // and the latest one folded into progress_ (pmu_).
+  std::atomic<transport::Time> app_poll_at_{0};
+  transport::Time folded_poll_ = 0;
+  // Whether a CQ arm means the program will sleep outside uroce (on_arm): until a thread has
+  // waited in ibv_get_cq_event, and again after a lapse that followed an arm.
+  std::atomic<bool> arm_means_stop_{true};
+  std::atomic<bool> armed_since_wait_{false};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> wakeups_{0};
   Counter* engine_passes_ = nullptr;  // under the device lock
   Counter* app_passes_ = nullptr;
-  Counter* rx_takeovers_ = nullptr;    // engine thread
-  Counter* handoff_lapses_ = nullptr;  // engine thread
-  // Receiving beside a polling application (run()) while positive; its score. Any thread.
-  std::atomic<int> beside_score_{0};
-  void score_beside(int delta);  // adds delta, within [0, kBesideMax]; 0 ends it
-  std::atomic<transport::Time> handoff_ns_{kDefaultHandoffNs};
-  std::atomic<transport::Time> left_ns_{kDefaultLeftNs};
-  // When an application thread last called poll_from_app (CLOCK_MONOTONIC ns).
-  std::atomic<transport::Time> last_app_poll_{0};
+  Counter* rx_takeovers_ = nullptr;     // engine thread
+  Counter* handoff_lapses_ = nullptr;   // engine thread
   std::atomic<bool> app_found_{false};  // note_poll_result
   std::thread thread_;
 };

@@ -261,10 +261,10 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
 
 int get_cq_event(ibv_comp_channel* ibch, ibv_cq** out_cq, void** out_ctx) {
   VChannel* ch = to_v(ibch);
-  ch->ctx->dev->stop_polling();  // it will block: the engine receives meanwhile
   for (;;) {
     void* cookie = nullptr;
-    int rc = ch->impl.get_event(&cookie);
+    // The sleeping thread receives what wakes it (Device::get_cq_event).
+    int rc = ch->ctx->dev->get_cq_event(ch->impl, &cookie);
     if (rc) {
       errno = rc;
       return -1;
@@ -309,8 +309,9 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) {
-  // Arming a CQ announces a wait for its event instead of polling: the engine receives meanwhile.
-  to_v(cq)->ctx->dev->stop_polling();
+  // Arming a CQ announces a wait for its event instead of polling: in ibv_get_cq_event, or
+  // elsewhere, and then the engine receives meanwhile (Engine::on_arm).
+  to_v(cq)->ctx->dev->on_arm();
   return to_v(cq)->impl.req_notify(solicited_only != 0);
 }
 
