@@ -806,80 +806,86 @@ int scandir_claimed(const char* path, Ent*** list, Filter filter, Compare compar
     va_end(ap);                \
   }
 
+namespace {
+
+// The real function in slot `member`, or null while this thread resolves them.
+template <typename Fn>
+Fn real_fn(Fn Libc::*member) {
+  const Libc* c = libc();
+  return c ? c->*member : nullptr;
+}
+
+// One body for the eight names of open: `call(p)` makes the real call with the caller's other
+// arguments. A _FORTIFY_SOURCE variant (`checked`) given flags that need a mode goes to glibc,
+// which reports it and aborts.
+template <typename Call>
+int open_entry(const char* path, int flags, bool checked, Call&& call) {
+  if (SysfsView::claims(path) && !(checked && needs_mode(flags)))
+    return open_claimed(path, flags, call);
+  return call(path);
+}
+
+}  // namespace
+
 UROCE_EXPORT int open(const char* path, int flags, ...) {
   UROCE_OPEN_MODE(flags);
-  auto real = [&](const char* p) {
-    const Libc* c = libc();
-    return c && c->open ? c->open(p, flags, mode) : sys_openat(AT_FDCWD, p, flags, mode);
-  };
-  return SysfsView::claims(path) ? open_claimed(path, flags, real) : real(path);
+  return open_entry(path, flags, false, [&](const char* p) {
+    auto f = real_fn(&Libc::open);
+    return f ? f(p, flags, mode) : sys_openat(AT_FDCWD, p, flags, mode);
+  });
 }
 
 UROCE_EXPORT int open64(const char* path, int flags, ...) {
   UROCE_OPEN_MODE(flags);
-  auto real = [&](const char* p) {
-    const Libc* c = libc();
-    return c && c->open64 ? c->open64(p, flags, mode) : sys_openat(AT_FDCWD, p, flags, mode);
-  };
-  return SysfsView::claims(path) ? open_claimed(path, flags, real) : real(path);
+  return open_entry(path, flags, false, [&](const char* p) {
+    auto f = real_fn(&Libc::open64);
+    return f ? f(p, flags, mode) : sys_openat(AT_FDCWD, p, flags, mode);
+  });
 }
 
 UROCE_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
   UROCE_OPEN_MODE(flags);
-  auto real = [&](const char* p) {
-    const Libc* c = libc();
-    return c && c->openat ? c->openat(dirfd, p, flags, mode) : sys_openat(dirfd, p, flags, mode);
-  };
-  return SysfsView::claims(path) ? open_claimed(path, flags, real) : real(path);
+  return open_entry(path, flags, false, [&](const char* p) {
+    auto f = real_fn(&Libc::openat);
+    return f ? f(dirfd, p, flags, mode) : sys_openat(dirfd, p, flags, mode);
+  });
 }
 
 UROCE_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
   UROCE_OPEN_MODE(flags);
-  auto real = [&](const char* p) {
-    const Libc* c = libc();
-    return c && c->openat64 ? c->openat64(dirfd, p, flags, mode)
-                            : sys_openat(dirfd, p, flags, mode);
-  };
-  return SysfsView::claims(path) ? open_claimed(path, flags, real) : real(path);
+  return open_entry(path, flags, false, [&](const char* p) {
+    auto f = real_fn(&Libc::openat64);
+    return f ? f(dirfd, p, flags, mode) : sys_openat(dirfd, p, flags, mode);
+  });
 }
 #undef UROCE_OPEN_MODE
 
-// The _FORTIFY_SOURCE variants: a call that needs a mode but was given none goes to glibc, which
-// reports it and aborts.
 UROCE_EXPORT int __open_2(const char* path, int flags) {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->open_2 ? c->open_2(p, flags) : sys_openat(AT_FDCWD, p, flags, 0);
-  };
-  return SysfsView::claims(path) && !needs_mode(flags) ? open_claimed(path, flags, real)
-                                                       : real(path);
+  return open_entry(path, flags, true, [&](const char* p) {
+    auto f = real_fn(&Libc::open_2);
+    return f ? f(p, flags) : sys_openat(AT_FDCWD, p, flags, 0);
+  });
 }
 
 UROCE_EXPORT int __open64_2(const char* path, int flags) {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->open64_2 ? c->open64_2(p, flags) : sys_openat(AT_FDCWD, p, flags, 0);
-  };
-  return SysfsView::claims(path) && !needs_mode(flags) ? open_claimed(path, flags, real)
-                                                       : real(path);
+  return open_entry(path, flags, true, [&](const char* p) {
+    auto f = real_fn(&Libc::open64_2);
+    return f ? f(p, flags) : sys_openat(AT_FDCWD, p, flags, 0);
+  });
 }
 
 UROCE_EXPORT int __openat_2(int dirfd, const char* path, int flags) {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->openat_2 ? c->openat_2(dirfd, p, flags) : sys_openat(dirfd, p, flags, 0);
-  };
-  return SysfsView::claims(path) && !needs_mode(flags) ? open_claimed(path, flags, real)
-                                                       : real(path);
+  return open_entry(path, flags, true, [&](const char* p) {
+    auto f = real_fn(&Libc::openat_2);
+    return f ? f(dirfd, p, flags) : sys_openat(dirfd, p, flags, 0);
+  });
 }
 
 UROCE_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->openat64_2 ? c->openat64_2(dirfd, p, flags) : sys_openat(dirfd, p, flags, 0);
-  };
-  return SysfsView::claims(path) && !needs_mode(flags) ? open_claimed(path, flags, real)
-                                                       : real(path);
+  return open_entry(path, flags, true, [&](const char* p) {
+    auto f = real_fn(&Libc::openat64_2);
+    return f ? f(dirfd, p, flags) : sys_openat(dirfd, p, flags, 0);
+  });
 }
 
 namespace {
