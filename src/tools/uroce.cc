@@ -2,7 +2,8 @@
 // on an RNIC, for uroce devices:
 //   uroce devices              the devices UROCE_DEVICES configures here, with their port state
 //   uroce stats [-w N] …       the live counters of every running process that has a device open
-//   uroce dev-nodes [--remove] the /dev/infiniband nodes UCX looks for (docs/middleware.md)
+//   uroce dev-nodes [--remove] real /dev/infiniband nodes for UCX, for programs that run without
+//                              uroce-run's answers to that look-up (docs/middleware.md)
 // The counters come from the shared-memory files devices publish (engine/stats_shm.h); this
 // command only reads them (and removes the files of processes that died without closing).
 #include <net/if.h>

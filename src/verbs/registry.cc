@@ -75,8 +75,10 @@ VDevice::VDevice(const DeviceConfig& c, int i)
   dev.transport_type = IBV_TRANSPORT_IB;
   copy_name(dev.name, sizeof dev.name, cfg.name);
   copy_name(dev.dev_name, sizeof dev.dev_name, cfg.name);
-  // There is no uverbs device and no sysfs directory: the paths stay empty, so sysfs readers
-  // (ibv_devinfo's board_id) find nothing rather than another device's files.
+  // The sysfs directory is the one the preload presents (sysfs_view.h, discovery.cc), where
+  // rdma-core puts its devices'. There is no uverbs character device: dev_path stays empty.
+  std::snprintf(dev.ibdev_path, sizeof dev.ibdev_path, "/sys/class/infiniband/%s",
+                cfg.name.c_str());
 }
 
 std::shared_ptr<Device> VDevice::acquire(std::string* err) {

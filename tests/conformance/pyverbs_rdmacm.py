@@ -2,14 +2,17 @@
 """rdma-core's rdma_cm tests (pyverbs, tests/test_rdmacm.py), with each side in a uroce process of
 its own.
 
-Unmodified, every test there skips on uroce: the suite finds the device's IP address through sysfs,
-and it runs the passive and the active side as two forked processes on one device and one address,
-which uroce cannot serve (a device address belongs to the one process whose engine binds it; see
-docs/verbs.md, "rdma-core's test suite"). This driver runs the same test methods, the same
-connection classes (tests/rdmacm_utils.py) and the same traffic flows (tests/base.py), changing only
-where each side runs:
+Unmodified, the suite runs the passive and the active side as two processes forked from one, on one
+device and one address, which uroce cannot serve yet (a device address belongs to the one process
+whose engine binds it; see docs/verbs.md, "rdma-core's test suite"). This driver runs the same test
+methods, the same connection classes (tests/rdmacm_utils.py) and the same traffic flows
+(tests/base.py), changing only where each side runs:
 
-- RDMACMBaseTest.setUp takes the server's address instead of reading sysfs and opens no device;
+- RDMACMBaseTest.setUp runs the suite's own discovery (RDMATestCase.setUp: the device's IP address
+  through /sys/class/infiniband/uroce0/device/net/, `ls` of it in a subprocess and `ip addr show`
+  of the netdev, which liburoce's answers make work without root) and requires it to find the
+  netdev; then it takes the server's address instead of the netdev's first one (on lo that is
+  127.0.0.1, not the 127.0.x.y of the device);
 - RDMACMBaseTest.two_nodes_rdmacm_traffic starts the two sides as fresh processes (multiprocessing
   "spawn", not "fork"), each with its own UROCE_DEVICES (uroce0 on the server or the client
   address), and judges their exit codes as the original does, except that a side killed by a
@@ -66,12 +69,14 @@ def main():
     from args_parser import parser
     sys.argv = [sys.argv[0], '--dev', 'uroce0', '--gid', '0']
     parser.parse_args()
-    from tests.base import RDMACMBaseTest, NUM_OF_PROCESSES
+    from tests.base import RDMACMBaseTest, RDMATestCase, NUM_OF_PROCESSES
     import tests.test_rdmacm as test_rdmacm
 
     def set_up(self):
-        unittest.TestCase.setUp(self)
         self.dev_name, self.ib_port, self.gid_index = 'uroce0', 1, 0
+        RDMATestCase.setUp(self)
+        if not self.ip_addr:
+            raise Exception('the suite found no net interface of uroce0 in /sys/class/infiniband')
         self.ip_addr = server_ip
 
     def two_nodes_rdmacm_traffic(self, connection_resources, test_flow, bad_flow=False,

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # UCX (Debian's 1.13, ucx-utils) over uroce, unmodified: its device list, ucx_perftest between two
 # processes over rc_verbs and ud_verbs, and a sockaddr connection through UCX's rdmacm connection
-# manager (io_demo). Each test has a device name of its own, whose /dev/infiniband marker node it
-# makes with `uroce dev-nodes` (UCX lists no device without one, docs/middleware.md) and removes
-# at the end; without root (no node can be made) the test is skipped (exit 77).
+# manager (io_demo). Each test has a device name of its own and runs with no /dev/infiniband node
+# for it: UCX finds the device through liburoce's answers to its /dev/infiniband and sysfs
+# look-ups (src/verbs/discovery.cc, docs/middleware.md), no root step. A marker node left by
+# `uroce dev-nodes` is removed first (root); one that cannot be removed skips the test (exit 77).
 #
 #   ucx.sh UROCE_RUN UROCE_CLI SERVER_IP CLIENT_IP PORT DEVICE MODE [args…]
 # MODE: info                          ucx_info -d lists DEVICE with rc_verbs and ud_verbs, and
@@ -25,15 +26,13 @@ command -v ucx_info >/dev/null || skip "UCX is not installed (ucx-utils; scripts
 
 export SERVER_DEVICES=$dev=$srv_ip CLIENT_DEVICES=$dev=$cli_ip
 node=/dev/infiniband/$dev
-UROCE_DEVICES=$SERVER_DEVICES "$cli" dev-nodes >/dev/null || true
-if [[ ! -c $node ]]; then
-  skip "no $node and it cannot be made here (uroce dev-nodes needs root)"
+if [[ -e $node ]]; then
+  UROCE_DEVICES=$SERVER_DEVICES "$cli" dev-nodes --remove >/dev/null 2>&1
+  [[ -e $node ]] && skip "$node exists and cannot be removed here: this test proves UCX needs none"
 fi
-_ucx_cleanup() {
-  UROCE_DEVICES=$SERVER_DEVICES "$cli" dev-nodes --remove >/dev/null
-  _pair_cleanup
-}
-trap _ucx_cleanup EXIT
+for f in /sys/class/infiniband/$dev /sys/class/infiniband_verbs; do
+  [[ -e $f ]] && echo "note: $f exists in the real sysfs (the real one wins where it has the path)"
+done
 # Only this test's uroce device: no other transport may carry the traffic.
 export UCX_NET_DEVICES=$dev:1
 
@@ -50,11 +49,17 @@ case $mode in
     grep -q "Memory domain: $dev\$" "$log/info.out" || fail="${fail:-no memory domain $dev}"
     grep -q "Connection manager: rdmacm" "$log/info.out" ||
       fail="${fail:-no rdmacm connection manager}"
-    # The check can fail: without its node UCX does not list the device at all.
-    UROCE_DEVICES=$SERVER_DEVICES "$cli" dev-nodes --remove >/dev/null
-    UROCE_DEVICES=$SERVER_DEVICES timeout "${TIMEOUT:-60}" "$run" ucx_info -d >"$log/info2.out" 2>&1
+    [[ -e $node ]] && fail="${fail:-$node appeared in the real file system}"
+    # UCX read the GID's netdev from sysfs (it reads the GID's RoCE version beside it).
+    UROCE_DEVICES=$SERVER_DEVICES UCX_LOG_LEVEL=debug timeout "${TIMEOUT:-60}" "$run" ucx_info -d \
+      >"$log/debug.out" 2>&1
+    grep -q "RoCE LAG level on $dev:1 (lo)" "$log/debug.out" ||
+      fail="${fail:-UCX did not read the netdev of the GID (lo) from sysfs}"
+    # The check can fail: with liburoce's answers turned off UCX does not list the device at all.
+    UROCE_DEVICES=$SERVER_DEVICES UROCE_DISCOVERY=0 timeout "${TIMEOUT:-60}" "$run" ucx_info -d \
+      >"$log/info2.out" 2>&1
     grep -q "Device: $dev:1" "$log/info2.out" &&
-      fail="${fail:-ucx_info listed $dev without its /dev/infiniband node}"
+      fail="${fail:-ucx_info listed $dev with UROCE_DISCOVERY=0}"
     verdict "$fail" ;;
   perftest)
     tls=$1 test=$2
