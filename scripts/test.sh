@@ -32,7 +32,7 @@ echo "== fuzzing: every libFuzzer harness briefly, from its seeds (clang, ASan+U
 
 echo "== ThreadSanitizer build: the engine thread, the verbs layer and the CM thread over it"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=thread \
-  -DUROCE_BUILD_BENCH=OFF >/dev/null
+  -DUROCE_WERROR=ON -DUROCE_BUILD_BENCH=OFF >/dev/null
 cmake --build "$root/build-tsan" -j"$jobs" --target engine_tests verbs_tests verbs_config_tests \
   verbs_port_tests cm_tests cm_gsi_tests rdma_cm_tests rdma_cm_forward_linked_tests
 ctest --test-dir "$root/build-tsan" -j"$jobs" --output-on-failure --timeout 600 -L "engine|verbs|cm" \

@@ -278,7 +278,9 @@ std::optional<CcConfig> parse_cc(std::string_view spec, std::string* err) {
       return std::nullopt;
     }
     if (eq == std::string_view::npos) {
-      set_err(err, "'" + std::string(p) + "' is not key=value");
+      // Built by appending: `"'" + std::string(p)` (operator+ prepending into the temporary)
+      // draws a bogus -Wrestrict from gcc 12 at -O3 (GCC bug 105329).
+      set_err(err, std::string("'").append(p).append("' is not key=value"));
       return std::nullopt;
     }
     const std::string_view k = trim(p.substr(0, eq)), v = trim(p.substr(eq + 1));
