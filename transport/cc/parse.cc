@@ -22,8 +22,9 @@ constexpr spec::Scopes kPacer = kDcqcn | kTimely;
 
 // An algorithm's scope: its bit, in Algorithm's order.
 spec::Scopes scope_of(Algorithm a) {
-  static_assert(int(Algorithm::kNone) == 0 && int(Algorithm::kDcqcn) == 1 &&
-                int(Algorithm::kTimely) == 2);
+  static_assert((spec::Scopes{1} << int(Algorithm::kNone)) == kNone &&
+                (spec::Scopes{1} << int(Algorithm::kDcqcn)) == kDcqcn &&
+                (spec::Scopes{1} << int(Algorithm::kTimely)) == kTimely);
   return spec::Scopes{1} << int(a);
 }
 
