@@ -31,7 +31,7 @@ done
 ((${#harnesses[@]})) || harnesses=(rx modify_qp datapath post_wr frames config)
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_FUZZ=ON -DUROCE_BUILD_BENCH=OFF >/dev/null
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_FUZZ=ON -DUROCE_WERROR=ON -DUROCE_BUILD_BENCH=OFF >/dev/null
 targets=()
 for h in "${harnesses[@]}"; do targets+=("fuzz_$h"); done
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"

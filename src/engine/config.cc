@@ -1,8 +1,10 @@
-// Parsing of UROCE_DEVICES, UROCE_FAULTS and UROCE_CC. Every malformed value is reported with the
-// variable and the offending token; nothing here throws or aborts on bad input.
+// The configuration uroce reads from the environment: UROCE_DEVICES (the device list; a dpdk(…)
+// device's body goes to the DPDK port's own keys, dpdk_port/options.h), UROCE_FAULTS, UROCE_CC
+// (transport/cc/parse.h) and the single-value variables. Each spec's keys are one table read by
+// the parser every spec shares (transport/spec/spec.h); this file holds the tables of
+// UROCE_FAULTS and of the variables, and the grammar around them. Every malformed value is
+// reported with the variable and the offending token; nothing here throws or aborts on bad input.
 #include "engine/config.h"
-
-#include "transport/cc/parse.h"
 
 #include <unistd.h>
 
@@ -10,89 +12,29 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 
+#include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <initializer_list>
 #include <set>
 #include <string_view>
+
+#include "engine/stats_shm.h"
+#include "transport/cc/parse.h"
+#include "util/log.h"
 
 namespace uroce {
 namespace {
 
 constexpr std::string_view kDevicesVar = "UROCE_DEVICES";
 constexpr std::string_view kFaultsVar = "UROCE_FAULTS";
-constexpr std::string_view kStatsVar = "UROCE_STATS";
-constexpr std::string_view kPcapVar = "UROCE_PCAP";
-constexpr std::string_view kEarlyRetransmitVar = "UROCE_EARLY_RETRANSMIT";
-constexpr std::string_view kGsoVar = "UROCE_GSO";
-constexpr std::string_view kIcrcVar = "UROCE_ICRC";
 constexpr std::string_view kCcVar = "UROCE_CC";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
 constexpr size_t kMaxNameLen = 63;
 
 void set_err(std::string* err, std::string_view var, const std::string& msg) {
-  if (err) *err = std::string(var) + ": " + msg;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// Splits on `sep` outside parentheses, keeping empty pieces, so "a,,b" and "a," can be
-// reported and a dpdk(…) body keeps its commas.
-std::vector<std::string_view> split_top(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  int depth = 0;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i) {
-    if (i < s.size() && s[i] == '(') ++depth;
-    if (i < s.size() && s[i] == ')' && depth > 0) --depth;
-    if (i == s.size() || (s[i] == sep && depth == 0)) {
-      out.push_back(trim(s.substr(start, i - start)));
-      start = i + 1;
-    }
-  }
-  return out;
-}
-
-std::vector<std::string_view> split_commas(std::string_view s) {
-  return split_top(s, ',');
-}
-
-// "aa:bb:cc:dd:ee:ff" (hex, case-insensitive).
-bool parse_mac(std::string_view s, uint8_t out[6]) {
-  if (s.size() != 17) return false;
-  for (int i = 0; i < 6; ++i) {
-    uint8_t v = 0;
-    for (int k = 0; k < 2; ++k) {
-      char c = s[i * 3 + k];
-      v = static_cast<uint8_t>(v << 4);
-      if (c >= '0' && c <= '9')
-        v |= static_cast<uint8_t>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= static_cast<uint8_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= static_cast<uint8_t>(c - 'A' + 10);
-      else
-        return false;
-    }
-    if (i < 5 && s[i * 3 + 2] != ':') return false;
-    out[i] = v;
-  }
-  return true;
-}
-
-// A decimal integer in [lo, hi].
-bool parse_uint(std::string_view s, uint64_t lo, uint64_t hi, uint64_t* out) {
-  if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string_view::npos)
-    return false;
-  uint64_t v = std::stoull(std::string(s));
-  if (v < lo || v > hi) return false;
-  *out = v;
-  return true;
+  if (err) (*err = var).append(": ").append(msg);
 }
 
 bool valid_name(std::string_view n) {
@@ -103,15 +45,6 @@ bool valid_name(std::string_view n) {
     if (!ok) return false;
   }
   return true;
-}
-
-// Strict dotted-quad IPv4 (inet_pton refuses "1.2.3", octal and hex forms). Host byte order.
-std::optional<uint32_t> parse_ipv4(std::string_view s) {
-  if (s.size() > 15 || s.find('\0') != std::string_view::npos) return std::nullopt;
-  std::string tmp(s);
-  in_addr a{};
-  if (inet_pton(AF_INET, tmp.c_str(), &a) != 1) return std::nullopt;
-  return ntohl(a.s_addr);
 }
 
 struct IfAddrs {
@@ -151,99 +84,16 @@ std::string netdev_of(uint32_t ip) {
 
 bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err) {
   d->port = PortKind::kDpdk;
-  d->dscp = 26;
   d->netdev.clear();
-  DpdkDeviceConfig& c = d->dpdk;
-  bool have_ip = false;
-  for (std::string_view field : split_top(body, ';')) {
-    if (field.empty()) continue;
-    size_t eq = field.find('=');
-    std::string_view key = trim(field.substr(0, eq));
-    std::string_view val = eq == std::string_view::npos ? "" : trim(field.substr(eq + 1));
-    auto bad = [&](const std::string& why) {
-      if (err) *err = "dpdk " + std::string(key) + "='" + std::string(val) + "': " + why;
-      return false;
-    };
-    uint64_t n = 0;
-    if (eq == std::string_view::npos) {
-      if (err) *err = "dpdk field '" + std::string(field) + "' is not key=value";
-      return false;
-    } else if (key == "dev") {
-      if (val.empty()) return bad("empty");
-      c.dev = std::string(val);
-    } else if (key == "ip") {
-      std::string_view addr = val;
-      size_t slash = val.find('/');
-      if (slash != std::string_view::npos) {
-        if (!parse_uint(val.substr(slash + 1), 1, 32, &n)) return bad("prefix is not 1..32");
-        c.prefix_len = static_cast<uint32_t>(n);
-        addr = val.substr(0, slash);
-      }
-      auto ip = parse_ipv4(addr);
-      if (!ip) return bad("not an IPv4 address");
-      d->ipv4 = *ip;
-      have_ip = true;
-    } else if (key == "gw") {
-      auto ip = parse_ipv4(val);
-      if (!ip) return bad("not an IPv4 address");
-      c.gateway = *ip;
-    } else if (key == "mac") {
-      if (!parse_mac(val, c.mac)) return bad("not a MAC address aa:bb:cc:dd:ee:ff");
-      if (c.mac[0] & 1) return bad("a multicast MAC address");
-      c.has_mac = true;
-    } else if (key == "eal") {
-      std::string_view rest = val;
-      while (!rest.empty()) {
-        size_t sp = rest.find(' ');
-        std::string_view arg = rest.substr(0, sp);
-        if (!arg.empty()) c.eal_args.emplace_back(arg);
-        if (sp == std::string_view::npos) break;
-        rest.remove_prefix(sp + 1);
-      }
-    } else if (key == "vlan") {
-      if (!parse_uint(val, 1, 4094, &n)) return bad("not a VLAN id 1..4094");
-      c.vlan = static_cast<uint16_t>(n);
-    } else if (key == "prio") {
-      if (!parse_uint(val, 0, 7, &n)) return bad("not an 802.1p priority 0..7");
-      c.priority = static_cast<uint8_t>(n);
-    } else if (key == "dscp") {
-      if (!parse_uint(val, 0, 63, &n)) return bad("not a DSCP 0..63");
-      d->dscp = static_cast<uint8_t>(n);
-    } else if (key == "mtu") {
-      if (!parse_uint(val, 576, 9702, &n)) return bad("not an MTU 576..9702");
-      c.mtu = static_cast<uint32_t>(n);
-    } else if (key == "neigh") {
-      size_t at = val.find('@');
-      DpdkDeviceConfig::Neighbour nb;
-      auto ip = parse_ipv4(val.substr(0, at));
-      if (at == std::string_view::npos || !ip || !parse_mac(val.substr(at + 1), nb.mac))
-        return bad("not ip@aa:bb:cc:dd:ee:ff");
-      nb.ip = *ip;
-      c.neighbours.push_back(nb);
-    } else if (key == "roce_v1") {
-      if (val != "0" && val != "1") return bad("not 0 or 1");
-      c.roce_v1 = val == "1";
-    } else {
-      if (err)
-        *err = "unknown dpdk key '" + std::string(key) +
-               "' (dev, ip, gw, mac, eal, vlan, prio, dscp, mtu, neigh, roce_v1)";
-      return false;
-    }
-  }
-  if (c.dev.empty()) {
-    if (err) *err = "dpdk device without dev= (a vdev string or a PCI address)";
-    return false;
-  }
-  if (!have_ip) {
-    if (err) *err = "dpdk device without ip= (its IPv4 address)";
-    return false;
-  }
+  d->dpdk = dpdk::DpdkPortOptions{};
+  if (!dpdk::parse_options(body, &d->dpdk, err)) return false;
+  d->ipv4 = d->dpdk.ipv4;
+  d->dscp = d->dpdk.data_dscp;
   return true;
 }
 
 std::string format_ipv4(uint32_t ip) {
-  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 0xff) + "." +
-         std::to_string((ip >> 8) & 0xff) + "." + std::to_string(ip & 0xff);
+  return spec::ipv4_text(ip);
 }
 
 std::optional<uint32_t> resolve_netdev_ipv4(const std::string& netdev, std::string* err) {
@@ -275,38 +125,41 @@ DeviceConfig default_device_config() {
   return d;
 }
 
-std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, std::string* err) {
+std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& text, std::string* err) {
   std::vector<DeviceConfig> out;
-  std::set<std::string> names;
   std::set<uint32_t> addrs;
-  if (trim(spec).empty()) {
+  if (spec::trim(text).empty()) {
     set_err(err, kDevicesVar, "empty device list");
     return std::nullopt;
   }
-  for (std::string_view entry : split_commas(spec)) {
-    if (entry.empty()) {
-      set_err(err, kDevicesVar, "empty entry in '" + spec + "'");
+  // Device names are the keys of this list; they are the user's, so there is no table, but a
+  // name given twice is refused as a key given twice is everywhere.
+  for (const spec::Entry& e : spec::entries(text, ',')) {
+    if (e.key.empty() && !e.has_value) {
+      set_err(err, kDevicesVar, "empty entry");
       return std::nullopt;
     }
-    size_t eq = entry.find('=');
-    if (eq == std::string_view::npos) {
-      set_err(err, kDevicesVar, "'" + std::string(entry) + "' is not name=address or name=netdev");
+    if (!e.has_value) {
+      set_err(err, kDevicesVar,
+              std::string("'").append(e.key).append("' is not name=address or name=netdev"));
       return std::nullopt;
     }
-    std::string_view name = trim(entry.substr(0, eq));
-    std::string_view value = trim(entry.substr(eq + 1));
+    const std::string_view name = e.key, value = e.value;
     if (!valid_name(name)) {
       set_err(err, kDevicesVar,
-              "bad device name '" + std::string(name) + "' in '" + std::string(entry) +
-                  "' (1-63 characters of [A-Za-z0-9_.-])");
+              std::string("bad device name '")
+                  .append(name)
+                  .append("' (1-63 characters of [A-Za-z0-9_.-])"));
       return std::nullopt;
     }
     if (value.empty()) {
-      set_err(err, kDevicesVar, "no address or netdev for device '" + std::string(name) + "'");
+      set_err(err, kDevicesVar,
+              std::string("no address or netdev for device '").append(name) + "'");
       return std::nullopt;
     }
     DeviceConfig d;
     d.name = std::string(name);
+    uint32_t ip = 0;
     if (value.substr(0, 5) == "dpdk(") {
       if (value.back() != ')') {
         set_err(err, kDevicesVar, "device '" + d.name + "': dpdk( without its closing ')'");
@@ -314,24 +167,24 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, 
       }
       std::string why;
       if (!parse_dpdk_device(value.substr(5, value.size() - 6), &d, &why)) {
-        set_err(err, kDevicesVar, "device '" + d.name + "': " + why);
+        set_err(err, kDevicesVar, "device '" + d.name + "': dpdk: " + why);
         return std::nullopt;
       }
-    } else if (auto ip = parse_ipv4(value)) {
-      d.ipv4 = *ip;
-      d.netdev = netdev_of(*ip);
+    } else if (spec::read_ipv4(value, &ip)) {
+      d.ipv4 = ip;
+      d.netdev = netdev_of(ip);
     } else if (value.find_first_not_of("0123456789.") == std::string_view::npos) {
       // Looks like an address but is not a valid one (e.g. "10.0.0.256", "1.2.3").
-      set_err(err, kDevicesVar, "bad IPv4 address '" + std::string(value) + "'");
+      set_err(err, kDevicesVar, std::string("bad IPv4 address '").append(value) + "'");
       return std::nullopt;
     } else if (value.size() >= IFNAMSIZ) {
-      set_err(err, kDevicesVar, "netdev name '" + std::string(value) + "' is too long");
+      set_err(err, kDevicesVar, std::string("netdev name '").append(value) + "' is too long");
       return std::nullopt;
     } else {
       std::string why;
       auto resolved = resolve_netdev_ipv4(std::string(value), &why);
       if (!resolved) {
-        set_err(err, kDevicesVar, "device '" + std::string(name) + "': " + why);
+        set_err(err, kDevicesVar, "device '" + d.name + "': " + why);
         return std::nullopt;
       }
       d.ipv4 = *resolved;
@@ -344,9 +197,11 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, 
               "address " + format_ipv4(d.ipv4) + " of device '" + d.name + "' is not unicast");
       return std::nullopt;
     }
-    if (!names.insert(d.name).second) {
-      set_err(err, kDevicesVar, "device name '" + d.name + "' given twice");
-      return std::nullopt;
+    for (const DeviceConfig& o : out) {
+      if (o.name == d.name) {
+        set_err(err, kDevicesVar, "device '" + d.name + "' given twice");
+        return std::nullopt;
+      }
     }
     if (!addrs.insert(d.ipv4).second) {
       set_err(err, kDevicesVar, "address " + format_ipv4(d.ipv4) + " used by two devices");
@@ -359,20 +214,23 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& spec, 
 
 namespace {
 
+// --- UROCE_FAULTS: the values its keys take. Each reader says what is wrong with a value; the
+// parser names the key and the value (spec.h).
+
 // A probability: plain decimal in [0, 1]. strtod accepts "nan", "inf", hex floats and leading
 // blanks; only plain decimals pass.
-bool parse_probability(const std::string& name, const std::string& value, double* out,
-                       std::string* err) {
-  bool plain = !value.empty() && value.find_first_not_of("0123456789.eE+-") == std::string::npos;
+bool read_probability(std::string_view value, double* out, std::string* why) {
+  const std::string v(value);
+  const bool plain = !v.empty() && v.find_first_not_of("0123456789.eE+-") == std::string::npos;
   char* end = nullptr;
   errno = 0;
-  double p = plain ? std::strtod(value.c_str(), &end) : 0.0;
-  if (!plain || errno != 0 || end != value.c_str() + value.size() || !std::isfinite(p)) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is not a number");
+  const double p = plain ? std::strtod(v.c_str(), &end) : 0.0;
+  if (!plain || errno != 0 || end != v.c_str() + v.size() || !std::isfinite(p)) {
+    *why = "is not a number";
     return false;
   }
   if (p < 0.0 || p > 1.0) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [0, 1]");
+    *why = "is out of range [0, 1]";
     return false;
   }
   *out = p;
@@ -380,52 +238,54 @@ bool parse_probability(const std::string& name, const std::string& value, double
 }
 
 // A small count in [1, max]: depth, len, bits.
-bool parse_count(const std::string& name, const std::string& value, uint32_t max, uint32_t* out,
-                 std::string* err) {
-  if (value.empty() || value.size() > 9 ||
-      value.find_first_not_of("0123456789") != std::string::npos) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is not a positive integer");
+bool read_count(std::string_view v, uint32_t max, uint32_t* out, std::string* why) {
+  uint64_t n = 0;
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string_view::npos) {
+    *why = "is not a positive integer";
     return false;
   }
-  unsigned long v = std::strtoul(value.c_str(), nullptr, 10);
-  if (v < 1 || v > max) {
-    set_err(err, kFaultsVar,
-            name + " '" + value + "' is out of range [1, " + std::to_string(max) + "]");
+  if (!spec::read_uint(v, 1, max, &n)) {
+    (*why = "is out of range [1, ").append(std::to_string(max)).append("]");
     return false;
   }
-  *out = static_cast<uint32_t>(v);
+  *out = uint32_t(n);
   return true;
+}
+
+// A decimal followed by a unit from `units` (name, scale): "1.5ms", "800mbit". Scale 0: the
+// number is not a plain decimal; -1: the unit is missing or unknown.
+double read_with_unit(std::string_view v,
+                      std::initializer_list<std::pair<const char*, double>> units, double* scale) {
+  const size_t num_end = v.find_first_not_of("0123456789.");
+  const std::string num(v.substr(0, num_end));
+  const std::string_view unit = num_end == std::string_view::npos ? "" : v.substr(num_end);
+  char* end = nullptr;
+  const double x = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+  *scale = 0;
+  if (num.empty() || end != num.c_str() + num.size()) return x;
+  *scale = -1;
+  for (const auto& [name, s] : units) {
+    if (unit == name) *scale = s;
+  }
+  return x;
 }
 
 // A duration: a plain decimal with a unit (ns, us, ms, s), at most 10 s. The unit is required:
 // "delay=5" could mean anything.
-bool parse_duration(const std::string& name, const std::string& value, uint64_t* out_ns,
-                    std::string* err) {
-  size_t num_end = value.find_first_not_of("0123456789.");
-  std::string num = value.substr(0, num_end);
-  std::string unit = num_end == std::string::npos ? "" : value.substr(num_end);
-  double scale = 0;
-  if (unit == "ns")
-    scale = 1;
-  else if (unit == "us")
-    scale = 1e3;
-  else if (unit == "ms")
-    scale = 1e6;
-  else if (unit == "s")
-    scale = 1e9;
-  char* end = nullptr;
-  double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
-  if (num.empty() || end != num.c_str() + num.size()) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is not a duration (e.g. 500us, 2ms)");
-    return false;
-  }
+bool read_duration(std::string_view v, uint64_t* out_ns, std::string* why) {
+  double scale;
+  const double x = read_with_unit(v, {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}}, &scale);
   if (scale == 0) {
-    set_err(err, kFaultsVar, name + " '" + value + "' needs a unit: ns, us, ms or s");
+    *why = "is not a duration (e.g. 500us, 2ms)";
     return false;
   }
-  double ns = v * scale;
+  if (scale < 0) {
+    *why = "needs a unit: ns, us, ms or s";
+    return false;
+  }
+  const double ns = x * scale;
   if (ns > 10e9) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [0, 10s]");
+    *why = "is out of range [0, 10s]";
     return false;
   }
   *out_ns = static_cast<uint64_t>(ns + 0.5);
@@ -434,25 +294,20 @@ bool parse_duration(const std::string& name, const std::string& value, uint64_t*
 
 // A rate: a plain decimal with a unit, kbit, mbit or gbit (10^3, 10^6, 10^9 bit/s, as tc writes
 // them), from 1 kbit to 1000 gbit.
-bool parse_rate(const std::string& name, const std::string& value, uint64_t* out_bps,
-                std::string* err) {
-  size_t num_end = value.find_first_not_of("0123456789.");
-  std::string num = value.substr(0, num_end);
-  std::string unit = num_end == std::string::npos ? "" : value.substr(num_end);
-  double scale = unit == "kbit" ? 1e3 : unit == "mbit" ? 1e6 : unit == "gbit" ? 1e9 : 0;
-  char* end = nullptr;
-  double v = num.empty() ? -1 : std::strtod(num.c_str(), &end);
-  if (num.empty() || end != num.c_str() + num.size()) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is not a rate (e.g. 800mbit, 10gbit)");
-    return false;
-  }
+bool read_rate(std::string_view v, uint64_t* out_bps, std::string* why) {
+  double scale;
+  const double x = read_with_unit(v, {{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}}, &scale);
   if (scale == 0) {
-    set_err(err, kFaultsVar, name + " '" + value + "' needs a unit: kbit, mbit or gbit");
+    *why = "is not a rate (e.g. 800mbit, 10gbit)";
     return false;
   }
-  const double bps = v * scale;
+  if (scale < 0) {
+    *why = "needs a unit: kbit, mbit or gbit";
+    return false;
+  }
+  const double bps = x * scale;
   if (bps < 1e3 || bps > 1e12) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [1kbit, 1000gbit]");
+    *why = "is out of range [1kbit, 1000gbit]";
     return false;
   }
   *out_bps = static_cast<uint64_t>(bps + 0.5);
@@ -460,202 +315,251 @@ bool parse_rate(const std::string& name, const std::string& value, uint64_t* out
 }
 
 // A size in bytes: an unsigned decimal, optionally with k (KiB) or m (MiB), at most 1 GiB.
-bool parse_size(const std::string& name, const std::string& value, uint64_t* out,
-                std::string* err) {
-  std::string num = value;
+bool read_size(std::string_view v, uint64_t* out, std::string* why) {
+  std::string_view num = v;
   uint64_t scale = 1;
   if (!num.empty() && (num.back() == 'k' || num.back() == 'm')) {
     scale = num.back() == 'k' ? 1024 : 1024 * 1024;
-    num.pop_back();
+    num.remove_suffix(1);
   }
-  if (num.empty() || num.size() > 10 || num.find_first_not_of("0123456789") != std::string::npos) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is not a size (bytes, or with k or m)");
+  uint64_t n = 0;
+  if (num.size() > 10 || !spec::read_uint(num, 0, ~uint64_t{0}, &n)) {
+    *why = "is not a size (bytes, or with k or m)";
     return false;
   }
-  const uint64_t v = std::stoull(num) * scale;
-  if (v > (uint64_t{1} << 30)) {
-    set_err(err, kFaultsVar, name + " '" + value + "' is out of range [0, 1024m]");
+  if (n * scale > (uint64_t{1} << 30)) {
+    *why = "is out of range [0, 1024m]";
     return false;
   }
-  *out = v;
+  *out = n * scale;
   return true;
 }
 
-// Splits on ':' keeping empty pieces.
-std::vector<std::string> split_colons(std::string_view s) {
-  std::vector<std::string> out;
-  for (;;) {
-    size_t c = s.find(':');
-    out.emplace_back(trim(s.substr(0, c)));
-    if (c == std::string_view::npos) break;
-    s.remove_prefix(c + 1);
+// The values as `uroce config` shows them, in the forms the readers take.
+std::string number_text(double d) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d);
+  return ec == std::errc() ? std::string(buf, end) : "?";
+}
+std::string scaled_text(uint64_t v, std::initializer_list<std::pair<const char*, uint64_t>> units) {
+  for (const auto& [name, scale] : units) {
+    if (v != 0 && v % scale == 0) return std::to_string(v / scale) + name;
   }
-  return out;
+  return std::to_string(v);
+}
+std::string duration_text(uint64_t ns) {
+  return ns == 0
+             ? "0ns"
+             : scaled_text(ns, {{"s", 1'000'000'000}, {"ms", 1'000'000}, {"us", 1'000}, {"ns", 1}});
+}
+std::string size_text(uint64_t b) {
+  return scaled_text(b, {{"m", 1024 * 1024}, {"k", 1024}, {"", 1}});
 }
 
-// One fault entry without its direction prefix: kind=value[:param=value...]. `name` is the key as
-// written (for messages).
-bool parse_fault_entry(const std::string& name, const std::string& kind,
-                       const std::vector<std::string>& parts, FaultSpec& spec, double* loss,
-                       std::string* err) {
-  // parts[0] is the main value; the rest are param=value.
-  auto params_ok = [&](std::initializer_list<const char*> allowed, auto&& apply) {
-    std::set<std::string> seen;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      size_t eq = parts[i].find('=');
-      if (parts[i].empty() || eq == std::string::npos) {
-        set_err(err, kFaultsVar, name + ": '" + parts[i] + "' is not param=value");
-        return false;
-      }
-      std::string p(trim(std::string_view(parts[i]).substr(0, eq)));
-      std::string v(trim(std::string_view(parts[i]).substr(eq + 1)));
-      bool known = false;
-      for (const char* a : allowed) known |= p == a;
-      if (!known) {
-        std::string list;
-        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-        set_err(err, kFaultsVar,
-                name + ": unknown parameter '" + p + "'" +
-                    (list.empty() ? " (it takes none)" : " (known: " + list + ")"));
-        return false;
-      }
-      if (!seen.insert(p).second) {
-        set_err(err, kFaultsVar, name + ": parameter '" + p + "' given twice");
-        return false;
-      }
-      if (!apply(p, v)) return false;
-    }
-    return true;
+using FaultKey = spec::Key<FaultConfig>;
+using ParamKey = spec::Key<FaultSpec>;
+
+// A key of configuration `C` whose value `read` parses into the field `F` maps to and `show`
+// writes back.
+template <typename C, typename F, typename Read, typename Show>
+spec::Key<C> value_key(const char* name, spec::Scopes scopes, F field, Read read, Show show,
+                       const char* def, const char* label, const char* doc) {
+  return spec::Key<C>{
+      .name = name,
+      .scopes = scopes,
+      .set = [=](C& c, std::string_view v, std::string* why) { return read(v, &field(c), why); },
+      .get = [=](const C& c) { return show(field(c)); },
+      .def = def,
+      .doc = doc,
+      .label = label};
+}
+
+bool read_seed(std::string_view v, uint64_t* out, std::string* why) {
+  // Decimal only; strtoull would accept "-1" (as 2^64-1) and leading blanks.
+  if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string_view::npos) {
+    *why = "is not an unsigned decimal integer";
+    return false;
+  }
+  if (std::from_chars(v.data(), v.data() + v.size(), *out).ec != std::errc()) {
+    *why = "is out of range [0, 2^64)";
+    return false;
+  }
+  return true;
+}
+
+std::string rate_text(uint64_t bps) {
+  return bps ? scaled_text(bps, {{"gbit", 1'000'000'000}, {"mbit", 1'000'000}, {"kbit", 1'000}})
+             : std::string("off");
+}
+std::string uint_text(uint64_t v) {
+  return std::to_string(v);
+}
+
+// The fault kinds, in the order docs/configuration.md lists them; a kind's bit is its
+// parameters' scope.
+constexpr const char* kKinds[] = {"loss",    "burst", "corrupt", "dup",
+                                  "reorder", "delay", "queue",   "ce"};
+spec::Scopes kind_scope(std::string_view kind) {
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    if (kind == kKinds[i]) return spec::Scopes{1} << i;
+  }
+  return 0;
+}
+
+// describe()'s names of the kinds' rows, by direction and kind.
+constexpr const char* kLabels[2][std::size(kKinds)] = {
+    {"rx.loss", "rx.burst", "rx.corrupt", "rx.dup", "rx.reorder", "rx.delay", "rx.queue", "rx.ce"},
+    {"tx.loss", "tx.burst", "tx.corrupt", "tx.dup", "tx.reorder", "tx.delay", "tx.queue", "tx.ce"}};
+
+spec::Schema<FaultConfig> make_fault_schema() {
+  spec::Schema<FaultConfig> s;
+  s.scope_names = {"rx", "tx", "seed"};
+  s.keys.push_back(value_key<FaultConfig>(
+      "seed", kFaultSeed, [](auto& f) -> auto& { return f.seed; }, read_seed, uint_text, "1",
+      nullptr, "seed of the fault PRNG: the same seed makes the same decisions"));
+  // One row per direction of each kind: `rx.` (or no prefix) and `tx.`.
+  for (const spec::Scopes dir : {kFaultRx, kFaultTx}) {
+    const bool tx = dir == kFaultTx;
+    const auto side = [tx](auto& f) -> auto& {
+      return tx ? f.tx : f.rx;
+    };
+    const auto add = [&](const char* kind, auto field, auto read, auto show, const char* def,
+                         const char* doc) {
+      s.keys.push_back(value_key<FaultConfig>(
+          kind, dir, field, read, show, def, kLabels[tx][std::countr_zero(kind_scope(kind))], doc));
+    };
+    const auto prob = [&](const char* kind, auto field, const char* doc) {
+      add(kind, field, read_probability, number_text, "0", doc);
+    };
+    // Receive loss is FaultConfig::rx_loss (it predates the split: config.h).
+    prob(
+        "loss", [tx](auto& f) -> auto& { return tx ? f.tx.loss : f.rx_loss; },
+        "drop with probability p");
+    prob(
+        "burst", [=](auto& f) -> auto& { return side(f).burst; },
+        "with probability p, drop the datagram and the next len - 1");
+    prob(
+        "corrupt", [=](auto& f) -> auto& { return side(f).corrupt; },
+        "with probability p, flip `bits` random bits the ICRC covers");
+    prob(
+        "dup", [=](auto& f) -> auto& { return side(f).dup; },
+        "with probability p, a second copy follows at once");
+    prob(
+        "reorder", [=](auto& f) -> auto& { return side(f).reorder; },
+        "with probability p, hold back until 1..depth later datagrams have passed");
+    add(
+        "delay", [=](auto& f) -> auto& { return side(f).delay_ns; }, read_duration, duration_text,
+        "0ns", "hold every datagram this long (plus jitter), order kept");
+    if (tx) continue;  // the switch queue and CE marking act on receive only
+    add(
+        "queue", [](auto& f) -> auto& { return f.rx.queue_bps; }, read_rate, rate_text, "off",
+        "a switch's egress queue in front of the device, drained at this rate (RED, ECN)");
+    prob(
+        "ce", [](auto& f) -> auto& { return f.rx.ce; },
+        "with probability p, mark CE whatever the ECN field (a remarking middlebox)");
+  }
+  return s;
+}
+
+spec::Schema<FaultSpec> make_fault_param_schema() {
+  spec::Schema<FaultSpec> s;
+  s.scope_names.assign(std::begin(kKinds), std::end(kKinds));
+  const auto add = [&](const char* name, const char* kind, auto field, auto read, auto show,
+                       const char* def, const char* label, const char* doc) {
+    s.keys.push_back(
+        value_key<FaultSpec>(name, kind_scope(kind), field, read, show, def, label, doc));
   };
-  const std::string& value = parts[0];
-  if (kind == "loss") {
-    return parse_probability(name, value, loss, err) &&
-           params_ok({}, [](const std::string&, const std::string&) { return true; });
-  }
-  if (kind == "ce") {
-    return parse_probability(name, value, &spec.ce, err) &&
-           params_ok({}, [](const std::string&, const std::string&) { return true; });
-  }
-  if (kind == "dup") {
-    return parse_probability(name, value, &spec.dup, err) &&
-           params_ok({}, [](const std::string&, const std::string&) { return true; });
-  }
-  if (kind == "burst") {
-    return parse_probability(name, value, &spec.burst, err) &&
-           params_ok({"len"}, [&](const std::string&, const std::string& v) {
-             return parse_count(name + ":len", v, 1000, &spec.burst_len, err);
-           });
-  }
-  if (kind == "corrupt") {
-    return parse_probability(name, value, &spec.corrupt, err) &&
-           params_ok({"bits"}, [&](const std::string&, const std::string& v) {
-             return parse_count(name + ":bits", v, 64, &spec.corrupt_bits, err);
-           });
-  }
-  if (kind == "reorder") {
-    return parse_probability(name, value, &spec.reorder, err) &&
-           params_ok({"depth"}, [&](const std::string&, const std::string& v) {
-             return parse_count(name + ":depth", v, 1000, &spec.reorder_depth, err);
-           });
-  }
-  if (kind == "delay") {
-    return parse_duration(name, value, &spec.delay_ns, err) &&
-           params_ok({"jitter"}, [&](const std::string&, const std::string& v) {
-             return parse_duration(name + ":jitter", v, &spec.jitter_ns, err);
-           });
-  }
-  if (kind == "queue") {
-    if (!parse_rate(name, value, &spec.queue_bps, err) ||
-        !params_ok({"buffer", "kmin", "kmax", "pmax", "mark"}, [&](const std::string& p,
-                                                                   const std::string& v) {
-          if (p == "pmax") return parse_probability(name + ":pmax", v, &spec.queue_pmax, err);
-          if (p == "mark") {
-            if (v != "enqueue" && v != "dequeue") {
-              set_err(err, kFaultsVar, name + ":mark '" + v + "' is not enqueue or dequeue");
-              return false;
-            }
-            spec.queue_mark_dequeue = v == "dequeue";
-            return true;
-          }
-          uint64_t* field = p == "buffer" ? &spec.queue_buffer
-                            : p == "kmin" ? &spec.queue_kmin
-                                          : &spec.queue_kmax;
-          return parse_size(name + ":" + p, v, field, err);
-        })) {
-      return false;
-    }
-    if (spec.queue_kmin > spec.queue_kmax) {
-      set_err(err, kFaultsVar, name + ": kmin must not exceed kmax");
-      return false;
-    }
-    return true;
-  }
-  set_err(err, kFaultsVar,
-          "unknown key '" + name + "' (known: [rx.|tx.]loss, burst, corrupt, dup, reorder, " +
-              "delay; rx.queue, rx.ce; seed)");
-  return false;
+  const auto count = [](uint32_t max) {
+    return [max](std::string_view v, uint32_t* out, std::string* why) {
+      return read_count(v, max, out, why);
+    };
+  };
+  add(
+      "len", "burst", [](auto& f) -> auto& { return f.burst_len; }, count(1000), uint_text, "4",
+      "burst:len", "datagrams a burst drops, 1..1000");
+  add(
+      "bits", "corrupt", [](auto& f) -> auto& { return f.corrupt_bits; }, count(64), uint_text, "1",
+      "corrupt:bits", "bits flipped in a corrupted datagram, 1..64");
+  add(
+      "depth", "reorder", [](auto& f) -> auto& { return f.reorder_depth; }, count(1000), uint_text,
+      "3", "reorder:depth", "a reordered datagram lets 1..depth later ones pass (at most 1 ms)");
+  add(
+      "jitter", "delay", [](auto& f) -> auto& { return f.jitter_ns; }, read_duration, duration_text,
+      "0ns", "delay:jitter", "plus a uniform [0, jitter) on each datagram's delay");
+  add(
+      "buffer", "queue", [](auto& f) -> auto& { return f.queue_buffer; }, read_size, size_text,
+      "1m", "queue:buffer",
+      "the queue's buffer, bytes of frames: a datagram that does not fit is dropped");
+  add(
+      "kmin", "queue", [](auto& f) -> auto& { return f.queue_kmin; }, read_size, size_text, "5k",
+      "queue:kmin", "RED: no marks up to this backlog");
+  add(
+      "kmax", "queue", [](auto& f) -> auto& { return f.queue_kmax; }, read_size, size_text, "200k",
+      "queue:kmax", "RED: marks with probability pmax here, always above");
+  add(
+      "pmax", "queue", [](auto& f) -> auto& { return f.queue_pmax; }, read_probability, number_text,
+      "0.01", "queue:pmax", "RED: the marking probability at kmax");
+  ParamKey mark = spec::bool_key<FaultSpec>(
+      "mark", kind_scope("queue"), [](auto& f) -> auto& { return f.queue_mark_dequeue; },
+      "judge the backlog a datagram finds (enqueue) or leaves behind (dequeue)", "enqueue",
+      "dequeue", "enqueue");
+  mark.label = "queue:mark";
+  s.keys.push_back(mark);
+  return s;
 }
 
 }  // namespace
 
-std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* err) {
+const spec::Schema<FaultConfig>& fault_schema() {
+  static const spec::Schema<FaultConfig> s = make_fault_schema();
+  return s;
+}
+
+const spec::Schema<FaultSpec>& fault_param_schema() {
+  static const spec::Schema<FaultSpec> s = make_fault_param_schema();
+  return s;
+}
+
+std::optional<FaultConfig> parse_faults(const std::string& text, std::string* err) {
   FaultConfig f;
-  if (trim(spec).empty()) return f;
-  std::set<std::string> seen;  // canonical keys: "rx.loss", "tx.dup", "seed"
-  for (std::string_view entry : split_commas(spec)) {
-    if (entry.empty()) {
-      set_err(err, kFaultsVar, "empty entry in '" + spec + "'");
+  if (spec::trim(text).empty()) return f;
+  // entry = [ "rx." | "tx." ] kind "=" value { ":" param "=" value }  |  "seed=" N
+  std::vector<spec::Entry> entries = spec::entries(text, ',');
+  std::vector<std::optional<std::string_view>> params(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    spec::Entry& e = entries[i];
+    // Plain keys apply to receive, as UROCE_FAULTS always did; `seed` has no direction.
+    e.name = e.key;
+    e.scope = kFaultRx | kFaultSeed;
+    if (e.key.starts_with("rx.") || e.key.starts_with("tx.")) {
+      e.scope = e.key[0] == 't' ? kFaultTx : kFaultRx;
+      if (e.key.substr(3) != "seed") e.name = e.key.substr(3);
+    }
+    const size_t colon = e.value.find(':');
+    if (colon != std::string_view::npos) {
+      params[i] = e.value.substr(colon + 1);
+      e.value = spec::trim(e.value.substr(0, colon));
+    }
+  }
+  std::string msg;
+  if (!spec::apply(fault_schema(), entries, f, &msg)) {
+    set_err(err, kFaultsVar, msg);
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const spec::Entry& e = entries[i];
+    if (e.name == "seed") continue;
+    FaultSpec& side = e.scope == kFaultTx ? f.tx : f.rx;
+    const std::string prefix = std::string(e.key).append(":");
+    if (params[i] && !spec::apply(fault_param_schema(), spec::entries(*params[i], ':'), side, &msg,
+                                  {.scope = kind_scope(e.name), .prefix = prefix})) {
+      set_err(err, kFaultsVar, msg);
       return std::nullopt;
     }
-    size_t eq = entry.find('=');
-    if (eq == std::string_view::npos) {
-      set_err(err, kFaultsVar, "'" + std::string(entry) + "' is not key=value");
+    if (e.name == "queue" && side.queue_kmin > side.queue_kmax) {
+      set_err(err, kFaultsVar, std::string(e.key) + ": kmin must not exceed kmax");
       return std::nullopt;
     }
-    std::string key(trim(entry.substr(0, eq)));
-    std::string value(trim(entry.substr(eq + 1)));
-    if (key == "seed") {
-      if (!seen.insert(key).second) {
-        set_err(err, kFaultsVar, "key 'seed' given twice");
-        return std::nullopt;
-      }
-      // Decimal only; strtoull would accept "-1" (as 2^64-1) and leading blanks.
-      if (value.empty() || value.size() > 20 ||
-          value.find_first_not_of("0123456789") != std::string::npos) {
-        set_err(err, kFaultsVar, "seed '" + value + "' is not an unsigned decimal integer");
-        return std::nullopt;
-      }
-      errno = 0;
-      unsigned long long s = std::strtoull(value.c_str(), nullptr, 10);
-      if (errno == ERANGE) {
-        set_err(err, kFaultsVar, "seed '" + value + "' is out of range [0, 2^64)");
-        return std::nullopt;
-      }
-      f.seed = s;
-      continue;
-    }
-    // Plain keys apply to receive, as UROCE_FAULTS always did.
-    bool tx = key.starts_with("tx.");
-    std::string kind = (tx || key.starts_with("rx.")) ? key.substr(3) : key;
-    std::string canonical = (tx ? "tx." : "rx.") + kind;
-    if (!seen.insert(canonical).second) {
-      set_err(err, kFaultsVar,
-              "key '" + key + "' given twice" +
-                  (canonical == key ? "" : " (plain keys mean receive: " + canonical + ")"));
-      return std::nullopt;
-    }
-    if (tx && kind == "queue") {
-      set_err(err, kFaultsVar,
-              "'" + key + "': the switch queue models a device's receive side (rx.queue)");
-      return std::nullopt;
-    }
-    if (tx && kind == "ce") {
-      set_err(err, kFaultsVar, "'" + key + "': CE marking is applied on receive (rx.ce)");
-      return std::nullopt;
-    }
-    FaultSpec& s = tx ? f.tx : f.rx;
-    double* loss = tx ? &f.tx.loss : &f.rx_loss;
-    if (!parse_fault_entry(key, kind, split_colons(value), s, loss, err)) return std::nullopt;
   }
   return f;
 }
@@ -697,17 +601,17 @@ bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std:
   std::string_view rest = value;
   for (;;) {
     const size_t semi = rest.find(';');
-    const std::string_view section = trim(rest.substr(0, semi));
+    const std::string_view section = spec::trim(rest.substr(0, semi));
     if (section.empty()) {
       set_err(err, kCcVar, "empty section");
       return false;
     }
-    std::string_view spec = section;
+    std::string_view body = section;
     DeviceConfig* dev = nullptr;
     const size_t colon = section.find(':');
     if (colon != std::string_view::npos) {
-      const std::string_view name = trim(section.substr(0, colon));
-      spec = trim(section.substr(colon + 1));
+      const std::string_view name = spec::trim(section.substr(0, colon));
+      body = spec::trim(section.substr(colon + 1));
       for (DeviceConfig& d : devices) {
         if (d.name == name) dev = &d;
       }
@@ -726,7 +630,7 @@ bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std:
       return false;
     }
     std::string e;
-    std::optional<cc::CcConfig> c = cc::parse_cc(spec, &e);
+    std::optional<cc::CcConfig> c = cc::parse_cc(body, &e);
     if (!c) {
       set_err(err, kCcVar, (dev ? dev->name + ": " : std::string()) + e);
       return false;
@@ -744,65 +648,199 @@ bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std:
   return true;
 }
 
+namespace {
+
+using EnvKey = spec::Key<Environment>;
+
+// A 0/1 switch variable.
+EnvKey switch_var(const char* name, bool Environment::*field, const char* def, const char* doc) {
+  return EnvKey{.name = name,
+                .set =
+                    [=](Environment& e, std::string_view v, std::string* why) {
+                      if (v != "0" && v != "1") {
+                        (*why = "'").append(v).append("' is not 0 or 1");
+                        return false;
+                      }
+                      e.*field = v == "1";
+                      return true;
+                    },
+                .get = [=](const Environment& e) { return std::string(e.*field ? "1" : "0"); },
+                .def = def,
+                .doc = doc};
+}
+
+// A variable that holds a whole spec: kept as given, parsed by `parse` (whose message is whole).
+EnvKey spec_var(const char* name, std::string Environment::*field,
+                bool (*parse)(Environment&, std::string_view, std::string*), const char* def,
+                const char* doc) {
+  return EnvKey{.name = name,
+                .set =
+                    [=](Environment& e, std::string_view v, std::string* why) {
+                      e.*field = std::string(v);
+                      return parse(e, v, why);
+                    },
+                .get = [=](const Environment& e) { return e.*field; },
+                .def = def,
+                .doc = doc};
+}
+
+// The part of a message after "VAR: " (the variable's own parsers name it too).
+std::string after_var(std::string msg, std::string_view var) {
+  if (msg.starts_with(var) && msg.size() > var.size() + 2) msg.erase(0, var.size() + 2);
+  return msg;
+}
+
+spec::Schema<Environment> make_environment_schema() {
+  spec::Schema<Environment> s;
+  std::vector<EnvKey>& k = s.keys;
+  k.push_back(spec_var(
+      "UROCE_DEVICES", &Environment::devices,
+      [](Environment& e, std::string_view v, std::string* why) {
+        e.device_list = parse_devices(std::string(v), why);
+        if (!e.device_list) *why = after_var(*why, kDevicesVar);
+        return e.device_list.has_value();
+      },
+      "uroce0 on the first up, non-loopback IPv4 address (else 127.0.0.1)",
+      "the devices: name=address, name=netdev or name=dpdk(key=value;…), comma-separated"));
+  k.push_back(spec_var(
+      "UROCE_FAULTS", &Environment::faults,
+      [](Environment& e, std::string_view v, std::string* why) {
+        std::optional<FaultConfig> f = parse_faults(std::string(v), why);
+        if (!f) {
+          *why = after_var(*why, kFaultsVar);
+          return false;
+        }
+        e.fault_config = *f;
+        return true;
+      },
+      "", "seeded fault injection on receive and transmit, the same for every device"));
+  k.push_back(spec_var(
+      "UROCE_CC", &Environment::cc,
+      [](Environment&, std::string_view, std::string*) {
+        return true;  // applied to the devices once they are known (load_device_config)
+      },
+      "none", "congestion control: [device:]algorithm,key=value,… sections separated by ';'"));
+  k.push_back(spec_var(
+      "UROCE_PCAP", &Environment::pcap,
+      [](Environment&, std::string_view, std::string*) { return true; }, "",
+      "capture file of every packet (%p the pid, %d the device, %% a %)"));
+  k.push_back(EnvKey{
+      .name = "UROCE_LOG",
+      .set = [](Environment&, std::string_view, std::string*) { return true; },
+      .get =
+          [](const Environment&) {
+            // In spdlog's level order; its own name for warn is "warning".
+            static constexpr const char* kNames[] = {"trace", "debug",    "info", "warn",
+                                                     "error", "critical", "off"};
+            const size_t l = size_t(log().level());
+            return std::string(l < std::size(kNames) ? kNames[l] : "?");
+          },
+      .def = "warn",
+      .doc = "how much uroce says on stderr: trace, debug, info, warn, error, critical or off"});
+  k.push_back(switch_var("UROCE_STATS", &Environment::print_stats, "0",
+                         "1: print each device's counters on stderr when it closes"));
+  k.push_back(
+      switch_var("UROCE_EARLY_RETRANSMIT", &Environment::early_retransmit, "1",
+                 "RC QPs probe for a lost tail before the ACK timeout (0: IBTA timer only)"));
+  k.push_back(
+      EnvKey{.name = "UROCE_GSO",
+             .set =
+                 [](Environment& e, std::string_view v, std::string* why) {
+                   if (v != "0" && v != "1" && v != "auto") {
+                     (*why = "'").append(v).append("' is not 0, 1 or auto");
+                     return false;
+                   }
+                   e.gso = v == "1"   ? DeviceConfig::Gso::kOn
+                           : v == "0" ? DeviceConfig::Gso::kOff
+                                      : DeviceConfig::Gso::kAuto;
+                   return true;
+                 },
+             .get =
+                 [](const Environment& e) {
+                   return std::string(e.gso == DeviceConfig::Gso::kOn    ? "1"
+                                      : e.gso == DeviceConfig::Gso::kOff ? "0"
+                                                                         : "auto");
+                 },
+             .def = "auto",
+             .doc = "UDP GSO/GRO batching on the kernel-UDP port: auto (loopback only), 1 or 0"});
+  k.push_back(EnvKey{
+      .name = "UROCE_ICRC",
+      .set =
+          [](Environment& e, std::string_view v, std::string* why) {
+            const std::optional<wire::IcrcRoutine> routine = wire::parse_icrc_routine(v);
+            if (!routine) {
+              (*why = "'").append(v).append("' is not auto, pclmul, isal or zlib");
+              return false;
+            }
+            if (!wire::icrc_routine_available(*routine)) {
+              (*why = "'")
+                  .append(v)
+                  .append(
+                      "' is not available here: it needs a CPU with PCLMULQDQ and a libisal that "
+                      "exports crc32_gzip_refl_by8_02 or crc32_gzip_refl_by8");
+              return false;
+            }
+            e.icrc = *routine;
+            return true;
+          },
+      .get =
+          [](const Environment& e) {
+            // In IcrcRoutine's order.
+            static constexpr const char* kNames[] = {"auto", "pclmul", "isal", "zlib"};
+            return std::string(kNames[size_t(e.icrc)]);
+          },
+      .def = "auto",
+      .doc = "the ICRC's CRC-32 routine: auto, pclmul, isal or zlib"});
+  k.push_back(
+      EnvKey{.name = "UROCE_PUBLISH",
+             .set = [](Environment&, std::string_view, std::string*) { return true; },
+             .get =
+                 [](const Environment&) {
+                   return std::string(stats_shm::publishing_enabled(nullptr) ? "1" : "0");
+                 },
+             .def = "1",
+             .doc = "publish each device's counters in /dev/shm for `uroce stats` (0: off)"});
+  return s;
+}
+
+}  // namespace
+
+const spec::Schema<Environment>& environment_schema() {
+  static const spec::Schema<Environment> s = make_environment_schema();
+  return s;
+}
+
+bool read_environment(Environment* env, std::string* err) {
+  for (const spec::Key<Environment>& k : environment_schema().keys) {
+    const char* v = std::getenv(k.name);
+    // An empty variable counts as unset, as shells make "VAR=" easy to leave behind.
+    if (!v || !*v) continue;
+    std::string why;
+    if (!k.set(*env, v, &why)) {
+      set_err(err, k.name, why);
+      return false;
+    }
+  }
+  return true;
+}
+
 std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
-  const char* devs = std::getenv(std::string(kDevicesVar).c_str());
-  const char* faults = std::getenv(std::string(kFaultsVar).c_str());
+  Environment env;
+  if (!read_environment(&env, err)) return std::nullopt;
   std::vector<DeviceConfig> out;
-  // An empty variable counts as unset, as shells make "VAR=" easy to leave behind.
-  if (devs && *devs) {
-    auto parsed = parse_devices(devs, err);
-    if (!parsed) return std::nullopt;
-    out = std::move(*parsed);
+  if (env.device_list) {
+    out = std::move(*env.device_list);
   } else {
     out.push_back(default_device_config());
   }
-  auto f = parse_faults(faults ? faults : "", err);
-  if (!f) return std::nullopt;
-  for (auto& d : out) d.faults = *f;
-
-  const char* stats = std::getenv(std::string(kStatsVar).c_str());
-  std::string_view sv = stats ? stats : "";
-  if (sv != "" && sv != "0" && sv != "1") {
-    set_err(err, kStatsVar, "'" + std::string(sv) + "' is not 0 or 1");
-    return std::nullopt;
-  }
-  const char* er = std::getenv(std::string(kEarlyRetransmitVar).c_str());
-  std::string_view erv = er ? er : "";
-  if (erv != "" && erv != "0" && erv != "1") {
-    set_err(err, kEarlyRetransmitVar, "'" + std::string(erv) + "' is not 0 or 1");
-    return std::nullopt;
-  }
-  const char* gso = std::getenv(std::string(kGsoVar).c_str());
-  std::string_view gv = gso ? gso : "";
-  if (gv != "" && gv != "0" && gv != "1" && gv != "auto") {
-    set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0, 1 or auto");
-    return std::nullopt;
-  }
-  const char* icrc = std::getenv(std::string(kIcrcVar).c_str());
-  const std::string_view iv = icrc ? icrc : "";
-  const std::optional<wire::IcrcRoutine> routine = wire::parse_icrc_routine(iv);
-  if (!routine) {
-    set_err(err, kIcrcVar, "'" + std::string(iv) + "' is not auto, pclmul, isal or zlib");
-    return std::nullopt;
-  }
-  if (!wire::icrc_routine_available(*routine)) {
-    set_err(err, kIcrcVar,
-            "'" + std::string(iv) +
-                "' is not available here: it needs a CPU with PCLMULQDQ and a libisal that exports "
-                "crc32_gzip_refl_by8_02 or crc32_gzip_refl_by8");
-    return std::nullopt;
-  }
-  const char* ccv = std::getenv(std::string(kCcVar).c_str());
-  if (ccv && *ccv && !apply_cc(ccv, out, err)) return std::nullopt;
-  const char* pcap = std::getenv(std::string(kPcapVar).c_str());
+  if (!env.cc.empty() && !apply_cc(env.cc, out, err)) return std::nullopt;
   for (auto& d : out) {
-    d.gso = gv == "1"   ? DeviceConfig::Gso::kOn
-            : gv == "0" ? DeviceConfig::Gso::kOff
-                        : DeviceConfig::Gso::kAuto;
-    d.print_stats = sv == "1";
-    d.early_retransmit = erv != "0";
-    d.icrc = *routine;
-    if (pcap && *pcap) d.pcap_path = expand_pcap_path(pcap, d.name, out.size() > 1);
+    d.faults = env.fault_config;
+    d.gso = env.gso;
+    d.print_stats = env.print_stats;
+    d.early_retransmit = env.early_retransmit;
+    d.icrc = env.icrc;
+    if (!env.pcap.empty()) d.pcap_path = expand_pcap_path(env.pcap, d.name, out.size() > 1);
   }
   return out;
 }

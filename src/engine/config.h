@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "dpdk_port/options.h"
 #include "transport/cc/params.h"
+#include "transport/spec/spec.h"
 #include "transport/wire/icrc.h"
 
 namespace uroce {
@@ -70,34 +72,6 @@ struct FaultConfig {
   bool enabled() const { return rx_spec().enabled() || tx.enabled(); }
 };
 
-// A device on a DPDK port (dpdk_port/): UROCE_DEVICES=name=dpdk(key=value;…), see
-// docs/configuration.md for every key.
-struct DpdkDeviceConfig {
-  // The DPDK device: a vdev string ("net_memif0,role=server,socket=/tmp/m.sock",
-  // "net_af_packet0,iface=veth0", "net_tap0,iface=dtap0", "net_ring0") or a PCI address
-  // ("0000:03:00.0"; then `eal` must not hold --no-pci).
-  std::string dev;
-  uint32_t prefix_len = 0;  // the subnet of `ipv4` (ip=a.b.c.d/N); 0: every address is on-link
-  uint32_t gateway = 0;  // next hop for addresses off the subnet; 0 = none (they fail to resolve)
-  bool has_mac = false;  // mac= given (else the port's own MAC)
-  uint8_t mac[6] = {};
-  // Extra EAL arguments (eal=…, split on blanks), after uroce's own: --no-huge -m 256 --no-pci
-  // --no-telemetry -l 0 --file-prefix=uroce<pid>. Only the first DPDK device of a process
-  // initialises the EAL.
-  std::vector<std::string> eal_args;
-  uint16_t vlan = 0;     // 802.1Q VLAN id, 1..4094; 0 = untagged
-  uint8_t priority = 3;  // 802.1p PCP of RoCE data on a VLAN (RoCE deployments: 3)
-  uint32_t mtu = 0;      // port MTU (IP datagram bytes) to set; 0 = the port's default
-  // Static neighbours (neigh=ip@mac, repeatable): never ARPed for.
-  struct Neighbour {
-    uint32_t ip = 0;
-    uint8_t mac[6] = {};
-  };
-  std::vector<Neighbour> neighbours;
-  // RoCE v1 (EtherType 0x8915) at GID index 1 besides RoCEv2 at index 0 (roce_v1=1).
-  bool roce_v1 = false;
-};
-
 enum class PortKind { kUdp, kDpdk };
 
 struct DeviceConfig {
@@ -128,14 +102,15 @@ struct DeviceConfig {
   // deployments' class; the QP's GRH traffic_class overrides it).
   uint8_t dscp = 0;
   PortKind port = PortKind::kUdp;
-  DpdkDeviceConfig dpdk;  // port == kDpdk
+  dpdk::DpdkPortOptions dpdk;  // port == kDpdk: the dpdk(…) body as the port read it
   // UROCE_CC: congestion control of the device's QPs (transport/cc/params.h,
   // docs/congestion-control.md); default none.
   transport::cc::CcConfig cc;
 };
 
-// Parses one dpdk(…) device body ("dev=…;ip=…;…") into *d (ipv4, dscp, dpdk). Errors name the
-// key and the bad value.
+// Hands one dpdk(…) device body ("dev=…;ip=…;…") to the DPDK port's own parser
+// (dpdk_port/options.h) and takes the address and DSCP the engine needs from what it read.
+// Errors name the key and the bad value.
 bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err);
 
 // Parses UROCE_DEVICES (or the default when unset: uroce0 on the IPv4 address of the first up,
@@ -148,6 +123,33 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
 // or `device:spec` (that device; it overrides the former), spec as transport/cc/parse.h reads
 // it. False and a message naming the variable, the device and the bad field on error.
 bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std::string* err);
+
+// The keys of UROCE_FAULTS (src/engine/config.cc, docs/configuration.md): the fault kinds, one
+// row per direction (scopes kFaultRx, kFaultTx; `seed` in kFaultSeed), and their `:param=value`
+// parameters (scoped by kind).
+inline constexpr spec::Scopes kFaultRx = 1, kFaultTx = 2, kFaultSeed = 4;
+const spec::Schema<FaultConfig>& fault_schema();
+const spec::Schema<FaultSpec>& fault_param_schema();
+
+// What the UROCE_* variables say, each parsed alone; load_device_config() puts them together.
+struct Environment {
+  std::string devices, faults, cc, pcap;                 // as given ("" = unset)
+  std::optional<std::vector<DeviceConfig>> device_list;  // UROCE_DEVICES, parsed
+  FaultConfig fault_config;
+  bool print_stats = false;
+  bool early_retransmit = true;
+  DeviceConfig::Gso gso = DeviceConfig::Gso::kAuto;
+  wire::IcrcRoutine icrc = wire::IcrcRoutine::kAuto;
+};
+// One row per UROCE_* variable, in docs/configuration.md's order. Each variable is a spec of its
+// own, so a setter's message is whole ("'yes' is not 0 or 1", or UROCE_FAULTS' own message) and
+// load_device_config() puts only the variable's name before it. UROCE_LOG (src/util/log.cc) and
+// UROCE_PUBLISH (engine/stats_shm.h) are read where they act, with their own leniency; their rows
+// document them and show their effect, and never fail.
+const spec::Schema<Environment>& environment_schema();
+// Reads every UROCE_* variable of the table into *env, each alone (an empty one counts as unset);
+// false and a message naming the variable at the first malformed one.
+bool read_environment(Environment* env, std::string* err);
 
 // The capture file of `device` for the UROCE_PCAP pattern: %p becomes the process id, %d the
 // device name, %% a '%'. With several devices and no %d, the device name is inserted before the

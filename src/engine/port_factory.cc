@@ -32,25 +32,11 @@ bool is_loopback(const std::string& netdev) {
 std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters, std::string* err) {
   if (cfg.port == PortKind::kDpdk) {
 #if UROCE_HAVE_DPDK
-    dpdk::DpdkPortOptions o;
-    o.dev = cfg.dpdk.dev;
+    // The port read its own options from the dpdk(…) body (parse_dpdk_device); the address and
+    // DSCP are the device's, which a caller may have set directly.
+    dpdk::DpdkPortOptions o = cfg.dpdk;
     o.ipv4 = cfg.ipv4;
-    o.prefix_len = cfg.dpdk.prefix_len;
-    o.gateway = cfg.dpdk.gateway;
-    o.has_mac = cfg.dpdk.has_mac;
-    std::copy(std::begin(cfg.dpdk.mac), std::end(cfg.dpdk.mac), o.mac.begin());
-    o.eal_args = cfg.dpdk.eal_args;
-    o.vlan = cfg.dpdk.vlan;
-    o.priority = cfg.dpdk.priority;
     o.data_dscp = cfg.dscp;
-    o.mtu = cfg.dpdk.mtu;
-    for (const auto& n : cfg.dpdk.neighbours) {
-      dpdk::DpdkPortOptions::Neighbour nb;
-      nb.ip = n.ip;
-      std::copy(std::begin(n.mac), std::end(n.mac), nb.mac.begin());
-      o.neighbours.push_back(nb);
-    }
-    o.roce_v1 = cfg.dpdk.roce_v1;
     return dpdk::open_port(o, counters, err);
 #else
     if (err)

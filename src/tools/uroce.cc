@@ -4,6 +4,7 @@
 //   uroce stats [-w N] …       the live counters of every running process that has a device open
 //   uroce dev-nodes [--remove] real /dev/infiniband nodes for UCX, for programs that run without
 //                              uroce-run's answers to that look-up (docs/middleware.md)
+//   uroce config               the configuration the environment gives, each key with its doc
 // The counters come from the shared-memory files devices publish (engine/stats_shm.h); this
 // command only reads them (and removes the files of processes that died without closing).
 #include <net/if.h>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "transport/cc/parse.h"
 #include "ports/link_watch.h"
 #include "engine/stats_shm.h"
 #include "tools/json.h"
@@ -130,6 +132,69 @@ int cmd_devices(bool json) {
     std::printf("%-12s %-15s %-22s %-10s %7u %6u %-7s %s\n", r.name.c_str(), r.addr.c_str(),
                 ("::ffff:" + r.addr).c_str(), r.netdev.empty() ? "-" : r.netdev.c_str(), r.if_mtu,
                 r.mtu, r.state.c_str(), r.users.empty() ? "-" : r.users.c_str());
+  return 0;
+}
+
+// ---- uroce config --------------------------------------------------------------------------
+// The effective configuration of a process started in this environment: every UROCE_* variable
+// with its value and doc, then what they make of each device — its port's keys, the faults,
+// the congestion control — each key with its value and doc. The tables are the parsers' own
+// (engine/config.h, dpdk_port/options.h, transport/cc/parse.h), so nothing here can drift.
+
+int cmd_config() {
+  Environment env;
+  std::string err;
+  const bool env_ok = read_environment(&env, &err);
+  std::printf("# The UROCE_* variables (docs/configuration.md): value, what it does\n%s",
+              spec::describe(environment_schema(), env, spec::kAllScopes, "").c_str());
+  // A UROCE_ variable uroce does not read is most likely a misspelt one: said as any unknown key.
+  for (char** e = ::environ; *e; ++e) {  // <unistd.h> declares it (_GNU_SOURCE)
+    const std::string_view var(*e);
+    const std::string_view name = var.substr(0, var.find('='));
+    if (!name.starts_with("UROCE_")) continue;
+    bool known = false;
+    for (const auto& k : environment_schema().keys) known |= name == k.name;
+    std::string msg;
+    Environment scratch;
+    if (!known && !spec::apply(environment_schema(), {spec::Entry{.key = name, .has_value = true}},
+                               scratch, &msg))
+      std::printf("# warning: %s\n", msg.c_str());
+  }
+  auto cfgs = env_ok ? load_device_config(&err) : std::nullopt;
+  if (!cfgs) {
+    std::fprintf(stderr, "uroce: %s\n", err.c_str());
+    return 1;
+  }
+  std::printf("\n# The devices\n");
+  for (const DeviceConfig& c : *cfgs) {
+    if (c.port == PortKind::kDpdk) {
+      std::printf("%s: %s on DPDK device %s, its keys (dpdk(…)):\n%s", c.name.c_str(),
+                  format_ipv4(c.ipv4).c_str(), c.dpdk.dev.c_str(),
+                  spec::describe(dpdk::options_schema(), c.dpdk, spec::kAllScopes, "  ").c_str());
+    } else {
+      std::printf("%s: %s on %s, kernel UDP port\n", c.name.c_str(), format_ipv4(c.ipv4).c_str(),
+                  c.netdev.empty() ? "an unknown interface" : c.netdev.c_str());
+    }
+  }
+  // The faults are the process's: every device injects the same.
+  const FaultConfig& f = cfgs->front().faults;
+  std::printf("\n# Fault injection (UROCE_FAULTS), every device%s\n",
+              f.enabled() ? "" : ": none configured");
+  std::printf("%s", spec::describe(fault_schema(), f, kFaultSeed, "").c_str());
+  const spec::Scopes all_kinds = ~spec::Scopes{0};
+  const spec::Scopes tx_kinds = all_kinds & ~spec::Scopes{(1 << 6) | (1 << 7)};  // no queue, ce
+  std::printf("%s  parameters of rx kinds:\n%s",
+              spec::describe(fault_schema(), f, kFaultRx, "").c_str(),
+              spec::describe(fault_param_schema(), f.rx, all_kinds, "    ").c_str());
+  std::printf("%s  parameters of tx kinds:\n%s",
+              spec::describe(fault_schema(), f, kFaultTx, "").c_str(),
+              spec::describe(fault_param_schema(), f.tx, tx_kinds, "    ").c_str());
+  std::printf("\n# Congestion control (UROCE_CC, docs/congestion-control.md)\n");
+  for (const DeviceConfig& c : *cfgs) {
+    namespace cc = transport::cc;
+    std::printf("%s: %s\n%s", c.name.c_str(), cc::to_string(c.cc.algorithm),
+                spec::describe(cc::schema(), c.cc, cc::scope(c.cc.algorithm), "  ").c_str());
+  }
   return 0;
 }
 
@@ -460,10 +525,17 @@ int main(int argc, char** argv) {
   nodes->add_flag("--remove", nodes_remove, "Remove those nodes instead (only uroce's markers)");
   nodes->add_option("--dir", nodes_dir, "Directory of the nodes (default /dev/infiniband)");
 
+  CLI::App* config = app.add_subcommand(
+      "config",
+      "Print the configuration a uroce process would take from this environment: every UROCE_* "
+      "variable, every device with its port's, fault-injection and congestion-control keys, each "
+      "with its value and what it does");
+
   CLI11_PARSE(app, argc, argv);
   if (*pid_opt) so.pid = pid;
   if (*devices) return uroce::cmd_devices(devices_json);
   if (*nodes) return uroce::cmd_dev_nodes(nodes_remove, nodes_dir);
+  if (*config) return uroce::cmd_config();
   // The reader may be piped into head(1): a closed pipe ends it quietly.
   signal(SIGPIPE, SIG_DFL);
   return uroce::cmd_stats(so);

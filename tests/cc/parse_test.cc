@@ -111,16 +111,15 @@ TEST(ParseCc, ErrorsNameTheField) {
       {"dcqcn,rpg_ai_rate=-5", "rpg_ai_rate '-5' is not an unsigned integer"},
       {"dcqcn,rpg_ai_rate=", "rpg_ai_rate '' is not an unsigned integer"},
       {"dcqcn,rpg_ai_rate=0x10", "rpg_ai_rate '0x10' is not an unsigned integer"},
-      {"dcqcn,rpg_foo=1", "unknown parameter 'rpg_foo'"},
       {"dcqcn,rpg_gd=9", "rpg_gd 9 is out of range [10, 20]"},
       {"dcqcn,rpg_time_reset=0", "rpg_time_reset 0 is out of range [1, 2147483648]"},
       {"dcqcn,rpg_time_reset=99999999999",
-       "rpg_time_reset 99999999999 is out of range [0, 4294967295]"},
+       "rpg_time_reset '99999999999' is out of range [0, 4294967295]"},
       {"dcqcn,dce_tcp_g=1024", "dce_tcp_g 1024 is out of range [0, 1023]"},
       {"dcqcn,initial_alpha_value=2000", "initial_alpha_value 2000 is out of range [0, 1024]"},
       {"dcqcn,rpg_min_dec_fac=101", "rpg_min_dec_fac 101 is out of range [0, 100]"},
       {"dcqcn,cnp_dscp=64", "cnp_dscp 64 is out of range [0, 63]"},
-      {"dcqcn,cnp_dscp=300", "cnp_dscp 300 is out of range [0, 255]"},
+      {"dcqcn,cnp_dscp=300", "cnp_dscp '300' is out of range [0, 255]"},
       {"dcqcn,cnp_802p_prio=8", "cnp_802p_prio 8 is out of range [0, 7]"},
       {"dcqcn,max_inflight=2000000000", "max_inflight 2000000000 is out of range [0, 1073741824]"},
       {"dcqcn,rpg_max_rate=50,rpg_min_rate=100", "rpg_max_rate 50 is below rpg_min_rate 100"},
@@ -128,24 +127,36 @@ TEST(ParseCc, ErrorsNameTheField) {
       {"dcqcn,alpha_update=sometimes", "alpha_update 'sometimes' is not one of per_cnp, periodic"},
       {"dcqcn,tie=random", "tie 'random' is not one of timer_first, cnp_first"},
       {"dcqcn,preset=fast", "preset 'fast' is not one of paper, cx"},
-      {"dcqcn,preset=cx,preset=paper", "preset given twice"},
-      {"dcqcn,rpg_ai_rate=5,rpg_ai_rate=6", "rpg_ai_rate given twice"},
+      {"dcqcn,preset=cx,preset=paper", "key 'preset' given twice"},
+      {"dcqcn,rpg_ai_rate=5,rpg_ai_rate=6", "key 'rpg_ai_rate' given twice"},
       {"dcqcn,rpg_ai_rate", "'rpg_ai_rate' is not key=value"},
       {"dcqcn,,rpg_ai_rate=1", "empty entry"},
       {"dcqcn,", "empty entry"},
-      {"timely,rpg_ai_rate=5", "rpg_ai_rate is a dcqcn parameter, not timely's"},
-      {"none,rpg_ai_rate=5", "rpg_ai_rate is a dcqcn parameter, not none's"},
-      {"dcqcn,timely_beta=0.5", "timely_beta is a timely parameter, not dcqcn's"},
+      {"timely,rpg_ai_rate=5", "key 'rpg_ai_rate' applies to dcqcn, not timely"},
+      {"none,rpg_ai_rate=5", "key 'rpg_ai_rate' applies to dcqcn, not none"},
+      {"dcqcn,timely_beta=0.5", "key 'timely_beta' applies to timely, not dcqcn"},
       {"timely,timely_beta=1.5", "timely_beta 1.500000 is out of range (0, 1]"},
       {"timely,timely_beta=nan", "timely_beta 'nan' is not a decimal number"},
       {"timely,timely_ewma=0", "timely_ewma 0.000000 is out of range (0, 1]"},
       {"timely,timely_t_low=2000", "timely_t_low 2000 must be below timely_t_high 1000"},
       {"timely,timely_min_rtt=0", "timely_min_rtt 0 is out of range [1, 2147483648]"},
-      {"none,pacer_burst=0", "pacer_burst is a dcqcn or timely parameter, not none's"},
+      {"none,pacer_burst=0", "key 'pacer_burst' applies to dcqcn or timely, not none"},
       {"dcqcn,pacer_burst=99999999", "pacer_burst 99999999 is out of range [0, 16777216]"},
       {"dcqcn,np=yes", "np 'yes' is not 0 or 1"},
   };
   for (const Case& c : cases) EXPECT_EQ(error_of(c.spec), c.message) << c.spec;
+}
+
+// An unknown key is named, with the keys the spec's algorithm takes (and only those).
+TEST(ParseCc, UnknownKeysListTheAlgorithmsKeys) {
+  const std::string dcqcn = error_of("dcqcn,rpg_foo=1");
+  EXPECT_EQ(dcqcn.rfind("unknown key 'rpg_foo' (known: preset, rpg_time_reset, ", 0), 0u) << dcqcn;
+  EXPECT_NE(dcqcn.find(", max_inflight)"), std::string::npos) << dcqcn;
+  EXPECT_EQ(dcqcn.find("timely_"), std::string::npos) << dcqcn;
+  const std::string none = error_of("none,rpg_foo=1");
+  EXPECT_EQ(none,
+            "unknown key 'rpg_foo' (known: preset, np, min_time_between_cnps, cnp_dscp, "
+            "cnp_802p_prio, max_inflight)");
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ TEST(ConfigTest, RejectsMalformedDeviceLists) {
   expect_devices_error("uroce0=1.2.3.4.5", "'1.2.3.4.5'");
   expect_devices_error("uroce0=nosuchif9", "nosuchif9");
   expect_devices_error("uroce0=averyveryverylongifname", "averyveryverylongifname");
-  expect_devices_error("a=1.2.3.4,a=1.2.3.5", "'a' given twice");
+  expect_devices_error("a=1.2.3.4,a=1.2.3.5", "device 'a' given twice");
   expect_devices_error("a=1.2.3.4,b=1.2.3.4", "1.2.3.4 used by two devices");
   expect_devices_error("a=0.0.0.0", "0.0.0.0");
   expect_devices_error("a=255.255.255.255", "255.255.255.255");
@@ -339,7 +339,7 @@ TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {
   auto r = parse_devices(
       "u0=dpdk(dev=net_memif0,role=server,socket=/tmp/m.sock;ip=10.9.0.1/24;gw=10.9.0.254;"
       "mac=02:00:00:00:00:aa;vlan=7;prio=5;dscp=24;mtu=9000;neigh=10.9.0.2@02:00:00:00:00:bb;"
-      "roce_v1=1;eal=--log-level=8 -m 512),u1=127.0.0.2",
+      "roce_v1=1;;eal=--log-level=8 -m 512;neigh=10.9.0.3@02:00:00:00:00:cc;),u1=127.0.0.2",
       &err);
   ASSERT_TRUE(r.has_value()) << err;
   ASSERT_EQ(r->size(), 2u);
@@ -356,8 +356,9 @@ TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {
   EXPECT_EQ(d.dscp, 24);
   EXPECT_EQ(d.dpdk.mtu, 9000u);
   EXPECT_TRUE(d.dpdk.roce_v1);
-  ASSERT_EQ(d.dpdk.neighbours.size(), 1u);
+  ASSERT_EQ(d.dpdk.neighbours.size(), 2u);  // neigh= is repeatable; empty fields are skipped
   EXPECT_EQ(d.dpdk.neighbours[0].ip, 0x0a090002u);
+  EXPECT_EQ(d.dpdk.neighbours[1].mac[5], 0xcc);
   EXPECT_EQ(d.dpdk.eal_args, (std::vector<std::string>{"--log-level=8", "-m", "512"}));
   EXPECT_EQ((*r)[1].port, PortKind::kUdp);
   EXPECT_EQ((*r)[1].dscp, 0);
@@ -371,21 +372,30 @@ TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {
 }
 
 TEST(ConfigTest, RejectsBadDpdkFieldsNamingThem) {
-  expect_devices_error("u0=dpdk(ip=10.1.1.1)", "without dev=");
-  expect_devices_error("u0=dpdk(dev=net_ring0)", "without ip=");
+  expect_devices_error("u0=dpdk(ip=10.1.1.1)", "missing key 'dev'");
+  expect_devices_error("u0=dpdk(dev=net_ring0)", "missing key 'ip'");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1", "closing");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.300)", "ip='10.1.1.300'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.300)",
+                       "ip '10.1.1.300' is not an IPv4 address");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1/33)", "prefix");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;vlan=4095)", "vlan='4095'");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;prio=8)", "prio='8'");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;dscp=64)", "dscp='64'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;vlan=4095)",
+                       "vlan '4095' is not a VLAN id 1..4094");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;prio=8)", "prio '8'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;dscp=64)", "dscp '64'");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mac=01:00:00:00:00:01)", "multicast");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mac=02:00:00:00:00)", "mac=");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;neigh=10.1.1.2)", "neigh=");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mtu=100)", "mtu='100'");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mac=02:00:00:00:00)",
+                       "mac '02:00:00:00:00' is not a MAC address");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;neigh=10.1.1.2)",
+                       "neigh '10.1.1.2' is not ip@");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mtu=100)", "mtu '100'");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;colour=blue)",
-                       "unknown dpdk key 'colour'");
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;roce_v1=yes)", "roce_v1='yes'");
+                       "dpdk: unknown key 'colour' (known: dev, ip, gw, mac, vlan, prio, dscp, "
+                       "mtu, neigh, eal, roce_v1)");
+  // A key given twice is refused (neigh= excepted: each adds a neighbour).
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;vlan=3;vlan=4)",
+                       "dpdk: key 'vlan' given twice");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;roce_v1=yes)",
+                       "roce_v1 'yes' is not 0 or 1");
 }
 
 }  // namespace
@@ -456,7 +466,9 @@ TEST(ConfigCc, FromTheEnvironment) {
   {
     ScopedEnv c("UROCE_CC", "dcqcn,rpg_bogus=1");
     EXPECT_FALSE(load_device_config(&err).has_value());
-    EXPECT_EQ(err, "UROCE_CC: unknown parameter 'rpg_bogus'");
+    EXPECT_EQ(err.rfind("UROCE_CC: unknown key 'rpg_bogus' (known: preset, rpg_time_reset, ", 0),
+              0u)
+        << err;
   }
 }
 

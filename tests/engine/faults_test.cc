@@ -366,12 +366,12 @@ TEST(FaultConfigTest, RejectsMalformedValuesNamingTheToken) {
   expect_error("dup=x", "dup 'x' is not a number");
   expect_error("reorder=0.1:depth=0", "reorder:depth '0' is out of range");
   expect_error("reorder=0.1:depth=abc", "'abc'");
-  expect_error("reorder=0.1:deep=3", "unknown parameter 'deep'");
-  expect_error("reorder=0.1:depth=2:depth=3", "parameter 'depth' given twice");
-  expect_error("reorder=0.1:depth", "'depth' is not param=value");
+  expect_error("reorder=0.1:deep=3", "unknown key 'reorder:deep' (known: reorder:depth)");
+  expect_error("reorder=0.1:depth=2:depth=3", "key 'reorder:depth' given twice");
+  expect_error("reorder=0.1:depth", "'reorder:depth' is not key=value");
   expect_error("burst=0.1:len=100000", "'100000'");
   expect_error("corrupt=0.1:bits=65", "'65' is out of range");
-  expect_error("loss=0.1:len=3", "unknown parameter 'len'");
+  expect_error("loss=0.1:len=3", "key 'loss:len' applies to burst, not loss");
   expect_error("delay=5", "delay '5' needs a unit");
   expect_error("delay=5ks", "'5ks'");
   expect_error("delay=ms", "'ms' is not a duration");
@@ -379,10 +379,10 @@ TEST(FaultConfigTest, RejectsMalformedValuesNamingTheToken) {
   expect_error("tx.delay=1ms:jitter=-1us", "'-1us'");
   expect_error("tx.jump=0.1", "unknown key 'tx.jump'");
   expect_error("up.loss=0.1", "unknown key 'up.loss'");
-  expect_error("loss=0.1,rx.loss=0.2", "'rx.loss' given twice");
+  expect_error("loss=0.1,rx.loss=0.2", "key 'rx.loss' given twice (first as 'loss')");
   expect_error("tx.dup=0.1,tx.dup=0.1", "'tx.dup' given twice");
   expect_error("ce=1.5", "ce '1.5' is out of range");
-  expect_error("tx.ce=0.1", "'tx.ce': CE marking is applied on receive (rx.ce)");
+  expect_error("tx.ce=0.1", "key 'tx.ce' applies to rx, not tx");
   expect_error("tx.seed=3", "unknown key 'tx.seed'");
 }
 

@@ -194,14 +194,15 @@ TEST(SwitchQueue, Syntax) {
       {"queue=10", "UROCE_FAULTS: queue '10' needs a unit: kbit, mbit or gbit"},
       {"queue=fast", "UROCE_FAULTS: queue 'fast' is not a rate (e.g. 800mbit, 10gbit)"},
       {"queue=5000gbit", "UROCE_FAULTS: queue '5000gbit' is out of range [1kbit, 1000gbit]"},
-      {"tx.queue=1gbit",
-       "UROCE_FAULTS: 'tx.queue': the switch queue models a device's receive side (rx.queue)"},
+      {"tx.queue=1gbit", "UROCE_FAULTS: key 'tx.queue' applies to rx, not tx"},
       {"queue=1gbit:kmin=50k:kmax=10k", "UROCE_FAULTS: queue: kmin must not exceed kmax"},
       {"queue=1gbit:buffer=lots",
        "UROCE_FAULTS: queue:buffer 'lots' is not a size (bytes, or with k or m)"},
       {"queue=1gbit:buffer=2048m", "UROCE_FAULTS: queue:buffer '2048m' is out of range [0, 1024m]"},
-      {"queue=1gbit:depth=3",
-       "UROCE_FAULTS: queue: unknown parameter 'depth' (known: buffer, kmin, kmax, pmax, mark)"},
+      {"queue=1gbit:depth=3", "UROCE_FAULTS: key 'queue:depth' applies to reorder, not queue"},
+      {"queue=1gbit:size=3",
+       "UROCE_FAULTS: unknown key 'queue:size' (known: queue:buffer, queue:kmin, queue:kmax, "
+       "queue:pmax, queue:mark)"},
       {"queue=1gbit:mark=later", "UROCE_FAULTS: queue:mark 'later' is not enqueue or dequeue"},
   };
   for (const auto& [spec, want] : bad) {

@@ -69,7 +69,7 @@ expect_error "--cnp-us times must not decrease" --duration-us 10 --cnp-us 5,3
 expect_error "--cnp-us 20 is after --duration-us 10" --duration-us 10 --cnp-us 20
 expect_error "--preset" --duration-us 10 --preset fast
 expect_error "rpg_gd 3 is out of range" --duration-us 10 --set rpg_gd=3
-expect_error "unknown parameter 'bogus'" --duration-us 10 --set bogus=1
+expect_error "unknown key 'bogus'" --duration-us 10 --set bogus=1
 expect_error "--duration-us" --cnp-us 1
 expect_error "--csv /nonexistent/x.csv" --duration-us 10 --csv /nonexistent/x.csv
 echo "rp_shape: ok"

@@ -1,0 +1,189 @@
+// The keys of a dpdk(…) device (options.h): one row each, in the order docs/configuration.md
+// lists them.
+#include "dpdk_port/options.h"
+
+#include <type_traits>
+
+namespace uroce::dpdk {
+namespace {
+
+using Key = spec::Key<DpdkPortOptions>;
+
+// A key whose value is a decimal integer in [lo, hi], stored in the field `F` maps to.
+template <typename F>
+Key uint_key(const char* name, uint64_t lo, uint64_t hi, const char* what, F field, const char* def,
+             const char* doc) {
+  return Key{.name = name,
+             .set =
+                 [=](DpdkPortOptions& o, std::string_view v, std::string* why) {
+                   uint64_t n = 0;
+                   if (!spec::read_uint(v, lo, hi, &n)) {
+                     *why = what;
+                     return false;
+                   }
+                   field(o) = static_cast<std::remove_reference_t<decltype(field(o))>>(n);
+                   return true;
+                 },
+             .get = [=](const DpdkPortOptions& o) { return std::to_string(field(o)); },
+             .def = def,
+             .doc = doc};
+}
+
+spec::Schema<DpdkPortOptions> make_schema() {
+  spec::Schema<DpdkPortOptions> s;
+  std::vector<Key>& k = s.keys;
+  k.push_back(Key{.name = "dev",
+                  .set =
+                      [](DpdkPortOptions& o, std::string_view v, std::string* why) {
+                        if (v.empty()) {
+                          *why = "is empty";
+                          return false;
+                        }
+                        o.dev = std::string(v);
+                        return true;
+                      },
+                  .get = [](const DpdkPortOptions& o) { return o.dev; },
+                  .doc = "a DPDK vdev string (net_memif…, net_af_packet…, net_tap…, net_ring…) or "
+                         "a PCI address",
+                  .required = true});
+  k.push_back(Key{.name = "ip",
+                  .set =
+                      [](DpdkPortOptions& o, std::string_view v, std::string* why) {
+                        std::string_view addr = v;
+                        const size_t slash = v.find('/');
+                        if (slash != std::string_view::npos) {
+                          uint64_t n = 0;
+                          if (!spec::read_uint(v.substr(slash + 1), 1, 32, &n)) {
+                            *why = "has a prefix that is not 1..32";
+                            return false;
+                          }
+                          o.prefix_len = uint32_t(n);
+                          addr = v.substr(0, slash);
+                        }
+                        if (!spec::read_ipv4(addr, &o.ipv4)) {
+                          *why = "is not an IPv4 address";
+                          return false;
+                        }
+                        return true;
+                      },
+                  .get =
+                      [](const DpdkPortOptions& o) {
+                        std::string s = spec::ipv4_text(o.ipv4);
+                        if (o.prefix_len) s.append("/").append(std::to_string(o.prefix_len));
+                        return s;
+                      },
+                  .doc = "the device's IPv4 address a.b.c.d[/N], and its subnet (without /N "
+                         "every address is on-link)",
+                  .required = true});
+  k.push_back(Key{.name = "gw",
+                  .set =
+                      [](DpdkPortOptions& o, std::string_view v, std::string* why) {
+                        if (!spec::read_ipv4(v, &o.gateway)) {
+                          *why = "is not an IPv4 address";
+                          return false;
+                        }
+                        return true;
+                      },
+                  .get =
+                      [](const DpdkPortOptions& o) {
+                        return o.gateway ? spec::ipv4_text(o.gateway) : std::string("none");
+                      },
+                  .def = "none",
+                  .doc = "the next hop for addresses off the subnet (none: they never resolve)"});
+  k.push_back(Key{.name = "mac",
+                  .set =
+                      [](DpdkPortOptions& o, std::string_view v, std::string* why) {
+                        if (!spec::read_mac(v, o.mac.data())) {
+                          *why = "is not a MAC address aa:bb:cc:dd:ee:ff";
+                          return false;
+                        }
+                        if (o.mac[0] & 1) {
+                          *why = "is a multicast MAC address";
+                          return false;
+                        }
+                        o.has_mac = true;
+                        return true;
+                      },
+                  .get =
+                      [](const DpdkPortOptions& o) {
+                        return o.has_mac ? spec::mac_text(o.mac.data()) : std::string("port");
+                      },
+                  .def = "port",
+                  .doc = "the device's unicast MAC (port: the port's own)"});
+  k.push_back(uint_key(
+      "vlan", 1, 4094, "is not a VLAN id 1..4094", [](auto& o) -> auto& { return o.vlan; }, "0",
+      "send 802.1Q-tagged frames on this VLAN (0: untagged)"));
+  k.push_back(uint_key(
+      "prio", 0, 7, "is not an 802.1p priority 0..7", [](auto& o) -> auto& { return o.priority; },
+      "3", "the 802.1p priority (PCP) of RoCE data on the VLAN"));
+  k.push_back(uint_key(
+      "dscp", 0, 63, "is not a DSCP 0..63", [](auto& o) -> auto& { return o.data_dscp; }, "26",
+      "the DSCP of data packets (a QP's GRH traffic class overrides it)"));
+  k.push_back(uint_key(
+      "mtu", 576, 9702, "is not an MTU 576..9702", [](auto& o) -> auto& { return o.mtu; }, "0",
+      "the port MTU to set (0: the port's own)"));
+  k.push_back(
+      Key{.name = "neigh",
+          .set =
+              [](DpdkPortOptions& o, std::string_view v, std::string* why) {
+                const size_t at = v.find('@');
+                DpdkPortOptions::Neighbour nb;
+                if (at == std::string_view::npos || !spec::read_ipv4(v.substr(0, at), &nb.ip) ||
+                    !spec::read_mac(v.substr(at + 1), nb.mac.data())) {
+                  *why = "is not ip@aa:bb:cc:dd:ee:ff";
+                  return false;
+                }
+                o.neighbours.push_back(nb);
+                return true;
+              },
+          .get =
+              [](const DpdkPortOptions& o) {
+                std::string s;
+                for (const auto& n : o.neighbours) {
+                  if (!s.empty()) s += ' ';
+                  s.append(spec::ipv4_text(n.ip)).append("@").append(spec::mac_text(n.mac.data()));
+                }
+                return s;
+              },
+          .doc = "a static neighbour ip@mac, never ARPed for (repeatable)",
+          .repeatable = true});
+  k.push_back(Key{.name = "eal",
+                  .set =
+                      [](DpdkPortOptions& o, std::string_view v, std::string*) {
+                        while (!v.empty()) {
+                          const size_t sp = v.find(' ');
+                          const std::string_view arg = v.substr(0, sp);
+                          if (!arg.empty()) o.eal_args.emplace_back(arg);
+                          if (sp == std::string_view::npos) break;
+                          v.remove_prefix(sp + 1);
+                        }
+                        return true;
+                      },
+                  .get =
+                      [](const DpdkPortOptions& o) {
+                        std::string s;
+                        for (const std::string& a : o.eal_args) {
+                          if (!s.empty()) s += ' ';
+                          s += a;
+                        }
+                        return s;
+                      },
+                  .doc = "extra EAL arguments, blank-separated, after uroce's own"});
+  k.push_back(spec::bool_key<DpdkPortOptions>(
+      "roce_v1", spec::kAllScopes, [](auto& o) -> auto& { return o.roce_v1; },
+      "RoCE v1 (EtherType 0x8915) beside v2, at GID index 1", "0", "1", "0"));
+  return s;
+}
+
+}  // namespace
+
+const spec::Schema<DpdkPortOptions>& options_schema() {
+  static const spec::Schema<DpdkPortOptions> s = make_schema();
+  return s;
+}
+
+bool parse_options(std::string_view body, DpdkPortOptions* o, std::string* err) {
+  return spec::apply(options_schema(), spec::entries(body, ';'), *o, err, {.skip_empty = true});
+}
+
+}  // namespace uroce::dpdk
