@@ -9,6 +9,9 @@
 #   round trip   2-byte RC SEND, unmodified ibv_rc_pingpong (busy-polls its CQ), against
 #                udp_pingpong --busy-poll (UDP) and --tcp --busy-poll (TCP_NODELAY); the spread
 #                is max/min of uroce's per-run medians (goal: within 20%)
+#   event mode   2-byte RC SEND, ibv_rc_pingpong -e (sleeps on its completion channel), against a
+#                blocking kernel TCP ping-pong (udp_pingpong --tcp); qperf's rc_lat (its default
+#                event mode) and rc_rdma_write_lat against qperf's tcp_lat, when qperf is installed
 #   bandwidth    64 KiB RDMA WRITE and READ, one QP (uroce-perf write_bw / read_bw), against one
 #                kernel TCP stream of 64 KiB writes (udp_bulk --tcp); 8 QPs against 1 QP
 #   message rate 64-byte RDMA WRITE against UDP datagrams of 64 bytes sent with sendmmsg in
@@ -25,7 +28,7 @@ build=${1:-$root/build}
 repeats=${2:-5}
 run=$build/bin/uroce-run
 perf=$build/bin/uroce-perf
-srv=127.0.0.1 cli=127.0.0.2 mtu=4096 port=18970 bport=19170
+srv=127.0.0.1 cli=127.0.0.2 mtu=4096 port=18970 bport=19170 qport=19171
 tmp=$(mktemp -d /tmp/uroce-ratios.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export UROCE_LOG=error
@@ -34,13 +37,13 @@ wait_tcp() { for _ in $(seq 100); do ss -ltnH "sport = :$1" | grep -q . && retur
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 usec_per_iter() { sed -n 's/.* = \([0-9.]*\) usec\/iter.*/\1/p' "$1" | tail -n 1; }
 
-rc_rtt() {  # µs per round trip of unmodified ibv_rc_pingpong, 2 bytes
+rc_rtt() {  # [flags…]: µs per round trip of unmodified ibv_rc_pingpong, 2 bytes
   UROCE_DEVICES=uroce0=$srv "$run" ibv_rc_pingpong -d uroce0 -g 0 -m $mtu -s 2 -n 20000 \
-    -p $port >/dev/null 2>&1 &
+    -p $port "$@" >/dev/null 2>&1 &
   local pid=$!
   wait_tcp $port
   UROCE_DEVICES=uroce0=$cli "$run" ibv_rc_pingpong -d uroce0 -g 0 -m $mtu -s 2 -n 20000 \
-    -p $port $srv >"$tmp/rc.out" 2>&1 || true
+    -p $port "$@" $srv >"$tmp/rc.out" 2>&1 || true
   wait $pid || true
   usec_per_iter "$tmp/rc.out"
 }
@@ -53,6 +56,21 @@ base_rtt() {  # udp_pingpong flags…: µs per round trip, 2 bytes
     >"$tmp/udp.out" || true
   wait $pid || true
   usec_per_iter "$tmp/udp.out"
+}
+
+# qperf_lat TEST…: µs of qperf's one-way latency, 2-byte messages, each TEST in turn (its server
+# under uroce-run on $srv; tcp_lat goes over the kernel either way).
+qperf_lat() {
+  UROCE_DEVICES=uroce0=$srv "$run" qperf -lp $qport >/dev/null 2>&1 &
+  local pid=$!
+  wait_tcp $qport
+  local t
+  for t in "$@"; do
+    UROCE_DEVICES=uroce0=$cli "$run" qperf -lp $qport $srv -m 2 -t 2 "$t" 2>/dev/null |
+      awk '$1 == "latency" { v = $3; if ($4 == "ms") v *= 1000; if ($4 == "ns") v /= 1000; print v }'
+  done
+  kill $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
 }
 
 # uroce_perf OUT TEST ARGS…: a uroce-perf server and client; the client's JSON in OUT.
@@ -103,6 +121,14 @@ for r in $(seq "$repeats"); do
   add rc "$(rc_rtt)"
   add udp "$(base_rtt --busy-poll)"
   add tcp "$(base_rtt --tcp --busy-poll)"
+  add rc_ev "$(rc_rtt -e)"
+  add tcp_blk "$(base_rtt --tcp)"
+  if command -v qperf >/dev/null; then
+    { read -r a; read -r b; read -r c; } < <(qperf_lat rc_lat rc_rdma_write_lat tcp_lat)
+    add q_rc "$a"
+    add q_write "$b"
+    add q_tcp "$c"
+  fi
 
   uroce_perf "$tmp/w.json" write_bw -s 65536 -n 20000
   add write "$(jq "$MBPS" "$tmp/w.json")"
@@ -152,6 +178,9 @@ echo "| --- | ---: | ---: | ---: | :---: | --- |"
 row "2-byte RC SEND round trip (µs) / TCP busy-poll" "$rc" "$tcp" "$(ratio "$rc" "$tcp")" "<=" 1.0
 row "2-byte RC SEND round trip (µs) / UDP busy-poll" "$rc" "$udp" "$(ratio "$rc" "$udp")" "<=" 1.3
 row "round-trip stability: max/min of the $repeats medians" "$(spread rc)" "" "$(spread rc)" "<=" 1.2
+row "2-byte RC SEND round trip, event mode (µs) / blocking TCP" "$(m rc_ev)" "$(m tcp_blk)" "$(ratio "$(m rc_ev)" "$(m tcp_blk)")" "<=" 1.0
+row "qperf rc_lat (µs, event mode) / qperf tcp_lat" "$(m q_rc)" "$(m q_tcp)" "$(ratio "$(m q_rc)" "$(m q_tcp)")" "<=" 1.2
+row "qperf rc_rdma_write_lat (µs) / qperf tcp_lat" "$(m q_write)" "$(m q_tcp)" "$(ratio "$(m q_write)" "$(m q_tcp)")" "<=" 1.5
 row "64 KiB RDMA WRITE, 1 QP (MB/s) / TCP stream" "$(m write)" "$(m tcp_bw)" "$(ratio "$(m write)" "$(m tcp_bw)")" ">=" 1.0
 row "64 KiB RDMA READ, 1 QP (MB/s) / TCP stream" "$(m read)" "$(m tcp_bw)" "$(ratio "$(m read)" "$(m tcp_bw)")" ">=" 0.9
 row "64 KiB RDMA WRITE, 8 QPs / 1 QP (MB/s)" "$(m write8)" "$(m write)" "$(ratio "$(m write8)" "$(m write)")" ">=" 1.0

@@ -800,6 +800,18 @@ spec::Schema<Environment> make_environment_schema() {
                  },
              .def = "1",
              .doc = "publish each device's counters in /dev/shm for `uroce stats` (0: off)"});
+  // Read by the preload where it acts (src/verbs/discovery.cc), once, at the first look-up.
+  k.push_back(EnvKey{
+      .name = "UROCE_DISCOVERY",
+      .set = [](Environment&, std::string_view, std::string*) { return true; },
+      .get =
+          [](const Environment&) {
+            const char* v = std::getenv("UROCE_DISCOVERY");
+            return std::string(v && std::string_view(v) == "0" ? "0" : "1");
+          },
+      .def = "1",
+      .doc =
+          "answer /sys/class/infiniband and /dev/infiniband look-ups for uroce devices (0: off)"});
   return s;
 }
 

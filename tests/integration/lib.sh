@@ -30,7 +30,7 @@ run_pair() {
   [[ -n ${SERVER_NETNS:-} ]] && srv_ns=(ip netns exec "$SERVER_NETNS")
   [[ -n ${CLIENT_NETNS:-} ]] && cli_ns=(ip netns exec "$CLIENT_NETNS")
   UROCE_DEVICES=${SERVER_DEVICES:-uroce0=$srv_ip} UROCE_FAULTS=${FAULTS:-} \
-    "${srv_ns[@]}" timeout "$timeout" "${server_cmd[@]}" >"$log/server.out" 2>&1 &
+    "${srv_ns[@]}" timeout -k 10 "$timeout" "${server_cmd[@]}" >"$log/server.out" 2>&1 &
   srv_pid=$!
   # A client gives up if the server is not ready yet: wait for its TCP port to open (a DPDK
   # device takes a moment longer to open), or (READY set) for the server to print READY —
@@ -48,7 +48,7 @@ run_pair() {
     sleep 0.05
   done
   UROCE_DEVICES=${CLIENT_DEVICES:-uroce0=$cli_ip} UROCE_FAULTS=${FAULTS:-} \
-    "${cli_ns[@]}" timeout "$timeout" "${client_cmd[@]}" >"$log/client.out" 2>&1
+    "${cli_ns[@]}" timeout -k 10 "$timeout" "${client_cmd[@]}" >"$log/client.out" 2>&1
   cli_rc=$?
   # SERVER_GRACE=N: when the client failed, a server still waiting for it gets N more seconds, not
   # the whole TIMEOUT (a failed attempt that will be run again should not cost TIMEOUT).
