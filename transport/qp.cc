@@ -111,6 +111,7 @@ void Qp::Impl::flush() {
   }
   sq.clear();
   rq.flush(init.recv_cq);
+  drop_parked();
 }
 
 void Qp::Impl::enter_error(bool transport_error) {
@@ -247,6 +248,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       // its first WQE at a sequence the queue no longer holds.
       q.sq = SendQueue{};
       q.rq.reset();
+      q.drop_parked();
       q.attr = ibv_qp_attr{};
       q.requester = Requester{};
       q.responder = Responder{};
@@ -387,16 +389,13 @@ bool Qp::receive_deferring_pump(const wire::Packet& pkt, const RxInfo& rx, Time 
   if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
   const uint32_t flags = pkt.info->flags;
   if (flags & wire::kRequest) {
-    // With an SRQ, the message takes its receive WQE from it when it starts at the expected
-    // PSN; duplicates and out-of-sequence packets take none.
-    if (q.init.srq != nullptr && q.rq.empty() && takes_recv_wqe(pkt) &&
-        Psn(pkt.bth.psn) == q.responder.expected_psn()) {
-      q.init.srq->take(q.rq);
+    // RNR grace: behind a message that waits for a receive WQE, every request waits too (they
+    // are in PSN order); the first that would find none starts the wait.
+    if (!q.parked.empty() || q.must_wait(pkt)) {
+      q.park(pkt, rx, now);
+      return false;  // nothing to send: the ACK comes when they are replayed
     }
-    const ResponderOutcome o = q.responder.on_request(pkt, q.ctx, q.rq);
-    // IBTA 11.6.3: the first packet received in RTR establishes communication.
-    if (o.first_packet && q.state == IBV_QPS_RTR) q.raise(IBV_EVENT_COMM_EST);
-    if (o.fatal) q.enter_error();
+    q.request(pkt);
   } else if ((flags & wire::kResponse) && q.sending_state()) {
     q.handle(q.completer.on_response(pkt, now, q.ctx, q.sq), now);
   } else {
@@ -409,6 +408,9 @@ void Qp::pump(Time now) {
   Impl& q = *impl_;
   CheckCqsOnReturn check{q};
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return;
+  // Requests waiting for a receive WQE go first: a receive may have been posted, or their
+  // grace ended; what they answer (ACKs, READ responses) then leaves below.
+  if (!q.parked.empty()) q.release_parked(now);
   // A CNP first: congestion news is worth more the sooner it arrives.
   if (!q.send_pending_cnp()) return;
   if (q.init.type != IBV_QPT_RC) {
@@ -457,6 +459,8 @@ bool Qp::wants_pump() const {
   const Impl& q = *impl_;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT) return false;
   if (q.cnp_pending) return true;
+  // Requests wait for a receive WQE, and one has been posted.
+  if (!q.parked.empty() && q.rq.size() != 0) return true;
   // A packet held by the pacer is not something to send now (as below).
   if (q.init.type != IBV_QPT_RC) return !q.pacer.limiting() && unreliable_has_work(q);
   // A packet held by the pacer is not something to send now: next_deadline() says when.
@@ -470,9 +474,97 @@ bool Qp::wants_pump() const {
 Time Qp::next_deadline() const {
   const Impl& q = *impl_;
   // The pacer's release time counts only while a paced packet waits for it.
-  const Time pace = q.paced_work() ? q.pacer.release_time() : kNever;
+  const Time pace = std::min(q.paced_work() ? q.pacer.release_time() : kNever, q.parked_deadline());
   if (!q.sending_state()) return pace;
   return std::min({q.completer.deadline(), q.requester.wake_time(), q.rate->next_deadline(), pace});
+}
+
+bool Qp::waits_for_recv() const {
+  return impl_->waiting.load(std::memory_order_acquire);
+}
+
+// RNR grace. IBTA 9.7.5.2.8 has the responder answer a message that finds no receive WQE with an
+// RNR NAK at once; the requester then waits the responder's min_rnr_timer and resends, up to
+// rnr_retry times (7 = for ever, 0 = fail at the first NAK, as fio's rdma engine connects). An
+// RNIC places messages while the application runs; uroce shares the cores with it, so an
+// application that reposts promptly can still be off its core for milliseconds while its
+// engine takes messages in — and a requester with rnr_retry 0 then fails on a scheduling
+// hiccup, not on an application that did not post. So the message waits, like a frame in a
+// NIC's receive buffer, for at most min(rnr_grace_ns, min_rnr_timer): never longer than the
+// requester would wait after an RNR NAK before resending. A receive posted meanwhile lets it
+// in at once (Device::post_recv wakes the engine); at the end of the grace it meets the
+// responder as it is, and gets the RNR NAK if there is still no WQE. The requests behind it wait
+// with it, in order, and are replayed after it, so the responder sees the same sequence it would
+// have seen had they arrived late. QPs on an SRQ do not wait (the SRQ has no QP to wake).
+Time Qp::Impl::rnr_grace() const {
+  return std::min<Time>(init.rnr_grace_ns, rnr_timer_ns(attr.min_rnr_timer));
+}
+
+bool Qp::Impl::must_wait(const wire::Packet& pkt) {
+  return init.rnr_grace_ns != 0 && init.srq == nullptr && takes_recv_wqe(pkt) &&
+         Psn(pkt.bth.psn) == responder.expected_psn() && rq.empty();
+}
+
+void Qp::Impl::park(const wire::Packet& pkt, const RxInfo& rx, Time now) {
+  if (parked.size() >= kMaxParkedPackets || parked_bytes + pkt.payload.size() > kMaxParkedBytes) {
+    ++counters.rnr_wait_drops;
+    return;
+  }
+  if (parked.empty()) {
+    ++counters.rnr_waits;
+    waiting.store(true, std::memory_order_release);
+  }
+  Parked& p = parked.emplace_back();
+  p.payload.assign(pkt.payload.begin(), pkt.payload.end());
+  p.pkt = pkt;
+  p.pkt.payload = {};
+  p.rx = rx;
+  p.at = now;
+  parked_bytes += p.payload.size();
+}
+
+void Qp::Impl::release_parked(Time now) {
+  bool moved = false;  // the front changed: a message that waits now is a new one
+  while (!parked.empty()) {
+    if (state != IBV_QPS_RTR && !sending_state()) {
+      drop_parked();  // ERR, or reset meanwhile: what arrives now is dropped too
+      return;
+    }
+    Parked& p = parked.front();
+    p.pkt.payload = p.payload;
+    // A message that starts here and still finds no WQE waits on, until its own grace ends.
+    if (now < p.at + rnr_grace() && must_wait(p.pkt)) {
+      if (moved) ++counters.rnr_waits;
+      break;
+    }
+    Parked cur = std::move(p);
+    parked.pop_front();
+    moved = true;
+    parked_bytes -= cur.payload.size();
+    cur.pkt.payload = cur.payload;
+    request(cur.pkt);
+  }
+  if (parked.empty()) waiting.store(false, std::memory_order_release);
+}
+
+void Qp::Impl::drop_parked() {
+  counters.dropped_pkts += parked.size();
+  parked.clear();
+  parked_bytes = 0;
+  waiting.store(false, std::memory_order_release);
+}
+
+void Qp::Impl::request(const wire::Packet& pkt) {
+  // With an SRQ, the message takes its receive WQE from it when it starts at the expected
+  // PSN; duplicates and out-of-sequence packets take none.
+  if (init.srq != nullptr && rq.empty() && takes_recv_wqe(pkt) &&
+      Psn(pkt.bth.psn) == responder.expected_psn()) {
+    init.srq->take(rq);
+  }
+  const ResponderOutcome o = responder.on_request(pkt, ctx, rq);
+  // IBTA 11.6.3: the first packet received in RTR establishes communication.
+  if (o.first_packet && state == IBV_QPS_RTR) raise(IBV_EVENT_COMM_EST);
+  if (o.fatal) enter_error();
 }
 
 void Qp::on_timer(Time now) {

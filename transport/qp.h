@@ -53,6 +53,12 @@ struct QpInit {
   // only the IBTA ACK timer retransmits. The device sets it from DeviceConfig (default on,
   // UROCE_EARLY_RETRANSMIT); off here so a bare QpInit keeps the plain IBTA behaviour.
   bool early_retransmit = false;
+  // RC without an SRQ: a SEND (or WRITE with immediate) that finds no receive WQE waits up to
+  // min(this, the QP's min_rnr_timer) for the application to post one, with every request
+  // behind it, before the RNR NAK (qp.cc, "RNR grace"). 0: the NAK at once, as IBTA 9.7.5.2.8
+  // describes and an RNIC does. The device sets it from DeviceConfig (UROCE_RNR_GRACE); 0 here
+  // so a bare QpInit keeps the plain IBTA behaviour.
+  Time rnr_grace_ns = 0;
   // Congestion control (transport/cc, docs/congestion-control.md): the device's configuration,
   // copied per QP. The default, `none`, keeps the behaviour without it: no pacing, no CNPs.
   cc::CcConfig cc;
@@ -104,6 +110,9 @@ class Qp {
   void pump(Time now);
   // True when pump() has something it could send (used to re-pump after tx backpressure).
   bool wants_pump() const;
+  // Whether requests wait for a receive WQE (RNR grace): a receive posted now lets them go at
+  // the next pump(). Any thread, without the device lock (the poster's).
+  bool waits_for_recv() const;
   // Earliest time on_timer() must run (retransmission, RNR wait, ACK coalescing), or kNever.
   Time next_deadline() const;
   void on_timer(Time now);

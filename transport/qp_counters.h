@@ -25,9 +25,15 @@
   /* (QpInit::early_retransmit, completer.h). No rxe equivalent. */                              \
   X(early_retransmits, "early_retransmits")                                                      \
   X(local_ack_timeout_err, "local_ack_timeout_err")                                              \
-  X(rcvd_seq_err, "rcvd_seq_err")             /* PSN sequence error NAKs received */             \
-  X(rcvd_rnr_err, "rcvd_rnr_err")             /* RNR NAKs received */                            \
-  X(send_rnr_err, "send_rnr_err")             /* RNR NAKs sent (no receive WQE) */               \
+  X(rcvd_seq_err, "rcvd_seq_err") /* PSN sequence error NAKs received */                         \
+  X(rcvd_rnr_err, "rcvd_rnr_err") /* RNR NAKs received */                                        \
+  X(send_rnr_err, "send_rnr_err") /* RNR NAKs sent (no receive WQE) */                           \
+  /* Messages that found no receive WQE and waited for one instead of an RNR NAK at once */      \
+  /* (QpInit::rnr_grace_ns, qp.cc). No rxe equivalent. */                                        \
+  X(rnr_waits, "rnr_waits")                                                                      \
+  /* Requests dropped because the packets waiting behind such a message filled their */          \
+  /* bound; the requester resends them, as after a switch buffer overflow. */                    \
+  X(rnr_wait_drops, "rnr_wait_drops")                                                            \
   X(out_of_seq_request, "out_of_seq_request") /* requests received out of sequence (NAK sent) */ \
   X(duplicate_request, "duplicate_request")   /* duplicate requests received (re-ACKed) */       \
   X(retry_exceeded_err, "retry_exceeded_err")                                                    \

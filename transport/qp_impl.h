@@ -5,7 +5,10 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
+#include <deque>
 #include <memory>
+#include <vector>
 
 #include "transport/cc/np.h"
 #include "transport/cc/pacer.h"
@@ -80,6 +83,22 @@ struct Qp::Impl {
 
   bool sq_drained_reported = false;  // IBV_EVENT_SQ_DRAINED raised for the current SQD period
 
+  // RNR grace (qp.cc): the requests that arrived since a message found no receive WQE, in
+  // order, each with a copy of its payload, replayed when a receive is posted or the grace of
+  // the first ends. `waiting` mirrors !parked.empty() for post_recv's thread.
+  struct Parked {
+    wire::Packet pkt;  // payload empty: it lives in `payload`
+    std::vector<uint8_t> payload;
+    RxInfo rx;
+    Time at = 0;  // arrival
+  };
+  std::deque<Parked> parked;
+  size_t parked_bytes = 0;
+  std::atomic<bool> waiting{false};
+  // At most this much waits behind a message (a send window's worth); more is dropped, counted.
+  static constexpr size_t kMaxParkedPackets = 1024;
+  static constexpr size_t kMaxParkedBytes = 4u << 20;
+
   // Congestion control (transport/cc, docs/congestion-control.md). `rate` is this QP's reaction
   // point (DCQCN, TIMELY or none) and `pacer` holds its requests and READ responses to the rate
   // it allows; `np` decides which CE marks are answered with a CNP, and `cnp_pending` is a CNP
@@ -95,6 +114,16 @@ struct Qp::Impl {
   } cnp_to;
 
   // Dispatcher steps (qp.cc).
+  // A request's way through the responder (receive, and the replay of parked requests).
+  void request(const wire::Packet& pkt);
+  // RNR grace: whether `pkt` would find no receive WQE (and so waits), keeping it, replaying.
+  bool must_wait(const wire::Packet& pkt);
+  void park(const wire::Packet& pkt, const RxInfo& rx, Time now);
+  void release_parked(Time now);
+  void drop_parked();
+  // How long a message waits: min(init.rnr_grace_ns, the QP's min_rnr_timer).
+  Time rnr_grace() const;
+  Time parked_deadline() const { return parked.empty() ? kNever : parked.front().at + rnr_grace(); }
   void apply_attrs(const ibv_qp_attr& a, int mask);
   // ERR (IBTA 10.3.1): flush; a transport error (not a modify) also raises IBV_EVENT_QP_FATAL,
   // and a QP with an SRQ raises IBV_EVENT_QP_LAST_WQE_REACHED (11.6.3.1: it takes no more WQEs).

@@ -742,6 +742,25 @@ spec::Schema<Environment> make_environment_schema() {
   k.push_back(
       switch_var("UROCE_EARLY_RETRANSMIT", &Environment::early_retransmit, "1",
                  "RC QPs probe for a lost tail before the ACK timeout (0: IBTA timer only)"));
+  k.push_back(EnvKey{
+      .name = "UROCE_RNR_GRACE",
+      .set =
+          [](Environment& e, std::string_view v, std::string* why) {
+            if (v == "0") {
+              e.rnr_grace_ns = 0;
+              return true;
+            }
+            std::string w;
+            if (!read_duration(v, &e.rnr_grace_ns, &w)) {
+              (*why = "'").append(v).append("' ").append(w);
+              return false;
+            }
+            return true;
+          },
+      .get = [](const Environment& e) { return duration_text(e.rnr_grace_ns); },
+      .def = "10ms",
+      .doc = "the longest an RC message that finds no receive waits for one before the RNR NAK "
+             "(at most min_rnr_timer; 0: the NAK at once)"});
   k.push_back(
       EnvKey{.name = "UROCE_GSO",
              .set =
@@ -851,6 +870,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     d.gso = env.gso;
     d.print_stats = env.print_stats;
     d.early_retransmit = env.early_retransmit;
+    d.rnr_grace_ns = env.rnr_grace_ns;
     d.icrc = env.icrc;
     if (!env.pcap.empty()) d.pcap_path = expand_pcap_path(env.pcap, d.name, out.size() > 1);
   }

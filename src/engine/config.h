@@ -86,6 +86,11 @@ struct DeviceConfig {
   // UROCE_EARLY_RETRANSMIT=0|1 (default 1): RC QPs probe for a lost tail before the ACK timeout
   // (transport QpInit::early_retransmit). 0 leaves only the IBTA local ACK timer.
   bool early_retransmit = true;
+  // UROCE_RNR_GRACE=duration (default 10ms, 0 = off): how long an RC message that finds no receive
+  // WQE may wait for one before the RNR NAK, at most the QP's min_rnr_timer (transport
+  // QpInit::rnr_grace_ns).
+  uint64_t rnr_grace_ns = kDefaultRnrGraceNs;
+  static constexpr uint64_t kDefaultRnrGraceNs = 10'000'000;
   // UROCE_GSO=0|1|auto (default auto): the UDP port batches sends with UDP GSO and receives
   // with UDP GRO (UdpPortOptions::gso). auto: on when the device's interface is a loopback one,
   // where the kernel hands each batch to the receiving socket whole (64 KiB RDMA WRITE about
@@ -138,6 +143,7 @@ struct Environment {
   FaultConfig fault_config;
   bool print_stats = false;
   bool early_retransmit = true;
+  uint64_t rnr_grace_ns = DeviceConfig::kDefaultRnrGraceNs;
   DeviceConfig::Gso gso = DeviceConfig::Gso::kAuto;
   wire::IcrcRoutine icrc = wire::IcrcRoutine::kAuto;
 };

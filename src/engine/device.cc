@@ -273,6 +273,7 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   if (init.qpn != Dispatch::kGsiQpn) init.qpn = 0;
   init.local_ip = cfg_.ipv4;
   init.early_retransmit = cfg_.early_retransmit;
+  init.rnr_grace_ns = cfg_.rnr_grace_ns;
   init.cc = cfg_.cc;  // UROCE_CC (docs/congestion-control.md); line rate: the QpInit default
   if (!init.events) init.events = this;
   transport::Qp* qp = dispatch_->create_qp(init, err);
@@ -397,6 +398,15 @@ int Device::post_recv(transport::Qp* qp, const transport::RecvWqe* wqes, size_t 
       return rc;
     }
   }
+  // A message waits for this receive (RNR grace, transport/qp.cc): the engine lets it in now,
+  // not at the end of its grace. Noted without the device lock, which a pass may hold.
+  if (qp->waits_for_recv()) {
+    {
+      std::lock_guard<std::mutex> g(recv_posted_mu_);
+      recv_posted_.push_back(qp->qpn());
+    }
+    engine_->kick();
+  }
   // It is the application's next call after a receive pass of its own: what that pass held for
   // it (the ACK of the message it reposts for) leaves now. ibv_rc_pingpong reposts, then
   // replies (and the reply's post flushes anyway); fio's server reposts, then sleeps on its
@@ -477,6 +487,14 @@ void Device::on_packets(std::span<const RxPacket> pkts, transport::Time now) {
 }
 
 transport::Time Device::on_progress(transport::Time now, bool* again) {
+  {
+    // QPs whose waiting messages a receive posted since may now let in (post_recv): the pump
+    // round below runs them.
+    std::lock_guard<std::mutex> g(recv_posted_mu_);
+    for (uint32_t qpn : recv_posted_)
+      if (transport::Qp* qp = dispatch_->find(qpn)) dispatch_->touch(qp);
+    recv_posted_.clear();
+  }
   transport::Time next = dispatch_->progress(now, again);
   return std::min(next, publish(now));
 }

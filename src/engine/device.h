@@ -216,7 +216,11 @@ class Device : private Engine::Client, private transport::EventSink {
   uint16_t mtu_ = 1024;                 // IB path MTU in bytes the port carries (PortCaps::ip_mtu)
   std::unique_ptr<Datapath> dp_;        // owns the port
   std::unique_ptr<Dispatch> dispatch_;  // device lock
-  std::mutex port_mu_;                  // port_listeners_; taken before any context's async queue
+  // QPs a receive was posted to while messages waited for one (post_recv, without the device
+  // lock); the next progress pass runs them (on_progress).
+  std::mutex recv_posted_mu_;
+  std::vector<uint32_t> recv_posted_;
+  std::mutex port_mu_;  // port_listeners_; taken before any context's async queue
   std::map<uint64_t, PortListener> port_listeners_;
   uint64_t next_listener_ = 1;
   std::unique_ptr<Engine> engine_;

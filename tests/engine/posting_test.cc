@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -223,6 +224,48 @@ TEST(PostingTest, ReceiverRepostsFromAnotherThreadWhileSenderStreams) {
   EXPECT_EQ(completed, kMsgs);
   EXPECT_EQ(b.qp->counters().send_rnr_err, 0u) << "an RNR NAK although a buffer was posted";
   EXPECT_EQ(a.qp->counters().rnr_retry_exceeded_err, 0u);
+}
+
+TEST(PostingTest, AReceivePostedLateLetsTheWaitingSendIn) {
+  // RNR grace (transport/qp.cc): a SEND that finds no receive waits for one; the receive post
+  // wakes the engine, which lets it in. The sender has rnr_retry 0, so an RNR NAK would fail it:
+  // success means the receive, not the end of the grace, decided. The grace is the longest
+  // min_rnr_timer allows (code 0: 655 ms), so only a machine that kept this thread off its core
+  // for that long between seeing the SEND wait and posting could make it fail.
+  DeviceConfig ca = config("pf", loopback(49, 4, 1)), cb = config("pg", loopback(49, 4, 2));
+  cb.rnr_grace_ns = 10'000'000'000;
+  Side a, b;
+  ASSERT_TRUE(a.setup(ca, 4096));
+  ASSERT_TRUE(b.setup(cb, 4096));
+  connect(a, b, 14, /*rnr_retry=*/0, /*min_rnr_timer=*/0);
+  connect(b, a, 14, /*rnr_retry=*/0, /*min_rnr_timer=*/0);
+  std::memcpy(a.buf.data(), "late receive", 13);
+  transport::SendWqe s;
+  s.wr_id = 1;
+  s.opcode = IBV_WR_SEND;
+  s.send_flags = IBV_SEND_SIGNALED;
+  s.num_sge = 1;
+  s.sge[0] = {reinterpret_cast<uintptr_t>(a.buf.data()), 2000, a.lkey};  // two packets
+  size_t bad = 0;
+  ASSERT_EQ(a.dev->post_send(a.qp, &s, 1, &bad), 0);
+  const auto give_up = std::chrono::steady_clock::now() + kReturnsWithin;
+  while (!b.qp->waits_for_recv() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(b.qp->waits_for_recv());
+  const transport::RecvWqe w = recv_wqe(b, 7, 1024, 3000);
+  ASSERT_EQ(b.dev->post_recv(b.qp, &w, 1, &bad), 0);
+  const std::vector<ibv_wc> sent = test::poll_n(*a.scq, 1, 60s);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  const std::vector<ibv_wc> got = test::poll_n(*b.rcq, 1, 60s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(got[0].wr_id, 7u);
+  EXPECT_EQ(got[0].byte_len, 2000u);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 1024, "late receive", 13), 0);
+  EXPECT_EQ(b.qp->counters().rnr_waits, 1u);
+  EXPECT_EQ(b.qp->counters().send_rnr_err, 0u);
+  EXPECT_FALSE(b.qp->waits_for_recv());
 }
 
 }  // namespace

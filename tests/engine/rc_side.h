@@ -115,7 +115,8 @@ inline ibv_gid gid_of(uint32_t ip) {
 }
 
 // RESET → INIT → RTR → RTS towards `remote` (ibv_modify_qp(3) required attributes).
-inline void connect(Side& s, const Side& remote, uint8_t timeout = 14, uint8_t rnr_retry = 7) {
+inline void connect(Side& s, const Side& remote, uint8_t timeout = 14, uint8_t rnr_retry = 7,
+                    uint8_t min_rnr_timer = 1) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
@@ -130,7 +131,7 @@ inline void connect(Side& s, const Side& remote, uint8_t timeout = 14, uint8_t r
   a.dest_qp_num = remote.qp->qpn();
   a.rq_psn = 0x100;
   a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 1;
+  a.min_rnr_timer = min_rnr_timer;
   a.ah_attr.is_global = 1;
   a.ah_attr.grh.dgid = gid_of(remote.dev->ipv4());
   a.ah_attr.grh.hop_limit = 64;

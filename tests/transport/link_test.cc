@@ -193,6 +193,115 @@ TEST(Link, RnrNakThenReceiveIsPostedLater) {
   EXPECT_EQ(p.b.rcq.wcs.size(), 1u);
 }
 
+// RNR grace (QpInit::rnr_grace_ns): b's QP rebuilt with a grace, both connected with `pp`.
+void with_rnr_grace(Pair& p, Time grace, const test::PathParams& pp) {
+  p.b.init.rnr_grace_ns = grace;
+  p.b.rebuild();
+  p.b.connect(kIpA, kQpnA, 0x20, 0x10, pp);
+}
+// A receive posted at b at `now`, and the progress pass Device::post_recv wakes the engine for
+// when messages wait for one.
+void recv_and_wake(Pair& p, uint64_t id, uint64_t off, uint32_t len, Time now) {
+  const bool waits = p.b.qp->waits_for_recv();
+  p.recv(id, off, len);
+  if (!waits) return;
+  bool again = false;
+  p.b.dispatch.touch(p.b.qp);
+  p.b.dispatch.progress(now, &again);
+}
+
+TEST(Link, RnrGraceLetsTheMessageInWhenAReceiveIsPosted) {
+  test::PathParams pp;
+  pp.rnr_retry = 0;       // fio's: the first RNR NAK fails the WQE
+  pp.min_rnr_timer = 20;  // 10.24 ms, uroce's rdma_cm
+  Pair p(pp);
+  with_rnr_grace(p, 10'000'000, pp);
+  p.send(1, 0, 2500, 0);  // three packets at MTU 1024
+  Link link(p.a, p.b);
+  link.run_until([] { return false; }, 2'000'000);
+  EXPECT_TRUE(p.a.scq.wcs.empty());
+  EXPECT_TRUE(p.b.qp->waits_for_recv());
+  EXPECT_EQ(p.b.qp->counters().rnr_waits, 1u);
+  EXPECT_EQ(p.b.qp->counters().send_rnr_err, 0u);
+  recv_and_wake(p, 9, 0, 4096, link.now);
+  ASSERT_TRUE(link.run_until([&] { return !p.a.scq.wcs.empty(); }, kSecond));
+  EXPECT_EQ(p.a.scq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_LT(link.now, 3'000'000u);  // let in when the receive came, not at the grace's end
+  ASSERT_EQ(p.b.rcq.wcs.size(), 1u);
+  EXPECT_EQ(p.b.rcq.wcs[0].wr_id, 9u);
+  EXPECT_EQ(p.b.rcq.wcs[0].byte_len, 2500u);
+  EXPECT_TRUE(std::equal(p.src.begin(), p.src.begin() + 2500, p.dst.begin()));
+  EXPECT_FALSE(p.b.qp->waits_for_recv());
+  EXPECT_EQ(p.a.qp->counters().rcvd_rnr_err, 0u);
+}
+
+TEST(Link, RnrGraceEndsWithTheRnrNakAfterMinRnrTimer) {
+  test::PathParams pp;
+  pp.rnr_retry = 0;
+  pp.min_rnr_timer = 14;  // 1.28 ms: shorter than the grace, so it bounds the wait
+  Pair p(pp);
+  with_rnr_grace(p, 10'000'000, pp);
+  p.send(1, 0, 100, 0);
+  Link link(p.a, p.b);
+  ASSERT_TRUE(link.run_until([&] { return !p.a.scq.wcs.empty(); }, kSecond));
+  EXPECT_EQ(p.a.scq.wcs[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_GE(link.now, 1'280'000u);
+  EXPECT_LT(link.now, 2'000'000u);
+  EXPECT_EQ(p.b.qp->counters().rnr_waits, 1u);
+  EXPECT_EQ(p.b.qp->counters().send_rnr_err, 1u);
+  EXPECT_TRUE(p.b.rcq.wcs.empty());
+}
+
+TEST(Link, RequestsBehindAWaitingMessageKeepTheirOrder) {
+  test::PathParams pp;
+  pp.rnr_retry = 0;
+  pp.min_rnr_timer = 20;
+  Pair p(pp);
+  with_rnr_grace(p, 10'000'000, pp);
+  p.send(1, 0, 2500, 0);
+  p.write(2, 10000, 0, 3000, 0);
+  p.send(3, 20000, 1500, 0);
+  p.send(4, 30000, 10, 0);
+  Link link(p.a, p.b);
+  link.run_until([] { return false; }, 1'000'000);
+  EXPECT_TRUE(p.a.scq.wcs.empty());
+  // One receive: the first SEND and the WRITE go in; the next SEND waits for its own.
+  recv_and_wake(p, 11, 0, 4096, link.now);
+  link.run_until([] { return false; }, 2'000'000);
+  ASSERT_EQ(p.a.scq.wcs.size(), 2u);
+  EXPECT_EQ(p.b.qp->counters().rnr_waits, 2u);
+  recv_and_wake(p, 12, 4096, 4096, link.now);
+  recv_and_wake(p, 13, 8192, 4096, link.now);
+  ASSERT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == 4; }, kSecond));
+  for (const ibv_wc& wc : p.a.scq.wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+  ASSERT_EQ(p.b.rcq.wcs.size(), 3u);
+  EXPECT_EQ(p.b.rcq.wcs[0].byte_len, 2500u);
+  EXPECT_EQ(p.b.rcq.wcs[1].byte_len, 1500u);
+  EXPECT_EQ(p.b.rcq.wcs[2].byte_len, 10u);
+  EXPECT_TRUE(std::equal(p.src.begin(), p.src.begin() + 2500, p.dst.begin()));
+  EXPECT_TRUE(std::equal(p.src.begin() + 10000, p.src.begin() + 13000, p.rmem.begin()));
+  EXPECT_TRUE(std::equal(p.src.begin() + 20000, p.src.begin() + 21500, p.dst.begin() + 4096));
+  EXPECT_TRUE(std::equal(p.src.begin() + 30000, p.src.begin() + 30010, p.dst.begin() + 8192));
+  EXPECT_EQ(p.b.qp->counters().send_rnr_err, 0u);
+  EXPECT_EQ(p.b.qp->counters().out_of_seq_request, 0u);
+}
+
+TEST(Link, WaitingRequestsAreDroppedWhenTheQpFails) {
+  test::PathParams pp;
+  pp.min_rnr_timer = 20;
+  Pair p(pp);
+  with_rnr_grace(p, 10'000'000, pp);
+  p.send(1, 0, 100, 0);
+  Link link(p.a, p.b);
+  link.run_until([] { return false; }, 1'000'000);
+  ASSERT_TRUE(p.b.qp->waits_for_recv());
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(p.b.qp->modify(a, IBV_QP_STATE, link.now), 0);
+  EXPECT_FALSE(p.b.qp->waits_for_recv());
+  EXPECT_EQ(p.b.qp->counters().dropped_pkts, 1u);
+}
+
 TEST(Link, RnrRetryExceeded) {
   test::PathParams pp;
   pp.rnr_retry = 3;
