@@ -73,6 +73,8 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "rcvd_seq_err",
                                          "rcvd_rnr_err",
                                          "send_rnr_err",
+                                         "rnr_waits",
+                                         "rnr_wait_drops",
                                          "out_of_seq_request",
                                          "duplicate_request",
                                          "retry_exceeded_err",
