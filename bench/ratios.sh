@@ -58,16 +58,21 @@ base_rtt() {  # udp_pingpong flags…: µs per round trip, 2 bytes
   usec_per_iter "$tmp/udp.out"
 }
 
-# qperf_lat TEST…: µs of qperf's one-way latency, 2-byte messages, each TEST in turn (its server
-# under uroce-run on $srv; tcp_lat goes over the kernel either way).
+# qperf_lat TEST…: µs of qperf's one-way latency, 2-byte messages, each TEST in turn, one line
+# each (empty when it failed). Its server runs under uroce-run on $srv; tcp_lat goes over the
+# kernel either way. -cm1: qperf's RC tests connect through the RDMA CM, the way to RoCE's GRH
+# (without it qperf addresses the peer by LID, which RoCE has not: EINVAL at RTR).
 qperf_lat() {
   UROCE_DEVICES=uroce0=$srv "$run" qperf -lp $qport >/dev/null 2>&1 &
   local pid=$!
   wait_tcp $qport
   local t
   for t in "$@"; do
-    UROCE_DEVICES=uroce0=$cli "$run" qperf -lp $qport $srv -m 2 -t 2 "$t" 2>/dev/null |
-      awk '$1 == "latency" { v = $3; if ($4 == "ms") v *= 1000; if ($4 == "ns") v /= 1000; print v }'
+    local cm=(-cm1)
+    [[ $t == tcp_* ]] && cm=()
+    UROCE_DEVICES=uroce0=$cli "$run" qperf -lp $qport $srv "${cm[@]}" -m 2 -t 2 "$t" 2>/dev/null |
+      awk '$1 == "latency" { v = $3; if ($4 == "ms") v *= 1000; if ($4 == "ns") v /= 1000; print v }
+           END { if (!NR) print "" }' || echo
   done
   kill $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
