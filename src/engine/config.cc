@@ -26,6 +26,7 @@ constexpr std::string_view kStatsVar = "UROCE_STATS";
 constexpr std::string_view kPcapVar = "UROCE_PCAP";
 constexpr std::string_view kEarlyRetransmitVar = "UROCE_EARLY_RETRANSMIT";
 constexpr std::string_view kGsoVar = "UROCE_GSO";
+constexpr std::string_view kShareVar = "UROCE_SHARE";
 constexpr std::string_view kIcrcVar = "UROCE_ICRC";
 constexpr std::string_view kCcVar = "UROCE_CC";
 // ibv_device.name is IBV_SYSFS_NAME_MAX (64) bytes including the terminator.
@@ -778,6 +779,12 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     set_err(err, kGsoVar, "'" + std::string(gv) + "' is not 0, 1 or auto");
     return std::nullopt;
   }
+  const char* share = std::getenv(std::string(kShareVar).c_str());
+  std::string_view shv = share ? share : "";
+  if (shv != "" && shv != "0" && shv != "1") {
+    set_err(err, kShareVar, "'" + std::string(shv) + "' is not 0 or 1");
+    return std::nullopt;
+  }
   const char* icrc = std::getenv(std::string(kIcrcVar).c_str());
   const std::string_view iv = icrc ? icrc : "";
   const std::optional<wire::IcrcRoutine> routine = wire::parse_icrc_routine(iv);
@@ -801,6 +808,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
                         : DeviceConfig::Gso::kAuto;
     d.print_stats = sv == "1";
     d.early_retransmit = erv != "0";
+    d.share = shv != "0";
     d.icrc = *routine;
     if (pcap && *pcap) d.pcap_path = expand_pcap_path(pcap, d.name, out.size() > 1);
   }

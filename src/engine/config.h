@@ -121,6 +121,10 @@ struct DeviceConfig {
   // (docs/configuration.md).
   enum class Gso : uint8_t { kAuto, kOff, kOn };
   Gso gso = Gso::kAuto;
+  // UROCE_SHARE=0|1 (default 1): the UDP port shares the address with every other process of the
+  // user that opens it (docs/architecture.md, "One device, many processes"); 0 binds it for this
+  // process alone, as uroce did before (a second process then cannot open the device).
+  bool share = true;
   // UROCE_ICRC=auto|pclmul|isal|zlib (default auto): the CRC-32 routine of every ICRC the process
   // computes (wire::IcrcRoutine; one choice for the process: the same for all its devices).
   wire::IcrcRoutine icrc = wire::IcrcRoutine::kAuto;
