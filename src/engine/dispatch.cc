@@ -40,9 +40,8 @@ uint32_t Dispatch::alloc_qpn() {
   // QPNs are 24 bits; skip 0 and 1 (special QPs), the multicast QPN and any still in use after a
   // wrap. create_qp checked that fewer than max_qp (<= count) are in use, so one is free.
   for (;;) {
-    const uint32_t n = space_.cursor
-                           ? std::atomic_ref<uint32_t>(*space_.cursor).fetch_add(1)
-                           : next_qpn_++;
+    const uint32_t n =
+        space_.cursor ? std::atomic_ref<uint32_t>(*space_.cursor).fetch_add(1) : next_qpn_++;
     const uint32_t q = (space_.base + (n & (space_.count - 1))) & wire::kQpnMask;
     if (q >= 2 && q != kMulticastQpn && !qps_.contains(q)) return q;
   }

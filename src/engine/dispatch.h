@@ -68,10 +68,10 @@ class Dispatch {
   };
   void set_qpn_space(QpnSpace s) { space_ = s; }
 
-  // Creates a QP. init.qpn == 0 assigns the next free QPN (QpnSpace) from 2 (0 and 1 are the special QPs);
-  // any other value asks for exactly that QPN (the GSI QP, kGsiQpn; a virtual-time driver that
-  // names its QPs). nullptr and *err: ENOMEM (QP limit, or out of memory), EBUSY (the QPN is
-  // taken), EINVAL (not a QPN, or the transport refused the capabilities).
+  // Creates a QP. init.qpn == 0 assigns the next free QPN (QpnSpace) from 2 (0 and 1 are the
+  // special QPs); any other value asks for exactly that QPN (the GSI QP, kGsiQpn; a virtual-time
+  // driver that names its QPs). nullptr and *err: ENOMEM (QP limit, or out of memory), EBUSY (the
+  // QPN is taken), EINVAL (not a QPN, or the transport refused the capabilities).
   transport::Qp* create_qp(transport::QpInit init, int* err);
   // 0, or EINVAL when `qp` is not a QP of this dispatch. Detaches it from its groups; its
   // counters join the totals of destroyed QPs. *pd (if given) gets the PD it was created in.

@@ -88,9 +88,9 @@ std::string format_ip(uint32_t ip) {
 struct UdpShare::Registry {
   char magic[8];
   uint32_t version;
-  uint32_t bytes;     // sizeof(Registry)
-  uint32_t round;     // lock: the last probe round started
-  uint32_t freed;     // lock: counts slots freed (Slot::freed_at orders them)
+  uint32_t bytes;  // sizeof(Registry)
+  uint32_t round;  // lock: the last probe round started
+  uint32_t freed;  // lock: counts slots freed (Slot::freed_at orders them)
   struct Slot {
     uint32_t state;        // lock (kLive → kLeaving: the owner, atomically)
     int32_t pid;           // lock
@@ -327,7 +327,8 @@ void UdpShare::round(int attach_fd, int drain_fd) {
         if (answered[pos]) continue;
         uint8_t buf[share::kProbeBytes];
         share::write_probe(buf, {pos, rnd});
-        ssize_t n = sendto(prober_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+        ssize_t n =
+            sendto(prober_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
         (void)n;
       }
     };
@@ -371,9 +372,10 @@ void UdpShare::round(int attach_fd, int drain_fd) {
         last_send = t;
       }
       if (t - start >= static_cast<uint64_t>(g_round_timeout_ms.load())) {
-        log().warn("{}:{}: a process sharing the device did not answer its probe in {} ms; its "
-                   "traffic goes by hash until the next round",
-                   format_ip(ip_), port_, g_round_timeout_ms.load());
+        log().warn(
+            "{}:{}: a process sharing the device did not answer its probe in {} ms; its "
+            "traffic goes by hash until the next round",
+            format_ip(ip_), port_, g_round_timeout_ms.load());
         break;
       }
       if (drain_fd >= 0) {
@@ -493,8 +495,10 @@ void UdpShare::watch() {
       const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
       if (pfd < 0) {
         if (errno != ESRCH && !warned) {
-          log().warn("{}:{}: pidfd_open: {}; a process that dies is noticed only when another "
-                     "joins", format_ip(ip_), port_, std::strerror(errno));
+          log().warn(
+              "{}:{}: pidfd_open: {}; a process that dies is noticed only when another "
+              "joins",
+              format_ip(ip_), port_, std::strerror(errno));
           warned = true;
         }
         continue;

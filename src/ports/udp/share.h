@@ -90,10 +90,10 @@ class UdpShare : public PortShare {
   int file_ = -1;  // the registry file (flock)
   Registry* reg_ = nullptr;
   uint32_t slot_ = 0;
-  int fd_ = -1;        // this process's socket in the group
-  int prober_ = -1;    // an unbound UDP socket the probes leave from
-  int wake_ = -1;      // eventfd: the watcher rescans (or stops)
-  std::mutex mu_;      // this object's users of the registry lock (threads of one process)
+  int fd_ = -1;      // this process's socket in the group
+  int prober_ = -1;  // an unbound UDP socket the probes leave from
+  int wake_ = -1;    // eventfd: the watcher rescans (or stops)
+  std::mutex mu_;    // this object's users of the registry lock (threads of one process)
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };

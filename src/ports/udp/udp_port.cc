@@ -132,9 +132,10 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
   if (opt.share) {
     // The share binds the socket (it must join the group under the registry's lock); its options
     // are set below, as for a socket of our own.
-    p->share_ = UdpShare::join(opt.ipv4, opt.port, [ip = opt.ipv4, port = opt.port] {
-      return bound_socket(ip, port, /*reuseport=*/true);
-    }, err);
+    p->share_ = UdpShare::join(
+        opt.ipv4, opt.port,
+        [ip = opt.ipv4, port = opt.port] { return bound_socket(ip, port, /*reuseport=*/true); },
+        err);
     p->fd_ = p->share_ ? p->share_->fd() : -1;
   } else {
     p->fd_ = bound_socket(opt.ipv4, opt.port);
@@ -438,9 +439,9 @@ void UdpPort::tx_prepare(std::span<transport::TxBuf* const> bufs, bool batch) {
   // Runs for UDP GSO: consecutive packets from one socket to one destination QP with one TOS and
   // equal sizes, only the last shorter, within the GSO limits. The receiving host steers a GSO
   // send by its first datagram (a shared device's program, docs/architecture.md), so a run never
-  // mixes destination QPs, nor holds CM MADs (QP1: each steered by its own IDs). The kernel cuts such a send back
-  // into exactly these datagrams, numbering their IP IDs from 0; each segment is no larger than
-  // a packet the kernel takes alone, so the path MTU holds.
+  // mixes destination QPs, nor holds CM MADs (QP1: each steered by its own IDs). The kernel cuts
+  // such a send back into exactly these datagrams, numbering their IP IDs from 0; each segment is
+  // no larger than a packet the kernel takes alone, so the path MTU holds.
   size_t i = 0;
   while (i < bufs.size()) {
     const transport::TxBuf& first = *bufs[i];
