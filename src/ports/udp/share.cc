@@ -37,6 +37,7 @@ constexpr uint32_t kFirstQpn = 0x11;
 // them), and how long it waits for a member before leaving it out.
 constexpr int kResendMs = 20;
 std::atomic<int> g_round_timeout_ms{5000};
+std::atomic<uint64_t> g_rounds_timed_out{0};
 
 enum : uint32_t { kFree = 0, kLive = 1, kLeaving = 2 };
 
@@ -51,9 +52,9 @@ uint64_t now_ms() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
-// A process's start time (field 22 of /proc/<pid>/stat) while it runs; 0 when it is gone or a
-// zombie (its sockets are closed by then).
-uint64_t running_start_time(pid_t pid) {
+// A process's start time (field 22 of /proc/<pid>/stat), against pid reuse; 0 when there is no
+// such process. *zombie: its thread group leader has exited.
+uint64_t start_time(pid_t pid, bool* zombie = nullptr) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   std::ifstream f(path);
@@ -65,13 +66,35 @@ uint64_t running_start_time(pid_t pid) {
   std::string tok;
   uint64_t start = 0;
   for (int field = 3; rest >> tok; ++field) {
-    if (field == 3 && (tok == "Z" || tok == "X" || tok == "x")) return 0;
+    if (field == 3 && zombie) *zombie = tok == "Z" || tok == "X" || tok == "x";
     if (field == 22) {
       start = std::strtoull(tok.c_str(), nullptr, 10);
       break;
     }
   }
   return start;
+}
+
+// Whether the member process (pid, started at `started`) is gone with all its threads, and with
+// them its sockets. /proc/<pid>/stat shows the thread group leader, a zombie as soon as that one
+// thread has exited; after a SIGKILL the other threads may still be exiting then, the socket
+// still in the group (the last thread's exit closes it). A pidfd is readable only when the whole
+// group has exited (pidfd_open(2)): a member reaped on the leader alone would have its socket
+// leave the group after the round that measured without it, unseen.
+bool gone(pid_t pid, uint64_t started) {
+  const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pfd < 0 && errno == ESRCH) return true;
+  bool zombie = false;
+  const uint64_t now = start_time(pid, &zombie);
+  bool exited = now != started || zombie;  // without pidfds: the leader's state alone
+  if (pfd >= 0) {
+    if (now == started) {  // the pidfd is the member's (pid not reused before it was opened)
+      pollfd p{pfd, POLLIN, 0};
+      exited = poll(&p, 1, 0) == 1;
+    }
+    close(pfd);
+  }
+  return exited;
 }
 
 std::string format_ip(uint32_t ip) {
@@ -118,6 +141,30 @@ std::string UdpShare::registry_path(uint32_t ip, uint16_t port) {
 
 void UdpShare::set_round_timeout_ms(int ms) {
   g_round_timeout_ms = ms;
+}
+
+uint64_t UdpShare::rounds_timed_out() {
+  return g_rounds_timed_out.load();
+}
+
+std::vector<UdpShare::Member> UdpShare::members(uint32_t ip, uint16_t port) {
+  std::vector<Member> out;
+  const int f = ::open(registry_path(ip, port).c_str(), O_RDWR | O_CLOEXEC);
+  if (f < 0) return out;
+  struct stat st;
+  void* m = fstat(f, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(Registry)
+                ? mmap(nullptr, sizeof(Registry), PROT_READ | PROT_WRITE, MAP_SHARED, f, 0)
+                : MAP_FAILED;
+  close(f);
+  if (m == MAP_FAILED) return out;
+  Registry& r = *static_cast<Registry*>(m);
+  if (std::memcmp(r.magic, kMagic, sizeof kMagic) == 0 && r.version == kVersion &&
+      r.bytes == sizeof(Registry))
+    for (uint32_t s = 0; s < share::kSlots; ++s)
+      if (const uint32_t state = at(r.slots[s].state).load(); state != kFree)
+        out.push_back({s, r.slots[s].pid, state == kLeaving, at(r.slots[s].position).load()});
+  munmap(m, sizeof(Registry));
+  return out;
 }
 
 uint32_t* UdpShare::qpn_cursor() {
@@ -186,7 +233,7 @@ bool UdpShare::reap_dead() {
     Registry::Slot& sl = reg_->slots[s];
     const uint32_t st = at(sl.state).load();
     if (st == kFree || sl.pid == self) continue;
-    if (running_start_time(sl.pid) == sl.start_time) continue;
+    if (!gone(sl.pid, sl.start_time)) continue;
     log().info("{}:{}: process {} (slot {}) is gone; its QPNs and listeners are released",
                format_ip(ip_), port_, sl.pid, s);
     at(sl.state).store(kFree);
@@ -227,7 +274,7 @@ std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFacto
   s->slot_ = static_cast<uint32_t>(best);
   Registry::Slot& sl = r.slots[s->slot_];
   sl.pid = getpid();
-  sl.start_time = running_start_time(sl.pid);
+  sl.start_time = start_time(sl.pid);
   at(sl.position).store(-1);
   at(sl.acked_round).store(0);
   if (at(sl.qpn_cursor).load() == 0) at(sl.qpn_cursor).store(kFirstQpn);
@@ -301,6 +348,8 @@ void UdpShare::stop_watcher() {
 
 void UdpShare::on_probe(const share::Probe& p) {
   Registry::Slot& sl = reg_->slots[slot_];
+  log().debug("{}:{}: slot {} answers round {}: position {}", format_ip(ip_), port_, slot_, p.round,
+              p.position);
   at(sl.position).store(static_cast<int32_t>(p.position), std::memory_order_relaxed);
   at(sl.acked_round).store(p.round, std::memory_order_release);
   // A member joined, left or died: the watcher looks at who to watch.
@@ -314,16 +363,26 @@ void UdpShare::round(int attach_fd, int drain_fd) {
   for (;;) {
     reap_dead();
     const uint32_t rnd = ++r.round;
+    // The live members answer; a leaving one (waiting for our lock to close its socket) does not,
+    // but its socket still holds a position, so the group has a socket for every slot not free
+    // (besides `attach_fd` of a leaver's round, the last): every one of those positions is
+    // probed. Probing only as many as answer would leave the member sitting past them without
+    // its probe, and the round waiting for it until the timeout, while the old program sends
+    // one slot to the socket a leaver's close moved away (its temporary socket's place now).
     std::vector<uint32_t> members;
-    for (uint32_t s = 0; s < share::kSlots; ++s)
-      if (at(r.slots[s].state).load() == kLive) members.push_back(s);
+    uint32_t sockets = 0;
+    for (uint32_t s = 0; s < share::kSlots; ++s) {
+      const uint32_t st = at(r.slots[s].state).load();
+      if (st == kLive) members.push_back(s);
+      if (st != kFree) ++sockets;
+    }
     sockaddr_in to{};
     to.sin_family = AF_INET;
     to.sin_addr.s_addr = htonl(ip_);
     to.sin_port = htons(port_);
-    std::vector<bool> answered(members.size(), false);
+    std::vector<bool> answered(sockets, false);
     auto send_probes = [&] {
-      for (uint32_t pos = 0; pos < members.size(); ++pos) {
+      for (uint32_t pos = 0; pos < sockets; ++pos) {
         if (answered[pos]) continue;
         uint8_t buf[share::kProbeBytes];
         share::write_probe(buf, {pos, rnd});
@@ -332,6 +391,13 @@ void UdpShare::round(int attach_fd, int drain_fd) {
         (void)n;
       }
     };
+    if (log().should_log(spdlog::level::debug)) {
+      std::string who;
+      for (uint32_t s : members)
+        who += " " + std::to_string(s) + ":" + std::to_string(r.slots[s].pid);
+      log().debug("{}:{}: round {} by process {}: {} positions; live members (slot:pid){}",
+                  format_ip(ip_), port_, rnd, getpid(), sockets, who);
+    }
     send_probes();
     const uint64_t start = now_ms();
     uint64_t last_send = start;
@@ -365,13 +431,18 @@ void UdpShare::round(int attach_fd, int drain_fd) {
         // departure moved another: start again without it.
         for (uint32_t s : members)
           if (at(r.slots[s].state).load() == kLive && r.slots[s].pid != getpid() &&
-              running_start_time(r.slots[s].pid) != r.slots[s].start_time)
+              gone(r.slots[s].pid, r.slots[s].start_time))
             restart = true;
-        if (restart) break;
+        if (restart) {
+          log().debug("{}:{}: round {}: a member died meanwhile; starting again", format_ip(ip_),
+                      port_, rnd);
+          break;
+        }
         send_probes();
         last_send = t;
       }
       if (t - start >= static_cast<uint64_t>(g_round_timeout_ms.load())) {
+        ++g_rounds_timed_out;
         log().warn(
             "{}:{}: a process sharing the device did not answer its probe in {} ms; its "
             "traffic goes by hash until the next round",
@@ -401,6 +472,14 @@ void UdpShare::attach(int attach_fd) {
   for (const auto& c : r.claims)
     if (c.used && c.listening)
       t.listeners.push_back({uint32_t{c.port_space} << 16 | c.port, c.slot});
+  if (log().should_log(spdlog::level::debug)) {
+    std::string map;
+    for (uint32_t s = 0; s < share::kSlots; ++s)
+      if (t.position[s] >= 0)
+        map += " slot " + std::to_string(s) + "→" + std::to_string(t.position[s]);
+    log().debug("{}:{}: round {}: process {} attaches the program:{}", format_ip(ip_), port_,
+                r.round, getpid(), map.empty() ? " no member" : map);
+  }
   std::vector<sock_filter> code = share::build_program(t);
   sock_fprog prog{static_cast<unsigned short>(code.size()), code.data()};
   if (setsockopt(attach_fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) != 0)
@@ -490,10 +569,13 @@ void UdpShare::watch() {
         ++it;
       }
     }
+    bool died = false;
     for (auto& [pid, _] : live) {
       if (watched.count(pid)) continue;
       const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
       if (pfd < 0) {
+        // A member that joined and died before we looked (reaped already): no pidfd will tell.
+        if (errno == ESRCH) died = true;
         if (errno != ESRCH && !warned) {
           log().warn(
               "{}:{}: pidfd_open: {}; a process that dies is noticed only when another "
@@ -510,8 +592,7 @@ void UdpShare::watch() {
       watched[pid] = pfd;
     }
     epoll_event evs[16];
-    const int n = epoll_wait(ep, evs, 16, -1);
-    bool died = false;
+    const int n = epoll_wait(ep, evs, 16, died ? 0 : -1);
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.fd == wake_) {
         uint64_t v;

@@ -65,6 +65,17 @@ class UdpShare : public PortShare {
   static std::string registry_path(uint32_t ip, uint16_t port);
   // How long a round waits for members that do not answer (tests shorten it).
   static void set_round_timeout_ms(int ms);
+  // For tests and `uroce`: the registry's members as they stand (read without its lock).
+  struct Member {
+    uint32_t slot;
+    pid_t pid;
+    bool leaving;      // closing its device: its socket is still in the group
+    int32_t position;  // as last measured; -1: not measured
+  };
+  static std::vector<Member> members(uint32_t ip, uint16_t port);
+  // The rounds of this process that ended without a live member's answer (its slot then has no
+  // position until the next round).
+  static uint64_t rounds_timed_out();
 
   struct Registry;  // the shared layout (share.cc)
 
