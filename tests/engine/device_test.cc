@@ -325,6 +325,27 @@ TEST(DeviceTest, TwoDevicesShareOneAddressAndExchangeRcTraffic) {
   EXPECT_EQ(b.dev->counters().rx_unknown_qp.get(), 0u);
 }
 
+TEST(DeviceTest, APacketForAnotherSlotIsCountedWhereItLands) {
+  // Slot 5 has no process: the kernel picks a socket by hash, here the only one. The device
+  // counts it as an unknown QP and as one for another slot; a packet for a QP of its own slot
+  // that does not exist (destroyed, say) only as an unknown QP.
+  const uint32_t ip = loopback(44, 13, 1);
+  auto d = open_device(config("ua", ip));
+  ASSERT_TRUE(d);
+  ASSERT_NE(d->port_share(), nullptr);
+  test::RawSender s(loopback(44, 13, 2));
+  uint8_t ib[64];
+  size_t n = test::build_packet(ib, wire::Opcode::kRcSendOnly, 5u << 17 | 0x11, 1, {});
+  ASSERT_TRUE(s.send_ib(ip, {ib, n}));
+  n = test::build_packet(ib, wire::Opcode::kRcSendOnly, d->port_share()->qpn_base() | 0x999, 1, {});
+  ASSERT_TRUE(s.send_ib(ip, {ib, n}));
+  auto end = std::chrono::steady_clock::now() + 2s;
+  while (d->counters().rx_unknown_qp.get() < 2 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(d->counters().rx_unknown_qp.get(), 2u);
+  EXPECT_EQ(d->counters().port.rx_share_other_slot.get(), 1u);
+}
+
 TEST(DeviceTest, AClaimedCmPortIsInUseForTheOtherDevicesOfTheAddress) {
   const uint32_t ip = loopback(44, 8, 1);
   auto a = open_device(config("ua", ip));

@@ -322,11 +322,17 @@ UdpShare::~UdpShare() {
       for (auto& o : reg_->slots) members |= at(o.state).load() != kFree;
       if (!members) {
         unlink(path_.c_str());
-      } else if (int tmp = make_socket_(); tmp >= 0) {
+      } else {
         // A socket of the group to attach from: it joins at the end and leaves from there, which
-        // moves nobody.
-        round(tmp, -1);
-        close(tmp);
+        // moves nobody — unless a member died meanwhile: the kernel then filled the dead one's
+        // position with this last socket, and closing it from there moves the socket that is
+        // last then, after the round measured it. Measure again with a new one, at the end.
+        for (bool again = true; again;) {
+          const int tmp = make_socket_();
+          if (tmp < 0) break;
+          again = round(tmp, -1);
+          close(tmp);
+        }
       }
       unlock();
     }
@@ -348,6 +354,11 @@ void UdpShare::stop_watcher() {
 
 void UdpShare::on_probe(const share::Probe& p) {
   Registry::Slot& sl = reg_->slots[slot_];
+  // A probe of an earlier round can come after the current one's (a resent copy, delivered late
+  // by a busy CPU's backlog): answering it would take back our answer to the current round, and
+  // a round that saw us answer would then attach a program without our slot.
+  const uint32_t acked = at(sl.acked_round).load(std::memory_order_relaxed);
+  if (static_cast<int32_t>(p.round - acked) < 0) return;
   log().debug("{}:{}: slot {} answers round {}: position {}", format_ip(ip_), port_, slot_, p.round,
               p.position);
   at(sl.position).store(static_cast<int32_t>(p.position), std::memory_order_relaxed);
@@ -358,8 +369,9 @@ void UdpShare::on_probe(const share::Probe& p) {
   (void)w;
 }
 
-void UdpShare::round(int attach_fd, int drain_fd) {
+bool UdpShare::round(int attach_fd, int drain_fd) {
   Registry& r = *reg_;
+  bool restarted = false;
   for (;;) {
     reap_dead();
     const uint32_t rnd = ++r.round;
@@ -458,8 +470,10 @@ void UdpShare::round(int attach_fd, int drain_fd) {
       }
     }
     if (!restart) break;
+    restarted = true;
   }
   attach(attach_fd);
+  return restarted;
 }
 
 void UdpShare::attach(int attach_fd) {

@@ -87,8 +87,9 @@ class UdpShare : public PortShare {
   // With the lock: frees the slots of members that died (true when any did).
   bool reap_dead();
   // With the lock: measures every live member's position (draining `drain_fd` for its own probe,
-  // -1 when its receive path runs) and attaches the program from `attach_fd`.
-  void round(int attach_fd, int drain_fd);
+  // -1 when its receive path runs) and attaches the program from `attach_fd`. True when a member
+  // died during the round (it measured again without it).
+  bool round(int attach_fd, int drain_fd);
   // With the lock: builds the program from what the registry knows and attaches it.
   void attach(int attach_fd);
   void watch();  // the watcher thread

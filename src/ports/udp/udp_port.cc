@@ -265,11 +265,26 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
       counters_.rx_port_errors.add();
       continue;
     }
-    if (share_ && len == share::kProbeBytes && fd == fd_) {
-      // A probe round measuring where our socket sits in the group (share.h): not a packet.
-      if (auto probe = share::parse_probe(buf, len)) {
-        share_->on_probe(*probe);
-        continue;
+    if (share_ && fd == fd_) {
+      if (len == share::kProbeBytes) {
+        // A probe round measuring where our socket sits in the group (share.h): not a packet.
+        if (auto probe = share::parse_probe(buf, len)) {
+          share_->on_probe(*probe);
+          continue;
+        }
+      }
+      // A packet for another process's QP (QP1's CM messages go by their IDs, not judged here):
+      // the steering sent it astray. Counted, and dropped as an unknown QP by the dispatch.
+      if (len > share::offsets::kDestQpHigh + 2) {
+        const uint32_t dest_qp = uint32_t{buf[share::offsets::kDestQpHigh]} << 16 |
+                                 uint32_t{buf[share::offsets::kDestQpHigh + 1]} << 8 |
+                                 buf[share::offsets::kDestQpHigh + 2];
+        if (dest_qp != 1 && share::slot_of_qpn(dest_qp) != share_->slot()) {
+          counters_.rx_share_other_slot.add();
+          if (log().should_log(spdlog::level::debug))
+            log().debug("udp port: slot {} got a datagram for QP {:#x} (slot {}) from port {}",
+                        share_->slot(), dest_qp, share::slot_of_qpn(dest_qp), ntohs(from.sin_port));
+        }
       }
     }
     RxFrame f;
