@@ -80,7 +80,7 @@ void Agent::unlisten(uint64_t service_id) {
 
 uint32_t Agent::alloc_id() {
   for (;;) {
-    uint32_t id = next_id_++;
+    uint32_t id = cfg_.comm_id_base | (next_id_++ & cfg_.comm_id_mask);
     if (id != 0 && !conns_.count(id) && !sidrs_.count(id)) return id;
   }
 }

@@ -64,6 +64,11 @@ struct AgentConfig {
   // The first local communication ID / SIDR request ID; the next ones follow (0 is skipped). Set
   // from a random number by the service so that a restarted process does not reuse old IDs.
   uint32_t first_comm_id = 1;
+  // The IDs this agent may hand out: comm_id_base | (n & comm_id_mask). On a device other
+  // processes share, the base holds this process's slot so that the steering program brings
+  // each CM message to the process whose ID it names (PortShare, docs/architecture.md).
+  uint32_t comm_id_base = 0;
+  uint32_t comm_id_mask = 0xffffffff;
   uint32_t tid_prefix = 0;  // high 32 bits of the transaction IDs this agent starts
 };
 

@@ -153,6 +153,9 @@ struct IdObj {
   uint32_t local_ip = 0, remote_ip = 0;  // host order
   uint16_t local_port = 0, remote_port = 0;
   std::vector<CmPort*> listen_ports;
+  // The devices on which this id holds (ps, local_port) against other processes sharing them
+  // (PortShare::claim_service); released when the id is destroyed.
+  std::vector<CmPort*> claimed;
   uint32_t comm_id = 0;  // the agent's connection (on `port`), in by_comm()
   uint32_t sidr_id = 0;  // SIDR REQ (active) or the SIDR REQ to answer (passive), in by_sidr()
   // What the peer asked for or answered (REQ / REP), from this side's point of view. local_psn:
@@ -220,6 +223,11 @@ void remember_sidr(IdObj* o);
 void forget_sidr(IdObj* o);
 // Lifetime: an id goes when it is destroyed and its last event is acknowledged.
 void free_id(IdObj* o);
+// Claims (o->id.ps, port) for `o` on device `p` against the other processes sharing it (a no-op
+// for a device this process has alone, or one `o` claimed already): 0 or EADDRINUSE. Released,
+// on every device, by release_claims (free_id). mu held.
+int claim_port(IdObj* o, CmPort* p, uint16_t port);
+void release_claims(IdObj* o);
 void release_event(EventObj* e);  // acknowledged, or dropped for a destroyed id. mu held.
 // rdma_set_option on uroce's id: 0 or an errno. mu held.
 int set_id_option(IdObj* o, int level, int optname, const void* optval, size_t optlen);

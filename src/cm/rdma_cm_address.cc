@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -77,6 +78,24 @@ bool port_taken(rdma_port_space ps, uint32_t ip, uint16_t port, const IdObj* sel
   return false;
 }
 
+}  // namespace
+
+int claim_port(IdObj* o, CmPort* p, uint16_t port) {
+  PortShare* share = p ? p->dev->port_share() : nullptr;
+  if (!share || std::find(o->claimed.begin(), o->claimed.end(), p) != o->claimed.end()) return 0;
+  if (int rc = share->claim_service(static_cast<uint16_t>(o->id.ps), port)) return rc;
+  o->claimed.push_back(p);
+  return 0;
+}
+
+void release_claims(IdObj* o) {
+  for (CmPort* p : o->claimed)
+    p->dev->port_share()->release_service(static_cast<uint16_t>(o->id.ps), o->local_port);
+  o->claimed.clear();
+}
+
+namespace {
+
 // Gives the id `port` (an ephemeral one for 0) on `ip` and the device `p` (null: none, for a
 // wildcard or loopback address), and fills in its source. 0 or EADDRINUSE; the state is the
 // caller's to change.
@@ -84,11 +103,13 @@ int take_port(IdObj* o, CmPort* p, uint32_t ip, uint16_t port) {
   if (port == 0) {
     for (int tries = 0; tries < 1000 && port == 0; ++tries) {
       uint16_t cand = static_cast<uint16_t>(kEphemeralLo + rng()() % (kEphemeralHi - kEphemeralLo));
-      if (!port_taken(o->id.ps, ip, cand, o)) port = cand;
+      if (!port_taken(o->id.ps, ip, cand, o) && claim_port(o, p, cand) == 0) port = cand;
     }
     if (port == 0) return EADDRINUSE;
   } else if (port_taken(o->id.ps, ip, port, o)) {
     return EADDRINUSE;
+  } else if (int rc = claim_port(o, p, port)) {
+    return rc;  // another process sharing the device holds it
   }
   o->port = p;
   o->wildcard = p == nullptr;
@@ -253,6 +274,10 @@ int listen_id(IdObj* o) {
     }
     if (ports.empty()) return fail(ENODEV);
   }
+  // Other processes sharing a device: the port is this process's there (a wildcard's too, on
+  // every device), and the device's connection requests for it come here.
+  for (CmPort* p : ports)
+    if (int rc = claim_port(o, p, o->local_port)) return fail(rc);
   const uint64_t sid = service_id(static_cast<uint16_t>(o->id.ps), o->local_port);
   for (size_t i = 0; i < ports.size(); ++i) {
     if (int rc = ports[i]->agent->listen(sid, reinterpret_cast<uint64_t>(o))) {
@@ -261,6 +286,9 @@ int listen_id(IdObj* o) {
     }
   }
   o->listen_ports = ports;
+  for (CmPort* p : ports)
+    if (PortShare* share = p->dev->port_share())
+      share->set_listening(static_cast<uint16_t>(o->id.ps), o->local_port, true);
   enter(o, IdEvent::kListen, s);
   // Said at info level: the integration tests wait for it before starting a client.
   log().info("rdma_cm: listening on {}:{}{}", o->port ? format_ipv4(o->local_ip) : "*",

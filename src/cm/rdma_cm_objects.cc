@@ -121,6 +121,7 @@ void forget_sidr(IdObj* o) {
 // ---- lifetime -------------------------------------------------------------------------------
 
 void free_id(IdObj* o) {
+  release_claims(o);
   if (o->own_chan) destroy_channel(o->chan);
   if (!o->real.load(std::memory_order_relaxed)) delete o->id.route.path_rec;
   ids().erase(o);

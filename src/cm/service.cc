@@ -85,6 +85,10 @@ CmPort* CmService::port_of(verbs::VDevice* vdev, int* err) {
   ac.ca_guid = p->dev->guid();
   std::random_device rd;
   ac.first_comm_id = rd();
+  if (PortShare* sh = p->dev->port_share()) {
+    ac.comm_id_base = sh->comm_id_base();
+    ac.comm_id_mask = sh->comm_id_count() - 1;
+  }
   ac.tid_prefix = rd();
   p->agent = std::make_unique<Agent>(ac);
   CmPort* raw = p.get();

@@ -742,6 +742,9 @@ spec::Schema<Environment> make_environment_schema() {
   k.push_back(
       switch_var("UROCE_EARLY_RETRANSMIT", &Environment::early_retransmit, "1",
                  "RC QPs probe for a lost tail before the ACK timeout (0: IBTA timer only)"));
+  k.push_back(switch_var("UROCE_SHARE", &Environment::share, "1",
+                         "0: the device's address is this process's alone (no registry, no "
+                         "steering: the single-process path)"));
   k.push_back(EnvKey{
       .name = "UROCE_RNR_GRACE",
       .set =
@@ -870,6 +873,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     d.gso = env.gso;
     d.print_stats = env.print_stats;
     d.early_retransmit = env.early_retransmit;
+    d.share = env.share;
     d.rnr_grace_ns = env.rnr_grace_ns;
     d.icrc = env.icrc;
     if (!env.pcap.empty()) d.pcap_path = expand_pcap_path(env.pcap, d.name, out.size() > 1);

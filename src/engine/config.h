@@ -100,6 +100,10 @@ struct DeviceConfig {
   // (docs/configuration.md).
   enum class Gso : uint8_t { kAuto, kOff, kOn };
   Gso gso = Gso::kAuto;
+  // UROCE_SHARE=0|1 (default 1): the UDP port shares the address with every other process of the
+  // user that opens it (docs/architecture.md, "One device, many processes"); 0 binds it for this
+  // process alone, as uroce did before (a second process then cannot open the device).
+  bool share = true;
   // UROCE_ICRC=auto|pclmul|isal|zlib (default auto): the CRC-32 routine of every ICRC the process
   // computes (wire::IcrcRoutine; one choice for the process: the same for all its devices).
   wire::IcrcRoutine icrc = wire::IcrcRoutine::kAuto;
@@ -143,6 +147,7 @@ struct Environment {
   FaultConfig fault_config;
   bool print_stats = false;
   bool early_retransmit = true;
+  bool share = true;
   uint64_t rnr_grace_ns = DeviceConfig::kDefaultRnrGraceNs;
   DeviceConfig::Gso gso = DeviceConfig::Gso::kAuto;
   wire::IcrcRoutine icrc = wire::IcrcRoutine::kAuto;

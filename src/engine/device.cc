@@ -113,6 +113,9 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   lim.max_mcast_grp = DeviceLimits::kMaxMcastGrp;
   lim.max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
   d->dispatch_ = std::make_unique<Dispatch>(*d->dp_, d->keys_, d->counters_, lim);
+  // A device several processes share numbers its QPs in this process's part of the QPN space.
+  if (PortShare* sh = d->dp_->port().share())
+    d->dispatch_->set_qpn_space({sh->qpn_base(), sh->qpn_count(), sh->qpn_cursor()});
   if (d->publisher_) d->publisher_->set_port_active(d->port_active());
   try {
     Engine::Client& client = *d;
@@ -126,6 +129,10 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
     return nullptr;
   }
   return d;
+}
+
+PortShare* Device::port_share() {
+  return dp_->port().share();
 }
 
 bool Device::port_active() const {

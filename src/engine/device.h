@@ -135,6 +135,9 @@ class Device : private Engine::Client, private transport::EventSink {
   // lock. Each context registers one and fans the event out to its own async queue, as every
   // open context of an RNIC sees unaffiliated events (IBTA 11.6.3.2).
   bool port_active() const;
+  // The port's share when other processes use the device too (the CM's IDs and port claims);
+  // nullptr when this process has it alone.
+  PortShare* port_share();
   using PortListener = std::function<void(ibv_event_type)>;
   uint64_t add_port_listener(PortListener fn);
   void remove_port_listener(uint64_t id);  // no call to it is running or follows after return

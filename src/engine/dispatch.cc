@@ -1,6 +1,7 @@
 #include "engine/dispatch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <new>
 #include <stdexcept>
@@ -36,12 +37,13 @@ void Dispatch::QpTable::erase(uint32_t qpn) {
 }
 
 uint32_t Dispatch::alloc_qpn() {
-  // QPNs are 24 bits; skip 0 and 1 (special QPs) and any still in use after a wrap.
+  // QPNs are 24 bits; skip 0 and 1 (special QPs), the multicast QPN and any still in use after a
+  // wrap. create_qp checked that fewer than max_qp (<= count) are in use, so one is free.
   for (;;) {
-    uint32_t q = next_qpn_;
-    next_qpn_ = (next_qpn_ + 1) & wire::kQpnMask;
-    if (next_qpn_ < 2) next_qpn_ = 2;
-    if (q >= 2 && !qps_.contains(q)) return q;
+    const uint32_t n =
+        space_.cursor ? std::atomic_ref<uint32_t>(*space_.cursor).fetch_add(1) : next_qpn_++;
+    const uint32_t q = (space_.base + (n & (space_.count - 1))) & wire::kQpnMask;
+    if (q >= 2 && q != kMulticastQpn && !qps_.contains(q)) return q;
   }
 }
 

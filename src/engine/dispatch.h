@@ -58,10 +58,20 @@ class Dispatch {
   Dispatch(const Dispatch&) = delete;
   Dispatch& operator=(const Dispatch&) = delete;
 
-  // Creates a QP. init.qpn == 0 assigns the next free QPN from 2 (0 and 1 are the special QPs);
-  // any other value asks for exactly that QPN (the GSI QP, kGsiQpn; a virtual-time driver that
-  // names its QPs). nullptr and *err: ENOMEM (QP limit, or out of memory), EBUSY (the QPN is
-  // taken), EINVAL (not a QPN, or the transport refused the capabilities).
+  // The QPNs create_qp hands out: base + (n mod count), n counting on from *cursor (atomically;
+  // a shared device's counter lives in shared memory and outlives the process: PortShare) or from
+  // a counter of the dispatch's own when cursor is null. count is a power of two.
+  struct QpnSpace {
+    uint32_t base = 0;
+    uint32_t count = 1u << 24;
+    uint32_t* cursor = nullptr;
+  };
+  void set_qpn_space(QpnSpace s) { space_ = s; }
+
+  // Creates a QP. init.qpn == 0 assigns the next free QPN (QpnSpace) from 2 (0 and 1 are the
+  // special QPs); any other value asks for exactly that QPN (the GSI QP, kGsiQpn; a virtual-time
+  // driver that names its QPs). nullptr and *err: ENOMEM (QP limit, or out of memory), EBUSY (the
+  // QPN is taken), EINVAL (not a QPN, or the transport refused the capabilities).
   transport::Qp* create_qp(transport::QpInit init, int* err);
   // 0, or EINVAL when `qp` is not a QP of this dispatch. Detaches it from its groups; its
   // counters join the totals of destroyed QPs. *pd (if given) gets the PD it was created in.
@@ -164,7 +174,8 @@ class Dispatch {
   std::vector<uint32_t> pump_list_;  // QPNs whose wants_pump() was true after their last call
   std::vector<uint32_t> due_scratch_, pump_scratch_;  // progress()'s, kept for their capacity
   transport::QpCounters retired_;                     // of destroyed QPs
-  uint32_t next_qpn_ = 0x11;
+  QpnSpace space_;
+  uint32_t next_qpn_ = 0x11;  // the counter when space_.cursor is null
 };
 
 }  // namespace uroce

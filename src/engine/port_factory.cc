@@ -49,6 +49,7 @@ std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters,
   UdpPortOptions opt;
   opt.ipv4 = cfg.ipv4;
   opt.netdev = cfg.netdev;
+  opt.share = cfg.share;
   // UROCE_GSO=auto batches on loopback only (DeviceConfig::gso says why).
   opt.gso = cfg.gso == DeviceConfig::Gso::kOn ||
             (cfg.gso == DeviceConfig::Gso::kAuto && is_loopback(cfg.netdev));

@@ -80,6 +80,28 @@ struct RxFrame {
   bool roce_v1 = false;
 };
 
+// A port that several processes open at once (the UDP port: docs/architecture.md, "One device,
+// many processes"): the numbers this process may hand out, so that the device's QPNs and the CM's
+// communication IDs stay unique across the processes, and the CM's port claims, so that a bind
+// or listen another process holds fails with EADDRINUSE. Thread-safe.
+class PortShare {
+ public:
+  virtual ~PortShare() = default;
+  // This process's QPNs are qpn_base() + (n mod qpn_count()), n counting on from *qpn_cursor()
+  // (atomically: the counter outlives the process, so a successor in its place continues it).
+  virtual uint32_t qpn_base() const = 0;
+  virtual uint32_t qpn_count() const = 0;  // a power of two
+  virtual uint32_t* qpn_cursor() = 0;
+  // Its local CM communication IDs and SIDR request IDs: comm_id_base() + (n mod comm_id_count()).
+  virtual uint32_t comm_id_base() const = 0;
+  virtual uint32_t comm_id_count() const = 0;
+  // rdma_cm ports (port space, port), counted per process: 0, or EADDRINUSE when another process
+  // holds it. A listened-to port's connection requests come to this process (set_listening).
+  virtual int claim_service(uint16_t port_space, uint16_t port) = 0;
+  virtual void release_service(uint16_t port_space, uint16_t port) = 0;
+  virtual void set_listening(uint16_t port_space, uint16_t port, bool on) = 0;
+};
+
 class Port {
  public:
   virtual ~Port() = default;
@@ -156,6 +178,11 @@ class Port {
     return EOPNOTSUPP;
   }
   virtual void leave_group(uint32_t group) { (void)group; }
+
+  // --- sharing ---
+  // The port's share when several processes use it at once; nullptr when this process has it
+  // alone (DPDK, the simulator).
+  virtual PortShare* share() { return nullptr; }
 };
 
 }  // namespace uroce

@@ -37,6 +37,12 @@ struct PortCounters {
   // (SO_RXQ_OVFL): packets lost before uroce could see them, which the transport then recovers
   // as losses. Many QPs with full send windows into one receiver can do it.
   Counter rx_socket_overflow;
+  // UDP port, a device shared by several processes (docs/architecture.md, "One device, many
+  // processes"): datagrams whose BTH DestQP names another process's slot, which the group's
+  // steering brought here (a change of members under way, a slot no process holds, or a
+  // misplaced position). Also counted in rx_unknown_qp, which cannot tell them from packets for
+  // a QP this process destroyed.
+  Counter rx_share_other_slot;
 
   // Ports that frame Ethernet themselves (dpdk_port/). Receive, frames not handed up: not for
   // this device (another MAC or IPv4 address), not RoCE (another EtherType, IP protocol or UDP
@@ -74,6 +80,7 @@ struct PortCounters {
     f("tx_src_port_fallback", s.tx_src_port_fallback);
     f("tx_gso_fallback", s.tx_gso_fallback);
     f("rx_socket_overflow", s.rx_socket_overflow);
+    f("rx_share_other_slot", s.rx_share_other_slot);
     f("rx_not_for_us", s.rx_not_for_us);
     f("rx_non_roce", s.rx_non_roce);
     f("rx_bad_ipv4", s.rx_bad_ipv4);

@@ -362,6 +362,32 @@ bool is_cc_slot(const std::string& name) {
   return shm::parse_cc_slot_name(name, &slot, &field);
 }
 
+// A device several processes share (docs/architecture.md, "One device, many processes") is one
+// address published by each of them: its totals are their counters summed (the congestion-control
+// slots, per QP, are not counters).
+struct DeviceTotal {
+  std::vector<pid_t> pids;
+  std::map<std::string, uint64_t> counters;
+};
+std::map<uint32_t, DeviceTotal> shared_totals(
+    const std::vector<std::pair<std::string, shm::Snapshot>>& devs) {
+  std::map<uint32_t, DeviceTotal> by_ip;
+  for (const auto& [path, s] : devs) {
+    DeviceTotal& t = by_ip[s.id.ipv4];
+    t.pids.push_back(s.id.pid);
+    for (const auto& [name, v] : s.counters)
+      if (!is_cc_slot(name)) t.counters[name] += v;
+  }
+  std::erase_if(by_ip, [](const auto& e) { return e.second.pids.size() < 2; });
+  return by_ip;
+}
+
+std::string pid_list(const std::vector<pid_t>& pids) {
+  std::string out;
+  for (pid_t p : pids) out += (out.empty() ? "" : ",") + std::to_string(p);
+  return out;
+}
+
 void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
                  const std::map<std::string, Prev>& prev, double elapsed, const StatsOptions& o) {
   if (devs.empty()) {
@@ -409,6 +435,13 @@ void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     }
     std::printf("\n");
   }
+  for (const auto& [ip, t] : shared_totals(devs)) {
+    std::printf("%s  total of %zu processes sharing it (pids %s)\n", format_ipv4(ip).c_str(),
+                t.pids.size(), pid_list(t.pids).c_str());
+    for (const auto& [name, v] : t.counters)
+      if (o.all || v != 0) std::printf("  %-*s %20" PRIu64 "\n", int(w), name.c_str(), v);
+    std::printf("\n");
+  }
 }
 
 void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
@@ -453,6 +486,20 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     out += "]";
     if (p) out += ",\"interval_seconds\":" + std::to_string(elapsed) + ",\"rates\":{" + rates + "}";
     out += "}";
+  }
+  out += "],\"shared\":[";
+  bool first_total = true;
+  for (const auto& [ip, t] : shared_totals(devs)) {
+    out += std::string(first_total ? "" : ",") + "{\"address\":" + json_string(format_ipv4(ip)) +
+           ",\"pids\":[" + pid_list(t.pids) + "],\"counters\":{";
+    first_total = false;
+    bool first = true;
+    for (const auto& [name, v] : t.counters) {
+      if (!o.all && v == 0) continue;
+      out += (first ? "" : ",") + json_string(name) + ":" + std::to_string(v);
+      first = false;
+    }
+    out += "}}";
   }
   out += "]}\n";
   std::fputs(out.c_str(), stdout);

@@ -283,14 +283,86 @@ TEST(DeviceTest, RandomPacketsToALiveQpNeverCrash) {
   ASSERT_EQ(e.dev->destroy_qp(e.qp), 0);
 }
 
-TEST(DeviceTest, OpenFailsWhenTheAddressIsTaken) {
+TEST(DeviceTest, OpenFailsWhenTheAddressIsTakenByAProgramThatDoesNotShare) {
+  // A socket without SO_REUSEPORT on address:4791 (rxe, a uroce process with UROCE_SHARE=0): the
+  // kernel keeps the address for it.
   const uint32_t ip = loopback(44, 5, 1);
-  auto d = open_device(config("ua", ip));
+  DeviceConfig alone = config("ua", ip);
+  alone.share = false;
+  auto d = open_device(alone);
   ASSERT_TRUE(d);
   std::string err;
   EXPECT_EQ(Device::open(config("ub", ip), &err), nullptr);
   EXPECT_NE(err.find("ub"), std::string::npos) << err;
   EXPECT_NE(err.find("in use"), std::string::npos) << err;
+}
+
+TEST(DeviceTest, TwoDevicesShareOneAddressAndExchangeRcTraffic) {
+  // What two processes opening uroce0=<one address> do, in one process: each open takes a slot
+  // of the address's group, numbers its QPs in its slot, and the steering program brings each
+  // datagram to the device that owns its destination QP.
+  constexpr size_t kMsgs = 8, kLen = 3000;
+  const uint32_t ip = loopback(44, 7, 1);
+  Side a, b;
+  ASSERT_TRUE(a.setup(config("ua", ip), kMsgs * kLen));
+  ASSERT_TRUE(b.setup(config("ub", ip), kMsgs * kLen));
+  ASSERT_NE(a.dev->port_share(), nullptr);
+  EXPECT_NE(a.qp->qpn() >> 17, b.qp->qpn() >> 17) << "each QPN names its device's slot";
+  connect(a, b);
+  connect(b, a);
+  for (size_t i = 0; i < a.buf.size(); ++i) a.buf[i] = static_cast<uint8_t>(i * 5 + 1);
+  post_recvs(b, kMsgs, kLen);
+  post_sends(a, kMsgs, kLen);
+  auto rwc = poll_n(*b.rcq, kMsgs);
+  ASSERT_EQ(rwc.size(), kMsgs);
+  for (const auto& wc : rwc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  auto swc = poll_n(*a.scq, kMsgs);
+  ASSERT_EQ(swc.size(), kMsgs);
+  for (const auto& wc : swc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a.buf, b.buf);
+  // Nothing went to the wrong device.
+  EXPECT_EQ(a.dev->counters().rx_unknown_qp.get(), 0u);
+  EXPECT_EQ(b.dev->counters().rx_unknown_qp.get(), 0u);
+}
+
+TEST(DeviceTest, APacketForAnotherSlotIsCountedWhereItLands) {
+  // Slot 5 has no process: the kernel picks a socket by hash, here the only one. The device
+  // counts it as an unknown QP and as one for another slot; a packet for a QP of its own slot
+  // that does not exist (destroyed, say) only as an unknown QP.
+  const uint32_t ip = loopback(44, 13, 1);
+  auto d = open_device(config("ua", ip));
+  ASSERT_TRUE(d);
+  ASSERT_NE(d->port_share(), nullptr);
+  test::RawSender s(loopback(44, 13, 2));
+  uint8_t ib[64];
+  size_t n = test::build_packet(ib, wire::Opcode::kRcSendOnly, 5u << 17 | 0x11, 1, {});
+  ASSERT_TRUE(s.send_ib(ip, {ib, n}));
+  n = test::build_packet(ib, wire::Opcode::kRcSendOnly, d->port_share()->qpn_base() | 0x999, 1, {});
+  ASSERT_TRUE(s.send_ib(ip, {ib, n}));
+  auto end = std::chrono::steady_clock::now() + 2s;
+  while (d->counters().rx_unknown_qp.get() < 2 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(d->counters().rx_unknown_qp.get(), 2u);
+  EXPECT_EQ(d->counters().port.rx_share_other_slot.get(), 1u);
+}
+
+TEST(DeviceTest, AClaimedCmPortIsInUseForTheOtherDevicesOfTheAddress) {
+  const uint32_t ip = loopback(44, 8, 1);
+  auto a = open_device(config("ua", ip));
+  auto b = open_device(config("ub", ip));
+  ASSERT_TRUE(a && b);
+  PortShare* sa = a->port_share();
+  PortShare* sb = b->port_share();
+  ASSERT_TRUE(sa && sb);
+  EXPECT_NE(sa->comm_id_base(), sb->comm_id_base());
+  EXPECT_EQ(sa->claim_service(0x0106, 7471), 0);
+  EXPECT_EQ(sa->claim_service(0x0106, 7471), 0) << "a process's own ids share their claims";
+  EXPECT_EQ(sb->claim_service(0x0106, 7471), EADDRINUSE);
+  EXPECT_EQ(sb->claim_service(0x0111, 7471), 0) << "another port space";
+  sa->release_service(0x0106, 7471);
+  EXPECT_EQ(sb->claim_service(0x0106, 7471), EADDRINUSE) << "one claim of two released";
+  sa->release_service(0x0106, 7471);
+  EXPECT_EQ(sb->claim_service(0x0106, 7471), 0);
 }
 
 TEST(DeviceTest, QpAndPdLifecycle) {

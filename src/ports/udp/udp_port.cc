@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 
 #include "ports/link_watch.h"
+#include "ports/udp/share.h"
 #include "util/log.h"
 #include "wire/icrc.h"
 #include "wire/wire.h"
@@ -52,11 +53,18 @@ sockaddr_in make_addr(uint32_t ip, uint16_t port) {
   return a;
 }
 
-// A UDP socket with DF set (IP_PMTUDISC_DO: never fragment, EMSGSIZE instead), bound to ip:port.
-// -1 and errno on failure.
-int bound_socket(uint32_t ip, uint16_t port) {
+// A UDP socket with DF set (IP_PMTUDISC_DO: never fragment, EMSGSIZE instead), bound to ip:port
+// (in the port's SO_REUSEPORT group with `reuseport`). -1 and errno on failure.
+int bound_socket(uint32_t ip, uint16_t port, bool reuseport = false) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  int on = 1;
+  if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
   int pmtu = IP_PMTUDISC_DO;
   sockaddr_in a = make_addr(ip, port);
   // Packets for a multicast group leave the device's interface, not the default route's.
@@ -108,19 +116,42 @@ UdpPort::~UdpPort() {
     if (fd >= 0) close(fd);
   for (auto& [group, fd] : groups_) close(fd);
   if (mcast_epfd_ >= 0) close(mcast_epfd_);
-  if (fd_ >= 0) close(fd_);
+  if (share_)
+    share_.reset();  // leaves the group: closes fd_
+  else if (fd_ >= 0)
+    close(fd_);
+}
+
+PortShare* UdpPort::share() {
+  return share_.get();
 }
 
 std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& counters,
                                        std::string* err) {
   std::unique_ptr<UdpPort> p(new UdpPort(opt, counters));
-  p->fd_ = bound_socket(opt.ipv4, opt.port);
+  if (opt.share) {
+    // The share binds the socket (it must join the group under the registry's lock); its options
+    // are set below, as for a socket of our own.
+    p->share_ = UdpShare::join(
+        opt.ipv4, opt.port,
+        [ip = opt.ipv4, port = opt.port] { return bound_socket(ip, port, /*reuseport=*/true); },
+        err);
+    p->fd_ = p->share_ ? p->share_->fd() : -1;
+  } else {
+    p->fd_ = bound_socket(opt.ipv4, opt.port);
+  }
   if (p->fd_ < 0) {
     int e = errno;
+    if (err && opt.share && !err->empty() && e != EADDRINUSE && e != EADDRNOTAVAIL) {
+      *err = "cannot bind UDP " + endpoint(opt.ipv4, opt.port) + ": " + *err;
+      return nullptr;
+    }
     if (err) {
       *err = "cannot bind UDP " + endpoint(opt.ipv4, opt.port) + ": " + std::strerror(e);
       if (e == EADDRINUSE)
-        *err += " (another uroce process, or rxe, already uses this address)";
+        *err += opt.share ? " (a program that does not share it — rxe, another user's uroce "
+                            "process — already uses this address)"
+                          : " (another uroce process, or rxe, already uses this address)";
       else if (e == EADDRNOTAVAIL)
         *err += " (the address is not configured on this host)";
     }
@@ -233,6 +264,28 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
     if (h.msg_namelen < sizeof(sockaddr_in)) {
       counters_.rx_port_errors.add();
       continue;
+    }
+    if (share_ && fd == fd_) {
+      if (len == share::kProbeBytes) {
+        // A probe round measuring where our socket sits in the group (share.h): not a packet.
+        if (auto probe = share::parse_probe(buf, len)) {
+          share_->on_probe(*probe);
+          continue;
+        }
+      }
+      // A packet for another process's QP (QP1's CM messages go by their IDs, not judged here):
+      // the steering sent it astray. Counted, and dropped as an unknown QP by the dispatch.
+      if (len > share::offsets::kDestQpHigh + 2) {
+        const uint32_t dest_qp = uint32_t{buf[share::offsets::kDestQpHigh]} << 16 |
+                                 uint32_t{buf[share::offsets::kDestQpHigh + 1]} << 8 |
+                                 buf[share::offsets::kDestQpHigh + 2];
+        if (dest_qp != 1 && share::slot_of_qpn(dest_qp) != share_->slot()) {
+          counters_.rx_share_other_slot.add();
+          if (log().should_log(spdlog::level::debug))
+            log().debug("udp port: slot {} got a datagram for QP {:#x} (slot {}) from port {}",
+                        share_->slot(), dest_qp, share::slot_of_qpn(dest_qp), ntohs(from.sin_port));
+        }
+      }
     }
     RxFrame f;
     f.src_ip = ntohl(from.sin_addr.s_addr);
@@ -382,16 +435,28 @@ uint16_t UdpPort::src_port_for(uint16_t requested) {
   return actual;
 }
 
+namespace {
+
+// The BTH DestQP of a packet (IBTA 9.2: bytes 5..7).
+uint32_t dest_qp(const transport::TxBuf& b) {
+  return uint32_t{b.data[5]} << 16 | uint32_t{b.data[6]} << 8 | b.data[7];
+}
+constexpr uint32_t kGsiQpn = 1;
+
+}  // namespace
+
 void UdpPort::tx_prepare(std::span<transport::TxBuf* const> bufs, bool batch) {
   for (transport::TxBuf* b : bufs) {
     tx_route_[index_of(b)] = send_fd_for(b->src_port, &b->src_port);
     b->ip_id = 0;
   }
   if (!batch || !opt_.gso) return;
-  // Runs for UDP GSO: consecutive packets from one socket to one destination with one TOS and
-  // equal sizes, only the last shorter, within the GSO limits. The kernel cuts such a send back
-  // into exactly these datagrams, numbering their IP IDs from 0; each segment is no larger than
-  // a packet the kernel takes alone, so the path MTU holds.
+  // Runs for UDP GSO: consecutive packets from one socket to one destination QP with one TOS and
+  // equal sizes, only the last shorter, within the GSO limits. The receiving host steers a GSO
+  // send by its first datagram (a shared device's program, docs/architecture.md), so a run never
+  // mixes destination QPs, nor holds CM MADs (QP1: each steered by its own IDs). The kernel cuts
+  // such a send back into exactly these datagrams, numbering their IP IDs from 0; each segment is
+  // no larger than a packet the kernel takes alone, so the path MTU holds.
   size_t i = 0;
   while (i < bufs.size()) {
     const transport::TxBuf& first = *bufs[i];
@@ -403,7 +468,8 @@ void UdpPort::tx_prepare(std::span<transport::TxBuf* const> bufs, bool batch) {
         transport::TxBuf& b = *bufs[i + count];
         size_t len = b.ib_len() + wire::kIcrcBytes;
         if (tx_route_[index_of(&b)] != fd || b.dst_ip != first.dst_ip || b.ecn != first.ecn ||
-            b.dscp != first.dscp || len > seg || bytes + len > kGsoMaxBytes)
+            b.dscp != first.dscp || len > seg || bytes + len > kGsoMaxBytes ||
+            dest_qp(b) != dest_qp(first) || dest_qp(first) == kGsiQpn)
           break;
         b.ip_id = static_cast<uint16_t>(count);
         ++count;

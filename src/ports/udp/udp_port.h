@@ -73,6 +73,7 @@
 namespace uroce {
 
 class LinkWatch;
+class UdpShare;
 
 struct UdpPortOptions {
   uint32_t ipv4 = 0;         // device address, host byte order
@@ -86,6 +87,9 @@ struct UdpPortOptions {
   bool gso = false;
   // The receive socket buffer asked for (bytes; see UdpPort::open). A test asks for little.
   int rcvbuf_bytes = 32 << 20;
+  // Share the address with the other processes that open it (UdpShare, docs/architecture.md "One
+  // device, many processes"); false binds the port for this process alone, as before.
+  bool share = false;
 };
 
 class UdpPort : public Port {
@@ -130,6 +134,7 @@ class UdpPort : public Port {
   bool link_up() const override;
   int join_group(uint32_t group) override;
   void leave_group(uint32_t group) override;
+  PortShare* share() override;
 
   int rx_fd() const { return fd_; }  // the 4791 socket (readable when datagrams wait)
   // The UDP source port a packet asking for `requested` leaves from (opening its socket if
@@ -156,7 +161,8 @@ class UdpPort : public Port {
   UdpPortOptions opt_;
   PortCounters& counters_;
   PortCaps caps_;
-  int fd_ = -1;
+  int fd_ = -1;  // the 4791 socket (the share's when shared: it closes it)
+  std::unique_ptr<UdpShare> share_;
   std::unique_ptr<LinkWatch> link_;  // null: link state unknown (reported up)
 
   // Receive side: buffers for one recvmmsg batch (with GRO on, kGroRxBatch slots of

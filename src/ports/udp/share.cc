@@ -1,0 +1,631 @@
+#include "ports/udp/share.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "util/log.h"
+
+namespace uroce {
+namespace {
+
+constexpr char kMagic[8] = {'u', 'r', 'o', 'c', 'e', 'S', 'G', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMaxClaims = 4096;
+// The first QPN a slot hands out: 0x11, as a device alone always did (slot 0 then numbers its
+// QPs exactly as before; 0 and 1 are the special QPs).
+constexpr uint32_t kFirstQpn = 0x11;
+// How often a round resends the probes not yet answered (a member's full socket buffer drops
+// them), and how long it waits for a member before leaving it out.
+constexpr int kResendMs = 20;
+std::atomic<int> g_round_timeout_ms{5000};
+std::atomic<uint64_t> g_rounds_timed_out{0};
+
+enum : uint32_t { kFree = 0, kLive = 1, kLeaving = 2 };
+
+template <typename T>
+std::atomic_ref<T> at(T& v) {
+  return std::atomic_ref<T>(v);
+}
+
+uint64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+// A process's start time (field 22 of /proc/<pid>/stat), against pid reuse; 0 when there is no
+// such process. *zombie: its thread group leader has exited.
+uint64_t start_time(pid_t pid, bool* zombie = nullptr) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  std::ifstream f(path);
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(line.substr(paren + 1));
+  std::string tok;
+  uint64_t start = 0;
+  for (int field = 3; rest >> tok; ++field) {
+    if (field == 3 && zombie) *zombie = tok == "Z" || tok == "X" || tok == "x";
+    if (field == 22) {
+      start = std::strtoull(tok.c_str(), nullptr, 10);
+      break;
+    }
+  }
+  return start;
+}
+
+// Whether the member process (pid, started at `started`) is gone with all its threads, and with
+// them its sockets. /proc/<pid>/stat shows the thread group leader, a zombie as soon as that one
+// thread has exited; after a SIGKILL the other threads may still be exiting then, the socket
+// still in the group (the last thread's exit closes it). A pidfd is readable only when the whole
+// group has exited (pidfd_open(2)): a member reaped on the leader alone would have its socket
+// leave the group after the round that measured without it, unseen.
+bool gone(pid_t pid, uint64_t started) {
+  const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pfd < 0 && errno == ESRCH) return true;
+  bool zombie = false;
+  const uint64_t now = start_time(pid, &zombie);
+  bool exited = now != started || zombie;  // without pidfds: the leader's state alone
+  if (pfd >= 0) {
+    if (now == started) {  // the pidfd is the member's (pid not reused before it was opened)
+      pollfd p{pfd, POLLIN, 0};
+      exited = poll(&p, 1, 0) == 1;
+    }
+    close(pfd);
+  }
+  return exited;
+}
+
+std::string format_ip(uint32_t ip) {
+  in_addr a{htonl(ip)};
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
+}  // namespace
+
+// The registry's layout, the same in every process (kVersion names it). Each field says who
+// writes it: "lock" fields only under the flock; the others with atomic stores by the slot's
+// owner.
+struct UdpShare::Registry {
+  char magic[8];
+  uint32_t version;
+  uint32_t bytes;  // sizeof(Registry)
+  uint32_t round;  // lock: the last probe round started
+  uint32_t freed;  // lock: counts slots freed (Slot::freed_at orders them)
+  struct Slot {
+    uint32_t state;        // lock (kLive → kLeaving: the owner, atomically)
+    int32_t pid;           // lock
+    uint64_t start_time;   // lock: the owner's start time (/proc/<pid>/stat), against pid reuse
+    uint32_t qpn_cursor;   // owner, atomically; kept when the slot is freed
+    int32_t position;      // owner's receive path: where its socket sits in the group
+    uint32_t acked_round;  // owner's receive path: the round `position` answers
+    uint32_t freed_at;     // lock: Registry::freed when the slot was last freed
+  } slots[share::kSlots];
+  struct Claim {
+    uint16_t port_space;
+    uint16_t port;
+    uint8_t used;
+    uint8_t slot;
+    uint8_t listening;
+    uint8_t pad;
+    uint32_t refs;  // claims of the owner's ids
+  } claims[kMaxClaims];
+};
+
+std::string UdpShare::registry_path(uint32_t ip, uint16_t port) {
+  return "/dev/shm/uroce-share." + std::to_string(getuid()) + "." + format_ip(ip) + "." +
+         std::to_string(port);
+}
+
+void UdpShare::set_round_timeout_ms(int ms) {
+  g_round_timeout_ms = ms;
+}
+
+uint64_t UdpShare::rounds_timed_out() {
+  return g_rounds_timed_out.load();
+}
+
+std::vector<UdpShare::Member> UdpShare::members(uint32_t ip, uint16_t port) {
+  std::vector<Member> out;
+  const int f = ::open(registry_path(ip, port).c_str(), O_RDWR | O_CLOEXEC);
+  if (f < 0) return out;
+  struct stat st;
+  void* m = fstat(f, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(Registry)
+                ? mmap(nullptr, sizeof(Registry), PROT_READ | PROT_WRITE, MAP_SHARED, f, 0)
+                : MAP_FAILED;
+  close(f);
+  if (m == MAP_FAILED) return out;
+  Registry& r = *static_cast<Registry*>(m);
+  if (std::memcmp(r.magic, kMagic, sizeof kMagic) == 0 && r.version == kVersion &&
+      r.bytes == sizeof(Registry))
+    for (uint32_t s = 0; s < share::kSlots; ++s)
+      if (const uint32_t state = at(r.slots[s].state).load(); state != kFree)
+        out.push_back({s, r.slots[s].pid, state == kLeaving, at(r.slots[s].position).load()});
+  munmap(m, sizeof(Registry));
+  return out;
+}
+
+uint32_t* UdpShare::qpn_cursor() {
+  return &reg_->slots[slot_].qpn_cursor;
+}
+
+bool UdpShare::lock(std::string* err) {
+  for (;;) {
+    if (file_ < 0) {
+      file_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+      if (file_ < 0) {
+        if (err) *err = "cannot open " + path_ + ": " + std::strerror(errno);
+        return false;
+      }
+    }
+    while (flock(file_, LOCK_EX) != 0)
+      if (errno != EINTR) {
+        if (err) *err = "flock " + path_ + ": " + std::strerror(errno);
+        return false;
+      }
+    // The last member removes the file as it leaves: one that waited for the lock on the removed
+    // file opens the new one.
+    struct stat held, named;
+    if (fstat(file_, &held) == 0 && held.st_nlink > 0 && stat(path_.c_str(), &named) == 0 &&
+        named.st_ino == held.st_ino) {
+      if (static_cast<size_t>(held.st_size) < sizeof(Registry) &&
+          ftruncate(file_, sizeof(Registry)) != 0) {
+        if (err) *err = "cannot size " + path_ + ": " + std::strerror(errno);
+        flock(file_, LOCK_UN);
+        return false;
+      }
+      if (!reg_) {
+        void* m = mmap(nullptr, sizeof(Registry), PROT_READ | PROT_WRITE, MAP_SHARED, file_, 0);
+        if (m == MAP_FAILED) {
+          if (err) *err = "cannot map " + path_ + ": " + std::strerror(errno);
+          flock(file_, LOCK_UN);
+          return false;
+        }
+        reg_ = static_cast<Registry*>(m);
+      }
+      if (std::memcmp(reg_->magic, kMagic, sizeof kMagic) != 0 || reg_->version != kVersion ||
+          reg_->bytes != sizeof(Registry)) {
+        // A new file (zeros), or one of another layout whose members are gone or incompatible.
+        std::memset(static_cast<void*>(reg_), 0, sizeof(Registry));
+        std::memcpy(reg_->magic, kMagic, sizeof kMagic);
+        reg_->version = kVersion;
+        reg_->bytes = sizeof(Registry);
+      }
+      return true;
+    }
+    if (reg_) munmap(reg_, sizeof(Registry));
+    reg_ = nullptr;
+    close(file_);
+    file_ = -1;
+  }
+}
+
+void UdpShare::unlock() {
+  flock(file_, LOCK_UN);
+}
+
+bool UdpShare::reap_dead() {
+  bool any = false;
+  const pid_t self = getpid();
+  for (uint32_t s = 0; s < share::kSlots; ++s) {
+    Registry::Slot& sl = reg_->slots[s];
+    const uint32_t st = at(sl.state).load();
+    if (st == kFree || sl.pid == self) continue;
+    if (!gone(sl.pid, sl.start_time)) continue;
+    log().info("{}:{}: process {} (slot {}) is gone; its QPNs and listeners are released",
+               format_ip(ip_), port_, sl.pid, s);
+    at(sl.state).store(kFree);
+    sl.freed_at = ++reg_->freed;
+    at(sl.position).store(-1);
+    for (auto& c : reg_->claims)
+      if (c.used && c.slot == s) c = Registry::Claim{};
+    any = true;
+  }
+  return any;
+}
+
+std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFactory make_socket,
+                                         std::string* err) {
+  std::unique_ptr<UdpShare> s(new UdpShare());
+  s->ip_ = ip;
+  s->port_ = port;
+  s->path_ = registry_path(ip, port);
+  s->make_socket_ = std::move(make_socket);
+  std::lock_guard<std::mutex> g(s->mu_);
+  if (!s->lock(err)) return nullptr;
+  Registry& r = *s->reg_;
+  s->reap_dead();
+  // The free slot freed longest ago (never-used slots first, lowest first), so that a slot, and
+  // the QPNs it numbers on from, comes back as late as possible.
+  int best = -1;
+  for (uint32_t i = 0; i < share::kSlots; ++i)
+    if (at(r.slots[i].state).load() == kFree &&
+        (best < 0 || r.slots[i].freed_at < r.slots[best].freed_at))
+      best = static_cast<int>(i);
+  if (best < 0) {
+    s->unlock();
+    if (err)
+      *err = "cannot bind UDP " + format_ip(ip) + ":" + std::to_string(port) + ": " +
+             std::to_string(share::kSlots) + " processes use this device already";
+    return nullptr;
+  }
+  s->slot_ = static_cast<uint32_t>(best);
+  Registry::Slot& sl = r.slots[s->slot_];
+  sl.pid = getpid();
+  sl.start_time = start_time(sl.pid);
+  at(sl.position).store(-1);
+  at(sl.acked_round).store(0);
+  if (at(sl.qpn_cursor).load() == 0) at(sl.qpn_cursor).store(kFirstQpn);
+  at(sl.state).store(kLive);
+  s->fd_ = s->make_socket_();
+  if (s->fd_ < 0) {
+    const int e = errno;
+    at(sl.state).store(kFree);
+    s->unlock();
+    if (err) *err = std::strerror(e);
+    errno = e;
+    return nullptr;
+  }
+  s->prober_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  s->wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  s->round(s->fd_, s->fd_);
+  s->unlock();
+  s->watcher_ = std::thread([p = s.get()] { p->watch(); });
+  return s;
+}
+
+UdpShare::~UdpShare() {
+  stop_watcher();
+  if (!reg_) {
+    if (fd_ >= 0) close(fd_);
+    return;
+  }
+  at(reg_->slots[slot_].state).store(kLeaving);  // no round waits for us from now on
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    std::string why;
+    const bool locked = lock(&why);
+    Registry::Slot& sl = reg_->slots[slot_];
+    at(sl.state).store(kFree);
+    sl.freed_at = ++reg_->freed;
+    at(sl.position).store(-1);
+    for (auto& c : reg_->claims)
+      if (c.used && c.slot == slot_) c = Registry::Claim{};
+    // Closing moves the group's last socket into our position: measure again.
+    close(fd_);
+    fd_ = -1;
+    if (locked) {
+      reap_dead();
+      bool members = false;
+      for (auto& o : reg_->slots) members |= at(o.state).load() != kFree;
+      if (!members) {
+        unlink(path_.c_str());
+      } else {
+        // A socket of the group to attach from: it joins at the end and leaves from there, which
+        // moves nobody — unless a member died meanwhile: the kernel then filled the dead one's
+        // position with this last socket, and closing it from there moves the socket that is
+        // last then, after the round measured it. Measure again with a new one, at the end.
+        for (bool again = true; again;) {
+          const int tmp = make_socket_();
+          if (tmp < 0) break;
+          again = round(tmp, -1);
+          close(tmp);
+        }
+      }
+      unlock();
+    }
+  }
+  munmap(reg_, sizeof(Registry));
+  close(file_);
+  if (prober_ >= 0) close(prober_);
+  if (wake_ >= 0) close(wake_);
+}
+
+void UdpShare::stop_watcher() {
+  if (!watcher_.joinable()) return;
+  stopping_ = true;
+  uint64_t one = 1;
+  ssize_t w = write(wake_, &one, sizeof one);
+  (void)w;
+  watcher_.join();
+}
+
+void UdpShare::on_probe(const share::Probe& p) {
+  Registry::Slot& sl = reg_->slots[slot_];
+  // A probe of an earlier round can come after the current one's (a resent copy, delivered late
+  // by a busy CPU's backlog): answering it would take back our answer to the current round, and
+  // a round that saw us answer would then attach a program without our slot.
+  const uint32_t acked = at(sl.acked_round).load(std::memory_order_relaxed);
+  if (static_cast<int32_t>(p.round - acked) < 0) return;
+  log().debug("{}:{}: slot {} answers round {}: position {}", format_ip(ip_), port_, slot_, p.round,
+              p.position);
+  at(sl.position).store(static_cast<int32_t>(p.position), std::memory_order_relaxed);
+  at(sl.acked_round).store(p.round, std::memory_order_release);
+  // A member joined, left or died: the watcher looks at who to watch.
+  uint64_t one = 1;
+  ssize_t w = write(wake_, &one, sizeof one);
+  (void)w;
+}
+
+bool UdpShare::round(int attach_fd, int drain_fd) {
+  Registry& r = *reg_;
+  bool restarted = false;
+  for (;;) {
+    reap_dead();
+    const uint32_t rnd = ++r.round;
+    // The live members answer; a leaving one (waiting for our lock to close its socket) does not,
+    // but its socket still holds a position, so the group has a socket for every slot not free
+    // (besides `attach_fd` of a leaver's round, the last): every one of those positions is
+    // probed. Probing only as many as answer would leave the member sitting past them without
+    // its probe, and the round waiting for it until the timeout, while the old program sends
+    // one slot to the socket a leaver's close moved away (its temporary socket's place now).
+    std::vector<uint32_t> members;
+    uint32_t sockets = 0;
+    for (uint32_t s = 0; s < share::kSlots; ++s) {
+      const uint32_t st = at(r.slots[s].state).load();
+      if (st == kLive) members.push_back(s);
+      if (st != kFree) ++sockets;
+    }
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(ip_);
+    to.sin_port = htons(port_);
+    std::vector<bool> answered(sockets, false);
+    auto send_probes = [&] {
+      for (uint32_t pos = 0; pos < sockets; ++pos) {
+        if (answered[pos]) continue;
+        uint8_t buf[share::kProbeBytes];
+        share::write_probe(buf, {pos, rnd});
+        ssize_t n =
+            sendto(prober_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+        (void)n;
+      }
+    };
+    if (log().should_log(spdlog::level::debug)) {
+      std::string who;
+      for (uint32_t s : members)
+        who += " " + std::to_string(s) + ":" + std::to_string(r.slots[s].pid);
+      log().debug("{}:{}: round {} by process {}: {} positions; live members (slot:pid){}",
+                  format_ip(ip_), port_, rnd, getpid(), sockets, who);
+    }
+    send_probes();
+    const uint64_t start = now_ms();
+    uint64_t last_send = start;
+    bool restart = false;
+    for (;;) {
+      if (drain_fd >= 0) {
+        // Our own socket, before the engine reads it: the probe for our position, and whatever
+        // the hash sent here meanwhile (for no member yet: dropped).
+        uint8_t buf[2048];
+        ssize_t n;
+        while ((n = recv(drain_fd, buf, sizeof buf, MSG_DONTWAIT)) >= 0)
+          if (auto p = share::parse_probe(buf, static_cast<size_t>(n)); p && p->round == rnd)
+            on_probe(*p);
+      }
+      bool done = true;
+      std::fill(answered.begin(), answered.end(), false);
+      for (uint32_t s : members) {
+        Registry::Slot& sl = r.slots[s];
+        if (at(sl.state).load() != kLive) continue;  // leaving: it waits for our lock
+        if (at(sl.acked_round).load(std::memory_order_acquire) == rnd) {
+          const int32_t pos = at(sl.position).load(std::memory_order_relaxed);
+          if (pos >= 0 && static_cast<size_t>(pos) < answered.size()) answered[pos] = true;
+        } else {
+          done = false;
+        }
+      }
+      if (done) break;
+      const uint64_t t = now_ms();
+      if (t - last_send >= kResendMs) {
+        // A member that died since the round began will never answer, and its socket's
+        // departure moved another: start again without it.
+        for (uint32_t s : members)
+          if (at(r.slots[s].state).load() == kLive && r.slots[s].pid != getpid() &&
+              gone(r.slots[s].pid, r.slots[s].start_time))
+            restart = true;
+        if (restart) {
+          log().debug("{}:{}: round {}: a member died meanwhile; starting again", format_ip(ip_),
+                      port_, rnd);
+          break;
+        }
+        send_probes();
+        last_send = t;
+      }
+      if (t - start >= static_cast<uint64_t>(g_round_timeout_ms.load())) {
+        ++g_rounds_timed_out;
+        log().warn(
+            "{}:{}: a process sharing the device did not answer its probe in {} ms; its "
+            "traffic goes by hash until the next round",
+            format_ip(ip_), port_, g_round_timeout_ms.load());
+        break;
+      }
+      if (drain_fd >= 0) {
+        pollfd pf{drain_fd, POLLIN, 0};
+        poll(&pf, 1, 1);
+      } else {
+        timespec ts{0, 200'000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+    if (!restart) break;
+    restarted = true;
+  }
+  attach(attach_fd);
+  return restarted;
+}
+
+void UdpShare::attach(int attach_fd) {
+  Registry& r = *reg_;
+  share::SteeringTable t;
+  for (uint32_t s = 0; s < share::kSlots; ++s)
+    if (at(r.slots[s].state).load() == kLive &&
+        at(r.slots[s].acked_round).load(std::memory_order_acquire) == r.round)
+      t.position[s] = at(r.slots[s].position).load(std::memory_order_relaxed);
+  for (const auto& c : r.claims)
+    if (c.used && c.listening)
+      t.listeners.push_back({uint32_t{c.port_space} << 16 | c.port, c.slot});
+  if (log().should_log(spdlog::level::debug)) {
+    std::string map;
+    for (uint32_t s = 0; s < share::kSlots; ++s)
+      if (t.position[s] >= 0)
+        map += " slot " + std::to_string(s) + "→" + std::to_string(t.position[s]);
+    log().debug("{}:{}: round {}: process {} attaches the program:{}", format_ip(ip_), port_,
+                r.round, getpid(), map.empty() ? " no member" : map);
+  }
+  std::vector<sock_filter> code = share::build_program(t);
+  sock_fprog prog{static_cast<unsigned short>(code.size()), code.data()};
+  if (setsockopt(attach_fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) != 0)
+    log().error("{}:{}: cannot attach the steering program ({} instructions): {}", format_ip(ip_),
+                port_, code.size(), std::strerror(errno));
+}
+
+int UdpShare::claim_service(uint16_t port_space, uint16_t port) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!lock(nullptr)) return ENOMEM;
+  if (reap_dead()) round(fd_, -1);
+  int rc = 0;
+  Registry::Claim* mine = nullptr;
+  Registry::Claim* free_entry = nullptr;
+  for (auto& c : reg_->claims) {
+    if (!c.used) {
+      if (!free_entry) free_entry = &c;
+      continue;
+    }
+    if (c.port_space != port_space || c.port != port) continue;
+    if (c.slot != slot_) rc = EADDRINUSE;
+    mine = &c;
+    break;
+  }
+  if (rc == 0) {
+    if (mine) {
+      ++mine->refs;
+    } else if (free_entry) {
+      *free_entry = Registry::Claim{port_space, port, 1, static_cast<uint8_t>(slot_), 0, 0, 1};
+    } else {
+      rc = ENOMEM;
+    }
+  }
+  unlock();
+  return rc;
+}
+
+void UdpShare::release_service(uint16_t port_space, uint16_t port) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!lock(nullptr)) return;
+  for (auto& c : reg_->claims) {
+    if (!c.used || c.slot != slot_ || c.port_space != port_space || c.port != port) continue;
+    if (--c.refs == 0) {
+      const bool listened = c.listening;
+      c = Registry::Claim{};
+      if (listened) attach(fd_);
+    }
+    break;
+  }
+  unlock();
+}
+
+void UdpShare::set_listening(uint16_t port_space, uint16_t port, bool on) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!lock(nullptr)) return;
+  for (auto& c : reg_->claims) {
+    if (!c.used || c.slot != slot_ || c.port_space != port_space || c.port != port) continue;
+    if (c.listening != on) {
+      c.listening = on;
+      attach(fd_);
+    }
+    break;
+  }
+  unlock();
+}
+
+void UdpShare::watch() {
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake_;
+  epoll_ctl(ep, EPOLL_CTL_ADD, wake_, &ev);
+  std::map<pid_t, int> watched;  // pid → pidfd
+  bool warned = false;
+  const pid_t self = getpid();
+  while (!stopping_) {
+    // Who to watch: every other live member (without the lock: a stale view only delays).
+    std::map<pid_t, bool> live;
+    for (auto& sl : reg_->slots)
+      if (at(sl.state).load() == kLive && sl.pid != self) live[sl.pid] = true;
+    for (auto it = watched.begin(); it != watched.end();) {
+      if (!live.count(it->first)) {
+        close(it->second);
+        it = watched.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    bool died = false;
+    for (auto& [pid, _] : live) {
+      if (watched.count(pid)) continue;
+      const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+      if (pfd < 0) {
+        // A member that joined and died before we looked (reaped already): no pidfd will tell.
+        if (errno == ESRCH) died = true;
+        if (errno != ESRCH && !warned) {
+          log().warn(
+              "{}:{}: pidfd_open: {}; a process that dies is noticed only when another "
+              "joins",
+              format_ip(ip_), port_, std::strerror(errno));
+          warned = true;
+        }
+        continue;
+      }
+      epoll_event pe{};
+      pe.events = EPOLLIN;
+      pe.data.fd = pfd;
+      epoll_ctl(ep, EPOLL_CTL_ADD, pfd, &pe);
+      watched[pid] = pfd;
+    }
+    epoll_event evs[16];
+    const int n = epoll_wait(ep, evs, 16, died ? 0 : -1);
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.fd == wake_) {
+        uint64_t v;
+        ssize_t r = read(wake_, &v, sizeof v);
+        (void)r;
+      } else {
+        died = true;
+      }
+    }
+    if (died && !stopping_) {
+      std::lock_guard<std::mutex> g(mu_);
+      if (lock(nullptr)) {
+        if (reap_dead()) round(fd_, -1);
+        unlock();
+      }
+    }
+  }
+  for (auto& [pid, pfd] : watched) close(pfd);
+  close(ep);
+}
+
+}  // namespace uroce

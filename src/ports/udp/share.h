@@ -1,0 +1,113 @@
+// The shared UDP port's group (docs/architecture.md, "One device, many processes"): the registry
+// every process of a device address keeps in shared memory, this process's slot in it, its
+// socket in the kernel's SO_REUSEPORT group, the probe rounds that measure where each member's
+// socket sits in the group, and the steering program (steering.h) attached from that.
+//
+// The registry (/dev/shm/uroce-share.<uid>.<a.b.c.d>.<port>) is a fixed layout guarded by flock on
+// its file: a lock that dies with its holder, so a killed process never leaves it taken. Under
+// the lock: joining, leaving, reclaiming dead members, claims, and the rounds. Without it, with
+// atomic stores: a member's QPN counter (its own) and the answers of its receive path to probes.
+//
+// Threads: join() on the opening thread; on_probe() on whichever thread receives (the port's
+// rx_burst); the CM's claim calls on any thread; a watcher thread per share that waits on the
+// other members' pidfds and repairs the group when one dies.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ports/port.h"
+#include "ports/udp/steering.h"
+
+namespace uroce {
+
+class UdpShare : public PortShare {
+ public:
+  // Opens a socket bound to the group's address and port with SO_REUSEPORT: -1 and errno on
+  // failure (EADDRINUSE: a socket without SO_REUSEPORT, or another user's, holds it).
+  using SocketFactory = std::function<int()>;
+
+  // Joins the group of ip:port: takes a slot, opens this process's socket with `make_socket`,
+  // and runs a probe round so that datagrams for this slot come to it from now on. nullptr and
+  // *err on failure.
+  static std::unique_ptr<UdpShare> join(uint32_t ip, uint16_t port, SocketFactory make_socket,
+                                        std::string* err);
+  // Leaves: frees the slot (its QPN counter stays for a successor), releases its claims, closes
+  // the socket and lets the remaining members' positions be measured again.
+  ~UdpShare() override;
+  UdpShare(const UdpShare&) = delete;
+  UdpShare& operator=(const UdpShare&) = delete;
+
+  int fd() const { return fd_; }
+  uint32_t slot() const { return slot_; }
+  // The receive path found a probe: note the position it reached us at.
+  void on_probe(const share::Probe& p);
+
+  // PortShare.
+  uint32_t qpn_base() const override { return slot_ << share::kQpnSlotShift; }
+  uint32_t qpn_count() const override { return share::kQpnsPerSlot; }
+  uint32_t* qpn_cursor() override;
+  uint32_t comm_id_base() const override { return slot_ << share::kCommIdSlotShift; }
+  uint32_t comm_id_count() const override { return 1u << share::kCommIdSlotShift; }
+  int claim_service(uint16_t port_space, uint16_t port) override;
+  void release_service(uint16_t port_space, uint16_t port) override;
+  void set_listening(uint16_t port_space, uint16_t port, bool on) override;
+
+  // For tests and `uroce`: the registry's file name for ip:port.
+  static std::string registry_path(uint32_t ip, uint16_t port);
+  // How long a round waits for members that do not answer (tests shorten it).
+  static void set_round_timeout_ms(int ms);
+  // For tests and `uroce`: the registry's members as they stand (read without its lock).
+  struct Member {
+    uint32_t slot;
+    pid_t pid;
+    bool leaving;      // closing its device: its socket is still in the group
+    int32_t position;  // as last measured; -1: not measured
+  };
+  static std::vector<Member> members(uint32_t ip, uint16_t port);
+  // The rounds of this process that ended without a live member's answer (its slot then has no
+  // position until the next round).
+  static uint64_t rounds_timed_out();
+
+  struct Registry;  // the shared layout (share.cc)
+
+ private:
+  UdpShare() = default;
+  // flock on the registry file, reopening it when the last member removed it meanwhile.
+  bool lock(std::string* err);
+  void unlock();
+  // With the lock: frees the slots of members that died (true when any did).
+  bool reap_dead();
+  // With the lock: measures every live member's position (draining `drain_fd` for its own probe,
+  // -1 when its receive path runs) and attaches the program from `attach_fd`. True when a member
+  // died during the round (it measured again without it).
+  bool round(int attach_fd, int drain_fd);
+  // With the lock: builds the program from what the registry knows and attaches it.
+  void attach(int attach_fd);
+  void watch();  // the watcher thread
+  void stop_watcher();
+
+  uint32_t ip_ = 0;
+  uint16_t port_ = 0;
+  std::string path_;
+  SocketFactory make_socket_;
+  int file_ = -1;  // the registry file (flock)
+  Registry* reg_ = nullptr;
+  uint32_t slot_ = 0;
+  int fd_ = -1;      // this process's socket in the group
+  int prober_ = -1;  // an unbound UDP socket the probes leave from
+  int wake_ = -1;    // eventfd: the watcher rescans (or stops)
+  std::mutex mu_;    // this object's users of the registry lock (threads of one process)
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
+};
+
+}  // namespace uroce

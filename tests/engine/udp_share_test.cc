@@ -1,0 +1,142 @@
+// The shared UDP port's group (src/ports/udp/share.h; docs/architecture.md, "One device, many
+// processes"): the probe rounds that measure where each member's socket sits in the SO_REUSEPORT
+// group, with stand-ins for the members' receive paths.
+#include "ports/udp/share.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace uroce {
+namespace {
+
+using test::loopback;
+
+int reuseport_socket(uint32_t ip) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int on = 1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(ip);
+  a.sin_port = htons(wire::kRoceV2UdpPort);
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 ||
+      bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A member: its share and a thread standing in for its receive path (UdpPort::rx_burst), which
+// answers probes and counts the datagrams for its own slot and for other slots.
+struct Member {
+  std::unique_ptr<UdpShare> share;
+  std::thread rx;
+  std::atomic<bool> stop{false};
+  std::atomic<int> mine{0}, others{0};
+
+  bool join(uint32_t ip) {
+    std::string err;
+    share = UdpShare::join(
+        ip, wire::kRoceV2UdpPort, [ip] { return reuseport_socket(ip); }, &err);
+    if (!share) return false;
+    rx = std::thread([this] {
+      uint8_t buf[2048];
+      while (!stop) {
+        pollfd p{share->fd(), POLLIN, 0};
+        if (poll(&p, 1, 5) <= 0) continue;
+        const ssize_t n = recv(share->fd(), buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 8) continue;
+        if (auto probe = share::parse_probe(buf, static_cast<size_t>(n))) {
+          share->on_probe(*probe);
+          continue;
+        }
+        const uint32_t dest_qp = uint32_t{buf[5]} << 16 | uint32_t{buf[6]} << 8 | buf[7];
+        ++((dest_qp >> share::kQpnSlotShift) == share->slot() ? mine : others);
+      }
+    });
+    return true;
+  }
+  // Stops reading, as a process closing its device stops its engine first.
+  void stop_reading() {
+    stop = true;
+    if (rx.joinable()) rx.join();
+  }
+  ~Member() { stop_reading(); }
+};
+
+bool all_leaving(uint32_t ip, const std::vector<uint32_t>& slots) {
+  size_t n = 0;
+  for (const auto& m : UdpShare::members(ip, wire::kRoceV2UdpPort))
+    for (uint32_t s : slots) n += m.slot == s && m.leaving;
+  return n == slots.size();
+}
+
+// Two members close their devices at once (the two processes of a pair that ends): the second
+// waits for the registry's lock with its socket still in the group while the first closes its
+// socket and measures. The round must probe the waiting member's position too: probing only as
+// many positions as there are live members leaves the live member past them without a probe, the
+// round waiting for it until the timeout, and meanwhile the old program sends the slot of the
+// member the close moved to the leaver's temporary socket, which nobody reads.
+TEST(UdpShareTest, ARoundProbesThePositionOfAMemberStillLeaving) {
+  UdpShare::set_round_timeout_ms(2000);  // what a missed member costs: counted below
+  const uint32_t ip = loopback(50, 1, 1);
+  std::vector<std::unique_ptr<Member>> m;
+  for (int i = 0; i < 4; ++i) {
+    m.push_back(std::make_unique<Member>());
+    ASSERT_TRUE(m.back()->join(ip));
+  }
+  const uint64_t timed_out = UdpShare::rounds_timed_out();
+  // Hold the registry's lock so that both leavers wait for it, having said they leave.
+  const int f = open(UdpShare::registry_path(ip, wire::kRoceV2UdpPort).c_str(), O_RDWR);
+  ASSERT_GE(f, 0);
+  ASSERT_EQ(flock(f, LOCK_EX), 0);
+  const std::vector<uint32_t> leavers = {m[0]->share->slot(), m[1]->share->slot()};
+  std::vector<std::thread> leaving;
+  for (int i = 0; i < 2; ++i) {
+    m[i]->stop_reading();
+    leaving.emplace_back([&m, i] { m[i]->share.reset(); });
+  }
+  while (!all_leaving(ip, leavers)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  flock(f, LOCK_UN);
+  close(f);
+  for (auto& t : leaving) t.join();
+  EXPECT_EQ(UdpShare::rounds_timed_out(), timed_out) << "a round missed a live member";
+
+  // The survivors' slots come to their sockets.
+  test::RawSender sender(loopback(50, 1, 2));
+  ASSERT_TRUE(sender.ok());
+  constexpr int kEach = 20;
+  for (int k = 0; k < kEach; ++k)
+    for (int i = 2; i < 4; ++i) {
+      uint8_t pkt[64];
+      const uint32_t qpn = m[i]->share->slot() << share::kQpnSlotShift | 0x11;
+      const size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, qpn, 0, {});
+      ASSERT_TRUE(sender.send_ib(ip, {pkt, n}));
+    }
+  // Loopback loses nothing: wait for every datagram (a bound, not a measure, for a lost one).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (m[2]->mine + m[2]->others + m[3]->mine + m[3]->others < 2 * kEach &&
+         std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(m[i]->mine, kEach) << "member " << i;
+    EXPECT_EQ(m[i]->others, 0) << "member " << i;
+  }
+}
+
+}  // namespace
+}  // namespace uroce

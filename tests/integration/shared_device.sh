@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# One uroce device shared by many unmodified processes on one address (docs/architecture.md, "One
+# device, many processes"):
+#   shared_device.sh UROCE_RUN IP PORT many     8 processes at once: 4 ibv_rc_pingpong pairs, every
+#                                               server and client on uroce0=IP, data checked (-c)
+#   shared_device.sh UROCE_RUN IP PORT listen   two rping servers on two ports of IP; a third on the
+#                                               first's port gets EADDRINUSE; a client reaches each
+#   shared_device.sh UROCE_RUN IP PORT kill     a pingpong pair runs while a third process that
+#                                               opened the device is killed (SIGKILL); a fourth
+#                                               opens it afterwards and a new pair runs; no QPN of
+#                                               the dead process comes back
+set -uo pipefail
+run=$1 ip=$2 port=$3 mode=$4
+export UROCE_DEVICES=uroce0=$ip UROCE_STATS=1
+log=$(mktemp -d /tmp/uroce-shared.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$log"
+}
+trap cleanup EXIT
+fail=
+TIMEOUT=${TIMEOUT:-120}
+
+# Waits until TCP port $1 listens (the pingpong server is ready) or $2 (a pid) exits.
+wait_listen() {
+  for _ in $(seq 400); do
+    ss -ltnH "sport = :$1" | grep -q . && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# Starts an ibv_rc_pingpong pair on TCP port $1 in the background, named $2; the server and the
+# client are both on uroce0=$ip. Leaves the two pids in pair_srv and pair_cli.
+start_pair() {
+  local p=$1 name=$2
+  shift 2
+  timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p "$p" -c "$@" >"$log/$name.srv" 2>&1 &
+  pair_srv=$!
+  pids+=("$pair_srv")
+  wait_listen "$p" "$pair_srv" || { fail="${fail:-server $name never listened}"; return; }
+  timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p "$p" -c "$@" 127.0.0.1 \
+    >"$log/$name.cli" 2>&1 &
+  pair_cli=$!
+  pids+=("$pair_cli")
+}
+
+# The pair's verdict: both exit 0, both report a transfer, no bad data.
+check_pair() {
+  local name=$1 srv=$2 cli=$3
+  wait "$srv"; local src=$?
+  wait "$cli"; local crc=$?
+  echo "--- $name: server exit $src, client exit $crc"
+  cat "$log/$name.srv" "$log/$name.cli"
+  ((src == 0 && crc == 0)) || fail="${fail:-$name: server exit $src, client exit $crc}"
+  grep -q "invalid data" "$log/$name.srv" "$log/$name.cli" && fail="${fail:-$name: invalid data}"
+  grep -q "bytes in" "$log/$name.srv" && grep -q "bytes in" "$log/$name.cli" ||
+    fail="${fail:-$name: no transfer reported}"
+}
+
+# The QPNs a pingpong log shows ("local address: … QPN 0x060011").
+qpns() { grep -ho "local address: .*QPN 0x[0-9a-f]*" "$@" | grep -o "0x[0-9a-f]*$"; }
+
+case $mode in
+  many)
+    srvs=() clis=()
+    for i in 1 2 3 4; do
+      start_pair $((port + i)) "pair$i" -s 16384 -n 300
+      srvs+=("$pair_srv") clis+=("$pair_cli")
+    done
+    for i in 1 2 3 4; do check_pair "pair$i" "${srvs[i - 1]}" "${clis[i - 1]}"; done
+    # Eight processes, eight QPNs, all different.
+    n=$(qpns "$log"/pair*.srv "$log"/pair*.cli | sort -u | wc -l)
+    ((n == 8)) || fail="${fail:-expected 8 distinct QPNs, saw $n}"
+    ;;
+  listen)
+    export UROCE_LOG=info
+    timeout "$TIMEOUT" "$run" rping -s -v -V -a "$ip" -p "$port" -C 20 >"$log/s1" 2>&1 &
+    s1=$!
+    pids+=("$s1")
+    timeout "$TIMEOUT" "$run" rping -s -v -V -a "$ip" -p $((port + 1)) -C 20 >"$log/s2" 2>&1 &
+    s2=$!
+    pids+=("$s2")
+    for _ in $(seq 600); do
+      grep -q "rdma_cm: listening on" "$log/s1" && grep -q "rdma_cm: listening on" "$log/s2" && break
+      sleep 0.05
+    done
+    # A third server on the first one's port: the port is the first process's (EADDRINUSE, as
+    # with the kernel's CM).
+    timeout "$TIMEOUT" "$run" rping -s -v -a "$ip" -p "$port" -C 1 >"$log/s3" 2>&1
+    s3rc=$?
+    echo "--- third server on port $port (exit $s3rc)"
+    cat "$log/s3"
+    ((s3rc != 0)) || fail="${fail:-a second listener on port $port was accepted}"
+    grep -qi "address already in use\|EADDRINUSE\|bind.*-1\|error -98" "$log/s3" ||
+      grep -q "rdma_bind_addr" "$log/s3" || fail="${fail:-the third server did not fail to bind}"
+    for k in 1 2; do
+      p=$((port + k - 1))
+      timeout "$TIMEOUT" "$run" rping -c -v -V -a "$ip" -p "$p" -C 20 >"$log/c$k" 2>&1
+      rc=$?
+      echo "--- client of port $p (exit $rc)"
+      cat "$log/c$k"
+      got=$(grep -c "ping data: rdma-ping-" "$log/c$k")
+      # rping 44.0's teardown race (see rdma_cm.sh) may end a complete run with 255.
+      ((rc == 0 || (rc == 255 && got == 20))) || fail="${fail:-client of port $p: exit $rc}"
+      ((got == 20)) || fail="${fail:-client of port $p: $got of 20 pings}"
+    done
+    wait "$s1" "$s2"
+    ;;
+  kill)
+    # A process that opens the device and then hangs: the victim (SIGKILL while the pair runs).
+    timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p $((port + 9)) >"$log/victim" 2>&1 &
+    victim=$!
+    pids+=("$victim")
+    wait_listen $((port + 9)) "$victim" || fail="${fail:-the victim never opened the device}"
+    start_pair $((port + 1)) long -s 4096 -n 2000
+    long_srv=$pair_srv long_cli=$pair_cli
+    # The victim's timeout is its parent: kill the program itself.
+    kill -9 "$(pgrep -P "$victim" | head -1)" 2>/dev/null
+    wait "$victim" 2>/dev/null
+    start_pair $((port + 2)) after -s 4096 -n 200
+    check_pair after "$pair_srv" "$pair_cli"
+    check_pair long "$long_srv" "$long_cli"
+    # The dead process's QPN never comes back while the device lives.
+    dead=$(grep -o "QPN 0x[0-9a-f]*" "$log/victim" | head -1 | cut -d' ' -f2)
+    if [[ -n $dead ]] && qpns "$log"/after.* | grep -qx "$dead"; then
+      fail="${fail:-QPN $dead of the killed process was handed out again}"
+    fi
+    ;;
+  *) echo "shared_device.sh: unknown mode $mode" >&2; exit 2 ;;
+esac
+if [[ -n $fail ]]; then
+  echo "FAIL: $fail"
+  exit 1
+fi
+echo "PASS"
