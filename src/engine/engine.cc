@@ -1,6 +1,6 @@
 #include "engine/engine.h"
 
-#include "engine/signals.h"
+#include "util/signals.h"
 #include "util/log.h"
 
 #include <pthread.h>

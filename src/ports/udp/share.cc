@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "util/log.h"
+#include "util/signals.h"
 
 namespace uroce {
 namespace {
@@ -292,7 +293,10 @@ std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFacto
   s->wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   s->round(s->fd_, s->fd_);
   s->unlock();
-  s->watcher_ = std::thread([p = s.get()] { p->watch(); });
+  {
+    AllSignalsBlocked blocked;  // the watcher takes no signal of the application's (signals.h)
+    s->watcher_ = std::thread([p = s.get()] { p->watch(); });
+  }
   return s;
 }
 
