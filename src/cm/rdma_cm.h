@@ -93,6 +93,7 @@ class EventQueue {
   EventQueue(const EventQueue&) = delete;
   EventQueue& operator=(const EventQueue&) = delete;
   int fd() const { return fd_; }
+  void close_fd();  // a retired channel's: its waiters see POLLNVAL or stay asleep
   void push(EventObj* e);
   // The oldest event, or null. The token is taken under the same lock as the event, so the
   // fd's count is always the queue's length.
@@ -118,6 +119,9 @@ struct ChannelObj {
   std::mutex real_mu;
   std::atomic<rdma_event_channel*> real{nullptr};
   std::atomic<unsigned> turn{0};  // get_event alternates which source it reads first
+  // Set by rdma_destroy_event_channel (retire_channel): the object stays, its fds are closed.
+  std::atomic<bool> retired{false};
+  bool retired_nonblocking = false;  // its fd was O_NONBLOCK: a late read gets EBADF
 };
 
 struct IdObj;
@@ -236,6 +240,9 @@ int set_id_option(IdObj* o, int level, int optname, const void* optval, size_t o
 
 ChannelObj* new_channel(bool sync);    // null with errno
 void destroy_channel(ChannelObj* ch);  // and the real channel behind it
+// The application's rdma_destroy_event_channel: closes what destroy_channel closes but keeps the
+// object, so that a thread that calls rdma_get_cm_event on it afterwards parks (see get_event).
+void retire_channel(ChannelObj* ch);
 // The channel's next event, uroce's or the real library's. 0, or -1 with errno. mu not held.
 int get_event(ChannelObj* ch, rdma_cm_event** out);
 // librdmacm's ucma_complete: a synchronous id's call waits for its event (0 or -1 with errno);

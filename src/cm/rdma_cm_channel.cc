@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <system_error>
+#include <vector>
 
 #include "cm/rdma_cm.h"
 
@@ -18,7 +19,13 @@ EventQueue::EventQueue() : fd_(eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE | EFD_NONB
 }
 
 EventQueue::~EventQueue() {
-  close(fd_);
+  close_fd();
+}
+
+void EventQueue::close_fd() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
 }
 
 void EventQueue::push(EventObj* e) {
@@ -77,7 +84,38 @@ void destroy_channel(ChannelObj* ch) {
   delete ch;
 }
 
+// rping's CM thread, for one, acknowledges the DISCONNECTED event and calls rdma_get_cm_event
+// again while the main thread, woken by that event, tears down and destroys the channel. With
+// librdmacm the thread is nearly always asleep in read() of the channel's fd by then, and stays
+// asleep until the process exits (closing an fd wakes no reader); when it comes late, it reads a
+// closed fd and the program exits with EBADF. Retired channels are therefore kept (a few hundred
+// bytes each, fds closed) and a late caller sleeps as an early one would — unless the
+// application made the fd non-blocking: its read() would not have slept, and fails with EBADF.
+void retire_channel(ChannelObj* ch) {
+  static std::mutex mu;
+  static std::vector<ChannelObj*>* retired = new std::vector<ChannelObj*>();  // reachable
+  if (rdma_event_channel* r = ch->real.exchange(nullptr, std::memory_order_acq_rel)) {
+    InReal in;
+    UROCE_REAL(rdma_destroy_event_channel, "RDMACM_1.0")(r);
+  }
+  if (ch->epfd >= 0) {
+    const int fl = fcntl(ch->epfd, F_GETFL);
+    ch->retired_nonblocking = fl >= 0 && (fl & O_NONBLOCK);
+  }
+  ch->retired.store(true, std::memory_order_release);
+  if (ch->epfd >= 0) close(ch->epfd);
+  ch->q.close_fd();
+  std::lock_guard<std::mutex> g(mu);
+  retired->push_back(ch);
+}
+
 namespace {
+
+// A thread asleep on a destroyed channel (retire_channel) never wakes, as in librdmacm's read();
+// poll is a cancellation point, so pthread_cancel still ends it.
+[[noreturn]] void park_forever() {
+  for (;;) poll(nullptr, 0, -1);
+}
 
 // Waits until `ch` may have an event: its epoll fd (async), or its event fd and its real
 // channel's fd (a synchronous id's channel). 0 or an errno (EINTR when a signal interrupted the
@@ -101,6 +139,10 @@ int wait_channel(ChannelObj* ch) {
 // application made ch.fd O_NONBLOCK (then EAGAIN); a synchronous id's channel always blocks.
 int get_event(ChannelObj* ch, rdma_cm_event** out) {
   for (;;) {
+    if (ch->retired.load(std::memory_order_acquire)) {
+      if (ch->retired_nonblocking) return fail(EBADF);
+      park_forever();
+    }
     const bool real_first = (ch->turn.fetch_add(1, std::memory_order_relaxed) & 1) != 0;
     for (int k = 0; k < 2; ++k) {
       if ((k == 0) == real_first) {
@@ -131,6 +173,7 @@ int get_event(ChannelObj* ch, rdma_cm_event** out) {
     }
     if (!ch->sync) {
       int fl = fcntl(ch->epfd, F_GETFL);
+      if (fl < 0 && ch->retired.load(std::memory_order_acquire)) continue;  // see the top
       if (fl < 0) return -1;
       if (fl & O_NONBLOCK) return fail(EAGAIN);
     }

@@ -60,7 +60,7 @@ UROCE_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
     std::lock_guard<std::mutex> g(svc().mu());
     while (EventObj* e = ch->q.pop()) release_event(e);
   }
-  destroy_channel(ch);
+  retire_channel(ch);
 }
 
 UROCE_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {

@@ -5,12 +5,15 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -153,6 +156,40 @@ TEST(RdmaCm, EventChannelIsAPollableFdHonouringONonblock) {
   EXPECT_EQ(errno, EAGAIN);
   rdma_destroy_id(id);
   rdma_destroy_event_channel(ch);
+}
+
+// rping's CM thread calls rdma_get_cm_event once more after the main thread destroyed the
+// channel: as with librdmacm's read() of a closed channel it sleeps until the process ends (here:
+// until cancelled), where it used to fail with EBADF and make rping exit 255.
+TEST(RdmaCm, GetEventOnADestroyedChannelSleepsLikeLibrdmacmsRead) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_destroy_event_channel(ch);
+  static std::atomic<int> returned{0};
+  pthread_t t;
+  auto body = [](void* arg) -> void* {
+    rdma_cm_event* e = nullptr;
+    rdma_get_cm_event(static_cast<rdma_event_channel*>(arg), &e);
+    returned = 1;
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&t, nullptr, body, ch), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(returned.load(), 0);
+  pthread_cancel(t);
+  void* res = nullptr;
+  ASSERT_EQ(pthread_join(t, &res), 0);
+  EXPECT_EQ(res, PTHREAD_CANCELED);
+  EXPECT_EQ(returned.load(), 0);
+
+  // A non-blocking channel's late read fails, as read() of a closed fd does.
+  ch = rdma_create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+  rdma_destroy_event_channel(ch);
+  rdma_cm_event* e = nullptr;
+  EXPECT_EQ(rdma_get_cm_event(ch, &e), -1);
+  EXPECT_EQ(errno, EBADF);
 }
 
 TEST(RdmaCm, ResolvedIdNamesItsDeviceAndRoute) {

@@ -186,7 +186,7 @@ TEST(EngineTest, RunsProgressAtTheDeadline) {
 // and each re-arm of the timer cost about as much: a memif ping-pong's 99th percentile was
 // 2-3x its median). The handoff is long, so the guard cannot lapse on a slow machine.
 TEST(EngineTest, APollingApplicationRunsWhatFallsDueAndTheEngineSleeps) {
-  Rig r(loopback(43, 9, 1));
+  Rig r(loopback(43, 12, 1));
   ASSERT_TRUE(r.engine);
   r.engine->set_handoff_ns(600'000'000'000);
   EXPECT_FALSE(r.engine->poll_from_app());  // polled before the engine's first look: it defers
@@ -219,7 +219,7 @@ TEST(EngineTest, APollingApplicationRunsWhatFallsDueAndTheEngineSleeps) {
 // eighth that fell across it fired the guard: a sender busy posting to many QPs between its
 // polls had its receive side taken by the engine. docs/performance.md, "8 QPs over sockets".)
 TEST(EngineTest, TheGuardFiresOnlyWhenTheApplicationWentAHandoffWithoutPolling) {
-  Rig r(loopback(43, 9, 1));
+  Rig r(loopback(43, 13, 1));
   ASSERT_TRUE(r.engine);
   // Long enough that a loaded machine's late wake-ups (below) stay well inside it.
   r.engine->set_handoff_ns(100'000'000);
@@ -282,7 +282,7 @@ class ControlWorkPort : public Port {
 // ib_send_lat ran out of retries now and then).
 TEST(EngineTest, APollingApplicationDoesThePortsControlWork) {
   UdpPortOptions o;
-  o.ipv4 = loopback(43, 10, 1);
+  o.ipv4 = loopback(43, 14, 1);
   std::string err;
   std::mutex mu;
   DeviceCounters counters;
