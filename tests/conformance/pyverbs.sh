@@ -3,9 +3,6 @@
 # gzipped in /usr/share/doc/rdma-core/tests) against a uroce device, through uroce-run.
 #
 #   pyverbs.sh UROCE_RUN ADDRESS [MODULE…]      (default: the generic modules listed below)
-#   pyverbs.sh UROCE_RUN ADDRESS --rdmacm-two-processes CLIENT_ADDRESS OWN_ADDRESS
-#       test_rdmacm with its passive side on ADDRESS and its active side on CLIENT_ADDRESS, each a
-#       uroce process of its own (pyverbs_rdmacm.py: unmodified, the module cannot run on uroce)
 #
 # PASS when no test fails, errors or crashes the interpreter, and every skip gives a reason on
 # the list below: a feature uroce reports as unsupported (docs/verbs.md, "rdma-core's test
@@ -14,7 +11,6 @@
 # Environment: TIMEOUT (seconds, default 300), PYTHON (default /usr/bin/python3: the Debian
 # interpreter, which is the one python3-pyverbs is built for).
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
 run=$1 addr=$2
 shift 2
 python=${PYTHON:-/usr/bin/python3}
@@ -27,18 +23,10 @@ fi
 
 # The generic modules: not specific to a vendor (mlx5, efa). rdma-core 44 has no test_srq module;
 # SRQs are exercised inside test_odp and test_cqex.
-two_proc=()
-if [[ ${1:-} == --rdmacm-two-processes ]]; then
-  two_proc=("$addr" "$2" "$3")
-  shift 3
-fi
 modules=("$@")
-if ((${#two_proc[@]})); then
-  modules=(tests.test_rdmacm)
-elif ((${#modules[@]} == 0)); then
-  # test_rdmacm is not among them: it runs its two sides as processes forked from one, on one
-  # device and one address, which needs a device shared between processes (issue 31);
-  # --rdmacm-two-processes runs the same tests with a device per side.
+if ((${#modules[@]} == 0)); then
+  # test_rdmacm is not among them: it connects to the first address of the device's netdev (lo:
+  # 127.0.0.1), so it runs on a device of that address (conformance.pyverbs_rdmacm).
   for m in device pd mr cq cq_events cqex qp qpex srq atomic addr shared_pd relaxed_ordering \
     fork odp flow parent_domain; do
     if [[ -e $src/test_$m.py || -e $src/test_$m.py.gz ]]; then
@@ -65,9 +53,6 @@ allowed_skips=(
   "There are no huge pages of size .* allocated"
   "Allocating dmabuf is not supported"
   "All gid indices populated, cannot check bad flow"
-  # --rdmacm-two-processes: the multicast flows derive their group from the one address both
-  # sides share in the original (pyverbs_rdmacm.py says why they cannot be split).
-  "multicast flows need one address shared by both sides"
 )
 
 work=$(mktemp -d /tmp/uroce-pyverbs.XXXXXX)
@@ -77,14 +62,9 @@ gunzip -f "$work"/tests/*.gz
 
 out=$work/out.txt
 start=$(date +%s%N)
-if ((${#two_proc[@]})); then
-  (cd "$work" && timeout "${TIMEOUT:-300}" "$run" "$python" \
-    "$here/pyverbs_rdmacm.py" "$work" "${two_proc[@]}" -v) >"$out" 2>&1
-else
-  (cd "$work/tests" &&
-    UROCE_DEVICES=uroce0=$addr timeout "${TIMEOUT:-300}" "$run" "$python" run_tests.py \
-      --dev uroce0 --gid 0 -v "${modules[@]}") >"$out" 2>&1
-fi
+(cd "$work/tests" &&
+  UROCE_DEVICES=uroce0=$addr timeout "${TIMEOUT:-300}" "$run" "$python" run_tests.py \
+    --dev uroce0 --gid 0 -v "${modules[@]}") >"$out" 2>&1
 rc=$?
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 cat "$out"

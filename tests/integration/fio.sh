@@ -9,7 +9,10 @@
 #
 #   fio.sh UROCE_RUN SERVER_IP CLIENT_IP PORT BS SERVER_IODEPTH CLIENT_IODEPTH SIZE
 # Run by bench/fio_send.sh (not by ctest: it needs a server thread that keeps up, see there).
-# Environment: FAULTS, TIMEOUT (lib.sh).
+# With VERB=write or VERB=read the client moves the data with RDMA WRITEs or READs instead, which
+# need no receive on the server (ctest's shared.fio: server and client on one shared device).
+# SERVER_IP may equal CLIENT_IP: both processes then share the device.
+# Environment: VERB (send, write or read; default send), FAULTS, TIMEOUT (lib.sh).
 set -uo pipefail
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -26,7 +29,7 @@ cleanup_jobs() { pkill -9 -f -- "--port=$port --hostname=$srv_ip" 2>/dev/null; }
 cleanup_jobs
 trap 'cleanup_jobs; _pair_cleanup' EXIT
 READY="rdma_cm: listening on"
-common=(--ioengine=rdma --verb=send --bs="$bs" --size="$size" --port="$port" --hostname="$srv_ip")
+common=(--ioengine=rdma --verb="${VERB:-send}" --bs="$bs" --size="$size" --port="$port" --hostname="$srv_ip")
 server_cmd=("$run" fio --name=server "${common[@]}" --rw=read --iodepth="$srv_depth")
 client_cmd=("$run" fio --name=client "${common[@]}" --rw=write --iodepth="$cli_depth")
 run_pair "$srv_ip" "$cli_ip" "$port"

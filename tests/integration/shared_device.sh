@@ -9,6 +9,13 @@
 #                                               opened the device is killed (SIGKILL); a fourth
 #                                               opens it afterwards and a new pair runs; no QPN of
 #                                               the dead process comes back
+#   shared_device.sh UROCE_RUN IP PORT churn    for CHURN_SECONDS (default 20): a long-lived
+#                                               fio pair streams RDMA WRITEs and data-checked
+#                                               pingpong pairs run one after another, while 7 other
+#                                               processes open the device, run traffic and exit,
+#                                               some killed (SIGKILL) mid-run; every long-lived
+#                                               and unkilled run succeeds, and no QPN is handed
+#                                               out twice
 set -uo pipefail
 run=$1 ip=$2 port=$3 mode=$4
 export UROCE_DEVICES=uroce0=$ip UROCE_STATS=1
@@ -129,6 +136,66 @@ case $mode in
     if [[ -n $dead ]] && qpns "$log"/after.* | grep -qx "$dead"; then
       fail="${fail:-QPN $dead of the killed process was handed out again}"
     fi
+    ;;
+  churn)
+    secs=${CHURN_SECONDS:-20}
+    end=$((SECONDS + secs))
+    # The long-lived WRITE stream: fio's rdma engine (it sleeps on its completion channel, where
+    # perftest would take both cores from the churn), server and client on the device.
+    fio=(--ioengine=rdma --verb=write --bs=64k --size=64m --port=$((port + 1)) --hostname="$ip")
+    UROCE_LOG=info timeout "$TIMEOUT" "$run" fio --name=server "${fio[@]}" --rw=read --iodepth=16 \
+      >"$log/fio.server" 2>&1 &
+    fio_srv=$!
+    pids+=("$fio_srv")
+    for _ in $(seq 400); do
+      grep -q "rdma_cm: listening on" "$log/fio.server" && break
+      sleep 0.05
+    done
+    timeout "$TIMEOUT" "$run" fio --name=client "${fio[@]}" --rw=write --iodepth=8 --time_based \
+      --runtime="$secs" >"$log/fio.client" 2>&1 &
+    fio_cli=$!
+    pids+=("$fio_cli")
+    round=0
+    while ((SECONDS < end)) && [[ -z $fail ]]; do
+      round=$((round + 1))
+      # The long-lived data check: one pingpong pair after another, for the whole run.
+      start_pair $((port + 2)) "seq$round" -s 4096 -n 200
+      seq_srv=$pair_srv seq_cli=$pair_cli
+      # Two pairs that run to their end, one whose two processes are killed mid-run, and a
+      # process that only opened the device when it is killed.
+      start_pair $((port + 3)) "a$round" -s 1024 -n 100
+      a_srv=$pair_srv a_cli=$pair_cli
+      start_pair $((port + 4)) "c$round" -s 8192 -n 100
+      c_srv=$pair_srv c_cli=$pair_cli
+      start_pair $((port + 5)) "k$round" -s 4096 -n 100000
+      k_srv=$pair_srv k_cli=$pair_cli
+      timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p $((port + 6)) \
+        >"$log/v$round.victim" 2>&1 &
+      victim=$!
+      pids+=("$victim")
+      sleep 0.$((RANDOM % 4 + 1))
+      # timeout is each one's parent: kill the programs themselves.
+      for p in "$k_cli" "$k_srv" "$victim"; do kill -9 "$(pgrep -P "$p" | head -1)" 2>/dev/null; done
+      wait "$k_cli" "$k_srv" "$victim" 2>/dev/null
+      check_pair "a$round" "$a_srv" "$a_cli" >/dev/null
+      check_pair "c$round" "$c_srv" "$c_cli" >/dev/null
+      check_pair "seq$round" "$seq_srv" "$seq_cli" >/dev/null
+    done
+    wait "$fio_srv"; fsrc=$?
+    wait "$fio_cli"; fcrc=$?
+    echo "--- long-lived fio WRITE stream: server exit $fsrc, client exit $fcrc"
+    grep -E "err=|WRITE:" "$log/fio.client"
+    ((fsrc == 0 && fcrc == 0)) || fail="${fail:-fio: server exit $fsrc, client exit $fcrc}"
+    grep -q "err= 0" "$log/fio.server" && grep -q "err= 0" "$log/fio.client" ||
+      fail="${fail:-fio reported an I/O error}"
+    grep -q "WRITE: bw=" "$log/fio.client" || fail="${fail:-fio reported no bandwidth}"
+    [[ -n $fail ]] && for f in "$log"/*; do echo "--- $f"; cat "$f"; done
+    # Every process had QPNs of its own: none came back after its owner died.
+    all=$(qpns "$log"/*.srv "$log"/*.cli "$log"/*.victim | wc -l)
+    distinct=$(qpns "$log"/*.srv "$log"/*.cli "$log"/*.victim | sort -u | wc -l)
+    echo "churn: $round rounds in $secs s, $all QPNs shown, $distinct distinct"
+    ((round >= 2)) || fail="${fail:-only $round churn rounds ran}"
+    ((all == distinct)) || fail="${fail:-a QPN was handed out twice ($all shown, $distinct distinct)}"
     ;;
   *) echo "shared_device.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
