@@ -55,6 +55,7 @@
 #include <mutex>
 #include <new>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "objects.h"
@@ -399,6 +400,26 @@ int fail(int err) {
   return -1;
 }
 
+// Carries out an answer for an entry point: `real` (the real call with the caller's other
+// arguments) on the original path or on the real path instead, the error with `failed` (-1 or
+// null) and errno, or `on_node` for a node of the view.
+template <typename Real, typename OnNode>
+auto serve(const Answer& a, const char* path, decltype(std::declval<Real>()(path)) failed,
+           Real&& real, OnNode&& on_node) -> decltype(real(path)) {
+  switch (a.what) {
+    case Answer::What::kPass:
+      return real(path);
+    case Answer::What::kRealPath:
+      return real(a.real_path());
+    case Answer::What::kError:
+      errno = a.found.error;
+      return failed;
+    case Answer::What::kNode:
+      break;
+  }
+  return on_node();
+}
+
 uint64_t inode_of(const char* path) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a: stable per path, never 0 in practice
   for (const char* p = path; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
@@ -439,18 +460,12 @@ void fill_stat(const Answer& a, struct stat* st) {
 int stat_claimed(const char* path, struct stat* st, int flags,
                  int (*real)(const char*, struct stat*, int)) {
   const Answer a = answer(path, !(flags & AT_SYMLINK_NOFOLLOW));
-  switch (a.what) {
-    case Answer::What::kPass:
-      return real(path, st, flags);
-    case Answer::What::kRealPath:
-      return real(a.real_path(), st, flags);
-    case Answer::What::kError:
-      return fail(a.found.error);
-    case Answer::What::kNode:
-      fill_stat(a, st);
-      return 0;
-  }
-  return real(path, st, flags);
+  return serve(
+      a, path, -1, [&](const char* p) { return real(p, st, flags); },
+      [&] {
+        fill_stat(a, st);
+        return 0;
+      });
 }
 
 int real_fstatat_cb(const char* path, struct stat* st, int flags) {
@@ -501,27 +516,19 @@ int open_text(std::string_view text, int flags) {
 template <typename Real>
 int open_claimed(const char* path, int flags, Real&& real) {
   const Answer a = answer(path, !(flags & O_NOFOLLOW));
-  switch (a.what) {
-    case Answer::What::kPass:
-      return real(path);
-    case Answer::What::kRealPath:
-      return real(a.real_path());
-    case Answer::What::kError:
-      return fail(a.found.error);
-    case Answer::What::kNode:
-      break;
-  }
-  const SysfsView::Node& n = *a.found.node;
-  if ((flags & O_CREAT) && (flags & O_EXCL)) return fail(EEXIST);
-  if (n.kind == SysfsView::Kind::kLink) return fail(ELOOP);  // O_NOFOLLOW on the link itself
-  if (n.kind == SysfsView::Kind::kDir) {
-    if ((flags & O_ACCMODE) != O_RDONLY) return fail(EISDIR);
-    return fail(EOPNOTSUPP);  // no directory file descriptor without a directory (see above)
-  }
-  if (flags & O_DIRECTORY) return fail(ENOTDIR);
-  // sysfs refuses to open an attribute without a store method for writing, even to root.
-  if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) return fail(EACCES);
-  return open_text(a.v->view.read(n), flags);
+  return serve(a, path, -1, real, [&] {
+    const SysfsView::Node& n = *a.found.node;
+    if ((flags & O_CREAT) && (flags & O_EXCL)) return fail(EEXIST);
+    if (n.kind == SysfsView::Kind::kLink) return fail(ELOOP);  // O_NOFOLLOW on the link itself
+    if (n.kind == SysfsView::Kind::kDir) {
+      if ((flags & O_ACCMODE) != O_RDONLY) return fail(EISDIR);
+      return fail(EOPNOTSUPP);  // no directory file descriptor without a directory (see above)
+    }
+    if (flags & O_DIRECTORY) return fail(ENOTDIR);
+    // sysfs refuses to open an attribute without a store method for writing, even to root.
+    if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) return fail(EACCES);
+    return open_text(a.v->view.read(n), flags);
+  });
 }
 
 bool needs_mode(int flags) {
@@ -531,24 +538,18 @@ bool needs_mode(int flags) {
 int access_claimed(const char* path, int mode, bool effective, int follow_flags,
                    int (*real)(const char*, int, int)) {
   const Answer a = answer(path, !(follow_flags & AT_SYMLINK_NOFOLLOW));
-  switch (a.what) {
-    case Answer::What::kPass:
-      return real(path, mode, follow_flags);
-    case Answer::What::kRealPath:
-      return real(a.real_path(), mode, follow_flags);
-    case Answer::What::kError:
-      return fail(a.found.error);
-    case Answer::What::kNode:
-      break;
-  }
-  if (mode == F_OK) return 0;
-  // Owned by root: root may read and write anything and execute what has an x bit (a directory);
-  // anyone else has the "other" bits, r-x on directories and r-- on files.
-  const bool dir = a.found.node->kind == SysfsView::Kind::kDir;
-  const uid_t uid = effective ? geteuid() : getuid();
-  int allowed = uid == 0 ? (R_OK | W_OK | (dir ? X_OK : 0)) : (R_OK | (dir ? X_OK : 0));
-  if (a.found.node->kind == SysfsView::Kind::kLink) allowed = R_OK | W_OK | X_OK;
-  return (mode & ~allowed) ? fail(EACCES) : 0;
+  return serve(
+      a, path, -1, [&](const char* p) { return real(p, mode, follow_flags); },
+      [&] {
+        if (mode == F_OK) return 0;
+        // Owned by root: root may read and write anything and execute what has an x bit (a
+        // directory); anyone else has the "other" bits, r-x on directories and r-- on files.
+        const bool dir = a.found.node->kind == SysfsView::Kind::kDir;
+        const uid_t uid = effective ? geteuid() : getuid();
+        int allowed = uid == 0 ? (R_OK | W_OK | (dir ? X_OK : 0)) : (R_OK | (dir ? X_OK : 0));
+        if (a.found.node->kind == SysfsView::Kind::kLink) allowed = R_OK | W_OK | X_OK;
+        return (mode & ~allowed) ? fail(EACCES) : 0;
+      });
 }
 
 int real_faccessat_cb(const char* path, int mode, int flags) {
@@ -564,22 +565,16 @@ ssize_t readlink_claimed(const char* path, char* buf, size_t len) {
     return c && c->readlinkat ? c->readlinkat(AT_FDCWD, p, b, l)
                               : sys_readlinkat(AT_FDCWD, p, b, l);
   };
-  switch (a.what) {
-    case Answer::What::kPass:
-      return real(path, buf, len);
-    case Answer::What::kRealPath:
-      if (a.marker) return fail(EINVAL);  // a character device, not a link to /dev/null
-      return real(a.real_path(), buf, len);
-    case Answer::What::kError:
-      return fail(a.found.error);
-    case Answer::What::kNode:
-      break;
-  }
-  if (a.found.node->kind != SysfsView::Kind::kLink) return fail(EINVAL);
-  const std::string& t = a.found.node->content;
-  const size_t n = std::min(len, t.size());
-  std::memcpy(buf, t.data(), n);
-  return static_cast<ssize_t>(n);
+  if (a.marker) return fail(EINVAL);  // a character device, not a link to /dev/null
+  return serve(
+      a, path, ssize_t{-1}, [&](const char* p) { return real(p, buf, len); },
+      [&]() -> ssize_t {
+        if (a.found.node->kind != SysfsView::Kind::kLink) return fail(EINVAL);
+        const std::string& t = a.found.node->content;
+        const size_t n = std::min(len, t.size());
+        std::memcpy(buf, t.data(), n);
+        return static_cast<ssize_t>(n);
+      });
 }
 
 char* realpath_claimed(const char* path, char* resolved) {
@@ -588,25 +583,18 @@ char* realpath_claimed(const char* path, char* resolved) {
     errno = ENOSYS;
     return nullptr;
   }
-  const Answer a = answer(path, true);
-  const char* out = nullptr;
-  switch (a.what) {
-    case Answer::What::kPass:
-      return c->realpath(path, resolved);
-    case Answer::What::kRealPath:
-      if (!a.marker) return c->realpath(a.real_path(), resolved);
-      out = a.found.path;  // the marker is a node of its own, not a link to /dev/null
-      break;
-    case Answer::What::kError:
-      errno = a.found.error;
-      return nullptr;
-    case Answer::What::kNode:
-      out = a.found.path;
-      break;
-  }
-  if (!resolved) return strdup(out);
-  std::snprintf(resolved, PATH_MAX, "%s", out);
-  return resolved;
+  Answer a = answer(path, true);
+  if (a.marker) a.what = Answer::What::kNode;  // a node of its own, not a link to /dev/null
+  return serve(
+      a, path, static_cast<char*>(nullptr), [&](const char* p) { return c->realpath(p, resolved); },
+      [&]() -> char* {
+        const char* out = a.found.path;
+        if (!resolved) return strdup(out);
+        const size_t n = strnlen(out, PATH_MAX - 1);  // the caller's buffer holds PATH_MAX
+        std::memcpy(resolved, out, n);
+        resolved[n] = '\0';
+        return resolved;
+      });
 }
 
 // ---- directories ----------------------------------------------------------------------------
@@ -713,26 +701,19 @@ DIR* opendir_claimed(const char* path) {
     return open_synth(std::move(entries));
   }
   const Answer a = answer(path, true);
-  switch (a.what) {
-    case Answer::What::kPass:
-      return c->opendir(path);
-    case Answer::What::kRealPath:
-      return c->opendir(a.real_path());
-    case Answer::What::kError:
-      errno = a.found.error;
-      return nullptr;
-    case Answer::What::kNode:
-      break;
-  }
-  const SysfsView::Node& n = *a.found.node;
-  if (n.kind != SysfsView::Kind::kDir) {
-    errno = ENOTDIR;
-    return nullptr;
-  }
-  add_entry(entries, ".", DT_DIR, inode_of(a.found.path));
-  add_entry(entries, "..", DT_DIR, 1);
-  for (const std::string& name : n.children) add_child(entries, a.v, a.found.path, name);
-  return open_synth(std::move(entries));
+  return serve(
+      a, path, static_cast<DIR*>(nullptr), [&](const char* p) { return c->opendir(p); },
+      [&]() -> DIR* {
+        const SysfsView::Node& n = *a.found.node;
+        if (n.kind != SysfsView::Kind::kDir) {
+          errno = ENOTDIR;
+          return nullptr;
+        }
+        add_entry(entries, ".", DT_DIR, inode_of(a.found.path));
+        add_entry(entries, "..", DT_DIR, 1);
+        for (const std::string& name : n.children) add_child(entries, a.v, a.found.path, name);
+        return open_synth(std::move(entries));
+      });
 }
 
 struct dirent64* synth_next(SynthDir* s) {
@@ -1009,20 +990,12 @@ UROCE_EXPORT
   };
   if (!SysfsView::claims(path)) return real(path);
   const Answer a = answer(path, !(flags & AT_SYMLINK_NOFOLLOW));
-  switch (a.what) {
-    case Answer::What::kPass:
-      return real(path);
-    case Answer::What::kRealPath:
-      return real(a.real_path());
-    case Answer::What::kError:
-      return fail(a.found.error);
-    case Answer::What::kNode:
-      break;
-  }
-  struct stat st;
-  fill_stat(a, &st);
-  fill_statx(st, buf);
-  return 0;
+  return serve(a, path, -1, real, [&] {
+    struct stat st;
+    fill_stat(a, &st);
+    fill_statx(st, buf);
+    return 0;
+  });
 }
 
 // ---- access -----------------------------------------------------------------------------------
@@ -1231,17 +1204,7 @@ namespace {
 template <typename Real>
 ssize_t xattr_claimed(const char* path, bool follow, bool list, Real&& real) {
   const Answer a = answer(path, follow);
-  switch (a.what) {
-    case Answer::What::kPass:
-      return real(path);
-    case Answer::What::kRealPath:
-      return real(a.real_path());
-    case Answer::What::kError:
-      return fail(a.found.error);
-    case Answer::What::kNode:
-      break;
-  }
-  return list ? 0 : fail(ENODATA);
+  return serve(a, path, ssize_t{-1}, real, [&]() -> ssize_t { return list ? 0 : fail(ENODATA); });
 }
 
 }  // namespace
