@@ -410,7 +410,7 @@ bool UdpShare::round(int attach_fd, int drain_fd) {
     if (log().should_log(spdlog::level::debug)) {
       std::string who;
       for (uint32_t s : members)
-        who += " " + std::to_string(s) + ":" + std::to_string(r.slots[s].pid);
+        who += fmt::format(" {}:{}", s, r.slots[s].pid);  // not operator+: GCC 12's -Wrestrict
       log().debug("{}:{}: round {} by process {}: {} positions; live members (slot:pid){}",
                   format_ip(ip_), port_, rnd, getpid(), sockets, who);
     }
@@ -494,7 +494,7 @@ void UdpShare::attach(int attach_fd) {
     std::string map;
     for (uint32_t s = 0; s < share::kSlots; ++s)
       if (t.position[s] >= 0)
-        map += " slot " + std::to_string(s) + "→" + std::to_string(t.position[s]);
+        map += fmt::format(" slot {}→{}", s, t.position[s]);
     log().debug("{}:{}: round {}: process {} attaches the program:{}", format_ip(ip_), port_,
                 r.round, getpid(), map.empty() ? " no member" : map);
   }
