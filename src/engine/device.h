@@ -177,6 +177,8 @@ class Device : private Engine::Client, private transport::EventSink {
   void set_handoff_ns(transport::Time ns);
 
  private:
+  // get_cq_event, before the calling thread sleeps: sends what its receive passes held.
+  void send_held_before_sleep();
   explicit Device(const DeviceConfig& cfg);
   // After every application call on a QP (device lock held): send what it can send now, flush,
   // and make sure the engine wakes for the QP's next deadline or leftover work.

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -443,6 +444,52 @@ TEST(DeviceTest, AnAckHeldForTheNextCallLeavesAtACallThatIsNotAPost) {
     }
   }
   EXPECT_TRUE(tested) << "b's engine received every SEND itself";
+}
+
+// fio's rdma server: its thread sleeps in ibv_get_cq_event (armed, nothing will complete) while
+// the client RDMA WRITEs into its memory, and a WRITE completes at the client only with its ACK.
+// The sleeping thread receives the WRITEs itself; an ACK its pass holds for the next post (there
+// is none) must leave before it sleeps again. Nothing else can send them here: b's engine looks
+// only after its handoff (600 s), a retransmits after its ACK timeout (Timeout 24: 69 s) and its
+// early-retransmit probes are off, publishing too (see the test above). Before: each WRITE waited
+// for b's engine thread, milliseconds (fio verb=write ran at 11 MB/s).
+TEST(DeviceTest, AThreadAsleepInGetCqEventSendsTheAcksOfTheWritesItReceived) {
+  test::PublishEnv no_publishing("0");
+  Side a, b;
+  DeviceConfig ca = config("ua", loopback(44, 15, 1));
+  ca.early_retransmit = false;
+  ASSERT_TRUE(a.setup(ca, 4096));
+  ASSERT_TRUE(b.setup(config("ub", loopback(44, 15, 2)), 4096));
+  connect(a, b, /*timeout=*/24);
+  connect(b, a, /*timeout=*/24);
+  b.dev->set_handoff_ns(600'000'000'000);
+  ASSERT_EQ(b.rcq->req_notify(false), 0);
+  std::atomic<int> woke{-1};
+  std::thread sleeper([&] {
+    void* cookie = nullptr;
+    woke = b.dev->get_cq_event(*b.channel, &cookie);
+  });
+  constexpr int kWrites = 50;
+  for (int i = 0; i < kWrites; ++i) {
+    a.buf[0] = static_cast<uint8_t>(i);
+    transport::SendWqe w;
+    w.wr_id = static_cast<uint64_t>(i);
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.sge[0] = {reinterpret_cast<uintptr_t>(a.buf.data()), 256, a.lkey};
+    w.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+    w.rkey = b.rkey;
+    size_t bad;
+    ASSERT_EQ(a.dev->post_send(a.qp, &w, 1, &bad), 0);
+    const auto wc = poll_n(*a.scq, 1, 30'000ms);
+    ASSERT_EQ(wc.size(), 1u) << "WRITE " << i << ": no ACK";
+    ASSERT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(b.buf[0], static_cast<uint8_t>(i));
+  }
+  b.channel->notify(nullptr);  // wakes the sleeper
+  sleeper.join();
+  EXPECT_EQ(woke.load(), 0);
 }
 
 TEST(DeviceTest, EngineGoesIdleAfterTraffic) {
