@@ -16,6 +16,9 @@
 #                                               some killed (SIGKILL) mid-run; every long-lived
 #                                               and unkilled run succeeds, and no QPN is handed
 #                                               out twice
+#   shared_device.sh UROCE_RUN IP PORT mcast    two mckey receivers and a sender, all on
+#                                               uroce0=IP, one multicast group (239.90.PORT/256.
+#                                               PORT%256): each receiver gets every message
 set -uo pipefail
 run=$1 ip=$2 port=$3 mode=$4
 export UROCE_DEVICES=uroce0=$ip UROCE_STATS=1
@@ -196,6 +199,33 @@ case $mode in
     echo "churn: $round rounds in $secs s, $all QPNs shown, $distinct distinct"
     ((round >= 2)) || fail="${fail:-only $round churn rounds ran}"
     ((all == distinct)) || fail="${fail:-a QPN was handed out twice ($all shown, $distinct distinct)}"
+    ;;
+  mcast)
+    group=239.90.$((port / 256 % 256)).$((port % 256))
+    for k in 1 2; do
+      # Line-buffered: the wait below reads what it printed.
+      timeout "$TIMEOUT" stdbuf -oL "$run" mckey -m "$group" -b "$ip" -C 20 >"$log/r$k" 2>&1 &
+      pids+=("$!")
+    done
+    rcv=("${pids[@]: -2}")
+    for _ in $(seq 400); do
+      grep -q "receiving data transfers" "$log/r1" && grep -q "receiving data transfers" "$log/r2" &&
+        break
+      sleep 0.05
+    done
+    timeout "$TIMEOUT" "$run" mckey -m "$group" -b "$ip" -s -C 20 >"$log/s" 2>&1
+    src=$?
+    for k in 1 2; do
+      wait "${rcv[k - 1]}"
+      rc=$?
+      echo "--- receiver $k (exit $rc)"
+      cat "$log/r$k"
+      ((rc == 0)) && grep -q "data transfers complete" "$log/r$k" ||
+        fail="${fail:-receiver $k did not get all 20 messages (exit $rc)}"
+    done
+    echo "--- sender (exit $src)"
+    cat "$log/s"
+    ((src == 0)) || fail="${fail:-the sender exited $src}"
     ;;
   *) echo "shared_device.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
