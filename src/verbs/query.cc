@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <climits>
 #include <cstring>
 
 #include "objects.h"
@@ -89,6 +90,9 @@ int fill_device_attr(VContext* c, ibv_device_attr* a) {
   a->max_cqe = DeviceLimits::kMaxCqe;
   a->max_mr = DeviceLimits::kMaxMr;
   a->max_pd = DeviceLimits::kMaxPd;
+  // An AH is a few dozen bytes of process memory (ah.cc), with no table to fill: the limit is
+  // memory (ENOMEM), which mlx5 reports the same way. 0 would read as "no address handles".
+  a->max_ah = INT32_MAX;
   a->max_mcast_grp = DeviceLimits::kMaxMcastGrp;  // UD multicast (ibv_attach_mcast, ah.cc)
   a->max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
   a->max_total_mcast_qp_attach = DeviceLimits::kMaxMcastGrp * DeviceLimits::kMaxMcastQpAttach;

@@ -141,6 +141,7 @@ TEST_F(ContextTest, QueryDeviceTellsLimits) {
   EXPECT_GT(a.max_mr_size, static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
   EXPECT_EQ(a.max_sge, 16);
   EXPECT_GT(a.max_qp, 0);
+  EXPECT_GT(a.max_ah, 0);  // 0 reads as "no address handles"
   EXPECT_GT(a.max_cq, 0);
   EXPECT_GT(a.max_cqe, 0);
   // As large as the CQs middleware asks for (libfabric's rxm: 262144), and enforced.
