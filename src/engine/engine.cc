@@ -471,14 +471,15 @@ bool Engine::poll_from_app(bool wait_for_receiver) {
   // will learn of from memory, for its next post (Progress::on_engine_pass says why).
   const bool silent = ends_silent_write(rx);
   const bool sent_data = silent && dp_.take_sent_data();
+  bool for_post = false;
   {
     // The application received for itself: while the engine receives beside it, that counts
     // against doing so.
     Policy p(*this);
     p->on_app_received();
-    if (silent) p->on_app_silent_write(sent_data);
+    if (silent) for_post = p->on_app_silent_write(sent_data);
   }
-  dp_.set_hold(silent ? Datapath::Hold::kUntilPost : Datapath::Hold::kUntilNextCall);
+  dp_.set_hold(for_post ? Datapath::Hold::kUntilPost : Datapath::Hold::kUntilNextCall);
   transport::Time next = pass(rx, t, &again, &link_changed);
   dp_.set_hold(Datapath::Hold::kOff);
   {

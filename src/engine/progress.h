@@ -136,8 +136,13 @@ class Progress {
   // True: the timer moved.
   bool on_deadline(Time deadline);
   // An application pass took an RC WRITE that ends a message without immediate data
-  // (`silent`), and whether the device sent anything but ACKs since the last such WRITE.
-  void on_app_silent_write(bool sent_data) { replied_ = sent_data; }
+  // (`silent`), and whether the device sent anything but ACKs since the last such WRITE. Returns
+  // whether the pass holds its ACKs for the application's next post (Datapath::Hold::kUntilPost):
+  // only when it answered the last such WRITE with a post (see on_engine_pass).
+  bool on_app_silent_write(bool sent_data) {
+    replied_ = sent_data;
+    return replied_;
+  }
 
   // ---- the engine thread ----
   // The engine looks before it sleeps (top of its loop). `lapsed` in the result: the polling

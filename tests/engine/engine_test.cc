@@ -512,12 +512,14 @@ struct AckingRig {
   transport::Time acked_at = 0;  // device lock
 };
 
-// The ACK of an RC WRITE that ends a message without immediate data waits, while an
-// application thread is about, for that thread's next post (Datapath::Hold::kUntilPost):
-// ib_write_lat's side learns of the WRITE from memory and answers with a WRITE of its own, which
-// the ACK then travels with. The application's polls do not send it, as they do the ACK of a
-// SEND; without a post it leaves once it has waited Datapath::kMaxHoldNs. Whichever thread
-// received: the application's passes and the engine's own (beside a polling application).
+// The ACK of an RC WRITE that ends a message without immediate data waits, when the application
+// answered the last such WRITE with a post, for that thread's next post
+// (Datapath::Hold::kUntilPost): ib_write_lat's side learns of the WRITE from memory and answers
+// with a WRITE of its own, which the ACK then travels with. The application's polls do not send
+// it, as they do the ACK of a SEND; without a post it leaves once it has waited
+// Datapath::kMaxHoldNs. An application that answered nothing (ucx_perftest put_bw's target
+// polls and never posts) has its ACKs sent at once. Whichever thread received: the
+// application's passes and the engine's own (beside a polling application).
 TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   AckingRig a(loopback(43, 7, 1), loopback(43, 7, 2));
   ASSERT_TRUE(a.ok());
@@ -556,6 +558,13 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   r.engine->set_handoff_ns(600'000'000'000);
   EXPECT_FALSE(r.engine->poll_from_app());
   r.engine->start();
+  // It answered a WRITE before: it sent data since.
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    queue_packet(*r.dp, wire::Opcode::kRcSendOnly, 99, peer_ip);
+    r.dp->tx_flush(monotonic_now());
+  }
+  EXPECT_EQ(next_ack(), -2);
   send(wire::Opcode::kRcWriteOnly, 1);
   ASSERT_TRUE(app_receives(1));
   r.engine->note_poll_result(true);
@@ -598,15 +607,28 @@ TEST(EngineTest, TheAckOfASilentWriteWaitsForTheApplicationsPost) {
   ASSERT_TRUE(delivered(3));
   EXPECT_EQ(next_ack(), 3);
   ASSERT_TRUE(r.engine->receives_beside_app());
-  // About again: a WRITE the engine receives on arrival has its ACK held for a post that does
-  // not come, and the ACK leaves by itself at the limit.
+  // About again, but it answered no WRITE since the last (nothing but ACKs sent): a WRITE the
+  // engine receives on arrival has its ACK sent at once.
   r.engine->set_handoff_ns(600'000'000'000);
   r.engine->poll_from_app();
   r.engine->note_poll_result(true);
   send(wire::Opcode::kRcWriteOnly, 4);
   ASSERT_TRUE(delivered(4));
-  EXPECT_TRUE(held_or_limit());
   EXPECT_EQ(next_ack(), 4);
+  // It answers (a post with data): the next WRITE's ACK is held for a post that does not come,
+  // and leaves by itself at the limit.
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    queue_packet(*r.dp, wire::Opcode::kRcSendOnly, 101, peer_ip);
+    r.dp->tx_flush(monotonic_now());
+  }
+  EXPECT_EQ(next_ack(), -2);
+  r.engine->poll_from_app();
+  r.engine->note_poll_result(true);
+  send(wire::Opcode::kRcWriteOnly, 5);
+  ASSERT_TRUE(delivered(5));
+  EXPECT_TRUE(held_or_limit());
+  EXPECT_EQ(next_ack(), 5);
   {
     std::lock_guard<std::mutex> g(r.mu);
     EXPECT_GE(monotonic_now() - acked_at, Datapath::kMaxHoldNs);

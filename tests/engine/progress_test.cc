@@ -243,7 +243,7 @@ TEST(Progress, DeadlinesMoveTheTimerUnlessAPollingThreadGuardsIt) {
   EXPECT_EQ(p.timer_at(), kT0 + 200 * kUs);
 }
 
-TEST(Progress, TheAckOfASilentWriteWaitsForAPostWhileTheApplicationIsAbout) {
+TEST(Progress, TheAckOfASilentWriteWaitsForAPostOnlyFromAnApplicationThatAnswers) {
   Progress p(true);
   bool takeover;
   Progress::Pass write;
@@ -252,13 +252,17 @@ TEST(Progress, TheAckOfASilentWriteWaitsForAPostWhileTheApplicationIsAbout) {
   write.hold_limit = Progress::kNever;
   // Nobody polled, nothing answered the last WRITE: the ACK leaves at once.
   EXPECT_FALSE(p.on_engine_pass(kT0, write, &takeover));
-  // The application polled a moment ago: held for its post.
+  // The application polled a moment ago but answered no WRITE (ucx_perftest put_bw's target
+  // polls all along and never posts): not held either.
   p.on_app_poll(kT0 + kMs);
   p.on_engine_look(kT0 + kMs + 10 * kUs);
-  EXPECT_TRUE(p.on_engine_pass(kT0 + kMs + 10 * kUs, write, &takeover));
-  // Gone quiet for longer than the handoff, but it answered the last WRITE (sent data since):
-  // still held (ib_write_lat -s 256K).
+  EXPECT_FALSE(p.on_engine_pass(kT0 + kMs + 10 * kUs, write, &takeover));
+  EXPECT_FALSE(p.on_app_silent_write(false));  // its own passes do not hold for a post either
+  // It answered the last WRITE (sent data since): held for its post, also when it has gone
+  // quiet for longer than the handoff (ib_write_lat -s 256K).
   write.sent_data = true;
+  EXPECT_TRUE(p.on_engine_pass(kT0 + kMs + 20 * kUs, write, &takeover));
+  EXPECT_TRUE(p.on_app_silent_write(true));
   p.on_engine_look(kT0 + 10 * kMs);
   EXPECT_TRUE(p.on_engine_pass(kT0 + 10 * kMs, write, &takeover));
   // Past the hold's limit: sent.
