@@ -95,7 +95,8 @@ class Datapath : public Transmitter {
   //    one burst (one sendmmsg, one DPDK tx burst) instead of two, and the peer takes both in
   //    one receive. Its next post or poll flushes them.
   //  - kUntilPost: a pass (the application's or the engine's) that took an RC WRITE ending a
-  //    message without immediate data. Its target learns of it by watching memory, never from a
+  //    message without immediate data, when the application answered the last such WRITE with a
+  //    post (Progress::on_engine_pass, on_app_silent_write). Its target learns of it by watching memory, never from a
   //    CQ, so only its next post shows that it reacted: ACKs only are held (a queue with anything
   //    else is sent), apart from the rest, and neither its polls nor the engine's other passes
   //    flush them. They leave behind the first burst that ends a message (the reply; one longer
