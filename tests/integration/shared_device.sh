@@ -19,6 +19,10 @@
 #   shared_device.sh UROCE_RUN IP PORT mcast    two mckey receivers and a sender, all on
 #                                               uroce0=IP, one multicast group (239.90.PORT/256.
 #                                               PORT%256): each receiver gets every message
+#   shared_device.sh UROCE_RUN IP PORT netns    two network namespaces, each with IP on its lo,
+#                                               a pingpong pair on uroce0=IP in each at once: one
+#                                               group per namespace, no probe round waits for the
+#                                               other's processes (needs root; skips otherwise)
 set -uo pipefail
 run=$1 ip=$2 port=$3 mode=$4
 export UROCE_DEVICES=uroce0=$ip UROCE_STATS=1
@@ -226,6 +230,41 @@ case $mode in
     echo "--- sender (exit $src)"
     cat "$log/s"
     ((src == 0)) || fail="${fail:-the sender exited $src}"
+    ;;
+  netns)
+    ((EUID == 0)) || { echo "SKIP: network namespaces need root"; exit 77; }
+    ns=(uroce-sh-a-$$ uroce-sh-b-$$)
+    trap 'for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null; done; cleanup' EXIT
+    for n in "${ns[@]}"; do
+      if ! { ip netns add "$n" && ip -n "$n" link set lo up && ip -n "$n" addr add "$ip/32" dev lo; }; then
+        echo "FAIL: cannot set up namespace $n"
+        exit 1
+      fi
+    done
+    k=0
+    for n in "${ns[@]}"; do
+      k=$((k + 1))
+      UROCE_LOG=info timeout "$TIMEOUT" ip netns exec "$n" "$run" ibv_rc_pingpong -d uroce0 -g 0 \
+        -p "$port" -c -n 200 >"$log/$n.srv" 2>&1 &
+      pids+=("$!")
+    done
+    srvs=("${pids[@]: -2}")
+    for n in "${ns[@]}"; do
+      for _ in $(seq 400); do
+        ip netns exec "$n" ss -ltnH "sport = :$port" | grep -q . && break
+        sleep 0.05
+      done
+    done
+    clis=()
+    for n in "${ns[@]}"; do
+      UROCE_LOG=info timeout "$TIMEOUT" ip netns exec "$n" "$run" ibv_rc_pingpong -d uroce0 -g 0 \
+        -p "$port" -c -n 200 127.0.0.1 >"$log/$n.cli" 2>&1 &
+      clis+=("$!")
+    done
+    for k in 0 1; do check_pair "${ns[k]}" "${srvs[k]}" "${clis[k]}"; done
+    # A registry shared by the two namespaces has each round wait for the other's members.
+    grep -l "did not answer its probe" "$log"/*.srv "$log"/*.cli &&
+      fail="${fail:-a probe round waited for a process of the other namespace}"
     ;;
   *) echo "shared_device.sh: unknown mode $mode" >&2; exit 2 ;;
 esac

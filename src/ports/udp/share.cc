@@ -136,8 +136,12 @@ struct UdpShare::Registry {
 };
 
 std::string UdpShare::registry_path(uint32_t ip, uint16_t port) {
-  return "/dev/shm/uroce-share." + std::to_string(getuid()) + "." + format_ip(ip) + "." +
-         std::to_string(port);
+  // The socket group is the network namespace's, and /dev/shm is shared across namespaces
+  // (`ip netns exec`): two namespaces each with a device on 10.0.0.1 are two groups, and one
+  // registry would have each wait for probes the other's members can never get.
+  struct stat ns {};
+  const unsigned long long netns = stat("/proc/self/ns/net", &ns) == 0 ? ns.st_ino : 0;
+  return fmt::format("/dev/shm/uroce-share.{}.{}.{}.{}", getuid(), netns, format_ip(ip), port);
 }
 
 void UdpShare::set_round_timeout_ms(int ms) {
@@ -228,8 +232,12 @@ void UdpShare::unlock() {
 }
 
 bool UdpShare::reap_dead() {
-  bool any = false;
   const pid_t self = getpid();
+  // Under the lock the group holds a socket for every slot not free (a leaver closes its own
+  // under the lock; temporary sockets live only inside the holder's round).
+  uint32_t sockets = 0;
+  for (const auto& sl : reg_->slots) sockets += at(sl.state).load() != kFree;
+  std::vector<uint32_t> dead;
   for (uint32_t s = 0; s < share::kSlots; ++s) {
     Registry::Slot& sl = reg_->slots[s];
     const uint32_t st = at(sl.state).load();
@@ -237,14 +245,32 @@ bool UdpShare::reap_dead() {
     if (!gone(sl.pid, sl.start_time)) continue;
     log().info("{}:{}: process {} (slot {}) is gone; its QPNs and listeners are released",
                format_ip(ip_), port_, sl.pid, s);
+    dead.push_back(s);
+  }
+  // One death moves one socket, which the caller's round will measure: the kernel filled the
+  // dead one's position with the group's last socket. Known at once, it is the program the
+  // caller attaches now — not only once every member has answered a round, which on a loaded
+  // host took long enough for that socket's peers to exhaust their retries (shared.churn).
+  // Several deaths at once closed in an order nobody knows: the round alone tells.
+  if (dead.size() == 1) {
+    const int32_t hole = at(reg_->slots[dead[0]].position).load();
+    if (hole >= 0 && static_cast<uint32_t>(hole) + 1 < sockets)
+      for (uint32_t s = 0; s < share::kSlots; ++s)
+        if (s != dead[0] && at(reg_->slots[s].state).load() != kFree &&
+            at(reg_->slots[s].position).load() == static_cast<int32_t>(sockets - 1)) {
+          at(reg_->slots[s].position).store(hole);
+          break;
+        }
+  }
+  for (uint32_t s : dead) {
+    Registry::Slot& sl = reg_->slots[s];
     at(sl.state).store(kFree);
     sl.freed_at = ++reg_->freed;
     at(sl.position).store(-1);
     for (auto& c : reg_->claims)
       if (c.used && c.slot == s) c = Registry::Claim{};
-    any = true;
   }
-  return any;
+  return !dead.empty();
 }
 
 std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFactory make_socket,
@@ -301,25 +327,45 @@ std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFacto
 }
 
 UdpShare::~UdpShare() {
+  // No round waits for us from now on: our engine has stopped reading the socket, so we answer
+  // no probe. First, before the watcher is joined: it may be waiting for the lock of a round
+  // that waits for our answer (its timeout, 5 s, was the only way out, and the churn test's
+  // pairs lost their traffic for that long).
+  if (reg_) at(reg_->slots[slot_].state).store(kLeaving);
   stop_watcher();
   if (!reg_) {
     if (fd_ >= 0) close(fd_);
     return;
   }
-  at(reg_->slots[slot_].state).store(kLeaving);  // no round waits for us from now on
   {
     std::lock_guard<std::mutex> g(mu_);
     std::string why;
     const bool locked = lock(&why);
     Registry::Slot& sl = reg_->slots[slot_];
+    // Closing moves the group's last socket into our position. Under the lock the group holds
+    // a socket for every slot not free, ours included: which one is last is known, and the
+    // program that says so is attached at once, before the round that measures again (its
+    // peers' traffic went by hash for as long as that round took; shared.churn).
+    const int32_t hole = at(sl.position).load();
+    int moved = -1;
+    if (locked && hole >= 0) {
+      uint32_t sockets = 0;
+      for (const auto& o : reg_->slots) sockets += at(o.state).load() != kFree;
+      for (uint32_t s = 0; s < share::kSlots && static_cast<uint32_t>(hole) + 1 < sockets; ++s)
+        if (s != slot_ && at(reg_->slots[s].state).load() != kFree &&
+            at(reg_->slots[s].position).load() == static_cast<int32_t>(sockets - 1)) {
+          moved = static_cast<int>(s);
+          break;
+        }
+    }
     at(sl.state).store(kFree);
     sl.freed_at = ++reg_->freed;
     at(sl.position).store(-1);
     for (auto& c : reg_->claims)
       if (c.used && c.slot == slot_) c = Registry::Claim{};
-    // Closing moves the group's last socket into our position: measure again.
     close(fd_);
     fd_ = -1;
+    if (moved >= 0) at(reg_->slots[moved].position).store(hole);
     if (locked) {
       reap_dead();
       bool members = false;
@@ -331,9 +377,10 @@ UdpShare::~UdpShare() {
         // moves nobody — unless a member died meanwhile: the kernel then filled the dead one's
         // position with this last socket, and closing it from there moves the socket that is
         // last then, after the round measured it. Measure again with a new one, at the end.
-        for (bool again = true; again;) {
+        for (bool again = true, first = true; again; first = false) {
           const int tmp = make_socket_();
           if (tmp < 0) break;
+          if (first) attach(tmp);  // the moved socket's new position, known
           again = round(tmp, -1);
           close(tmp);
         }
@@ -493,8 +540,7 @@ void UdpShare::attach(int attach_fd) {
   if (log().should_log(spdlog::level::debug)) {
     std::string map;
     for (uint32_t s = 0; s < share::kSlots; ++s)
-      if (t.position[s] >= 0)
-        map += fmt::format(" slot {}→{}", s, t.position[s]);
+      if (t.position[s] >= 0) map += fmt::format(" slot {}→{}", s, t.position[s]);
     log().debug("{}:{}: round {}: process {} attaches the program:{}", format_ip(ip_), port_,
                 r.round, getpid(), map.empty() ? " no member" : map);
   }
@@ -623,7 +669,10 @@ void UdpShare::watch() {
     if (died && !stopping_) {
       std::lock_guard<std::mutex> g(mu_);
       if (lock(nullptr)) {
-        if (reap_dead()) round(fd_, -1);
+        if (reap_dead()) {
+          attach(fd_);  // the moved socket's new position (reap_dead), before the round's
+          round(fd_, -1);
+        }
         unlock();
       }
     }
