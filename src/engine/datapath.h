@@ -96,15 +96,16 @@ class Datapath : public Transmitter {
   //    one receive. Its next post or poll flushes them.
   //  - kUntilPost: a pass (the application's or the engine's) that took an RC WRITE ending a
   //    message without immediate data, when the application answered the last such WRITE with a
-  //    post (Progress::on_engine_pass, on_app_silent_write). Its target learns of it by watching memory, never from a
-  //    CQ, so only its next post shows that it reacted: ACKs only are held (a queue with anything
-  //    else is sent), apart from the rest, and neither its polls nor the engine's other passes
-  //    flush them. They leave behind the first burst that ends a message (the reply; one longer
-  //    than the send window keeps them through its first windows), for at most kMaxHoldNs, or
-  //    kMaxReplyHoldNs once a reply is under way (Engine::run says why: ib_write_lat) — or, held
-  //    by the application's own pass and the application then silent altogether, until the
-  //    engine thread next runs (when the application's guard lapses: Engine::guarded_, 1-4 ms):
-  //    arming its timer on every such pass would cost a system call a round trip.
+  //    post (Progress::on_engine_pass, on_app_silent_write). Its target learns of it by watching
+  //    memory, never from a CQ, so only its next post shows that it reacted: ACKs only are held (a
+  //    queue with anything else is sent), apart from the rest, and neither its polls nor the
+  //    engine's other passes flush them. They leave behind the first burst that ends a message (the
+  //    reply; one longer than the send window keeps them through its first windows), for at most
+  //    kMaxHoldNs, or kMaxReplyHoldNs once a reply is under way (Engine::run says why:
+  //    ib_write_lat) — or, held by the application's own pass and the application then silent
+  //    altogether, until the engine thread next runs (when the application's guard lapses:
+  //    Engine::guarded_, 1-4 ms): arming its timer on every such pass would cost a system call a
+  //    round trip.
   enum class Hold : uint8_t { kOff, kUntilNextCall, kUntilPost };
   static constexpr size_t kMaxHeld = 8;
   // An ACK held longer delays the peer's send completion more than sharing a burst saves; and a

@@ -3,10 +3,11 @@
 // socket in the kernel's SO_REUSEPORT group, the probe rounds that measure where each member's
 // socket sits in the group, and the steering program (steering.h) attached from that.
 //
-// The registry (/dev/shm/uroce-share.<uid>.<netns inode>.<a.b.c.d>.<port>) is a fixed layout guarded by flock on
-// its file: a lock that dies with its holder, so a killed process never leaves it taken. Under
-// the lock: joining, leaving, reclaiming dead members, claims, and the rounds. Without it, with
-// atomic stores: a member's QPN counter (its own) and the answers of its receive path to probes.
+// The registry (/dev/shm/uroce-share.<uid>.<netns inode>.<a.b.c.d>.<port>) is a fixed layout
+// guarded by flock on its file: a lock that dies with its holder, so a killed process never leaves
+// it taken. Under the lock: joining, leaving, reclaiming dead members, claims, and the rounds.
+// Without it, with atomic stores: a member's QPN counter (its own) and the answers of its receive
+// path to probes.
 //
 // Threads: join() on the opening thread; on_probe() on whichever thread receives (the port's
 // rx_burst); the CM's claim calls on any thread; a watcher thread per share that waits on the
