@@ -85,6 +85,35 @@ bool all_leaving(uint32_t ip, const std::vector<uint32_t>& slots) {
   return n == slots.size();
 }
 
+// Sends `each` datagrams to the slot of every member in `which` from `sender_ip` and expects each
+// member to receive exactly its own (loopback loses nothing: the wait is a bound for a lost one).
+void expect_steered(uint32_t ip, uint32_t sender_ip, const std::vector<std::unique_ptr<Member>>& m,
+                    const std::vector<int>& which) {
+  test::RawSender sender(sender_ip);
+  ASSERT_TRUE(sender.ok());
+  constexpr int kEach = 20;
+  for (int k = 0; k < kEach; ++k)
+    for (int i : which) {
+      uint8_t pkt[64];
+      const uint32_t qpn = m[i]->share->slot() << share::kQpnSlotShift | 0x11;
+      const size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, qpn, 0, {});
+      ASSERT_TRUE(sender.send_ib(ip, {pkt, n}));
+    }
+  auto got = [&] {
+    int n = 0;
+    for (int i : which) n += m[i]->mine + m[i]->others;
+    return n;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got() < kEach * static_cast<int>(which.size()) &&
+         std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i : which) {
+    EXPECT_EQ(m[i]->mine, kEach) << "member " << i;
+    EXPECT_EQ(m[i]->others, 0) << "member " << i;
+  }
+}
+
 // Two members close their devices at once (the two processes of a pair that ends): the second
 // waits for the registry's lock with its socket still in the group while the first closes its
 // socket and measures. The round must probe the waiting member's position too: probing only as
@@ -117,25 +146,7 @@ TEST(UdpShareTest, ARoundProbesThePositionOfAMemberStillLeaving) {
   EXPECT_EQ(UdpShare::rounds_timed_out(), timed_out) << "a round missed a live member";
 
   // The survivors' slots come to their sockets.
-  test::RawSender sender(loopback(50, 1, 2));
-  ASSERT_TRUE(sender.ok());
-  constexpr int kEach = 20;
-  for (int k = 0; k < kEach; ++k)
-    for (int i = 2; i < 4; ++i) {
-      uint8_t pkt[64];
-      const uint32_t qpn = m[i]->share->slot() << share::kQpnSlotShift | 0x11;
-      const size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, qpn, 0, {});
-      ASSERT_TRUE(sender.send_ib(ip, {pkt, n}));
-    }
-  // Loopback loses nothing: wait for every datagram (a bound, not a measure, for a lost one).
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (m[2]->mine + m[2]->others + m[3]->mine + m[3]->others < 2 * kEach &&
-         std::chrono::steady_clock::now() < give_up)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  for (int i = 2; i < 4; ++i) {
-    EXPECT_EQ(m[i]->mine, kEach) << "member " << i;
-    EXPECT_EQ(m[i]->others, 0) << "member " << i;
-  }
+  expect_steered(ip, loopback(50, 1, 2), m, {2, 3});
 }
 
 // A process joins while another member is busy and reads its socket late (fio's server beside a
@@ -159,30 +170,7 @@ TEST(UdpShareTest, AJoinWaitsOnlyForTheJoiner) {
   EXPECT_EQ(UdpShare::rounds_timed_out(), timed_out) << "the join waited for the busy member";
 
   // Every reading member's slot comes to its socket, the joiner's too.
-  test::RawSender sender(loopback(50, 2, 2));
-  ASSERT_TRUE(sender.ok());
-  constexpr int kEach = 20;
-  const std::vector<int> reading = {0, 2, 3};
-  for (int k = 0; k < kEach; ++k)
-    for (int i : reading) {
-      uint8_t pkt[64];
-      const uint32_t qpn = m[i]->share->slot() << share::kQpnSlotShift | 0x11;
-      const size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, qpn, 0, {});
-      ASSERT_TRUE(sender.send_ib(ip, {pkt, n}));
-    }
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  auto got = [&] {
-    int n = 0;
-    for (int i : reading) n += m[i]->mine + m[i]->others;
-    return n;
-  };
-  while (got() < kEach * static_cast<int>(reading.size()) &&
-         std::chrono::steady_clock::now() < give_up)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  for (int i : reading) {
-    EXPECT_EQ(m[i]->mine, kEach) << "member " << i;
-    EXPECT_EQ(m[i]->others, 0) << "member " << i;
-  }
+  expect_steered(ip, loopback(50, 2, 2), m, {0, 2, 3});
 }
 
 }  // namespace
