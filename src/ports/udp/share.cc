@@ -233,10 +233,6 @@ void UdpShare::unlock() {
 
 bool UdpShare::reap_dead() {
   const pid_t self = getpid();
-  // Under the lock the group holds a socket for every slot not free (a leaver closes its own
-  // under the lock; temporary sockets live only inside the holder's round).
-  uint32_t sockets = 0;
-  for (const auto& sl : reg_->slots) sockets += at(sl.state).load() != kFree;
   std::vector<uint32_t> dead;
   for (uint32_t s = 0; s < share::kSlots; ++s) {
     Registry::Slot& sl = reg_->slots[s];
@@ -252,25 +248,34 @@ bool UdpShare::reap_dead() {
   // caller attaches now — not only once every member has answered a round, which on a loaded
   // host took long enough for that socket's peers to exhaust their retries (shared.churn).
   // Several deaths at once closed in an order nobody knows: the round alone tells.
-  if (dead.size() == 1) {
-    const int32_t hole = at(reg_->slots[dead[0]].position).load();
-    if (hole >= 0 && static_cast<uint32_t>(hole) + 1 < sockets)
-      for (uint32_t s = 0; s < share::kSlots; ++s)
-        if (s != dead[0] && at(reg_->slots[s].state).load() != kFree &&
-            at(reg_->slots[s].position).load() == static_cast<int32_t>(sockets - 1)) {
-          at(reg_->slots[s].position).store(hole);
-          break;
-        }
-  }
-  for (uint32_t s : dead) {
-    Registry::Slot& sl = reg_->slots[s];
-    at(sl.state).store(kFree);
-    sl.freed_at = ++reg_->freed;
-    at(sl.position).store(-1);
-    for (auto& c : reg_->claims)
-      if (c.used && c.slot == s) c = Registry::Claim{};
-  }
+  if (dead.size() == 1)
+    if (const int moved = moved_by_leaving(dead[0]); moved >= 0)
+      at(reg_->slots[moved].position).store(at(reg_->slots[dead[0]].position).load());
+  for (uint32_t s : dead) free_slot(s);
   return !dead.empty();
+}
+
+int UdpShare::moved_by_leaving(uint32_t gone) const {
+  // Under the lock the group holds a socket for every slot not free (a leaver closes its own
+  // under the lock; temporary sockets live only inside the holder's round).
+  uint32_t sockets = 0;
+  for (auto& sl : reg_->slots) sockets += at(sl.state).load() != kFree;
+  const int32_t hole = at(reg_->slots[gone].position).load();
+  if (hole < 0 || static_cast<uint32_t>(hole) + 1 >= sockets) return -1;
+  for (uint32_t s = 0; s < share::kSlots; ++s)
+    if (s != gone && at(reg_->slots[s].state).load() != kFree &&
+        at(reg_->slots[s].position).load() == static_cast<int32_t>(sockets - 1))
+      return static_cast<int>(s);
+  return -1;
+}
+
+void UdpShare::free_slot(uint32_t s) {
+  Registry::Slot& sl = reg_->slots[s];
+  at(sl.state).store(kFree);
+  sl.freed_at = ++reg_->freed;
+  at(sl.position).store(-1);
+  for (auto& c : reg_->claims)
+    if (c.used && c.slot == s) c = Registry::Claim{};
 }
 
 std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFactory make_socket,
@@ -341,28 +346,12 @@ UdpShare::~UdpShare() {
     std::lock_guard<std::mutex> g(mu_);
     std::string why;
     const bool locked = lock(&why);
-    Registry::Slot& sl = reg_->slots[slot_];
-    // Closing moves the group's last socket into our position. Under the lock the group holds
-    // a socket for every slot not free, ours included: which one is last is known, and the
-    // program that says so is attached at once, before the round that measures again (its
+    // Closing moves the group's last socket into our position. Which one that is is known, and
+    // the program that says so is attached at once, before the round that measures again (its
     // peers' traffic went by hash for as long as that round took; shared.churn).
-    const int32_t hole = at(sl.position).load();
-    int moved = -1;
-    if (locked && hole >= 0) {
-      uint32_t sockets = 0;
-      for (const auto& o : reg_->slots) sockets += at(o.state).load() != kFree;
-      for (uint32_t s = 0; s < share::kSlots && static_cast<uint32_t>(hole) + 1 < sockets; ++s)
-        if (s != slot_ && at(reg_->slots[s].state).load() != kFree &&
-            at(reg_->slots[s].position).load() == static_cast<int32_t>(sockets - 1)) {
-          moved = static_cast<int>(s);
-          break;
-        }
-    }
-    at(sl.state).store(kFree);
-    sl.freed_at = ++reg_->freed;
-    at(sl.position).store(-1);
-    for (auto& c : reg_->claims)
-      if (c.used && c.slot == slot_) c = Registry::Claim{};
+    const int32_t hole = at(reg_->slots[slot_].position).load();
+    const int moved = locked ? moved_by_leaving(slot_) : -1;
+    free_slot(slot_);
     close(fd_);
     fd_ = -1;
     if (moved >= 0) at(reg_->slots[moved].position).store(hole);

@@ -87,6 +87,11 @@ class UdpShare : public PortShare {
   void unlock();
   // With the lock: frees the slots of members that died (true when any did).
   bool reap_dead();
+  // With the lock: the slot whose socket the kernel moves into `gone`'s position when `gone`'s
+  // socket leaves the group (the group's last one), or -1 when `gone`'s was last or unknown.
+  int moved_by_leaving(uint32_t gone) const;
+  // With the lock: slot `s` is free again, its claims (ports, listeners) released.
+  void free_slot(uint32_t s);
   // With the lock: measures every live member's position (draining `drain_fd` for its own probe,
   // -1 when its receive path runs) and attaches the program from `attach_fd`. True when a member
   // died during the round (it measured again without it).
