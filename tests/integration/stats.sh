@@ -10,14 +10,18 @@ source "$(dirname "$0")/lib.sh"
 run=$1 uroce=$2 srv_ip=$3 cli_ip=$4 port=$5
 fail=
 
-# The server's device line of one JSON document, as "pid sent_pkts", or nothing.
+# The server's device line of one JSON document, as "pid sent_pkts", or nothing. When server and
+# client share the address (tools.uroce_stats_shared_device) both are listed under it, in no set
+# order: the one with the lower pid (the server, started first) is taken, so that every polling
+# round looks at the same process.
 server_entry() {
   python3 -c '
 import json, sys
 doc = json.load(open(sys.argv[1]))
-for d in doc["devices"]:
-    if d["address"] == sys.argv[2] and d["device"] == "uroce0":
-        print(d["pid"], d["counters"].get("sent_pkts", 0))
+mine = [d for d in doc["devices"] if d["address"] == sys.argv[2] and d["device"] == "uroce0"]
+if mine:
+    d = min(mine, key=lambda d: d["pid"])
+    print(d["pid"], d["counters"].get("sent_pkts", 0))
 ' "$1" "$srv_ip"
 }
 
