@@ -43,6 +43,10 @@ struct PortCounters {
   // misplaced position). Also counted in rx_unknown_qp, which cannot tell them from packets for
   // a QP this process destroyed.
   Counter rx_share_other_slot;
+  // The relay (same section): datagrams for another member passed on to it, datagrams that could
+  // not be (its relay socket full: dropped as unknown QPs here, recovered as losses), and
+  // datagrams other members passed on to this process.
+  Counter rx_share_relayed_out, rx_share_relay_failed, rx_share_relayed_in;
 
   // Ports that frame Ethernet themselves (dpdk_port/). Receive, frames not handed up: not for
   // this device (another MAC or IPv4 address), not RoCE (another EtherType, IP protocol or UDP
@@ -81,6 +85,9 @@ struct PortCounters {
     f("tx_gso_fallback", s.tx_gso_fallback);
     f("rx_socket_overflow", s.rx_socket_overflow);
     f("rx_share_other_slot", s.rx_share_other_slot);
+    f("rx_share_relayed_out", s.rx_share_relayed_out);
+    f("rx_share_relay_failed", s.rx_share_relay_failed);
+    f("rx_share_relayed_in", s.rx_share_relayed_in);
     f("rx_not_for_us", s.rx_not_for_us);
     f("rx_non_roce", s.rx_non_roce);
     f("rx_bad_ipv4", s.rx_bad_ipv4);

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -171,6 +172,32 @@ TEST(UdpShareTest, AJoinWaitsOnlyForTheJoiner) {
 
   // Every reading member's slot comes to its socket, the joiner's too.
   expect_steered(ip, loopback(50, 2, 2), m, {0, 2, 3});
+}
+
+// A last member killed with SIGKILL leaves its registry behind (nobody is left to remove it): the
+// next process of the user that joins any group removes it; a registry a live process holds stays.
+TEST(UdpShareTest, AJoinerRemovesTheRegistriesOfDeadGroups) {
+  const uint32_t dead_ip = loopback(50, 3, 1), live_ip = loopback(50, 3, 2);
+  const std::string dead = UdpShare::registry_path(dead_ip, wire::kRoceV2UdpPort);
+  const std::string live = UdpShare::registry_path(live_ip, wire::kRoceV2UdpPort);
+  Member alive;
+  ASSERT_TRUE(alive.join(live_ip));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Joins, and dies without leaving, as SIGKILL would have it.
+    std::string err;
+    auto s = UdpShare::join(
+        dead_ip, wire::kRoceV2UdpPort, [dead_ip] { return reuseport_socket(dead_ip); }, &err);
+    _exit(s ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_EQ(access(dead.c_str(), F_OK), 0) << "the dead member's registry is there";
+  EXPECT_GE(UdpShare::remove_stale_registries(""), 1u);
+  EXPECT_NE(access(dead.c_str(), F_OK), 0) << "removed";
+  EXPECT_EQ(access(live.c_str(), F_OK), 0) << "a live member's registry stays";
 }
 
 }  // namespace

@@ -146,11 +146,13 @@ case $mode in
     ;;
   churn)
     secs=${CHURN_SECONDS:-20}
+    # Info: each process says when it first passes on a datagram the steering sent astray.
+    export UROCE_LOG=info
     end=$((SECONDS + secs))
     # The long-lived WRITE stream: fio's rdma engine (it sleeps on its completion channel, where
     # perftest would take both cores from the churn), server and client on the device.
     fio=(--ioengine=rdma --verb=write --bs=64k --size=64m --port=$((port + 1)) --hostname="$ip")
-    UROCE_LOG=info timeout "$TIMEOUT" "$run" fio --name=server "${fio[@]}" --rw=read --iodepth=16 \
+    timeout "$TIMEOUT" "$run" fio --name=server "${fio[@]}" --rw=read --iodepth=16 \
       >"$log/fio.server" 2>&1 &
     fio_srv=$!
     pids+=("$fio_srv")
@@ -200,7 +202,9 @@ case $mode in
     # Every process had QPNs of its own: none came back after its owner died.
     all=$(qpns "$log"/*.srv "$log"/*.cli "$log"/*.victim | wc -l)
     distinct=$(qpns "$log"/*.srv "$log"/*.cli "$log"/*.victim | sort -u | wc -l)
-    echo "churn: $round rounds in $secs s, $all QPNs shown, $distinct distinct"
+    relayers=$(grep -l "passes on datagrams the steering brought here" "$log"/* | wc -l)
+    echo "churn: $round rounds in $secs s, $all QPNs shown, $distinct distinct;" \
+      "$relayers processes passed on datagrams sent astray"
     ((round >= 2)) || fail="${fail:-only $round churn rounds ran}"
     ((all == distinct)) || fail="${fail:-a QPN was handed out twice ($all shown, $distinct distinct)}"
     ;;

@@ -1,6 +1,7 @@
 #include "ports/udp/share.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -29,7 +30,7 @@ namespace uroce {
 namespace {
 
 constexpr char kMagic[8] = {'u', 'r', 'o', 'c', 'e', 'S', 'G', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: Slot::relay_port
 constexpr size_t kMaxClaims = 4096;
 // The first QPN a slot hands out: 0x11, as a device alone always did (slot 0 then numbers its
 // QPs exactly as before; 0 and 1 are the special QPs).
@@ -45,6 +46,10 @@ enum : uint32_t { kFree = 0, kLive = 1, kLeaving = 2 };
 template <typename T>
 std::atomic_ref<T> at(T& v) {
   return std::atomic_ref<T>(v);
+}
+template <typename T>
+T load(const T& v) {
+  return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_relaxed);
 }
 
 uint64_t now_ms() {
@@ -104,6 +109,35 @@ std::string format_ip(uint32_t ip) {
   return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
 }
 
+// The relay socket: UDP on the device's address, a port of the kernel's choosing, nonblocking.
+// Its buffer takes a burst of a stream's packets (the steering is stale for a round, a
+// millisecond or two); the kernel caps it at net.core.rmem_max without privilege.
+int relay_socket(uint32_t ip) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(ip);
+  const int bytes = 4 << 20;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    log().warn(
+        "{}: cannot bind a relay socket ({}): datagrams the steering sends astray are "
+        "dropped",
+        format_ip(ip), std::strerror(errno));
+    close(fd);
+    return -1;
+  }
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  return fd;
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_in a{};
+  socklen_t n = sizeof a;
+  return getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0 ? ntohs(a.sin_port) : 0;
+}
+
 }  // namespace
 
 // The registry's layout, the same in every process (kVersion names it). Each field says who
@@ -123,6 +157,8 @@ struct UdpShare::Registry {
     int32_t position;      // owner's receive path: where its socket sits in the group
     uint32_t acked_round;  // owner's receive path: the round `position` answers
     uint32_t freed_at;     // lock: Registry::freed when the slot was last freed
+    uint32_t relay_port;   // lock, read atomically: the owner's relay socket (0: none)
+    uint32_t relay_seq;    // relayers, atomically: datagrams relayed to the owner, ever
   } slots[share::kSlots];
   struct Claim {
     uint16_t port_space;
@@ -269,13 +305,75 @@ int UdpShare::moved_by_leaving(uint32_t gone) const {
   return -1;
 }
 
+// With the lock: writes a claim so that owner_of, reading without the lock, sees each field whole
+// (and `used` last).
+static void set_claim(UdpShare::Registry::Claim& c, const UdpShare::Registry::Claim& v) {
+  at(c.used).store(0);
+  at(c.port_space).store(v.port_space);
+  at(c.port).store(v.port);
+  at(c.slot).store(v.slot);
+  at(c.listening).store(v.listening);
+  c.refs = v.refs;
+  at(c.used).store(v.used);
+}
+
 void UdpShare::free_slot(uint32_t s) {
   Registry::Slot& sl = reg_->slots[s];
   at(sl.state).store(kFree);
   sl.freed_at = ++reg_->freed;
   at(sl.position).store(-1);
+  at(sl.relay_port).store(0);
   for (auto& c : reg_->claims)
-    if (c.used && c.slot == s) c = Registry::Claim{};
+    if (c.used && c.slot == s) set_claim(c, Registry::Claim{});
+}
+
+int UdpShare::owner_of(const uint8_t* data, size_t len) const {
+  const share::Destination d = share::destination_of(data, len);
+  int owner = -1;
+  if (d.kind == share::Destination::kSlot) {
+    owner = static_cast<int>(d.value);
+  } else if (d.kind == share::Destination::kService) {
+    for (const auto& c : reg_->claims)
+      if (load(c.used) && load(c.listening) &&
+          (uint32_t{load(c.port_space)} << 16 | load(c.port)) == d.value) {
+        owner = load(c.slot);
+        break;
+      }
+  }
+  if (owner < 0 || static_cast<uint32_t>(owner) >= share::kSlots ||
+      static_cast<uint32_t>(owner) == slot_ || load(reg_->slots[owner].state) != kLive)
+    return -1;
+  return owner;
+}
+
+bool UdpShare::relay(uint32_t slot, const RelayHeader& h, const uint8_t* data, size_t len) {
+  const uint32_t port = slot < share::kSlots ? load(reg_->slots[slot].relay_port) : 0;
+  if (port == 0 || relay_fd_ < 0) return false;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(ip_);
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  iovec iov[2] = {{const_cast<RelayHeader*>(&h), sizeof h}, {const_cast<uint8_t*>(data), len}};
+  msghdr m{};
+  m.msg_name = &to;
+  m.msg_namelen = sizeof to;
+  m.msg_iov = iov;
+  m.msg_iovlen = 2;
+  if (sendmsg(relay_fd_, &m, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h + len)) return false;
+  // After the send: an owner that sees the count move reads its relay socket (relay_pending).
+  at(reg_->slots[slot].relay_seq).fetch_add(1, std::memory_order_release);
+  return true;
+}
+
+uint32_t UdpShare::relay_seq() const {
+  return at(reg_->slots[slot_].relay_seq).load(std::memory_order_acquire);
+}
+
+bool UdpShare::from_member(uint32_t ip, uint16_t port) const {
+  if (ip != ip_ || port == 0) return false;
+  for (const auto& sl : reg_->slots)
+    if (load(sl.relay_port) == port && load(sl.state) != kFree) return true;
+  return false;
 }
 
 std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFactory make_socket,
@@ -310,11 +408,15 @@ std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFacto
   at(sl.position).store(-1);
   at(sl.acked_round).store(0);
   if (at(sl.qpn_cursor).load() == 0) at(sl.qpn_cursor).store(kFirstQpn);
+  // The relay socket first: a member that sees us live may pass datagrams on at once.
+  s->relay_fd_ = relay_socket(ip);
+  at(sl.relay_port).store(s->relay_fd_ >= 0 ? local_port(s->relay_fd_) : 0);
   at(sl.state).store(kLive);
   s->fd_ = s->make_socket_();
   if (s->fd_ < 0) {
     const int e = errno;
     at(sl.state).store(kFree);
+    at(sl.relay_port).store(0);
     s->unlock();
     if (err) *err = std::strerror(e);
     errno = e;
@@ -328,7 +430,56 @@ std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFacto
     AllSignalsBlocked blocked;  // the watcher takes no signal of the application's (signals.h)
     s->watcher_ = std::thread([p = s.get()] { p->watch(); });
   }
+  remove_stale_registries(s->path_);
   return s;
+}
+
+size_t UdpShare::remove_stale_registries(const std::string& keep) {
+  // The last member removes its registry as it leaves; a last member killed with SIGKILL cannot,
+  // and its file stays until a process opens that address again. A joiner removes those of its
+  // user's that no live process holds (in every namespace: /dev/shm is shared).
+  const std::string dir = "/dev/shm/";
+  const std::string prefix = fmt::format("uroce-share.{}.", getuid());
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  size_t removed = 0;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    const std::string path = dir + name;
+    if (name.compare(0, prefix.size(), prefix) != 0 || path == keep) continue;
+    const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (f < 0) continue;
+    struct stat st;
+    // Its lock held: a member is in it right now (not stale, or a round of its own will tell).
+    if (flock(f, LOCK_EX | LOCK_NB) != 0 || fstat(f, &st) != 0 || st.st_uid != getuid() ||
+        st.st_nlink == 0) {
+      close(f);
+      continue;
+    }
+    bool stale = false;
+    if (static_cast<size_t>(st.st_size) == sizeof(Registry)) {
+      void* m = mmap(nullptr, sizeof(Registry), PROT_READ, MAP_SHARED, f, 0);
+      if (m != MAP_FAILED) {
+        const Registry& r = *static_cast<const Registry*>(m);
+        stale = std::memcmp(r.magic, kMagic, sizeof kMagic) == 0 && r.version == kVersion &&
+                r.bytes == sizeof(Registry);
+        for (uint32_t i = 0; stale && i < share::kSlots; ++i)
+          if (load(r.slots[i].state) != kFree && !gone(r.slots[i].pid, r.slots[i].start_time))
+            stale = false;
+        munmap(m, sizeof(Registry));
+      }
+    } else if (st.st_size == 0) {
+      stale = true;  // created, never written: its creator died first
+    }
+    // Another layout (another uroce version) is left alone: its members cannot be read here.
+    if (stale && unlink(path.c_str()) == 0) {
+      ++removed;
+      log().debug("removed {}: no live process holds it", path);
+    }
+    close(f);
+  }
+  closedir(d);
+  return removed;
 }
 
 UdpShare::~UdpShare() {
@@ -340,6 +491,7 @@ UdpShare::~UdpShare() {
   stop_watcher();
   if (!reg_) {
     if (fd_ >= 0) close(fd_);
+    if (relay_fd_ >= 0) close(relay_fd_);
     return;
   }
   {
@@ -354,6 +506,8 @@ UdpShare::~UdpShare() {
     free_slot(slot_);
     close(fd_);
     fd_ = -1;
+    if (relay_fd_ >= 0) close(relay_fd_);
+    relay_fd_ = -1;
     if (moved >= 0) at(reg_->slots[moved].position).store(hole);
     if (locked) {
       reap_dead();
@@ -580,7 +734,8 @@ int UdpShare::claim_service(uint16_t port_space, uint16_t port) {
     if (mine) {
       ++mine->refs;
     } else if (free_entry) {
-      *free_entry = Registry::Claim{port_space, port, 1, static_cast<uint8_t>(slot_), 0, 0, 1};
+      set_claim(*free_entry,
+                Registry::Claim{port_space, port, 1, static_cast<uint8_t>(slot_), 0, 0, 1});
     } else {
       rc = ENOMEM;
     }
@@ -596,7 +751,7 @@ void UdpShare::release_service(uint16_t port_space, uint16_t port) {
     if (!c.used || c.slot != slot_ || c.port_space != port_space || c.port != port) continue;
     if (--c.refs == 0) {
       const bool listened = c.listening;
-      c = Registry::Claim{};
+      set_claim(c, Registry::Claim{});
       if (listened) attach(fd_);
     }
     break;
@@ -610,7 +765,7 @@ void UdpShare::set_listening(uint16_t port_space, uint16_t port, bool on) {
   for (auto& c : reg_->claims) {
     if (!c.used || c.slot != slot_ || c.port_space != port_space || c.port != port) continue;
     if (c.listening != on) {
-      c.listening = on;
+      at(c.listening).store(on);
       attach(fd_);
     }
     break;

@@ -49,6 +49,34 @@ class UdpShare : public PortShare {
 
   int fd() const { return fd_; }
   uint32_t slot() const { return slot_; }
+
+  // The relay (docs/architecture.md, "One device, many processes"): while the group's program
+  // is stale — members came or went, a round is under way — the kernel can bring a datagram to
+  // the wrong member. That member passes it on to the owner's relay socket, a UDP socket of its
+  // own on the device's address, with the datagram's origin in front; the owner's receive path
+  // reads it as if it had come to its own socket.
+  struct RelayHeader {
+    uint32_t magic;
+    uint32_t src_ip;    // host order: the datagram's origin
+    uint16_t src_port;  // host order
+    uint8_t tos;        // its IP TOS byte (ECN, DSCP)
+    uint8_t pad;
+  };
+  static constexpr uint32_t kRelayMagic = 0x75725231;  // "urR1"
+  int relay_fd() const { return relay_fd_; }
+  // The live member a datagram is for (share::destination_of, with the registry's listeners),
+  // or -1 when no member owns it (a free slot, a REQ nobody listens to) or it is ours.
+  int owner_of(const uint8_t* data, size_t len) const;
+  // Sends a datagram on to `slot`'s relay socket; false when that member has none, or its
+  // socket refused it (full): the caller drops it.
+  bool relay(uint32_t slot, const RelayHeader& h, const uint8_t* data, size_t len);
+  // Whether a datagram that came to the relay socket from `ip`:`port` (host order) came from a
+  // member's relay socket: nobody else can send from those (each is bound, without
+  // SO_REUSEADDR, by a process of ours).
+  bool from_member(uint32_t ip, uint16_t port) const;
+  // How many datagrams members have relayed to us, ever (wrapping): the receive path reads the
+  // relay socket when it moved, without a system call per empty poll.
+  uint32_t relay_seq() const;
   // The receive path found a probe: note the position it reached us at.
   void on_probe(const share::Probe& p);
 
@@ -64,6 +92,9 @@ class UdpShare : public PortShare {
 
   // For tests and `uroce`: the registry's file name for ip:port.
   static std::string registry_path(uint32_t ip, uint16_t port);
+  // Removes this user's registries (other than `keep`) that no live process holds: a last member
+  // killed with SIGKILL leaves its own behind. Returns how many it removed. join() calls it.
+  static size_t remove_stale_registries(const std::string& keep);
   // How long a round waits for members that do not answer (tests shorten it).
   static void set_round_timeout_ms(int ms);
   // For tests and `uroce`: the registry's members as they stand (read without its lock).
@@ -108,10 +139,11 @@ class UdpShare : public PortShare {
   int file_ = -1;  // the registry file (flock)
   Registry* reg_ = nullptr;
   uint32_t slot_ = 0;
-  int fd_ = -1;      // this process's socket in the group
-  int prober_ = -1;  // an unbound UDP socket the probes leave from
-  int wake_ = -1;    // eventfd: the watcher rescans (or stops)
-  std::mutex mu_;    // this object's users of the registry lock (threads of one process)
+  int fd_ = -1;        // this process's socket in the group
+  int relay_fd_ = -1;  // ip:ephemeral, where other members pass on datagrams for our slot
+  int prober_ = -1;    // an unbound UDP socket the probes leave from
+  int wake_ = -1;      // eventfd: the watcher rescans (or stops)
+  std::mutex mu_;      // this object's users of the registry lock (threads of one process)
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };

@@ -112,6 +112,21 @@ std::vector<sock_filter> build_program(const SteeringTable& t) {
   return a.finish();
 }
 
+Destination destination_of(const uint8_t* data, size_t len) {
+  // The program's decisions, in its order. A load past a short datagram's end makes the program
+  // return 0 (the group's first socket, whoever that is): no destination here.
+  if (len < offsets::kDestQp + 4 || data[offsets::kOpcode] == 0xff) return {};
+  const uint32_t dest_qp = get_be32(data + offsets::kDestQp) & 0xffffff;
+  if (dest_qp != kGsiQpn) return {Destination::kSlot, slot_of_qpn(dest_qp)};
+  if (len < offsets::kServiceIdLow + 4) return {};
+  const uint32_t attr = uint32_t{data[offsets::kAttrId]} << 8 | data[offsets::kAttrId + 1];
+  if (attr == kAttrReq || attr == kAttrSidrReq)
+    return {Destination::kService, get_be32(data + offsets::kServiceIdLow)};
+  const uint32_t id =
+      get_be32(data + (attr == kAttrSidrRep ? offsets::kIdAt0 : offsets::kRemoteCommId));
+  return {Destination::kSlot, slot_of_comm_id(id)};
+}
+
 void write_probe(uint8_t* buf, const Probe& p) {
   std::memset(buf, 0, kProbeBytes);
   buf[offsets::kOpcode] = 0xff;

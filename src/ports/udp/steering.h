@@ -52,6 +52,16 @@ struct SteeringTable {
 std::vector<sock_filter> build_program(const SteeringTable& t);
 inline constexpr uint32_t kNoPosition = 0xffffffff;
 
+// Where the program sends a datagram, decided the same way in C++ (the relay: a datagram the
+// steering brought to the wrong member goes on to its owner). kSlot: the slot of its destination
+// QP, or of the CM ID a CM message names; kService: a REQ or SIDR REQ, for the listener of
+// `value`'s service (as SteeringTable::Listener::service); kNone: a probe, or too short to tell.
+struct Destination {
+  enum Kind { kNone, kSlot, kService } kind = kNone;
+  uint32_t value = 0;
+};
+Destination destination_of(const uint8_t* data, size_t len);
+
 // A probe: UDP payload opcode 0xFF (manufacturer-specific, IBTA 9.2.1: no RoCE peer sends it),
 // a magic word, the position it asks the program for and the round it belongs to.
 inline constexpr size_t kProbeBytes = 20;

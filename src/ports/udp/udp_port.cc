@@ -81,7 +81,21 @@ int bound_socket(uint32_t ip, uint16_t port, bool reuseport = false) {
   return fd;
 }
 
+// How often an empty receive pass reads the relay socket although no member's count moved: a
+// wake-up by that socket can come before its relayer's count does (UdpShare::relay counts after
+// the send), and a waiter woken for it would otherwise spin until it did.
+constexpr uint32_t kRelayPollEvery = 64;
+
 }  // namespace
+
+struct UdpPort::RelayRx {
+  UdpShare::RelayHeader hdr[UdpPort::kRxBatch];
+  sockaddr_in from[UdpPort::kRxBatch];
+  iovec iov[UdpPort::kRxBatch][2];
+  mmsghdr msgs[UdpPort::kRxBatch];
+  uint32_t seen = 0;
+  uint32_t idle_passes = 0;
+};
 
 UdpPort::UdpPort(const UdpPortOptions& opt, PortCounters& counters)
     : opt_(opt),
@@ -162,7 +176,13 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
     if (err) *err = std::string("epoll_create1: ") + std::strerror(errno);
     return nullptr;
   }
-  p->wait_fds_ = {p->fd_, p->mcast_epfd_};
+  p->wait_fds_ = {p->fd_, p->mcast_epfd_, -1};
+  if (p->share_ && p->share_->relay_fd() >= 0) {
+    p->relay_ = std::make_unique<RelayRx>();
+    p->relay_->seen = p->share_->relay_seq();
+    p->wait_fds_[2] = p->share_->relay_fd();
+    p->n_wait_fds_ = 3;
+  }
   int on = 1;
   if (setsockopt(p->fd_, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0) {
     if (err) *err = std::string("setsockopt(IP_RECVTOS): ") + std::strerror(errno);
@@ -216,6 +236,10 @@ void UdpPort::enable_gro(int fd) {
 std::span<const RxFrame> UdpPort::rx_burst() {
   rx_out_.clear();
   size_t used = receive(fd_, opt_.ipv4, 0);
+  if (relay_) {
+    relay_astray(0);
+    if (used < rx_slots_) used += receive_relayed(used);
+  }
   if (has_groups_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mcast_mu_);
     for (auto& [group, fd] : groups_) {
@@ -224,6 +248,78 @@ std::span<const RxFrame> UdpPort::rx_burst() {
     }
   }
   return rx_out_;
+}
+
+void UdpPort::relay_astray(size_t first) {
+  size_t kept = first;
+  for (size_t i = first; i < rx_out_.size(); ++i) {
+    const RxFrame& f = rx_out_[i];
+    const int owner = f.truncated ? -1 : share_->owner_of(f.data, f.len);
+    if (owner >= 0) {
+      const UdpShare::RelayHeader h{UdpShare::kRelayMagic, f.src_ip, f.src_port, f.tos, 0};
+      if (share_->relay(static_cast<uint32_t>(owner), h, f.data, f.len)) {
+        if (counters_.rx_share_relayed_out.get() == 0)
+          log().info("{}: slot {} passes on datagrams the steering brought here for slot {} (the "
+                     "processes sharing the device changed; rx_share_relayed_out counts them)",
+                     describe(), share_->slot(), owner);
+        counters_.rx_share_relayed_out.add();
+        continue;
+      }
+      counters_.rx_share_relay_failed.add();  // kept: dropped as an unknown QP, as before
+    }
+    rx_out_[kept++] = f;
+  }
+  rx_out_.resize(kept);
+}
+
+size_t UdpPort::receive_relayed(size_t slot) {
+  // A load instead of a system call on every pass, busy polls included: the socket is read when
+  // a member's count moved, and now and then regardless (kRelayPollEvery).
+  const uint32_t seq = share_->relay_seq();
+  if (seq == relay_->seen && ++relay_->idle_passes % kRelayPollEvery != 0) return 0;
+  relay_->seen = seq;
+  const size_t max = std::min(rx_slots_ - slot, kRxBatch);
+  RelayRx& r = *relay_;
+  for (size_t i = 0; i < max; ++i) {
+    r.iov[i][0] = {&r.hdr[i], sizeof r.hdr[i]};
+    r.iov[i][1] = rx_slot_[slot + i].iov;
+    msghdr& h = r.msgs[i].msg_hdr;
+    h = {};
+    h.msg_name = &r.from[i];
+    h.msg_namelen = sizeof r.from[i];
+    h.msg_iov = r.iov[i];
+    h.msg_iovlen = 2;
+  }
+  int n;
+  do {
+    n = recvmmsg(share_->relay_fd(), r.msgs, static_cast<unsigned>(max), MSG_DONTWAIT, nullptr);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return 0;
+  for (int i = 0; i < n; ++i) {
+    const msghdr& h = r.msgs[i].msg_hdr;
+    const UdpShare::RelayHeader& hdr = r.hdr[i];
+    const size_t len = r.msgs[i].msg_len;
+    // Only a member's relay socket can send from the addresses checked here; anything else that
+    // found the port is not a packet.
+    if (len < sizeof hdr || hdr.magic != UdpShare::kRelayMagic ||
+        h.msg_namelen < sizeof(sockaddr_in) ||
+        !share_->from_member(ntohl(r.from[i].sin_addr.s_addr), ntohs(r.from[i].sin_port))) {
+      counters_.rx_port_errors.add();
+      continue;
+    }
+    RxFrame f;
+    f.src_ip = hdr.src_ip;
+    f.src_port = hdr.src_port;
+    f.dst_ip = opt_.ipv4;
+    f.dst_port = opt_.port;
+    f.tos = hdr.tos;
+    f.data = static_cast<const uint8_t*>(rx_slot_[slot + static_cast<size_t>(i)].iov.iov_base);
+    f.len = static_cast<uint32_t>(len - sizeof hdr);
+    f.truncated = (h.msg_flags & MSG_TRUNC) != 0;
+    counters_.rx_share_relayed_in.add();
+    rx_out_.push_back(f);
+  }
+  return static_cast<size_t>(n);
 }
 
 void UdpPort::reset_rx_slot(size_t i) {
@@ -274,7 +370,8 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
         }
       }
       // A packet for another process's QP (QP1's CM messages go by their IDs, not judged here):
-      // the steering sent it astray. Counted, and dropped as an unknown QP by the dispatch.
+      // the steering sent it astray. Counted; relay_astray passes it on to its owner, or, with
+      // none, the dispatch drops it as an unknown QP.
       if (len > share::offsets::kDestQpHigh + 2) {
         const uint32_t dest_qp = uint32_t{buf[share::offsets::kDestQpHigh]} << 16 |
                                  uint32_t{buf[share::offsets::kDestQpHigh + 1]} << 8 |

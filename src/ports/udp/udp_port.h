@@ -128,7 +128,7 @@ class UdpPort : public Port {
   void tx_free(transport::TxBuf* buf) override;
   void tx_prepare(std::span<transport::TxBuf* const> bufs, bool batch) override;
   size_t tx_burst(std::span<transport::TxBuf* const> bufs) override;
-  std::span<const int> wait_fds() const override { return {wait_fds_.data(), wait_fds_.size()}; }
+  std::span<const int> wait_fds() const override { return {wait_fds_.data(), n_wait_fds_}; }
   int control_fd() const override;
   bool on_control() override;
   bool link_up() const override;
@@ -148,6 +148,12 @@ class UdpPort : public Port {
   // `dst_ip`; returns the number of slots used. Appends the datagrams to rx_out_ (a GRO buffer
   // cut into its datagrams).
   size_t receive(int fd, uint32_t dst_ip, size_t slot);
+  // A shared device: passes the frames rx_out_[first..] that belong to another member on to it
+  // (UdpShare::relay), and takes them out.
+  void relay_astray(size_t first);
+  // A shared device: reads what other members relayed to us into receive slots [slot,
+  // rx_slots_), as receive() does; returns the number of slots used.
+  size_t receive_relayed(size_t slot);
   // Turns UDP_GRO on for a receive socket when gso is on; a kernel without it just never
   // coalesces.
   void enable_gro(int fd);
@@ -203,7 +209,13 @@ class UdpPort : public Port {
   std::mutex mcast_mu_;
   std::map<uint32_t, int> groups_;
   std::atomic<bool> has_groups_{false};
-  std::array<int, 2> wait_fds_{-1, -1};  // fd_, mcast_epfd_
+  std::array<int, 3> wait_fds_{-1, -1, -1};  // fd_, mcast_epfd_, the share's relay socket
+  size_t n_wait_fds_ = 2;
+
+  // A shared device's relay socket: recvmmsg's arguments (payloads go to the receive slots), the
+  // relay count last read, and empty passes since (RelayRx in udp_port.cc).
+  struct RelayRx;
+  std::unique_ptr<RelayRx> relay_;
 };
 
 }  // namespace uroce
