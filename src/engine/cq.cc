@@ -127,10 +127,13 @@ void Cq::push(const ibv_wc& wc, bool solicited) {
     // ibv_req_notify_cq(3): with solicited_only, an event fires for a solicited receive
     // completion or for any unsuccessful completion; otherwise for any new completion. Arming is
     // one-shot (IBTA C11-?: the CQ is re-armed by the consumer after each event).
-    if (arm_ == Arm::kNext ||
-        (arm_ == Arm::kSolicited && (solicited || wc.status != IBV_WC_SUCCESS))) {
+    const bool wakes_solicited = solicited || wc.status != IBV_WC_SUCCESS;
+    if (arm_ == Arm::kNext || (arm_ == Arm::kSolicited && wakes_solicited)) {
       arm_ = Arm::kNone;
       fire = channel_ != nullptr;
+    } else {
+      missed_ = true;
+      missed_solicited_ |= wakes_solicited;
     }
   }
   if (fire) channel_->notify(cookie_);
@@ -151,18 +154,37 @@ int Cq::poll(int n, ibv_wc* out, uint64_t* ts_ns) {
     out[k++] = ring_.front().wc;
     ring_.pop_front();
   }
+  if (ring_.empty()) missed_ = missed_solicited_ = false;  // the application has seen them all
   count_.store(ring_.size(), std::memory_order_relaxed);
   return k;
 }
 
 int Cq::req_notify(bool solicited_only) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (channel_ == nullptr) return EINVAL;  // nothing could ever be notified
-  // Arming for "next" subsumes an earlier "solicited" arming, never the other way round.
-  if (!solicited_only)
-    arm_ = Arm::kNext;
-  else if (arm_ == Arm::kNone)
-    arm_ = Arm::kSolicited;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (channel_ == nullptr) return EINVAL;  // nothing could ever be notified
+    // A completion queued while the CQ was not armed (for it), and not polled since, fires the
+    // arming at once, as ConnectX does: it arms relative to the consumer index, and a CQE past
+    // that index raises the event. Programs count on it. UCX polls its CQs until empty, then
+    // drains its channel with a non-blocking ibv_get_cq_event — whose receive pass here can
+    // complete a message (Device::get_cq_event) — and only then arms and sleeps: with arming
+    // for the next completion alone (as the IBTA words it, and rxe does) the completion that pass
+    // queued woke nobody, and ucx_perftest -E sleep hung on both sides at its first message. A
+    // completion that raised an event, or that the application polled, does not fire an arming
+    // again.
+    const bool missed = solicited_only ? missed_solicited_ : missed_;
+    if (!missed) {
+      // Arming for "next" subsumes an earlier "solicited" arming, never the other way round.
+      if (!solicited_only)
+        arm_ = Arm::kNext;
+      else if (arm_ == Arm::kNone)
+        arm_ = Arm::kSolicited;
+      return 0;
+    }
+    arm_ = Arm::kNone;
+    missed_ = missed_solicited_ = false;
+  }
+  channel_->notify(cookie_);
   return 0;
 }
 
@@ -180,6 +202,7 @@ size_t Cq::clean(uint32_t qpn) {
   for (const Entry& e : ring_)
     if (e.wc.qp_num != qpn) kept.push_back(e);
   if (kept.size() != before) ring_ = std::move(kept);
+  if (ring_.empty()) missed_ = missed_solicited_ = false;
   count_.store(ring_.size(), std::memory_order_relaxed);
   return before - ring_.size();
 }

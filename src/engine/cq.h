@@ -92,6 +92,9 @@ class Cq : public transport::CompletionSink {
   AsyncEventQueue* errors_;
   const bool stamp_;
   enum class Arm { kNone, kNext, kSolicited } arm_ = Arm::kNone;
+  // Completions queued that raised no event and have not all been polled since: any, and
+  // solicited or unsuccessful ones (req_notify says why).
+  bool missed_ = false, missed_solicited_ = false;
   std::atomic<bool> overrun_{false};  // written under mu_; read without it (overrun())
 };
 

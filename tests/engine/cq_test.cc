@@ -72,6 +72,8 @@ TEST(CqTest, ArmedCqNotifiesOnceThroughThePollableChannel) {
   Cq cq(16, &ch, &cookie);
   cq.push(make_wc(1));  // not armed: no event
   EXPECT_FALSE(readable(ch.fd()));
+  ibv_wc wc[4];
+  ASSERT_EQ(cq.poll(4, wc), 1);  // seen: it fires no arming later
 
   ASSERT_EQ(cq.req_notify(false), 0);
   EXPECT_FALSE(readable(ch.fd()));
@@ -122,6 +124,62 @@ TEST(CqTest, SolicitedOnlyFiresForSolicitedOrErrorCompletions) {
   EXPECT_EQ(ch.get_event(&got), 0);
 }
 
+// A completion queued while the CQ was not armed, and not polled since, fires the next arming at
+// once (ConnectX arms relative to its consumer index): UCX drains its CQs, then its channel with
+// a non-blocking ibv_get_cq_event — whose receive pass may complete a message —, then arms and
+// sleeps. One that raised an event, or was polled, does not fire an arming again.
+TEST(CqTest, AnArmingFiresAtOnceForACompletionThatRaisedNoEvent) {
+  CompChannel ch;
+  set_nonblock(ch.fd());
+  Cq cq(16, &ch, &ch);
+  void* got;
+  ibv_wc wc[4];
+
+  cq.push(make_wc(1));  // not armed
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), 0) << "fired at once";
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+  ASSERT_EQ(cq.req_notify(false), 0);  // the same completion, still queued: reported already
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+  cq.push(make_wc(2));  // armed: its event as usual
+  EXPECT_EQ(ch.get_event(&got), 0);
+
+  // ibv_rc_pingpong -e: an event, arm again, then poll: no second event for what it polls.
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+  EXPECT_EQ(cq.poll(4, wc), 2);
+  cq.push(make_wc(3));  // armed above
+  EXPECT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(cq.poll(4, wc), 1);
+
+  // Polled before the arming: nothing fires.
+  cq.push(make_wc(4));
+  EXPECT_EQ(cq.poll(4, wc), 1);
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+  cq.push(make_wc(5));
+  EXPECT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(cq.poll(4, wc), 1);
+
+  // Solicited-only arming: an unsolicited completion that raised no event does not fire it; a
+  // solicited one (or an error) does; arming for "next" fires for either.
+  cq.push(make_wc(6));  // not armed: missed, unsolicited
+  ASSERT_EQ(cq.req_notify(true), 0);
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+  cq.push(make_wc(7), true);  // fires that arming
+  EXPECT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(cq.poll(4, wc), 2);
+  cq.push(make_wc(8, IBV_WC_REM_ACCESS_ERR));  // not armed: missed, and errors are solicited
+  ASSERT_EQ(cq.req_notify(true), 0);
+  EXPECT_EQ(ch.get_event(&got), 0);
+  EXPECT_EQ(cq.poll(4, wc), 1);
+  cq.push(make_wc(9));  // not armed: missed, for "next" only
+  ASSERT_EQ(cq.req_notify(true), 0);
+  EXPECT_EQ(ch.get_event(&got), EAGAIN);
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), 0);
+}
+
 TEST(CqTest, ChannelServesSeveralCqsInOrder) {
   CompChannel ch;
   set_nonblock(ch.fd());
@@ -155,9 +213,13 @@ TEST(CqTest, BlockingGetEventWaitsForANotification) {
 
 TEST(CqTest, OverrunCompletionDoesNotNotify) {
   CompChannel ch;
+  set_nonblock(ch.fd());
   Cq cq(1, &ch, &ch);
-  cq.push(make_wc(1));
-  cq.req_notify(false);
+  void* got;
+  ASSERT_EQ(cq.req_notify(false), 0);
+  cq.push(make_wc(1));  // its event
+  ASSERT_EQ(ch.get_event(&got), 0);
+  ASSERT_EQ(cq.req_notify(false), 0);
   cq.push(make_wc(2));  // lost
   EXPECT_TRUE(cq.overrun());
   EXPECT_FALSE(readable(ch.fd()));
