@@ -84,6 +84,7 @@ void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
     gid_to_ipv4(a.ah_attr.grh.dgid, &ctx.remote_ip);  // validated by check_modify
     ctx.dscp = dscp_of_traffic_class(a.ah_attr.grh.traffic_class);
     ctx.roce_v1 = a.ah_attr.grh.sgid_index == kRoceV1GidIndex;
+    sync_pacer();  // ah_attr.static_rate
   }
   if (mask & IBV_QP_PATH_MTU) {
     attr.path_mtu = a.path_mtu;
@@ -100,6 +101,10 @@ void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_RNR_RETRY) attr.rnr_retry = a.rnr_retry;
   if (mask & IBV_QP_PATH_MIG_STATE) attr.path_mig_state = a.path_mig_state;
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) attr.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & IBV_QP_RATE_LIMIT) {
+    attr.rate_limit = a.rate_limit;
+    sync_pacer();
+  }
 }
 
 void Qp::Impl::flush() {

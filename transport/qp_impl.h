@@ -13,6 +13,7 @@
 #include "transport/cc/np.h"
 #include "transport/cc/pacer.h"
 #include "transport/cc/rate_control.h"
+#include "transport/static_rate.h"
 #include "transport/completer.h"
 #include "transport/context.h"
 #include "transport/qp.h"
@@ -142,8 +143,22 @@ struct Qp::Impl {
   void write_cnp(TxBuf* buf);
   // Sends a pending CNP; false when the port has no buffer for it (it stays pending).
   bool send_pending_cnp();
-  // After any rate-control hook: the pacer follows the rate.
-  void sync_pacer() { pacer.set_rate(rate->rate_bps(), rate->limiting()); }
+  // After any rate-control hook, and when the application sets a rate limit (IBV_QP_RATE_LIMIT):
+  // the pacer follows the lower of the congestion control's rate and the limit.
+  void sync_pacer() {
+    // IBV_QP_RATE_LIMIT in kbit/s, the path's static rate (RC, UC: ah_attr.static_rate) in
+    // Mbit/s: the lower one that is set.
+    uint64_t limit = uint64_t{attr.rate_limit} * 1000;
+    if (init.type != IBV_QPT_UD) {
+      const int mbps = static_rate_mbps(attr.ah_attr.static_rate);
+      const uint64_t path = mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
+      if (path != 0 && (limit == 0 || path < limit)) limit = path;
+    }
+    if (limit != 0 && (!rate->limiting() || limit < rate->rate_bps()))
+      pacer.set_rate(limit, true);
+    else
+      pacer.set_rate(rate->rate_bps(), rate->limiting());
+  }
   // Whether a paced packet waits for its release time.
   bool paced_work() const;
   // After every call on the QP: a completion lost to an overrun CQ moves it to ERR (C9-218).

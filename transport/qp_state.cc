@@ -9,6 +9,7 @@
 
 #include "transport/env.h"
 #include "transport/qp.h"
+#include "transport/static_rate.h"
 
 namespace uroce::transport {
 namespace {
@@ -18,6 +19,9 @@ constexpr int kPathRc = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_R
 constexpr int kPathUc = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
 constexpr int kRtsRc =
     IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+// Packet pacing is no IBTA attribute: as on ConnectX it may be set entering RTS and in RTS (the
+// kernel's table allows it there; ibv_modify_qp_rate_limit modifies RTS to RTS).
+constexpr int kPacing = IBV_QP_RATE_LIMIT;
 
 // Index of a QP type in the per-type columns below: RC, UC, UD.
 int type_index(ibv_qp_type t) {
@@ -74,16 +78,16 @@ struct Table {
         true,
         {kRtsRc, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN},
         {IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
-             IBV_QP_PATH_MIG_STATE,
-         IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE,
-         IBV_QP_CUR_STATE | IBV_QP_QKEY}};
+             IBV_QP_PATH_MIG_STATE | kPacing,
+         IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE | kPacing,
+         IBV_QP_CUR_STATE | IBV_QP_QKEY | kPacing}};
     const Entry to_rts = {
         true,
         {0, 0, 0},
         {IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
-             IBV_QP_MIN_RNR_TIMER,
-         IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE,
-         IBV_QP_CUR_STATE | IBV_QP_QKEY}};
+             IBV_QP_MIN_RNR_TIMER | kPacing,
+         IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | kPacing,
+         IBV_QP_CUR_STATE | IBV_QP_QKEY | kPacing}};
     e[IBV_QPS_RTS][IBV_QPS_RTS] = to_rts;
     e[IBV_QPS_SQD][IBV_QPS_RTS] = to_rts;
     e[IBV_QPS_RTS][IBV_QPS_SQD] = {
@@ -143,6 +147,9 @@ BadValue check_values(const ibv_qp_attr& a, int mask) {
     return {IBV_QP_MAX_QP_RD_ATOMIC, "max_rd_atomic above the device's max_qp_init_rd_atom"};
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic)
     return {IBV_QP_MAX_DEST_RD_ATOMIC, "max_dest_rd_atomic above the device's max_qp_rd_atom"};
+  if ((mask & IBV_QP_RATE_LIMIT) && a.rate_limit != 0 &&
+      (a.rate_limit < kMinRateLimitKbps || a.rate_limit > kMaxRateLimitKbps))
+    return {IBV_QP_RATE_LIMIT, "rate_limit outside packet_pacing_caps (1 kbit/s .. 100 Gbit/s)"};
   // No automatic path migration: there is one path, always "migrated" (IBTA 17.2.8).
   if (mask & IBV_QP_ALT_PATH) return {IBV_QP_ALT_PATH, "no alternate path (one port, one path)"};
   if ((mask & IBV_QP_PATH_MIG_STATE) && stored_int(a.path_mig_state) != IBV_MIG_MIGRATED)
@@ -155,6 +162,8 @@ BadValue check_values(const ibv_qp_attr& a, int mask) {
     if (!gid_to_ipv4(a.ah_attr.grh.dgid, &ip))
       return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
     if (a.ah_attr.port_num > kPortNum) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
+    if (static_rate_mbps(a.ah_attr.static_rate) < 0)
+      return {IBV_QP_AV, "ah_attr.static_rate is not an ibv_rate"};
   }
   return {};
 }

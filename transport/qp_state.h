@@ -21,6 +21,12 @@ struct ModifyCheck {
   int attrs = 0;
 };
 
+// Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit; ConnectX's, not the IBTA's): a
+// QP's send rate in kbit/s on the wire, 0 for none. The device reports the range in
+// packet_pacing_caps.
+inline constexpr uint32_t kMinRateLimitKbps = 1;
+inline constexpr uint32_t kMaxRateLimitKbps = 100'000'000;  // 100 Gbit/s
+
 // Validates `mask` and the values it selects for a QP of `type` now in `cur` (ibv_modify_qp(3)).
 // Without IBV_QP_STATE the transition is cur → cur. IBV_QP_CUR_STATE, when given, must name the
 // current state and is only accepted where the table allows it.

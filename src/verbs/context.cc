@@ -65,6 +65,7 @@ void fill_ops(VContext* c) {
   v.create_srq_ex = create_srq_ex;  // basic SRQs; XRC/TM report EOPNOTSUPP
   v.create_cq_ex = create_cq_ex;
   v.query_rt_values = op_errno<query_rt_values, ibv_context*, ibv_values_ex*>;
+  v.modify_qp_rate_limit = op_errno<modify_qp_rate_limit, ibv_qp*, ibv_qp_rate_limit_attr*>;
 }
 
 }  // namespace

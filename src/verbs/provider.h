@@ -103,6 +103,7 @@ int req_notify_cq(ibv_cq* cq, int solicited_only);
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
+int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init);
 int destroy_qp(ibv_qp* qp);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);

@@ -406,6 +406,17 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   return 0;
 }
 
+int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr) {
+  if (!attr || attr->comp_mask) return EINVAL;
+  // A burst size or typical packet size tunes ConnectX's shaper, and only with a rate (mlx5
+  // refuses them alone). uroce's pacer paces each packet at the rate, with the device's own
+  // burst allowance (UROCE_CC pacer_burst): they are accepted with a rate and not used.
+  if ((attr->max_burst_sz || attr->typical_pkt_sz) && !attr->rate_limit) return EINVAL;
+  ibv_qp_attr a{};
+  a.rate_limit = attr->rate_limit;
+  return modify_qp(qp, &a, IBV_QP_RATE_LIMIT);
+}
+
 int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   VQp* qp = to_v(ibqp);
   if (!attr || !init) return EINVAL;

@@ -13,6 +13,7 @@
 
 #include "objects.h"
 #include "provider.h"
+#include "transport/qp_state.h"
 #include "transport/wr_opcode.h"
 
 #ifndef UROCE_VERSION_STRING
@@ -139,6 +140,11 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_d
   full.hca_core_clock = 1000000;
   // The port count for devices of more than 255 ports; equal to phys_port_cnt below that.
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
+  // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit): the QP's pacer holds its sends
+  // to the lower of the limit and its congestion control's rate (transport/qp_impl.h).
+  full.packet_pacing_caps.qp_rate_limit_min = transport::kMinRateLimitKbps;
+  full.packet_pacing_caps.qp_rate_limit_max = transport::kMaxRateLimitKbps;
+  full.packet_pacing_caps.supported_qpts = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_UD;
   // Everything else (ODP, TSO, RSS, DM, tag matching…) is absent: zero.
   // Write no more than the caller's struct holds: older binaries pass a smaller one.
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));

@@ -6,30 +6,13 @@
 #include <cerrno>
 
 #include "real.h"
+#include "transport/static_rate.h"
 
 #define UROCE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
-struct RateRow {
-  ibv_rate rate;
-  int mult;  // multiple of 2.5 Gb/s
-  int mbps;
-};
-// IBTA 9.11 / PortInfo static rates.
-constexpr RateRow kRates[] = {
-    {IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},
-    {IBV_RATE_10_GBPS, 4, 10000},     {IBV_RATE_20_GBPS, 8, 20000},
-    {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
-    {IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},
-    {IBV_RATE_120_GBPS, 48, 120000},  {IBV_RATE_14_GBPS, 0, 14062},
-    {IBV_RATE_56_GBPS, 0, 56250},     {IBV_RATE_112_GBPS, 0, 112500},
-    {IBV_RATE_168_GBPS, 0, 168750},   {IBV_RATE_25_GBPS, 10, 25781},
-    {IBV_RATE_100_GBPS, 40, 103125},  {IBV_RATE_200_GBPS, 80, 206250},
-    {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
-    {IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000},
-    {IBV_RATE_600_GBPS, 240, 637500},
-};
+constexpr auto& kRates = uroce::transport::kStaticRates;  // IBTA 9.11 / PortInfo static rates
 
 }  // namespace
 

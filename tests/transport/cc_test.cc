@@ -14,6 +14,7 @@
 #include "transport/cc/constants.h"
 #include "transport/cc/pacer.h"
 #include "transport/cc/parse.h"
+#include "transport/qp_state.h"
 
 namespace uroce::transport {
 namespace {
@@ -348,6 +349,87 @@ TEST(PacedLink, TransferAtTheCappedRateWithoutRetransmissions) {
   EXPECT_EQ(a.qp->counters().retransmitted_pkts, 0u);
   EXPECT_EQ(a.qp->counters().early_retransmits, 0u);
   EXPECT_EQ(a.qp->counters().local_ack_timeout_err, 0u);
+}
+
+// Packet pacing set by the application (IBV_QP_RATE_LIMIT entering RTS or in RTS, or the path's
+// ah_attr.static_rate): the pacer holds the QP to it with no congestion control at all, and to
+// the lower of the two when the rate control limits too. 1 MiB WRITEs in 1024-byte packets,
+// 1086-byte frames (the first 1102); the transfer takes its bytes' time at the rate.
+double paced_write_ns(Node& a, Node& b, test::PathParams pa, uint32_t rate_limit_in_rts = 0) {
+  a.connect(kIpB, kQpnB, 0, 0, pa);
+  b.connect(kIpA, kQpnA, 0, 0);
+  if (rate_limit_in_rts) {
+    ibv_qp_attr m{};
+    m.rate_limit = rate_limit_in_rts;
+    EXPECT_EQ(a.qp->modify(m, IBV_QP_RATE_LIMIT, 0), 0);
+  }
+  test::Link link(a, b);
+  constexpr uint32_t kLen = 1 << 20;
+  std::vector<uint8_t> src(kLen, 0x5a), dst(kLen);
+  const uint32_t lkey = a.mem.reg(a.pd, src.data(), kLen, 0);
+  const uint32_t rkey =
+      b.mem.reg(b.pd, dst.data(), kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  EXPECT_EQ(a.qp->post_send(test::rdma_wqe(1, IBV_WR_RDMA_WRITE, uint64_t(src.data()), kLen, lkey,
+                                           uint64_t(dst.data()), rkey),
+                            0),
+            0);
+  EXPECT_TRUE(link.run_until([&] { return !a.scq.wcs.empty(); }, 100'000'000'000ull));
+  EXPECT_EQ(src, dst);
+  EXPECT_EQ(a.qp->counters().retransmitted_pkts, 0u);
+  return double(link.now);
+}
+constexpr double kPacedBits = (1024.0 * 1086 + 16) * 8;
+
+TEST(PacedLink, RateLimitEnteringRtsHoldsTheQpToIt) {
+  Node a{kQpnA, kIpA}, b{kQpnB, kIpB};
+  with_cc(a, "dcqcn,pacer_burst=0");  // no CNP comes: DCQCN never limits
+  test::PathParams p;
+  p.rate_limit = 300'000;  // kbit/s
+  const double ns = paced_write_ns(a, b, p);
+  EXPECT_NEAR(ns, kPacedBits / 0.3, kPacedBits / 0.3 * 0.01);
+}
+
+TEST(PacedLink, RateLimitInRtsAndTheLowerOfItAndTheRateControl) {
+  Node a{kQpnA, kIpA}, b{kQpnB, kIpB};
+  with_cc(a, "dcqcn,rpg_max_rate=200,pacer_burst=0");   // 200 Mb/s
+  const double ns = paced_write_ns(a, b, {}, 100'000);  // 100 Mb/s, RTS to RTS
+  EXPECT_NEAR(ns, kPacedBits / 0.1, kPacedBits / 0.1 * 0.01);
+  Node c{kQpnA, kIpA}, d{kQpnB, kIpB};
+  with_cc(c, "dcqcn,rpg_max_rate=200,pacer_burst=0");
+  const double ns2 = paced_write_ns(c, d, {}, 400'000);  // above the rate control's 200
+  EXPECT_NEAR(ns2, kPacedBits / 0.2, kPacedBits / 0.2 * 0.01);
+}
+
+TEST(PacedLink, StaticRateOfThePathHoldsTheQpToIt) {
+  Node a{kQpnA, kIpA}, b{kQpnB, kIpB};
+  with_cc(a, "dcqcn,pacer_burst=0");  // no CNP comes: DCQCN never limits
+  test::PathParams p;
+  p.static_rate = IBV_RATE_2_5_GBPS;
+  const double ns = paced_write_ns(a, b, p);
+  EXPECT_NEAR(ns, kPacedBits / 2.5, kPacedBits / 2.5 * 0.02);
+}
+
+TEST(PacedLink, RateLimitOutsideTheCapsOrOutsideRtsIsRefused) {
+  Node a{kQpnA, kIpA};
+  ibv_qp_attr m{};
+  m.rate_limit = 1000;
+  EXPECT_EQ(a.qp->modify(m, IBV_QP_RATE_LIMIT, 0), EINVAL) << "RESET";
+  a.connect(kIpB, kQpnB, 0, 0);
+  m.rate_limit = kMaxRateLimitKbps + 1;
+  EXPECT_EQ(a.qp->modify(m, IBV_QP_RATE_LIMIT, 0), EINVAL);
+  m.rate_limit = 0;  // no limit
+  EXPECT_EQ(a.qp->modify(m, IBV_QP_RATE_LIMIT, 0), 0);
+  // A path whose static rate names no ibv_rate.
+  ibv_qp_attr rtr{};
+  rtr.qp_state = IBV_QPS_RTR;
+  rtr.path_mtu = IBV_MTU_1024;
+  rtr.ah_attr = test::ah_for(kIpB);
+  rtr.ah_attr.static_rate = 200;
+  const int path = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  EXPECT_EQ(check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, path).err, EINVAL);
+  rtr.ah_attr.static_rate = IBV_RATE_10_GBPS;
+  EXPECT_EQ(check_modify(IBV_QPT_RC, IBV_QPS_INIT, rtr, path).err, 0);
 }
 
 // The same with perftest's pattern: 64 KiB WRITEs posted 128 deep, path MTU 4096.

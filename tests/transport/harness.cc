@@ -118,6 +118,7 @@ void Node::connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uin
   a.min_rnr_timer = p.min_rnr_timer;
   a.ah_attr = ah_for(remote_ip);
   a.ah_attr.grh.traffic_class = p.traffic_class;
+  a.ah_attr.static_rate = p.static_rate;
   ASSERT_EQ(qp->modify(a,
                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
@@ -130,9 +131,11 @@ void Node::connect(uint32_t remote_ip, uint32_t remote_qpn, uint32_t sq_psn, uin
   a.retry_cnt = p.retry_cnt;
   a.rnr_retry = p.rnr_retry;
   a.max_rd_atomic = p.rd_atomic;
+  a.rate_limit = p.rate_limit;
   ASSERT_EQ(qp->modify(a,
                        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
+                           (p.rate_limit ? IBV_QP_RATE_LIMIT : 0),
                        0),
             0);
 }

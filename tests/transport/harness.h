@@ -94,6 +94,8 @@ struct PathParams {
   int access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   uint8_t rd_atomic = 1;      // max_rd_atomic and max_dest_rd_atomic
   uint8_t traffic_class = 0;  // ah_attr.grh.traffic_class (its DSCP bits set the packets')
+  uint8_t static_rate = 0;    // ah_attr.static_rate (an ibv_rate; 0: none)
+  uint32_t rate_limit = 0;    // IBV_QP_RATE_LIMIT entering RTS, kbit/s (0: not given)
 };
 
 // One QP with its memory, sink and CQs, in a dispatch of its own.

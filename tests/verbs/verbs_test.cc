@@ -428,6 +428,34 @@ TEST_F(RcPairTest, QueryQpReportsStateAndCaps) {
   EXPECT_EQ(a_.qp->qp_context, &a_);
 }
 
+// Packet pacing (docs/verbs.md): the range in packet_pacing_caps, ibv_modify_qp_rate_limit on an
+// RTS QP, the rate in ibv_query_qp; what the pacer makes of it is transport_tests' PacedLink.
+TEST_F(RcPairTest, RateLimitIsSetAndReported) {
+  ibv_device_attr_ex ex{};
+  ASSERT_EQ(ibv_query_device_ex(a_.qp->context, nullptr, &ex), 0);
+  EXPECT_EQ(ex.packet_pacing_caps.qp_rate_limit_min, 1u);
+  EXPECT_EQ(ex.packet_pacing_caps.qp_rate_limit_max, 100'000'000u);
+  EXPECT_TRUE(ex.packet_pacing_caps.supported_qpts & (1u << IBV_QPT_RC));
+  ibv_qp_rate_limit_attr rl{};
+  rl.rate_limit = 250'000;  // kbit/s
+  rl.max_burst_sz = 4096;
+  rl.typical_pkt_sz = 4096;
+  ASSERT_EQ(ibv_modify_qp_rate_limit(a_.qp, &rl), 0);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(a_.qp, &attr, IBV_QP_RATE_LIMIT, &init), 0);
+  EXPECT_EQ(attr.rate_limit, 250'000u);
+  rl = {};
+  rl.max_burst_sz = 4096;  // a burst without a rate, as mlx5 refuses it
+  EXPECT_EQ(ibv_modify_qp_rate_limit(a_.qp, &rl), EINVAL);
+  rl = {};
+  rl.rate_limit = 100'000'001;  // past qp_rate_limit_max
+  EXPECT_EQ(ibv_modify_qp_rate_limit(a_.qp, &rl), EINVAL);
+  rl = {};
+  rl.comp_mask = 1;
+  EXPECT_EQ(ibv_modify_qp_rate_limit(a_.qp, &rl), EINVAL);
+}
+
 TEST_F(RcPairTest, SendWithImmCompletesOnBothSides) {
   post_recv(b_, 7, 0, 4096);
   const char msg[] = "hello over uroce";
