@@ -301,6 +301,21 @@ TEST(DeviceTest, OpenFailsWhenTheAddressIsTakenByAProgramThatDoesNotShare) {
   EXPECT_NE(err.find("in use"), std::string::npos) << err;
 }
 
+// a SENDs b `count` messages of `len` bytes of a pattern; both sides complete every one, and b's
+// buffer ends up equal to a's.
+void send_and_check(Side& a, Side& b, size_t count, size_t len) {
+  for (size_t i = 0; i < a.buf.size(); ++i) a.buf[i] = static_cast<uint8_t>(i * 5 + 1);
+  post_recvs(b, count, len);
+  post_sends(a, count, len);
+  auto rwc = poll_n(*b.rcq, count);
+  ASSERT_EQ(rwc.size(), count);
+  for (const auto& wc : rwc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  auto swc = poll_n(*a.scq, count);
+  ASSERT_EQ(swc.size(), count);
+  for (const auto& wc : swc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a.buf, b.buf);
+}
+
 TEST(DeviceTest, TwoDevicesShareOneAddressAndExchangeRcTraffic) {
   // What two processes opening uroce0=<one address> do, in one process: each open takes a slot
   // of the address's group, numbers its QPs in its slot, and the steering program brings each
@@ -316,16 +331,7 @@ TEST(DeviceTest, TwoDevicesShareOneAddressAndExchangeRcTraffic) {
   EXPECT_NE(a.qp->qpn() >> 17, b.qp->qpn() >> 17) << "each QPN names its device's slot";
   connect(a, b);
   connect(b, a);
-  for (size_t i = 0; i < a.buf.size(); ++i) a.buf[i] = static_cast<uint8_t>(i * 5 + 1);
-  post_recvs(b, kMsgs, kLen);
-  post_sends(a, kMsgs, kLen);
-  auto rwc = poll_n(*b.rcq, kMsgs);
-  ASSERT_EQ(rwc.size(), kMsgs);
-  for (const auto& wc : rwc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  auto swc = poll_n(*a.scq, kMsgs);
-  ASSERT_EQ(swc.size(), kMsgs);
-  for (const auto& wc : swc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(a.buf, b.buf);
+  send_and_check(a, b, kMsgs, kLen);
   // Nothing went to the wrong device.
   EXPECT_EQ(a.dev->counters().rx_unknown_qp.get(), 0u);
   EXPECT_EQ(b.dev->counters().rx_unknown_qp.get(), 0u);
@@ -358,16 +364,7 @@ TEST(DeviceTest, ADatagramTheSteeringSendsAstrayIsRelayedToItsOwner) {
   }
   connect(a, b);
   connect(b, a);
-  for (size_t i = 0; i < a.buf.size(); ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 3);
-  post_recvs(b, kMsgs, kLen);
-  post_sends(a, kMsgs, kLen);
-  auto rwc = poll_n(*b.rcq, kMsgs);
-  ASSERT_EQ(rwc.size(), kMsgs);
-  for (const auto& wc : rwc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  auto swc = poll_n(*a.scq, kMsgs);
-  ASSERT_EQ(swc.size(), kMsgs);
-  for (const auto& wc : swc) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(a.buf, b.buf);
+  send_and_check(a, b, kMsgs, kLen);
   const PortCounters& pa = a.dev->counters().port;
   const PortCounters& pb = b.dev->counters().port;
   // Each of a's packets came to a and went on to b (a resent one may still be on its way).
