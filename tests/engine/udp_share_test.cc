@@ -4,8 +4,10 @@
 #include "ports/udp/share.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <spawn.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -47,7 +49,7 @@ struct Member {
   std::unique_ptr<UdpShare> share;
   std::thread rx;
   std::atomic<bool> stop{false};
-  std::atomic<int> mine{0}, others{0};
+  std::atomic<int> mine{0}, others{0}, relayed{0};
 
   bool join(uint32_t ip) {
     std::string err;
@@ -57,8 +59,18 @@ struct Member {
     rx = std::thread([this] {
       uint8_t buf[2048];
       while (!stop) {
-        pollfd p{share->fd(), POLLIN, 0};
-        if (poll(&p, 1, 5) <= 0) continue;
+        pollfd p[2] = {{share->fd(), POLLIN, 0}, {share->relay_fd(), POLLIN, 0}};
+        if (poll(p, 2, 5) <= 0) continue;
+        if (p[1].revents & POLLIN) {
+          // Passed on by another member (UdpShare::relay): the header, then the datagram.
+          const ssize_t r = recv(share->relay_fd(), buf, sizeof buf, MSG_DONTWAIT);
+          constexpr size_t kHdr = sizeof(UdpShare::RelayHeader);
+          if (r >= static_cast<ssize_t>(kHdr + 8)) {
+            const uint8_t* d = buf + kHdr;
+            const uint32_t dest_qp = uint32_t{d[5]} << 16 | uint32_t{d[6]} << 8 | d[7];
+            if ((dest_qp >> share::kQpnSlotShift) == share->slot()) ++relayed;
+          }
+        }
         const ssize_t n = recv(share->fd(), buf, sizeof buf, MSG_DONTWAIT);
         if (n < 8) continue;
         if (auto probe = share::parse_probe(buf, static_cast<size_t>(n))) {
@@ -174,6 +186,57 @@ TEST(UdpShareTest, AJoinWaitsOnlyForTheJoiner) {
   expect_steered(ip, loopback(50, 2, 2), m, {0, 2, 3});
 }
 
+// A member closing its device waits for the registry's lock (a round holds it) with its socket
+// still in the group, and its engine stopped: what the kernel brings that socket for another
+// member (by hash, or a stale program) it passes on while it waits.
+TEST(UdpShareTest, ALeaverWaitingForTheLockPassesOnOtherMembersDatagrams) {
+  const uint32_t ip = loopback(50, 4, 1);
+  std::vector<std::unique_ptr<Member>> m;
+  for (int i = 0; i < 3; ++i) {
+    m.push_back(std::make_unique<Member>());
+    ASSERT_TRUE(m.back()->join(ip));
+  }
+  int32_t leaver_pos = -1;
+  for (const auto& mb : UdpShare::members(ip, wire::kRoceV2UdpPort))
+    if (mb.slot == m[2]->share->slot()) leaver_pos = mb.position;
+  ASSERT_GE(leaver_pos, 0);
+  // Hold the registry's lock, as a round would.
+  const int lockf = open(UdpShare::registry_path(ip, wire::kRoceV2UdpPort).c_str(), O_RDWR);
+  ASSERT_GE(lockf, 0);
+  ASSERT_EQ(flock(lockf, LOCK_EX), 0);
+  const uint32_t leaver_slot = m[2]->share->slot();
+  m[2]->stop_reading();
+  std::thread leaving([&] { m[2]->share.reset(); });  // waits for the lock
+  while (!all_leaving(ip, {leaver_slot})) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Everything to the leaver's socket: a program of one instruction, attached from a socket of
+  // the group that then leaves it from the end (which moves nobody).
+  {
+    const int fd = reuseport_socket(ip);
+    ASSERT_GE(fd, 0);
+    sock_filter to_leaver[] = {BPF_STMT(BPF_RET | BPF_K, static_cast<uint32_t>(leaver_pos))};
+    sock_fprog prog{1, to_leaver};
+    ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog), 0);
+    close(fd);
+  }
+  test::RawSender sender(loopback(50, 4, 2));
+  ASSERT_TRUE(sender.ok());
+  constexpr int kEach = 20;
+  for (int k = 0; k < kEach; ++k) {
+    uint8_t pkt[64];
+    const uint32_t qpn = m[0]->share->slot() << share::kQpnSlotShift | 0x11;
+    const size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, qpn, 0, {});
+    ASSERT_TRUE(sender.send_ib(ip, {pkt, n}));
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (m[0]->relayed < kEach && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(m[0]->relayed, kEach);
+  EXPECT_EQ(m[0]->mine, 0) << "nothing came to m0's own socket: the program sent all to the leaver";
+  flock(lockf, LOCK_UN);
+  close(lockf);
+  leaving.join();
+}
+
 // A last member killed with SIGKILL leaves its registry behind (nobody is left to remove it): the
 // next process of the user that joins any group removes it; a registry a live process holds stays.
 TEST(UdpShareTest, AJoinerRemovesTheRegistriesOfDeadGroups) {
@@ -182,15 +245,12 @@ TEST(UdpShareTest, AJoinerRemovesTheRegistriesOfDeadGroups) {
   const std::string live = UdpShare::registry_path(live_ip, wire::kRoceV2UdpPort);
   Member alive;
   ASSERT_TRUE(alive.join(live_ip));
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // Joins, and dies without leaving, as SIGKILL would have it.
-    std::string err;
-    auto s = UdpShare::join(
-        dead_ip, wire::kRoceV2UdpPort, [dead_ip] { return reuseport_socket(dead_ip); }, &err);
-    _exit(s ? 0 : 1);
-  }
+  // A process that joins, and dies without leaving, as SIGKILL would have it.
+  char helper[] = SHARE_JOIN_HELPER;
+  char addr[] = "127.50.3.1";
+  char* argv[] = {helper, addr, nullptr};
+  pid_t child = -1;
+  ASSERT_EQ(posix_spawn(&child, helper, nullptr, nullptr, argv, environ), 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -212,7 +213,7 @@ uint32_t* UdpShare::qpn_cursor() {
   return &reg_->slots[slot_].qpn_cursor;
 }
 
-bool UdpShare::lock(std::string* err) {
+bool UdpShare::lock(std::string* err, bool drain) {
   for (;;) {
     if (file_ < 0) {
       file_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -221,11 +222,19 @@ bool UdpShare::lock(std::string* err) {
         return false;
       }
     }
-    while (flock(file_, LOCK_EX) != 0)
+    while (flock(file_, drain ? LOCK_EX | LOCK_NB : LOCK_EX) != 0) {
+      if (drain && errno == EWOULDBLOCK) {
+        // A leaver waiting for the lock (a round holds it): its socket is still in the group.
+        pass_on_astray();
+        pollfd p{fd_, POLLIN, 0};
+        poll(&p, 1, 2);
+        continue;
+      }
       if (errno != EINTR) {
         if (err) *err = "flock " + path_ + ": " + std::strerror(errno);
         return false;
       }
+    }
     // The last member removes the file as it leaves: one that waited for the lock on the removed
     // file opens the new one.
     struct stat held, named;
@@ -497,7 +506,10 @@ UdpShare::~UdpShare() {
   {
     std::lock_guard<std::mutex> g(mu_);
     std::string why;
-    const bool locked = lock(&why);
+    // Until it holds the lock and closes its socket, the kernel can still pick that socket for
+    // other members' datagrams (by hash, while a program is stale): it passes them on.
+    const bool locked = lock(&why, /*drain=*/true);
+    pass_on_astray();
     // Closing moves the group's last socket into our position. Which one that is is known, and
     // the program that says so is attached at once, before the round that measures again (its
     // peers' traffic went by hash for as long as that round took; shared.churn).
@@ -535,6 +547,49 @@ UdpShare::~UdpShare() {
   close(file_);
   if (prober_ >= 0) close(prober_);
   if (wake_ >= 0) close(wake_);
+}
+
+void UdpShare::pass_on_astray() {
+  if (fd_ < 0 || relay_fd_ < 0) return;
+  static thread_local std::vector<uint8_t> buf(65536);
+  for (;;) {
+    sockaddr_in from{};
+    iovec iov{buf.data(), buf.size()};
+    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int)) * 4];
+    msghdr m{};
+    m.msg_name = &from;
+    m.msg_namelen = sizeof from;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctrl;
+    m.msg_controllen = sizeof ctrl;
+    const ssize_t n = recvmsg(fd_, &m, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    uint8_t tos = 0;
+    size_t seg = 0;  // UDP GRO: datagrams of `seg` bytes, the last possibly shorter
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
+        tos = *CMSG_DATA(c);
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+          c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+        int v;
+        std::memcpy(&v, CMSG_DATA(c), sizeof v);
+        if (v > 0) seg = static_cast<size_t>(v);
+      }
+    }
+    if (m.msg_flags & MSG_TRUNC) continue;
+    const size_t len = static_cast<size_t>(n);
+    if (seg == 0 || seg >= len) seg = len;
+    const RelayHeader h{kRelayMagic, ntohl(from.sin_addr.s_addr), ntohs(from.sin_port), tos, 0};
+    for (size_t off = 0; off < len; off += seg) {
+      const size_t l = std::min(seg, len - off);
+      if (const int owner = owner_of(buf.data() + off, l); owner >= 0)
+        relay(static_cast<uint32_t>(owner), h, buf.data() + off, l);
+    }
+  }
 }
 
 void UdpShare::stop_watcher() {

@@ -114,7 +114,12 @@ class UdpShare : public PortShare {
  private:
   UdpShare() = default;
   // flock on the registry file, reopening it when the last member removed it meanwhile.
-  bool lock(std::string* err);
+  // `drain`: a leaver, whose engine no longer reads its socket: while it waits it passes on what
+  // the kernel brings that socket for other members (pass_on_astray).
+  bool lock(std::string* err, bool drain = false);
+  // Reads this process's socket dry, relaying every datagram another live member owns; the rest
+  // (its own slot's: it is closing) is dropped.
+  void pass_on_astray();
   void unlock();
   // With the lock: frees the slots of members that died (true when any did).
   bool reap_dead();
