@@ -259,9 +259,10 @@ void UdpPort::relay_astray(size_t first) {
       const UdpShare::RelayHeader h{UdpShare::kRelayMagic, f.src_ip, f.src_port, f.tos, 0};
       if (share_->relay(static_cast<uint32_t>(owner), h, f.data, f.len)) {
         if (counters_.rx_share_relayed_out.get() == 0)
-          log().info("{}: slot {} passes on datagrams the steering brought here for slot {} (the "
-                     "processes sharing the device changed; rx_share_relayed_out counts them)",
-                     describe(), share_->slot(), owner);
+          log().info(
+              "{}: slot {} passes on datagrams the steering brought here for slot {} (the "
+              "processes sharing the device changed; rx_share_relayed_out counts them)",
+              describe(), share_->slot(), owner);
         counters_.rx_share_relayed_out.add();
         continue;
       }
