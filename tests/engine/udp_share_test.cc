@@ -35,6 +35,9 @@ int reuseport_socket(uint32_t ip) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(ip);
   a.sin_port = htons(wire::kRoceV2UdpPort);
+  // Room for a burst, as UdpPort makes (a stream below outpaces a test's reader now and then).
+  const int bytes = 4 << 20;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 ||
       bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     if (fd >= 0) close(fd);
@@ -49,7 +52,8 @@ struct Member {
   std::unique_ptr<UdpShare> share;
   std::thread rx;
   std::atomic<bool> stop{false};
-  std::atomic<int> mine{0}, others{0}, relayed{0};
+  std::atomic<int> mine{0}, others{0}, relayed{0}, passed_on{0};
+  bool pass_on = false;  // another member's datagram goes on to it, as UdpPort does
 
   bool join(uint32_t ip) {
     std::string err;
@@ -78,6 +82,13 @@ struct Member {
           continue;
         }
         const uint32_t dest_qp = uint32_t{buf[5]} << 16 | uint32_t{buf[6]} << 8 | buf[7];
+        if (const int owner = share->owner_of(buf, static_cast<size_t>(n)); pass_on && owner >= 0) {
+          const UdpShare::RelayHeader h{UdpShare::kRelayMagic, 0, 0, 0, 0};
+          if (share->relay(static_cast<uint32_t>(owner), h, buf, static_cast<size_t>(n))) {
+            ++passed_on;
+            continue;
+          }
+        }
         ++((dest_qp >> share::kQpnSlotShift) == share->slot() ? mine : others);
       }
     });
@@ -258,6 +269,58 @@ TEST(UdpShareTest, AJoinerRemovesTheRegistriesOfDeadGroups) {
   EXPECT_GE(UdpShare::remove_stale_registries(""), 1u);
   EXPECT_NE(access(dead.c_str(), F_OK), 0) << "removed";
   EXPECT_EQ(access(live.c_str(), F_OK), 0) << "a live member's registry stays";
+}
+
+// A process joins while the group's program sends another member's datagrams to the joiner's
+// position (a stale program: here one that sends everything there). Its own probe round drains
+// the new socket before its engine reads it, and passes on what another member owns; dropping it
+// lost a pair's traffic for as long as the round took (shared_device.sh churn).
+TEST(UdpShareTest, AJoinersRoundPassesOnOtherMembersDatagrams) {
+  const uint32_t ip = loopback(50, 5, 1);
+  std::vector<std::unique_ptr<Member>> m;
+  for (int i = 0; i < 2; ++i) {
+    m.push_back(std::make_unique<Member>());
+    m.back()->pass_on = true;
+    ASSERT_TRUE(m.back()->join(ip));
+  }
+  // Position 2 is the joiner's: until its socket is there the kernel picks one by hash.
+  {
+    const int fd = reuseport_socket(ip);
+    ASSERT_GE(fd, 0);
+    sock_filter to_joiner[] = {BPF_STMT(BPF_RET | BPF_K, 2u)};
+    sock_fprog prog{1, to_joiner};
+    ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog), 0);
+    close(fd);
+  }
+  // A stream for m0 all through the join.
+  std::atomic<bool> joined{false};
+  std::atomic<int> sent{0};
+  std::thread stream([&] {
+    test::RawSender sender(loopback(50, 5, 2));
+    if (!sender.ok()) return;
+    uint8_t pkt[64];
+    const uint32_t qpn = m[0]->share->slot() << share::kQpnSlotShift | 0x11;
+    const size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, qpn, 0, {});
+    for (int after = 0; after < 200;) {
+      if (!sender.send_ib(ip, {pkt, n})) return;
+      ++sent;
+      if (joined) ++after;
+      std::this_thread::sleep_for(std::chrono::microseconds(5));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  m.push_back(std::make_unique<Member>());
+  m.back()->pass_on = true;
+  const bool ok = m.back()->join(ip);
+  joined = true;
+  stream.join();
+  ASSERT_TRUE(ok);
+  ASSERT_GT(sent, 200);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (m[0]->mine + m[0]->relayed < sent && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(m[0]->mine + m[0]->relayed, sent) << m[0]->relayed << " relayed";
+  EXPECT_EQ(m[1]->others + m[2]->others, 0);
 }
 
 }  // namespace

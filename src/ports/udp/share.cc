@@ -336,8 +336,7 @@ void UdpShare::free_slot(uint32_t s) {
     if (c.used && c.slot == s) set_claim(c, Registry::Claim{});
 }
 
-int UdpShare::owner_of(const uint8_t* data, size_t len) const {
-  const share::Destination d = share::destination_of(data, len);
+int UdpShare::owner(const share::Destination& d) const {
   int owner = -1;
   if (d.kind == share::Destination::kSlot) {
     owner = static_cast<int>(d.value);
@@ -549,8 +548,8 @@ UdpShare::~UdpShare() {
   if (wake_ >= 0) close(wake_);
 }
 
-void UdpShare::pass_on_astray() {
-  if (fd_ < 0 || relay_fd_ < 0) return;
+void UdpShare::pass_on(int fd, std::optional<uint32_t> probe_round) {
+  if (fd < 0) return;
   static thread_local std::vector<uint8_t> buf(65536);
   for (;;) {
     sockaddr_in from{};
@@ -563,7 +562,7 @@ void UdpShare::pass_on_astray() {
     m.msg_iovlen = 1;
     m.msg_control = ctrl;
     m.msg_controllen = sizeof ctrl;
-    const ssize_t n = recvmsg(fd_, &m, MSG_DONTWAIT);
+    const ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       return;
@@ -585,9 +584,13 @@ void UdpShare::pass_on_astray() {
     if (seg == 0 || seg >= len) seg = len;
     const RelayHeader h{kRelayMagic, ntohl(from.sin_addr.s_addr), ntohs(from.sin_port), tos, 0};
     for (size_t off = 0; off < len; off += seg) {
+      const uint8_t* d = buf.data() + off;
       const size_t l = std::min(seg, len - off);
-      if (const int owner = owner_of(buf.data() + off, l); owner >= 0)
-        relay(static_cast<uint32_t>(owner), h, buf.data() + off, l);
+      if (auto p = share::parse_probe(d, l)) {
+        if (probe_round && p->round == *probe_round) on_probe(*p);
+      } else if (const int owner = owner_of(d, l); owner >= 0) {
+        relay(static_cast<uint32_t>(owner), h, d, l);
+      }
     }
   }
 }
@@ -683,15 +686,10 @@ bool UdpShare::round(int attach_fd, int drain_fd) {
     uint64_t last_send = start;
     bool restart = false;
     for (;;) {
-      if (drain_fd >= 0) {
-        // Our own socket, before the engine reads it: the probe for our position, and whatever
-        // the hash sent here meanwhile (for no member yet: dropped).
-        uint8_t buf[2048];
-        ssize_t n;
-        while ((n = recv(drain_fd, buf, sizeof buf, MSG_DONTWAIT)) >= 0)
-          if (auto p = share::parse_probe(buf, static_cast<size_t>(n)); p && p->round == rnd)
-            on_probe(*p);
-      }
+      // Our own socket, before the engine reads it: the probe for our position, and whatever
+      // the stale program or the hash sent here meanwhile, passed on to its owner (a pair whose
+      // socket the kernel moved lost everything a joiner's round took: shared_device.sh churn).
+      if (drain_fd >= 0) pass_on(drain_fd, rnd);
       bool done = true;
       std::fill(answered.begin(), answered.end(), false);
       for (uint32_t s : members) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,7 +67,10 @@ class UdpShare : public PortShare {
   int relay_fd() const { return relay_fd_; }
   // The live member a datagram is for (share::destination_of, with the registry's listeners),
   // or -1 when no member owns it (a free slot, a REQ nobody listens to) or it is ours.
-  int owner_of(const uint8_t* data, size_t len) const;
+  int owner_of(const uint8_t* data, size_t len) const {
+    return owner(share::destination_of(data, len));
+  }
+  int owner(const share::Destination& d) const;
   // Sends a datagram on to `slot`'s relay socket; false when that member has none, or its
   // socket refused it (full): the caller drops it.
   bool relay(uint32_t slot, const RelayHeader& h, const uint8_t* data, size_t len);
@@ -117,9 +121,11 @@ class UdpShare : public PortShare {
   // `drain`: a leaver, whose engine no longer reads its socket: while it waits it passes on what
   // the kernel brings that socket for other members (pass_on_astray).
   bool lock(std::string* err, bool drain = false);
-  // Reads this process's socket dry, relaying every datagram another live member owns; the rest
-  // (its own slot's: it is closing) is dropped.
-  void pass_on_astray();
+  // Reads `fd` dry, relaying every datagram another live member owns. A probe of round
+  // `probe_round` (when given) is answered; the rest is dropped: our own slot's (a leaver is
+  // closing; a joiner owns nothing yet) and datagrams for no member.
+  void pass_on(int fd, std::optional<uint32_t> probe_round);
+  void pass_on_astray() { pass_on(fd_, std::nullopt); }
   void unlock();
   // With the lock: frees the slots of members that died (true when any did).
   bool reap_dead();

@@ -236,10 +236,7 @@ void UdpPort::enable_gro(int fd) {
 std::span<const RxFrame> UdpPort::rx_burst() {
   rx_out_.clear();
   size_t used = receive(fd_, opt_.ipv4, 0);
-  if (relay_) {
-    relay_astray(0);
-    if (used < rx_slots_) used += receive_relayed(used);
-  }
+  if (relay_ && used < rx_slots_) used += receive_relayed(used);
   if (has_groups_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mcast_mu_);
     for (auto& [group, fd] : groups_) {
@@ -250,12 +247,20 @@ std::span<const RxFrame> UdpPort::rx_burst() {
   return rx_out_;
 }
 
-void UdpPort::relay_astray(size_t first) {
-  size_t kept = first;
-  for (size_t i = first; i < rx_out_.size(); ++i) {
-    const RxFrame& f = rx_out_[i];
-    const int owner = f.truncated ? -1 : share_->owner_of(f.data, f.len);
-    if (owner >= 0) {
+void UdpPort::deliver(const RxFrame& f, bool shared_socket) {
+  if (shared_socket && !f.truncated) {
+    // Where the steering program would have sent it (share::destination_of), decided once.
+    const share::Destination d = share::destination_of(f.data, f.len);
+    const int owner = share_->owner(d);
+    // For another process's QP or connection (a packet for a QP this process destroyed is not):
+    // the steering sent it astray while the group changed, or its owner is gone.
+    if (owner >= 0 || (d.kind == share::Destination::kSlot && d.value != share_->slot())) {
+      counters_.rx_share_other_slot.add();
+      if (log().should_log(spdlog::level::debug))
+        log().debug("udp port: slot {} got a datagram for slot {} (owner {}) from port {}",
+                    share_->slot(), d.value, owner, f.src_port);
+    }
+    if (owner >= 0 && relay_) {
       const UdpShare::RelayHeader h{UdpShare::kRelayMagic, f.src_ip, f.src_port, f.tos, 0};
       if (share_->relay(static_cast<uint32_t>(owner), h, f.data, f.len)) {
         if (counters_.rx_share_relayed_out.get() == 0)
@@ -264,13 +269,12 @@ void UdpPort::relay_astray(size_t first) {
               "processes sharing the device changed; rx_share_relayed_out counts them)",
               describe(), share_->slot(), owner);
         counters_.rx_share_relayed_out.add();
-        continue;
+        return;
       }
       counters_.rx_share_relay_failed.add();  // kept: dropped as an unknown QP, as before
     }
-    rx_out_[kept++] = f;
   }
-  rx_out_.resize(kept);
+  rx_out_.push_back(f);
 }
 
 size_t UdpPort::receive_relayed(size_t slot) {
@@ -353,6 +357,7 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
     }
   } reset{this, slot, static_cast<size_t>(n)};
 
+  const bool shared = share_ && fd == fd_;
   for (int i = 0; i < n; ++i) {
     const msghdr& h = msgs[i].msg_hdr;
     const sockaddr_in& from = rx_slot_[slot + static_cast<size_t>(i)].from;
@@ -362,27 +367,11 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
       counters_.rx_port_errors.add();
       continue;
     }
-    if (share_ && fd == fd_) {
-      if (len == share::kProbeBytes) {
-        // A probe round measuring where our socket sits in the group (share.h): not a packet.
-        if (auto probe = share::parse_probe(buf, len)) {
-          share_->on_probe(*probe);
-          continue;
-        }
-      }
-      // A packet for another process's QP (QP1's CM messages go by their IDs, not judged here):
-      // the steering sent it astray. Counted; relay_astray passes it on to its owner, or, with
-      // none, the dispatch drops it as an unknown QP.
-      if (len > share::offsets::kDestQpHigh + 2) {
-        const uint32_t dest_qp = uint32_t{buf[share::offsets::kDestQpHigh]} << 16 |
-                                 uint32_t{buf[share::offsets::kDestQpHigh + 1]} << 8 |
-                                 buf[share::offsets::kDestQpHigh + 2];
-        if (dest_qp != 1 && share::slot_of_qpn(dest_qp) != share_->slot()) {
-          counters_.rx_share_other_slot.add();
-          if (log().should_log(spdlog::level::debug))
-            log().debug("udp port: slot {} got a datagram for QP {:#x} (slot {}) from port {}",
-                        share_->slot(), dest_qp, share::slot_of_qpn(dest_qp), ntohs(from.sin_port));
-        }
+    if (shared && len == share::kProbeBytes) {
+      // A probe round measuring where our socket sits in the group (share.h): not a packet.
+      if (auto probe = share::parse_probe(buf, len)) {
+        share_->on_probe(*probe);
+        continue;
       }
     }
     RxFrame f;
@@ -422,13 +411,13 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
     if (seg == 0 || seg >= len || f.truncated) {
       f.data = buf;
       f.len = static_cast<uint32_t>(len);
-      rx_out_.push_back(f);
+      deliver(f, shared);
       continue;
     }
     for (size_t off = 0; off < len; off += seg) {
       f.data = buf + off;
       f.len = static_cast<uint32_t>(std::min(seg, len - off));
-      rx_out_.push_back(f);
+      deliver(f, shared);
     }
   }
   return static_cast<size_t>(n);

@@ -148,9 +148,9 @@ class UdpPort : public Port {
   // `dst_ip`; returns the number of slots used. Appends the datagrams to rx_out_ (a GRO buffer
   // cut into its datagrams).
   size_t receive(int fd, uint32_t dst_ip, size_t slot);
-  // A shared device: passes the frames rx_out_[first..] that belong to another member on to it
-  // (UdpShare::relay), and takes them out.
-  void relay_astray(size_t first);
+  // Appends a frame to rx_out_ — unless it came to a shared device's socket for another member:
+  // that one is counted and passed on to its owner (UdpShare::relay); kept when it cannot be.
+  void deliver(const RxFrame& f, bool shared_socket);
   // A shared device: reads what other members relayed to us into receive slots [slot,
   // rx_slots_), as receive() does; returns the number of slots used.
   size_t receive_relayed(size_t slot);
