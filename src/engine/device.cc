@@ -216,6 +216,7 @@ ibv_gid Device::gid() const {
 
 uint32_t Device::alloc_pd() {
   auto g = app_call();
+  if (keys_.pd_count() >= DeviceLimits::kMaxPd) return 0;  // max_pd (ibv_query_device)
   return keys_.alloc_pd();
 }
 

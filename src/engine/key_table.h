@@ -71,6 +71,7 @@ class KeyTable : public transport::TableMemory {
   int rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, uint64_t len, uint64_t iova,
                int access);
   size_t mr_count() const { return table_.region_count(); }
+  size_t pd_count() const { return pds_.size(); }
 
   // Memory windows (IBTA 10.6.7): see transport::MemoryTable for their keys and rules.
   static constexpr uint32_t kMwKeyBit = transport::MemoryTable::kMwKeyBit;

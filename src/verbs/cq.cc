@@ -2,6 +2,7 @@
 // The engine's Cq holds the completions and the arm state; CompChannel holds the eventfd.
 #include <cerrno>
 #include <ctime>
+#include <memory>
 #include <new>
 
 #include "objects.h"
@@ -112,12 +113,16 @@ VCq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel*
     return nullptr;
   }
   try {
-    auto* cq = new VCq(c, cqe, ch, timestamps);
+    auto cq = std::make_unique<VCq>(c, cqe, ch, timestamps);
     cq->cq.cq_context = cq_context;
     std::lock_guard<std::mutex> g(c->mu);
+    if (c->cqs.size() >= DeviceLimits::kMaxCq) {
+      errno = ENOMEM;  // the limit ibv_query_device reports as max_cq
+      return nullptr;
+    }
     if (ch) ++ch->ch.refcnt;
-    c->cqs.insert(cq);
-    return cq;
+    c->cqs.insert(cq.get());
+    return cq.release();
   } catch (const std::bad_alloc&) {
     errno = ENOMEM;
     return nullptr;

@@ -171,6 +171,72 @@ TEST_F(ContextTest, QueryDeviceTellsLimits) {
   EXPECT_EQ(ex.phys_port_cnt_ex, 1u);  // equal to phys_port_cnt below 256 ports
 }
 
+// Every object limit ibv_query_device reports is the one creation enforces: up to it succeeds,
+// one past it fails with ENOMEM (a program that sizes itself by the figures must not meet another
+// limit first, and one that checks them must not be told of room that is not there). max_ah is
+// INT32_MAX: an AH is process memory with no table behind it (ENOMEM when memory runs out).
+TEST_F(ContextTest, EveryObjectLimitIsEnforcedAtTheReportedFigure) {
+  ibv_device_attr a{};
+  ASSERT_EQ(ibv_query_device(ctx_, &a), 0);
+  EXPECT_EQ(a.max_ah, INT32_MAX);
+  auto up_to_the_limit = [](const char* what, int limit, auto make, auto destroy) {
+    std::vector<decltype(make())> made;
+    made.reserve(static_cast<size_t>(limit));
+    for (int i = 0; i < limit; ++i) {
+      auto o = make();
+      if (!o) {
+        ADD_FAILURE() << what << " " << i << " of " << limit << ": " << std::strerror(errno);
+        break;
+      }
+      made.push_back(o);
+    }
+    if (made.size() == static_cast<size_t>(limit)) {
+      errno = 0;
+      auto past = make();
+      EXPECT_EQ(past, nullptr) << what << ": one past the reported " << limit;
+      EXPECT_EQ(errno, ENOMEM) << what;
+      if (past) made.push_back(past);
+    }
+    for (auto o : made) EXPECT_EQ(destroy(o), 0) << what;
+  };
+  up_to_the_limit(
+      "PD", a.max_pd, [&] { return ibv_alloc_pd(ctx_); }, ibv_dealloc_pd);
+  up_to_the_limit(
+      "CQ", a.max_cq, [&] { return ibv_create_cq(ctx_, 1, nullptr, nullptr, 0); }, ibv_destroy_cq);
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  static char buf[64];
+  up_to_the_limit(
+      "MR", a.max_mr, [&] { return ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE); },
+      ibv_dereg_mr);
+  up_to_the_limit(
+      "MW", a.max_mw, [&] { return ibv_alloc_mw(pd, IBV_MW_TYPE_2); }, ibv_dealloc_mw);
+  up_to_the_limit(
+      "SRQ", a.max_srq,
+      [&] {
+        ibv_srq_init_attr sa{};
+        sa.attr.max_wr = 1;
+        sa.attr.max_sge = 1;
+        return ibv_create_srq(pd, &sa);
+      },
+      ibv_destroy_srq);
+  ibv_cq* cq = ibv_create_cq(ctx_, 1, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  up_to_the_limit(
+      "QP", a.max_qp,
+      [&] {
+        ibv_qp_init_attr ia{};
+        ia.send_cq = ia.recv_cq = cq;
+        ia.qp_type = IBV_QPT_UD;
+        ia.cap.max_send_wr = ia.cap.max_recv_wr = 1;
+        ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+        return ibv_create_qp(pd, &ia);
+      },
+      ibv_destroy_qp);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
 // The capabilities that follow from the operations ibv_post_send accepts are the opcode table's
 // (transport/wr_opcode.h): claimed exactly when its rows say the operations are carried.
 TEST_F(ContextTest, QueryDeviceCapabilitiesAreTheOpcodeTables) {
