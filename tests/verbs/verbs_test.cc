@@ -237,6 +237,64 @@ TEST_F(ContextTest, EveryObjectLimitIsEnforcedAtTheReportedFigure) {
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
+// The per-object sizes too: a QP or SRQ asked for exactly the reported figure is created, one
+// past it is refused with EINVAL (ibv_create_qp(3)), and so is an MR one byte past max_mr_size
+// (refused before any memory is looked at).
+TEST_F(ContextTest, EverySizeLimitIsEnforcedAtTheReportedFigure) {
+  ibv_device_attr a{};
+  ASSERT_EQ(ibv_query_device(ctx_, &a), 0);
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  ibv_cq* cq = ibv_create_cq(ctx_, 1, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  auto qp_with = [&](auto&& set) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 1;
+    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+    set(ia.cap);
+    errno = 0;
+    ibv_qp* qp = ibv_create_qp(pd, &ia);
+    const int err = qp ? 0 : errno;
+    if (qp) {
+      EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    }
+    return err;
+  };
+  const uint32_t wr = static_cast<uint32_t>(a.max_qp_wr), sge = static_cast<uint32_t>(a.max_sge);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_send_wr = wr; }), 0);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_send_wr = wr + 1; }), EINVAL);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_recv_wr = wr; }), 0);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_recv_wr = wr + 1; }), EINVAL);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_send_sge = sge; }), 0);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_send_sge = sge + 1; }), EINVAL);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_recv_sge = sge; }), 0);
+  EXPECT_EQ(qp_with([&](ibv_qp_cap& c) { c.max_recv_sge = sge + 1; }), EINVAL);
+  auto srq_with = [&](uint32_t max_wr, uint32_t max_sge) {
+    ibv_srq_init_attr sa{};
+    sa.attr.max_wr = max_wr;
+    sa.attr.max_sge = max_sge;
+    errno = 0;
+    ibv_srq* srq = ibv_create_srq(pd, &sa);
+    const int err = srq ? 0 : errno;
+    if (srq) {
+      EXPECT_EQ(ibv_destroy_srq(srq), 0);
+    }
+    return err;
+  };
+  EXPECT_EQ(srq_with(static_cast<uint32_t>(a.max_srq_wr), 1), 0);
+  EXPECT_EQ(srq_with(static_cast<uint32_t>(a.max_srq_wr) + 1, 1), EINVAL);
+  EXPECT_EQ(srq_with(1, static_cast<uint32_t>(a.max_srq_sge)), 0);
+  EXPECT_EQ(srq_with(1, static_cast<uint32_t>(a.max_srq_sge) + 1), EINVAL);
+  static char buf[64];
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf, a.max_mr_size + 1, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
 // The capabilities that follow from the operations ibv_post_send accepts are the opcode table's
 // (transport/wr_opcode.h): claimed exactly when its rows say the operations are carried.
 TEST_F(ContextTest, QueryDeviceCapabilitiesAreTheOpcodeTables) {
