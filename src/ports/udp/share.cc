@@ -87,21 +87,32 @@ uint64_t start_time(pid_t pid, bool* zombie = nullptr) {
 // thread has exited; after a SIGKILL the other threads may still be exiting then, the socket
 // still in the group (the last thread's exit closes it). A pidfd is readable only when the whole
 // group has exited (pidfd_open(2)): a member reaped on the leader alone would have its socket
-// leave the group after the round that measured without it, unseen.
-bool gone(pid_t pid, uint64_t started) {
+// leave the group after the round that measured without it, unseen. Returns why (for the log,
+// `detail` the numbers behind it), or nullptr while the member lives.
+const char* gone_why(pid_t pid, uint64_t started, std::string* detail = nullptr) {
   const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pfd < 0 && errno == ESRCH) return true;
+  if (pfd < 0 && errno == ESRCH) return "no such process";
   bool zombie = false;
   const uint64_t now = start_time(pid, &zombie);
-  bool exited = now != started || zombie;  // without pidfds: the leader's state alone
+  const char* why = nullptr;
+  if (now != started) {
+    why = "another start time";  // pid reused (or /proc unreadable)
+    if (detail) *detail = fmt::format("{} in /proc, {} when it joined", now, started);
+  } else if (zombie && pfd < 0) {
+    why = "its main thread exited";  // without pidfds: the leader's state alone
+  }
   if (pfd >= 0) {
     if (now == started) {  // the pidfd is the member's (pid not reused before it was opened)
       pollfd p{pfd, POLLIN, 0};
-      exited = poll(&p, 1, 0) == 1;
+      why = poll(&p, 1, 0) == 1 ? "its pidfd says it exited" : nullptr;
     }
     close(pfd);
   }
-  return exited;
+  return why;
+}
+
+bool gone(pid_t pid, uint64_t started) {
+  return gone_why(pid, started) != nullptr;
 }
 
 std::string format_ip(uint32_t ip) {
@@ -283,9 +294,11 @@ bool UdpShare::reap_dead() {
     Registry::Slot& sl = reg_->slots[s];
     const uint32_t st = at(sl.state).load();
     if (st == kFree || sl.pid == self) continue;
-    if (!gone(sl.pid, sl.start_time)) continue;
-    log().info("{}:{}: process {} (slot {}) is gone; its QPNs and listeners are released",
-               format_ip(ip_), port_, sl.pid, s);
+    std::string detail;
+    const char* why = gone_why(sl.pid, sl.start_time, &detail);
+    if (!why) continue;
+    log().info("{}:{}: process {} (slot {}) is gone ({}{}{}); its QPNs and listeners are released",
+               format_ip(ip_), port_, sl.pid, s, why, detail.empty() ? "" : ": ", detail);
     dead.push_back(s);
   }
   // One death moves one socket, which the caller's round will measure: the kernel filled the
