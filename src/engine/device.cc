@@ -65,6 +65,8 @@ std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, ui
   for (size_t s = 0; s < stats_shm::kCcQpSlots; ++s)
     for (size_t f = 0; f < stats_shm::kCcQpFieldCount; ++f)
       names.push_back(stats_shm::cc_slot_name(s, f));
+  // Files of this user's processes that died without closing their devices (SIGKILL) go first.
+  stats_shm::remove_dead_files();
   auto pub = stats_shm::Publisher::create(id, names, &why);
   if (!pub) {
     log().warn("{}: not publishing statistics for `uroce stats`: {}", cfg.name, why);
@@ -170,6 +172,10 @@ Device::~Device() {
     publish(monotonic_now(), /*force=*/true);
   }
   print_stats_once();
+}
+
+void Device::withdraw_stats() {
+  if (publisher_) publisher_->withdraw();
 }
 
 void Device::print_stats_once() {

@@ -151,6 +151,9 @@ class Device : private Engine::Client, private transport::EventSink {
   // program that exits with its device still open (perftest on a failed run, most programs on
   // an error path: the run whose counters matter most).
   void print_stats_once();
+  // At exit: removes the device's `uroce stats` file (the process may never close the device:
+  // rdma_cm programs, fio's jobs).
+  void withdraw_stats();
 
   // Receive and process what has arrived, from an application thread that polls a CQ and found
   // it empty (see Engine::poll_from_app). Returns true if anything was processed.

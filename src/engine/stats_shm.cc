@@ -257,8 +257,27 @@ std::unique_ptr<Publisher> Publisher::create(const Identity& id,
 }
 
 Publisher::~Publisher() {
-  shm_unlink(name_.c_str());
+  withdraw();
   munmap(base_, len_);
+}
+
+void Publisher::withdraw() {
+  if (withdrawn_) return;
+  withdrawn_ = true;
+  shm_unlink(name_.c_str());
+}
+
+size_t remove_dead_files(const std::string& dir) {
+  size_t removed = 0;
+  for (const std::string& path : list_files(dir)) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || st.st_uid != getuid()) continue;  // another user's
+    auto s = read_file(path, nullptr);
+    // Another layout (another uroce version) or a file being written: left alone.
+    if (!s || publisher_alive(s->id)) continue;
+    if (unlink(path.c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 uint64_t* Publisher::slot(size_t i) {

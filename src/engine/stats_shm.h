@@ -122,6 +122,10 @@ std::optional<ProcInfo> proc_info(pid_t pid);
 // Whether the process that published `id` still runs (the pid exists with the same start time).
 bool publisher_alive(const Identity& id);
 
+// Removes the files in dir of this user's processes that no longer run (killed, or exited
+// before withdraw): a publisher calls it, so that they do not pile up. Returns how many.
+size_t remove_dead_files(const std::string& dir = kShmDir);
+
 // UROCE_PUBLISH: publishing is on unless it is "0". Any other value but "1" and "" is an error
 // (*err set, publishing off), so that a typo is noticed.
 bool publishing_enabled(std::string* err);
@@ -145,9 +149,13 @@ class Publisher {
   void set_port_active(bool active);
   void set_snapshot_ns(uint64_t ns);
   const std::string& path() const { return path_; }
+  // Removes the file's name now (the mapping stays valid until the object goes): a process
+  // exiting without closing its device leaves nothing behind in /dev/shm.
+  void withdraw();
 
  private:
   Publisher(std::string name, void* base, size_t len, size_t n);
+  bool withdrawn_ = false;
   std::string name_;  // shm_open name
   std::string path_;  // /dev/shm/…
   void* base_;

@@ -59,7 +59,8 @@ void load() {
 // one run in ten of `ibv_rc_pingpong -e` on a loaded host). An engine pass ends with its transmit
 // flush and runs under the device lock, so taking that lock once per device lets the pass finish;
 // the flush then sends what a pass the application ran itself held back (Datapath::set_hold).
-// Then UROCE_STATS=1 prints the counters of a device the program never closed.
+// Then UROCE_STATS=1 prints the counters of a device the program never closed, and its `uroce
+// stats` file goes (nothing reads a dead process's counters; 191 piled up in an afternoon).
 void drain_at_exit() {
   const auto* list = g_devices.load(std::memory_order_acquire);
   if (!list) return;
@@ -104,6 +105,7 @@ void VDevice::drain() {
   if (!d) return;
   d->flush();
   d->print_stats_once();
+  d->withdraw_stats();
 }
 
 const std::vector<VDevice*>& devices() {

@@ -264,6 +264,33 @@ TEST(StatsShmTest, LeftoverOfADeadProcessIsReplaced) {
   EXPECT_TRUE(publisher_alive(s->id));
 }
 
+// A process killed with its device open leaves its file; the next device to publish removes the
+// files of this user's processes that no longer run, and keeps those of live ones.
+TEST(StatsShmTest, APublisherRemovesTheFilesOfDeadProcesses) {
+  char dir[] = "/tmp/uroce-stats-dead.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto put = [&](const Identity& id, pid_t pid) {
+    auto buf = layout(id, {"x"});
+    const std::string path = std::string(dir) + "/uroce." + std::to_string(pid) + "." + id.device;
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(buf.data()),
+               static_cast<std::streamsize>(layout_size(1)));
+    return path;
+  };
+  Identity dead = identity("uroce0");
+  dead.start_time += 1;  // the same pid, an earlier process
+  const std::string dead_path = put(dead, getpid());
+  const std::string live_path = put(identity("uroce1"), getpid());
+  const std::string other_path = std::string(dir) + "/uroce.1.garbage";
+  std::ofstream(other_path) << "not a statistics file";
+  EXPECT_EQ(remove_dead_files(dir), 1u);
+  EXPECT_NE(access(dead_path.c_str(), F_OK), 0) << "the dead process's file is removed";
+  EXPECT_EQ(access(live_path.c_str(), F_OK), 0) << "a live process's file stays";
+  EXPECT_EQ(access(other_path.c_str(), F_OK), 0) << "a file of another layout is left alone";
+  for (const auto& p : {dead_path, live_path, other_path}) unlink(p.c_str());
+  rmdir(dir);
+}
+
 TEST(StatsShmTest, ExitedProcessIsNotAlive) {
   pid_t child = fork();
   ASSERT_GE(child, 0);

@@ -469,6 +469,9 @@ TEST_F(ErrnoTest, AResponderThatExitsOnItsErrorCompletionStillSendsTheNak) {
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    // Its `uroce stats` file went with it (issue 36: 191 had piled up in an afternoon).
+    const std::string published = "/dev/shm/uroce." + std::to_string(pid) + ".uroce1";
+    EXPECT_NE(access(published.c_str(), F_OK), 0) << published << " is left behind";
     const std::string header = "uroce: uroce1 (127.0.22.3) counters:";
     const size_t at = err.find(header);
     EXPECT_NE(at, std::string::npos) << err;
