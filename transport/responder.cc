@@ -115,9 +115,9 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     if (flags & wire::kRead) {
       duplicate_read(pkt, ctx);
     } else if (flags & wire::kAtomic) {
-      duplicate_atomic(pkt, ctx);
+      duplicate_single(pkt, ctx, Resource::Kind::kAtomic);
     } else if (flags & wire::kAtomicWrite) {
-      duplicate_atomic_write(pkt, ctx);
+      duplicate_single(pkt, ctx, Resource::Kind::kAtomicWrite);
     } else if (pkt.bth.ack_req || !dup_acked_) {
       ack(ctx);
       dup_acked_ = true;
@@ -317,23 +317,29 @@ void Responder::remember(const Resource& r, const QpContext& ctx) {
   res_head_ = (res_head_ + 1) % cap;
 }
 
-void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
-                             ResponderOutcome& out) {
-  const Psn psn(pkt.bth.psn);
+bool Responder::admit_resource_request(Psn psn, int qp_access, const QpContext& ctx, RecvQueue& rq,
+                                       ResponderOutcome& out) {
   if (msg_ != Msg::kNone) {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
+    return false;
   }
-  if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_READ)) {
+  if (!(ctx.attr.qp_access_flags & qp_access)) {
     fail(Nak::kRemoteAccess, psn, ctx, rq, out);
-    return;
+    return false;
   }
   // More READ/ATOMICs outstanding than the responder resources the requester was given
   // (max_dest_rd_atomic, the requester's max_rd_atomic must not exceed it): invalid request.
   if (rd_atomic_queued_ >= ctx.attr.max_dest_rd_atomic) {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
+    return false;
   }
+  return true;
+}
+
+void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
+                             ResponderOutcome& out) {
+  const Psn psn(pkt.bth.psn);
+  if (!admit_resource_request(psn, IBV_ACCESS_REMOTE_READ, ctx, rq, out)) return;
   const wire::Reth& reth = pkt.reth;
   if (reth.dma_len != 0 &&
       ctx.mem.resolve_remote(reth.rkey, ctx.init.pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ)
@@ -395,18 +401,7 @@ void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
 void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                                ResponderOutcome& out) {
   const Psn psn(pkt.bth.psn);
-  if (msg_ != Msg::kNone) {
-    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
-  }
-  if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC)) {
-    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
-    return;
-  }
-  if (rd_atomic_queued_ >= ctx.attr.max_dest_rd_atomic) {
-    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
-  }
+  if (!admit_resource_request(psn, IBV_ACCESS_REMOTE_ATOMIC, ctx, rq, out)) return;
   // An ATOMIC's operand is 8 bytes, naturally aligned (IBTA 9.4.5); a misaligned VA is an
   // invalid request, as rxe and NICs answer it.
   const wire::AtomicEth& a = pkt.atomic;
@@ -441,44 +436,38 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, Re
   ++rd_atomic_queued_;
 }
 
-void Responder::duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx) {
+void Responder::duplicate_single(const wire::Packet& pkt, const QpContext& ctx,
+                                 Resource::Kind kind) {
   const Psn psn(pkt.bth.psn);
   const size_t n = resources_.size();
   for (size_t i = 0; i < n; ++i) {  // newest first
-    const Resource* it = &resources_[(res_head_ + n - 1 - i) % n];
-    if (it->kind != Resource::Kind::kAtomic || it->first_psn != psn) continue;
+    const Resource& res = resources_[(res_head_ + n - 1 - i) % n];
+    if (res.kind != kind || res.first_psn != psn) continue;
     if (responses_.size() >= kMaxQueuedResponses) break;
-    // Answered with the saved original value: executing it again would add twice (9.7.4.1.3.2).
+    // Answered again from what was saved, never executed again (9.7.4.1.3.2): an ATOMIC would
+    // add twice; an ATOMIC WRITE could undo a later write to the word (rxe's duplicate_request
+    // replays its resource likewise).
     Response r;
-    r.kind = Response::Kind::kAtomic;
+    r.kind =
+        kind == Resource::Kind::kAtomic ? Response::Kind::kAtomic : Response::Kind::kAtomicWrite;
     r.replay = true;
     r.psn = psn;
-    r.orig = it->orig;
+    r.orig = res.orig;
     r.msn = msn_;
     responses_.push_back(r);
     return;
   }
+  // Older than the resources kept: silently dropped (Class D, 9.9.3.1.4), as rxe does.
   ++ctx.counters.dropped_pkts;
 }
 
 void Responder::execute_atomic_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                                      ResponderOutcome& out) {
   const Psn psn(pkt.bth.psn);
-  if (msg_ != Msg::kNone) {
-    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
-  }
-  // rxe lets an ATOMIC WRITE in where the QP allows remote write (check_op_valid); a QP without
-  // it is refused as a WRITE is here, with a remote access error.
-  if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE)) {
-    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
-    return;
-  }
-  // It takes a responder resource (rxe: check_resource counts it with READs and ATOMICs).
-  if (rd_atomic_queued_ >= ctx.attr.max_dest_rd_atomic) {
-    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
-  }
+  // rxe lets an ATOMIC WRITE in where the QP allows remote write (check_op_valid; a QP without
+  // it is refused as a WRITE is here, with a remote access error), and it takes a responder
+  // resource (check_resource counts it with READs and ATOMICs).
+  if (!admit_resource_request(psn, IBV_ACCESS_REMOTE_WRITE, ctx, rq, out)) return;
   // Exactly 8 bytes, named by the RETH and carried as the payload (rxe: check_rkey's length
   // checks, ERR_LENGTH → NAK invalid request).
   const wire::Reth& reth = pkt.reth;
@@ -517,27 +506,6 @@ void Responder::execute_atomic_write(const wire::Packet& pkt, const QpContext& c
   r.msn = msn_;
   responses_.push_back(r);
   ++rd_atomic_queued_;
-}
-
-void Responder::duplicate_atomic_write(const wire::Packet& pkt, const QpContext& ctx) {
-  const Psn psn(pkt.bth.psn);
-  const size_t n = resources_.size();
-  for (size_t i = 0; i < n; ++i) {  // newest first
-    const Resource& res = resources_[(res_head_ + n - 1 - i) % n];
-    if (res.kind != Resource::Kind::kAtomicWrite || res.first_psn != psn) continue;
-    if (responses_.size() >= kMaxQueuedResponses) break;
-    // Answered again, not executed again (rxe: duplicate_request replays the resource): the
-    // value may since have been overwritten by a later request, which a second store would undo.
-    Response r;
-    r.kind = Response::Kind::kAtomicWrite;
-    r.replay = true;
-    r.psn = psn;
-    r.msn = msn_;
-    responses_.push_back(r);
-    return;
-  }
-  // Older than the resources kept: silently dropped (Class D, 9.9.3.1.4), as rxe does.
-  ++ctx.counters.dropped_pkts;
 }
 
 void Responder::complete_recv(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,

@@ -130,10 +130,14 @@ class Responder {
   void execute_atomic(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                       ResponderOutcome& out);
   void duplicate_read(const wire::Packet& pkt, const QpContext& ctx);
-  void duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx);
   void execute_atomic_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                             ResponderOutcome& out);
-  void duplicate_atomic_write(const wire::Packet& pkt, const QpContext& ctx);
+  // The checks every request that takes a responder resource passes first: no message in
+  // progress, the QP grants `qp_access`, a resource free. False: refused (fail() was called).
+  bool admit_resource_request(Psn psn, int qp_access, const QpContext& ctx, RecvQueue& rq,
+                              ResponderOutcome& out);
+  // A duplicate ATOMIC or ATOMIC WRITE (`kind`): answered from its resource, or dropped.
+  void duplicate_single(const wire::Packet& pkt, const QpContext& ctx, Resource::Kind kind);
   // Keeps `r` as the newest responder resource, dropping the oldest beyond max_dest_rd_atomic.
   void remember(const Resource& r, const QpContext& ctx);
   // Removes the front response, keeping rd_atomic_queued_ in step.
