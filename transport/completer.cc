@@ -226,6 +226,18 @@ CompleterOutcome Completer::on_read_response(const wire::Packet& pkt, Time now,
   const Psn psn(pkt.bth.psn);
   if (psn < unacked_) return out;  // a duplicate of data already placed
   SendEntry* w = psn < sent_end_ ? find(sq, psn) : nullptr;
+  if (w != nullptr && w->wqe.opcode == IBV_WR_ATOMIC_WRITE) {
+    // IBTA 1.5 ATOMIC WRITE is answered by a READ RESPONSE ONLY of no data whose AETH is an ACK
+    // (rxe's send_read_response_ack); rxe's completer then completes it like a WRITE
+    // (rxe_comp.c check_ack: COMPST_WRITE_SEND). So it is an ACK of its PSN here, and nothing
+    // else shaped like a response to it is taken.
+    if (!(pkt.info->flags & wire::kFirst) || !(pkt.info->flags & wire::kLast) ||
+        !pkt.payload.empty() || wire::aeth_type(pkt.aeth.syndrome) != AethType::kAck) {
+      ++ctx.counters.dropped_pkts;
+      return out;
+    }
+    return on_ack(pkt, now, ctx, sq);
+  }
   if (w == nullptr || w->wqe.opcode != IBV_WR_RDMA_READ) {
     ++ctx.counters.dropped_pkts;  // ghost: no READ of ours holds this PSN
     return out;

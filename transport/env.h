@@ -178,6 +178,11 @@ class MemoryAccess {
   // Returns the original value.
   virtual uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) = 0;
   virtual uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) = 0;
+  // IBTA 1.5 ATOMIC WRITE: the 8 bytes `value` holds (in memory order, as they came off the wire)
+  // land with one 8-byte store that no reader sees half done, ordered after every earlier write
+  // of the QP (a release store, as rxe's smp_store_release in rxe_resp.c atomic_write_reply).
+  // `ptr` was resolved by resolve_remote and is 8-byte aligned.
+  virtual void atomic_store(uint8_t* ptr, uint64_t value) = 0;
 
   // Memory windows and invalidation (IBTA 10.6.7). The defaults refuse, so a MemoryAccess without
   // windows (e.g. a test fake) makes BIND_MW / LOCAL_INV / SEND_WITH_INV fail as on a device

@@ -198,4 +198,8 @@ uint64_t TableMemory::atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t s
   return v;
 }
 
+void TableMemory::atomic_store(uint8_t* ptr, uint64_t value) {
+  std::memcpy(ptr, &value, sizeof value);
+}
+
 }  // namespace uroce::transport

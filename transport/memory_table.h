@@ -143,6 +143,7 @@ class TableMemory : public MemoryAccess {
   // simulator, the transport tests). The engine's key table makes them atomic across threads.
   uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
   uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
+  void atomic_store(uint8_t* ptr, uint64_t value) override;
 
  protected:
   MemoryTable table_;

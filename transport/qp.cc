@@ -328,15 +328,22 @@ int Qp::post_send(const SendWqe& wqe, Time now) {
   // (ibv_post_send(3)). An ATOMIC's result is one 8-byte SGE.
   if (is_read_or_atomic(wqe.opcode) && is_inline) return EINVAL;
   if (is_atomic(wqe.opcode) && (wqe.num_sge != 1 || wqe.sge[0].length != 8)) return EINVAL;
+  // An ATOMIC WRITE carries exactly the 8 bytes it places (IBTA 1.5; rxe sends dma length 8).
+  // ibv_wr_atomic_write hands them over by pointer and the verbs layer keeps them inline whatever
+  // max_inline_data is (rdma-core's rxe copies them into the WQE likewise); ibv_post_send's
+  // IBV_SEND_INLINE is held to max_inline_data by the verbs layer.
+  const bool atomic_write = wqe.opcode == IBV_WR_ATOMIC_WRITE;
   uint64_t length;
   if (is_inline) {
-    if (wqe.inline_len > std::min(q.init.max_inline_data, kMaxInlineData)) return EINVAL;
+    const uint32_t inline_cap = atomic_write ? 8 : q.init.max_inline_data;
+    if (wqe.inline_len > std::min(inline_cap, kMaxInlineData)) return EINVAL;
     length = wqe.inline_len;
   } else {
     if (wqe.num_sge > std::min(q.init.max_send_sge, kMaxSge)) return EINVAL;
     length = sge_total(wqe.sge.data(), wqe.num_sge);
   }
   if (length > kMaxMessageBytes) return EINVAL;
+  if (atomic_write && length != 8) return EINVAL;
   // A READ takes one PSN per response packet at once; more than a quarter of the PSN space
   // would break the wrap-safe comparisons (IBTA 9.7.4.1.3: at most half may be outstanding).
   if (wqe.opcode == IBV_WR_RDMA_READ && (length + q.ctx.mtu - 1) / q.ctx.mtu > (1u << 22)) {

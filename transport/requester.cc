@@ -98,7 +98,7 @@ uint32_t Requester::rd_atomic_in_flight(const SendQueue& sq) const {
   uint32_t n = 0;
   for (SendQueue::Seq s = sq.begin(); s < cursor_seq_ && s < sq.end(); ++s) {
     const SendEntry& e = sq.at(s);
-    if (e.state == WqeState::kInFlight && is_read_or_atomic(e.wqe.opcode)) ++n;
+    if (e.state == WqeState::kInFlight && uses_resp_resource(e.wqe.opcode)) ++n;
   }
   return n;
 }
@@ -111,12 +111,13 @@ Requester::State Requester::state(Time now, const QpContext& ctx, const SendQueu
   if (e.state == WqeState::kLocalError) return State::kBlocked;
   if (e.state == WqeState::kQueued && !may_start) return State::kBlocked;
   if (e.state == WqeState::kQueued) {
-    const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
+    const bool rd_atomic = uses_resp_resource(e.wqe.opcode);
     const bool fenced = e.wqe.send_flags & IBV_SEND_FENCE;
     if (rd_atomic || fenced) {
       // IBTA 10.8.3.3 / ibv_post_send(3): a fenced WQE waits for every earlier READ/ATOMIC;
-      // at most max_rd_atomic READ/ATOMICs are outstanding (a limit of 0 would never send
-      // one: it is taken as 1, and the responder's max_dest_rd_atomic still applies).
+      // at most max_rd_atomic READ/ATOMICs (and ATOMIC WRITEs: wr_opcode.h) are outstanding (a
+      // limit of 0 would never send one: it is taken as 1, and the responder's max_dest_rd_atomic
+      // still applies).
       const uint32_t n = rd_atomic_in_flight(sq);
       const uint32_t limit = std::max<uint32_t>(1, ctx.attr.max_rd_atomic);
       if ((fenced && n > 0) || (rd_atomic && n >= limit)) return State::kRdAtomicWait;
@@ -250,16 +251,16 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   const bool first = seg.index == 0, last = seg.index + 1 == e.npkts;
   const uint32_t len = seg.len;
   const WrOpcodeInfo& w = wr_opcode_info(e.wqe.opcode);
-  const bool rd_atomic = w.flags & kWrReadOrAtomic;
+  const bool rd_atomic = w.flags & kWrRespResource;
   // A READ resent from mid-stream is not its first packet, but READ and the ATOMICs name their
   // one request opcode in every position.
   const Opcode op = wire_opcode(w, wire::Service::kRc, first, last);
   const wire::OpcodeInfo& info = wire::opcode_info(op);
 
   ++since_ack_req_;
-  // READ/ATOMIC requests are always answered; AckReq on them costs nothing and keeps the
-  // interval count simple. In a window smaller than two intervals, asking at half of it keeps
-  // ACKs coming while the window is open, so it slides rather than stopping and waiting each
+  // READ/ATOMIC (and ATOMIC WRITE) requests are always answered; AckReq on them costs nothing and
+  // keeps the interval count simple. In a window smaller than two intervals, asking at half of it
+  // keeps ACKs coming while the window is open, so it slides rather than stopping and waiting each
   // round trip, and a lost window-end AckReq still leaves the half-window one.
   const uint32_t limit = this->limit(ctx);
   const uint32_t interval = std::min(kAckReqIntervalPkts, std::max<uint32_t>(1, limit / 2));

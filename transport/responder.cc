@@ -115,7 +115,9 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     if (flags & wire::kRead) {
       duplicate_read(pkt, ctx);
     } else if (flags & wire::kAtomic) {
-      duplicate_atomic(pkt, ctx);
+      duplicate_single(pkt, ctx, Resource::Kind::kAtomic);
+    } else if (flags & wire::kAtomicWrite) {
+      duplicate_single(pkt, ctx, Resource::Kind::kAtomicWrite);
     } else if (pkt.bth.ack_req || !dup_acked_) {
       ack(ctx);
       dup_acked_ = true;
@@ -142,6 +144,8 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     execute_read(pkt, ctx, rq, out);
   } else if (flags & wire::kAtomic) {
     execute_atomic(pkt, ctx, rq, out);
+  } else if (flags & wire::kAtomicWrite) {
+    execute_atomic_write(pkt, ctx, rq, out);
   } else {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);  // no such request opcode on RC
   }
@@ -313,23 +317,29 @@ void Responder::remember(const Resource& r, const QpContext& ctx) {
   res_head_ = (res_head_ + 1) % cap;
 }
 
-void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
-                             ResponderOutcome& out) {
-  const Psn psn(pkt.bth.psn);
+bool Responder::admit_resource_request(Psn psn, int qp_access, const QpContext& ctx, RecvQueue& rq,
+                                       ResponderOutcome& out) {
   if (msg_ != Msg::kNone) {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
+    return false;
   }
-  if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_READ)) {
+  if (!(ctx.attr.qp_access_flags & qp_access)) {
     fail(Nak::kRemoteAccess, psn, ctx, rq, out);
-    return;
+    return false;
   }
   // More READ/ATOMICs outstanding than the responder resources the requester was given
   // (max_dest_rd_atomic, the requester's max_rd_atomic must not exceed it): invalid request.
   if (rd_atomic_queued_ >= ctx.attr.max_dest_rd_atomic) {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
+    return false;
   }
+  return true;
+}
+
+void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
+                             ResponderOutcome& out) {
+  const Psn psn(pkt.bth.psn);
+  if (!admit_resource_request(psn, IBV_ACCESS_REMOTE_READ, ctx, rq, out)) return;
   const wire::Reth& reth = pkt.reth;
   if (reth.dma_len != 0 &&
       ctx.mem.resolve_remote(reth.rkey, ctx.init.pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ)
@@ -364,7 +374,7 @@ void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
   const size_t n = resources_.size();
   for (size_t i = 0; i < n; ++i) {  // newest first
     const Resource& res = resources_[(res_head_ + n - 1 - i) % n];
-    if (res.atomic || psn < res.first_psn || psn > res.last_psn) continue;
+    if (res.kind != Resource::Kind::kRead || psn < res.first_psn || psn > res.last_psn) continue;
     // Executed again from `psn` (9.7.4.1.3.2): the request must name the rest of the original
     // READ, which was validated when it executed; response k still carries bytes k * PMTU on.
     const uint64_t off = uint64_t{psn_span(res.first_psn, psn)} * ctx.mtu;
@@ -391,18 +401,7 @@ void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
 void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                                ResponderOutcome& out) {
   const Psn psn(pkt.bth.psn);
-  if (msg_ != Msg::kNone) {
-    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
-  }
-  if (!(ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC)) {
-    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
-    return;
-  }
-  if (rd_atomic_queued_ >= ctx.attr.max_dest_rd_atomic) {
-    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
-    return;
-  }
+  if (!admit_resource_request(psn, IBV_ACCESS_REMOTE_ATOMIC, ctx, rq, out)) return;
   // An ATOMIC's operand is 8 bytes, naturally aligned (IBTA 9.4.5); a misaligned VA is an
   // invalid request, as rxe and NICs answer it.
   const wire::AtomicEth& a = pkt.atomic;
@@ -420,7 +419,7 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, Re
                             ? ctx.mem.atomic_cmp_swap(m.ptr, a.compare, a.swap_add)
                             : ctx.mem.atomic_fetch_add(m.ptr, a.swap_add);
   Resource res;
-  res.atomic = true;
+  res.kind = Resource::Kind::kAtomic;
   res.first_psn = res.last_psn = psn;
   res.va = a.va;
   res.rkey = a.rkey;
@@ -437,24 +436,76 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, Re
   ++rd_atomic_queued_;
 }
 
-void Responder::duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx) {
+void Responder::duplicate_single(const wire::Packet& pkt, const QpContext& ctx,
+                                 Resource::Kind kind) {
   const Psn psn(pkt.bth.psn);
   const size_t n = resources_.size();
   for (size_t i = 0; i < n; ++i) {  // newest first
-    const Resource* it = &resources_[(res_head_ + n - 1 - i) % n];
-    if (!it->atomic || it->first_psn != psn) continue;
+    const Resource& res = resources_[(res_head_ + n - 1 - i) % n];
+    if (res.kind != kind || res.first_psn != psn) continue;
     if (responses_.size() >= kMaxQueuedResponses) break;
-    // Answered with the saved original value: executing it again would add twice (9.7.4.1.3.2).
+    // Answered again from what was saved, never executed again (9.7.4.1.3.2): an ATOMIC would
+    // add twice; an ATOMIC WRITE could undo a later write to the word (rxe's duplicate_request
+    // replays its resource likewise).
     Response r;
-    r.kind = Response::Kind::kAtomic;
+    r.kind =
+        kind == Resource::Kind::kAtomic ? Response::Kind::kAtomic : Response::Kind::kAtomicWrite;
     r.replay = true;
     r.psn = psn;
-    r.orig = it->orig;
+    r.orig = res.orig;
     r.msn = msn_;
     responses_.push_back(r);
     return;
   }
+  // Older than the resources kept: silently dropped (Class D, 9.9.3.1.4), as rxe does.
   ++ctx.counters.dropped_pkts;
+}
+
+void Responder::execute_atomic_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
+                                     ResponderOutcome& out) {
+  const Psn psn(pkt.bth.psn);
+  // rxe lets an ATOMIC WRITE in where the QP allows remote write (check_op_valid; a QP without
+  // it is refused as a WRITE is here, with a remote access error), and it takes a responder
+  // resource (check_resource counts it with READs and ATOMICs).
+  if (!admit_resource_request(psn, IBV_ACCESS_REMOTE_WRITE, ctx, rq, out)) return;
+  // Exactly 8 bytes, named by the RETH and carried as the payload (rxe: check_rkey's length
+  // checks, ERR_LENGTH → NAK invalid request).
+  const wire::Reth& reth = pkt.reth;
+  if (reth.dma_len != 8 || pkt.payload.size() != 8) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  // The key first, then the alignment, in rxe's order: a bad R_Key is a remote access error
+  // whatever the address (check_rkey), a good one over a misaligned target an invalid request
+  // (atomic_write_reply's ERR_MISALIGNED_ATOMIC).
+  const MemRef m =
+      ctx.mem.resolve_remote(reth.rkey, ctx.init.pd, reth.va, 8, IBV_ACCESS_REMOTE_WRITE);
+  if (m.status != MemStatus::kOk) {
+    fail(Nak::kRemoteAccess, psn, ctx, rq, out);
+    return;
+  }
+  if ((reth.va & 7) || (reinterpret_cast<uintptr_t>(m.ptr) & 7)) {
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return;
+  }
+  // The bytes go as they came, in wire order: it is a write of data, not a number.
+  uint64_t value;
+  std::memcpy(&value, pkt.payload.data(), sizeof value);
+  ctx.mem.atomic_store(m.ptr, value);
+  Resource res;
+  res.kind = Resource::Kind::kAtomicWrite;
+  res.first_psn = res.last_psn = psn;
+  res.va = reth.va;
+  res.rkey = reth.rkey;
+  remember(res, ctx);
+  ++epsn_;
+  msn_ = (msn_ + 1) & kPsnMask;
+  Response r;
+  r.kind = Response::Kind::kAtomicWrite;
+  r.psn = psn;
+  r.msn = msn_;
+  responses_.push_back(r);
+  ++rd_atomic_queued_;
 }
 
 void Responder::complete_recv(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,
@@ -482,6 +533,14 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
     case Response::Kind::kAck:
       p.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
       p.aeth.syndrome = r.syndrome;
+      buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
+      pop_response();
+      break;
+    case Response::Kind::kAtomicWrite:
+      // rxe answers an ATOMIC WRITE with an RDMA READ RESPONSE ONLY of no data and an ACK AETH
+      // (send_read_response_ack), and its completer completes the WQE on it (rxe_comp.c).
+      p.bth.opcode = uint8_t(Opcode::kRcReadResponseOnly);
+      p.aeth.syndrome = ack_syndrome();
       buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
       pop_response();
       break;

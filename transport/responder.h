@@ -6,7 +6,18 @@
 // Duplicate READ and ATOMIC requests are answered from the responder resources: the last
 // max_dest_rd_atomic READ/ATOMIC requests executed (9.7.4.1.3.2, 9.5). A duplicate READ is
 // executed again from the PSN it names (which may be mid-message); a duplicate ATOMIC is answered
-// with the original value saved when it executed, never executed twice. The resources are held in
+// with the original value saved when it executed, never executed twice.
+//
+// IBTA 1.5 ATOMIC WRITE is served as Linux rxe serves it (rxe_resp.c, Linux >= 6.2): the QP must
+// allow remote write and the R_Key must grant IBV_ACCESS_REMOTE_WRITE over the 8 bytes (rxe checks
+// IB_ACCESS_REMOTE_WRITE for it in check_op_valid and check_rkey); the RETH's DMA length and the
+// payload must both be 8 bytes and the target 8-byte aligned (else NAK invalid request, rxe's
+// ERR_LENGTH / ERR_MISALIGNED_ATOMIC); the 8 bytes land with one release store
+// (MemoryAccess::atomic_store); it takes a responder resource like a READ or ATOMIC and is
+// answered with a zero-length RDMA READ RESPONSE ONLY carrying an ACK AETH (rxe's
+// send_read_response_ack). A duplicate is answered again from its resource, never executed
+// twice: executing a stale ATOMIC WRITE again could overwrite a value written after it.
+// The resources are held in
 // storage that grows with use up to max_dest_rd_atomic (at most kMaxRdAtomic, qp.h): a QP that
 // never serves a READ or ATOMIC holds none, one that does holds 48 bytes per resource in use, so
 // offering rxe's 128 costs a device of thousands of QPs nothing it does not use.
@@ -33,8 +44,9 @@ class Responder {
     kPsnSequenceError,   // a gap: request PSN after the expected one
     kRnr,                // no receive WQE for a SEND/WRITE_IMM (RNR NAK with min_rnr_timer)
     kInvalidRequest,     // unsupported opcode, opcode sequence, length error, misaligned
-                         // ATOMIC, too many READ/ATOMICs (Class B, 9.9.3.1.2)
-    kRemoteAccess,       // rkey/PD/bounds/access failure of a WRITE, READ or ATOMIC (Class C)
+                         // ATOMIC or ATOMIC WRITE, too many READ/ATOMICs (Class B, 9.9.3.1.2)
+    kRemoteAccess,       // rkey/PD/bounds/access failure of a WRITE, READ, ATOMIC or ATOMIC
+                         // WRITE (Class C)
     kRemoteOperational,  // the local write of a SEND failed (bad lkey in the receive WQE)
   };
   static uint8_t syndrome(Nak nak, uint8_t min_rnr_timer);
@@ -75,12 +87,13 @@ class Responder {
   // One queued response; they leave in order because a later ACK must not overtake the READ
   // responses before it (the requester could not complete the READ and would resend it).
   struct Response {
-    enum class Kind : uint8_t { kAck, kRead, kAtomic };
+    // kAtomicWrite: the zero-length READ RESPONSE ONLY that answers an ATOMIC WRITE.
+    enum class Kind : uint8_t { kAck, kRead, kAtomic, kAtomicWrite };
     Kind kind = Kind::kAck;
     bool replay = false;   // answers a duplicate request (not counted against max_dest_rd_atomic)
     uint8_t syndrome = 0;  // kAck: ACK or NAK syndrome
-    Psn psn;               // kAck: PSN acknowledged/refused; kRead: next packet; kAtomic: request
-    uint32_t msn = 0;      // AETH MSN when the request executed
+    Psn psn;           // kAck: PSN acknowledged/refused; kRead: next packet; kAtomic*: the request
+    uint32_t msn = 0;  // AETH MSN when the request executed
     // kRead: the rest of the stream; va/left advance as packets leave.
     bool started = false;  // FIRST (or ONLY) already sent
     Psn last_psn;
@@ -90,9 +103,10 @@ class Responder {
     uint64_t orig = 0;  // kAtomic: original remote value
   };
 
-  // A READ or ATOMIC request executed, kept to answer its duplicates.
+  // A READ, ATOMIC or ATOMIC WRITE request executed, kept to answer its duplicates.
   struct Resource {
-    bool atomic = false;
+    enum class Kind : uint8_t { kRead, kAtomic, kAtomicWrite };
+    Kind kind = Kind::kRead;
     Psn first_psn, last_psn;
     uint64_t va = 0;
     uint32_t rkey = 0;
@@ -116,7 +130,14 @@ class Responder {
   void execute_atomic(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
                       ResponderOutcome& out);
   void duplicate_read(const wire::Packet& pkt, const QpContext& ctx);
-  void duplicate_atomic(const wire::Packet& pkt, const QpContext& ctx);
+  void execute_atomic_write(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
+                            ResponderOutcome& out);
+  // The checks every request that takes a responder resource passes first: no message in
+  // progress, the QP grants `qp_access`, a resource free. False: refused (fail() was called).
+  bool admit_resource_request(Psn psn, int qp_access, const QpContext& ctx, RecvQueue& rq,
+                              ResponderOutcome& out);
+  // A duplicate ATOMIC or ATOMIC WRITE (`kind`): answered from its resource, or dropped.
+  void duplicate_single(const wire::Packet& pkt, const QpContext& ctx, Resource::Kind kind);
   // Keeps `r` as the newest responder resource, dropping the oldest beyond max_dest_rd_atomic.
   void remember(const Resource& r, const QpContext& ctx);
   // Removes the front response, keeping rd_atomic_queued_ in step.

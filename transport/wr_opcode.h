@@ -38,11 +38,18 @@ enum WrFlag : uint32_t {
   kWrRdma = 1u << 6,        // ibv_send_wr.wr.rdma: remote_addr and rkey
   kWrAtomic = 1u << 7,      // ibv_send_wr.wr.atomic; the original value lands in one 8-byte SGE
   // Answered with data (READ responses, the atomic ACK): the responder serves it from its
-  // limited resources (max_rd_atomic / max_dest_rd_atomic, IBTA 9.5), a later ACK cannot
-  // complete it, and its completion writes local memory.
+  // limited resources (max_rd_atomic / max_dest_rd_atomic, IBTA 9.5; kWrRespResource), a later
+  // ACK cannot complete it, and its completion writes local memory.
   kWrReadOrAtomic = 1u << 8,
   // Acts on this device's key table only: no packet, no PSN (send_queue.h).
   kWrLocal = 1u << 9,
+  // Takes one of the responder's resources (max_dest_rd_atomic) until it is answered, so at most
+  // max_rd_atomic such requests are outstanding and a fenced WQE waits for them (IBTA 9.5,
+  // 10.8.3.3). Every READ and ATOMIC; also the IBTA 1.5 ATOMIC WRITE, which Linux rxe's responder
+  // serves from a responder resource (rxe_resp.c check_resource, rxe_prepare_res) and answers
+  // with a response of its own, yet whose completion writes nothing locally and which a later
+  // ACK may complete (rxe_comp.c), so it is not kWrReadOrAtomic.
+  kWrRespResource = 1u << 10,
 };
 
 struct WrOpcodeInfo {
@@ -104,15 +111,16 @@ constexpr std::array<WrOpcodeInfo, kSize> make() {
   t[IBV_WR_SEND_WITH_IMM] = row(
       "IBV_WR_SEND_WITH_IMM", kAll | kWrInline | kWrImm, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM,
       Opcode::kRcSendFirst, Opcode::kRcSendMiddle, Opcode::kRcSendLastImm, Opcode::kRcSendOnlyImm);
-  t[IBV_WR_RDMA_READ] = row("IBV_WR_RDMA_READ", kWrOnRc | kWrRdma | kWrReadOrAtomic,
-                            IBV_WC_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ, Opcode::kRcReadRequest,
+  constexpr uint32_t kRdAtomic = kWrReadOrAtomic | kWrRespResource;
+  t[IBV_WR_RDMA_READ] = row("IBV_WR_RDMA_READ", kWrOnRc | kWrRdma | kRdAtomic, IBV_WC_RDMA_READ,
+                            IBV_QP_EX_WITH_RDMA_READ, Opcode::kRcReadRequest,
                             Opcode::kRcReadRequest, Opcode::kRcReadRequest, Opcode::kRcReadRequest);
   t[IBV_WR_ATOMIC_CMP_AND_SWP] =
-      row("IBV_WR_ATOMIC_CMP_AND_SWP", kWrOnRc | kWrAtomic | kWrReadOrAtomic, IBV_WC_COMP_SWAP,
+      row("IBV_WR_ATOMIC_CMP_AND_SWP", kWrOnRc | kWrAtomic | kRdAtomic, IBV_WC_COMP_SWAP,
           IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, Opcode::kRcCompareSwap, Opcode::kRcCompareSwap,
           Opcode::kRcCompareSwap, Opcode::kRcCompareSwap);
   t[IBV_WR_ATOMIC_FETCH_AND_ADD] =
-      row("IBV_WR_ATOMIC_FETCH_AND_ADD", kWrOnRc | kWrAtomic | kWrReadOrAtomic, IBV_WC_FETCH_ADD,
+      row("IBV_WR_ATOMIC_FETCH_AND_ADD", kWrOnRc | kWrAtomic | kRdAtomic, IBV_WC_FETCH_ADD,
           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, Opcode::kRcFetchAdd, Opcode::kRcFetchAdd,
           Opcode::kRcFetchAdd, Opcode::kRcFetchAdd);
   // Memory windows and invalidation act on the key table (IBTA 10.6.7): RC QPs only here.
@@ -126,12 +134,17 @@ constexpr std::array<WrOpcodeInfo, kSize> make() {
   t[IBV_WR_SEND_WITH_INV] = row(
       "IBV_WR_SEND_WITH_INV", kWrOnRc | kWrInvalidate, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_INV,
       Opcode::kRcSendFirst, Opcode::kRcSendMiddle, Opcode::kRcSendLastInv, Opcode::kRcSendOnlyInv);
-  // Not implemented: TSO is for raw packet QPs, the driver opcode for vendor extensions, ATOMIC
-  // WRITE for the IBTA 1.5 memory-placement extensions (wire.cc leaves their opcodes invalid).
+  // IBTA 1.5 ATOMIC WRITE, RC only (as rxe's rxe_wr_opcode_info): one request packet with a RETH
+  // (ibv_send_wr.wr.rdma names the target) and the 8 bytes to place, taken from the WR's data —
+  // its SGEs or inline data, 8 bytes in all; ibv_wr_atomic_write passes them by pointer and the
+  // verbs layer carries them inline (wr_api.cc). The responder answers it like a READ of no data.
+  t[IBV_WR_ATOMIC_WRITE] =
+      row("IBV_WR_ATOMIC_WRITE", kWrOnRc | kWrRdma | kWrInline | kWrRespResource,
+          IBV_WC_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE, Opcode::kRcAtomicWrite,
+          Opcode::kRcAtomicWrite, Opcode::kRcAtomicWrite, Opcode::kRcAtomicWrite);
+  // Not implemented: TSO is for raw packet QPs, the driver opcode for vendor extensions.
   t[IBV_WR_TSO] = row("IBV_WR_TSO", 0, IBV_WC_TSO, IBV_QP_EX_WITH_TSO);
   t[IBV_WR_DRIVER1] = row("IBV_WR_DRIVER1", 0, IBV_WC_DRIVER1, 0);
-  t[IBV_WR_ATOMIC_WRITE] =
-      row("IBV_WR_ATOMIC_WRITE", 0, IBV_WC_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE);
   return t;
 }
 
@@ -152,6 +165,7 @@ constexpr uint32_t ops_with(uint32_t flag) {
 constexpr bool consistent() {
   for (const WrOpcodeInfo& i : kRows) {
     if ((i.flags & kWrAtomic) && !(i.flags & kWrReadOrAtomic)) return false;
+    if ((i.flags & kWrReadOrAtomic) && !(i.flags & kWrRespResource)) return false;
     if ((i.flags & kWrLocal) && (i.flags & (kWrInline | kWrImm | kWrRdma | kWrAtomic)))
       return false;
     if ((i.flags & kWrReadOrAtomic) && (i.flags & kWrInline)) return false;
@@ -188,6 +202,10 @@ inline bool is_read_or_atomic(ibv_wr_opcode op) {
 }
 inline bool is_atomic(ibv_wr_opcode op) {
   return wr_opcode_has<kWrAtomic>(op);
+}
+// Outstanding against max_rd_atomic: READ, the ATOMICs and ATOMIC WRITE (kWrRespResource).
+inline bool uses_resp_resource(ibv_wr_opcode op) {
+  return wr_opcode_has<kWrRespResource>(op);
 }
 inline bool is_local_op(ibv_wr_opcode op) {
   return wr_opcode_has<kWrLocal>(op);

@@ -175,4 +175,14 @@ uint64_t KeyTable::atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap
   return v;
 }
 
+void KeyTable::atomic_store(uint8_t* ptr, uint64_t value) {
+  if (reinterpret_cast<uintptr_t>(ptr) % alignof(uint64_t) == 0) {
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(ptr))
+        .store(value, std::memory_order_release);
+    return;
+  }
+  std::lock_guard<std::mutex> g(atomic_mu_);  // never from the transport: it refuses misaligned
+  std::memcpy(ptr, &value, sizeof value);
+}
+
 }  // namespace uroce

@@ -88,6 +88,9 @@ class KeyTable : public transport::TableMemory {
   // makes misaligned atomics an invalid request) falls back to the device-wide atomic lock.
   uint64_t atomic_fetch_add(uint8_t* ptr, uint64_t add) override;
   uint64_t atomic_cmp_swap(uint8_t* ptr, uint64_t compare, uint64_t swap) override;
+  // ATOMIC WRITE: a release store of the aligned word (std::atomic_ref), so an application
+  // polling the word with an acquire load sees every byte the QP placed before it.
+  void atomic_store(uint8_t* ptr, uint64_t value) override;
 
  private:
   std::unordered_map<uint32_t, uint32_t> pds_;  // PD → QPs using it (MRs, windows: table_)

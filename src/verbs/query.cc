@@ -134,6 +134,12 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_d
   ibv_device_attr_ex full{};
   fill_device_attr(to_v(ctx), &full.orig_attr);
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
+  // IBTA 1.5 ATOMIC WRITE, claimed as Linux rxe claims it (IB_DEVICE_ATOMIC_WRITE in
+  // rxe_param.h): bit 40 of device_cap_flags_ex, IB_UVERBS_DEVICE_ATOMIC_WRITE in the kernel's
+  // uAPI (rdma/ib_user_verbs.h). rdma-core 44's headers have no name for it.
+  constexpr uint64_t kDeviceAtomicWrite = 1ULL << 40;
+  if (transport::wr_opcode_info(IBV_WR_ATOMIC_WRITE).supported)
+    full.device_cap_flags_ex |= kDeviceAtomicWrite;
   // Completion timestamps (ibv_wc_read_completion_ts) are CLOCK_MONOTONIC nanoseconds taken when
   // the completion is queued (engine/cq.h): a 64-bit counter of a 1 GHz clock, in kHz here.
   full.completion_timestamp_mask = ~uint64_t{0};

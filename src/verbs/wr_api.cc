@@ -131,6 +131,19 @@ void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t 
   if (auto* w = begin_remote(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr)) w->compare_add = add;
 }
 
+// IBTA 1.5 ATOMIC WRITE: `value` points at the 8 bytes to place (ibv_wr_post(3)). They are
+// copied into the WR now, as rdma-core's rxe copies them into its WQE, and travel as its inline
+// data whatever the QP's max_inline_data (transport/qp.cc); no setter follows.
+void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, const void* value) {
+  auto* w = begin_remote(qpx, IBV_WR_ATOMIC_WRITE, rkey, addr);
+  if (!w) return;
+  if (!value) return fail(to_v(qpx), EINVAL);
+  std::memcpy(w->inline_data.data(), value, 8);
+  w->inline_len = 8;
+  w->num_sge = 0;
+  w->send_flags |= IBV_SEND_INLINE;
+}
+
 void wr_set_sge_list(ibv_qp_ex* qpx, size_t n, const ibv_sge* list) {
   VQp* qp = to_v(qpx);
   auto* w = current(qpx);
@@ -202,6 +215,7 @@ void init_send_ops(VQp* qp, uint64_t flags) {
   if (flags & IBV_QP_EX_WITH_RDMA_READ) x.wr_rdma_read = wr_rdma_read;
   if (flags & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   if (flags & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  if (flags & IBV_QP_EX_WITH_ATOMIC_WRITE) x.wr_atomic_write = wr_atomic_write;
   qp->send_ops = true;
 }
 

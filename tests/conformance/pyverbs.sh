@@ -49,7 +49,6 @@ allowed_skips=(
   "Create QP type 8 is not supported"                     # IBV_QPT_RAW_PACKET
   "Create Raw Packet QP .* is not supported"
   "To Create RAW QP must be done by root on Ethernet link layer"
-  "Extended QP is not supported on this device"           # ATOMIC_WRITE (test_qpex)
   "There are no huge pages of size .* allocated"
   "Allocating dmabuf is not supported"
   "All gid indices populated, cannot check bad flow"

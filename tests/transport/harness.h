@@ -138,6 +138,7 @@ struct Node {
     uint64_t atomic_cmp_swap(uint8_t* p, uint64_t c, uint64_t s) override {
       return n.memory->atomic_cmp_swap(p, c, s);
     }
+    void atomic_store(uint8_t* p, uint64_t v) override { n.memory->atomic_store(p, v); }
     MemStatus bind_mw(const MwBind& b, uint32_t pd) override { return n.memory->bind_mw(b, pd); }
     MemStatus invalidate(uint32_t rkey, uint32_t pd) override {
       return n.memory->invalidate(rkey, pd);

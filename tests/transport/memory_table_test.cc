@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,29 @@ TEST(MemoryTableTest, EngineSimulatorAndTestsCheckMemoryAlike) {
   }
   EXPECT_EQ(compared, 5 * 2 * 10 * 5 * 2);
   EXPECT_GT(ok, 50);
+}
+
+// ATOMIC WRITE's placement (MemoryAccess::atomic_store): all three put the 8 bytes as they are
+// (memory order, not a number to byte-swap) on the word and nothing beside it; the engine's is a
+// release store through std::atomic_ref (key_table.cc), the others plain copies where one thread
+// owns the memory.
+TEST(MemoryTableTest, AtomicStorePlacesTheEightBytesAsTheyAre) {
+  alignas(8) uint8_t engine_buf[32], sim_buf[32], fake_buf[32];
+  KeyTable engine(7);
+  sim::SyntheticMemory simulated;
+  test::FakeMemory fake;
+  const uint8_t bytes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint64_t v;
+  std::memcpy(&v, bytes, 8);
+  for (auto [mem, buf] : {std::pair<MemoryAccess*, uint8_t*>{&engine, engine_buf},
+                          {&simulated, sim_buf},
+                          {&fake, fake_buf}}) {
+    std::memset(buf, 0xee, 32);
+    mem->atomic_store(buf + 8, v);
+    EXPECT_EQ(0, std::memcmp(buf + 8, bytes, 8));
+    EXPECT_EQ(buf[7], 0xee);
+    EXPECT_EQ(buf[16], 0xee);
+  }
 }
 
 TEST(MemoryTableTest, RegistrationRules) {

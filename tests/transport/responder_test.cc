@@ -555,7 +555,8 @@ TEST(ResponderFuzz, RandomRequestsStayInsideRegisteredMemory) {
                         Opcode::kRcSendLastImm, Opcode::kRcSendOnly,     Opcode::kRcWriteFirst,
                         Opcode::kRcWriteMiddle, Opcode::kRcWriteLast,    Opcode::kRcWriteLastImm,
                         Opcode::kRcWriteOnly,   Opcode::kRcWriteOnlyImm, Opcode::kRcReadRequest,
-                        Opcode::kRcCompareSwap, Opcode::kRcFetchAdd,     Opcode::kRcSendOnlyInv};
+                        Opcode::kRcCompareSwap, Opcode::kRcFetchAdd,     Opcode::kRcSendOnlyInv,
+                        Opcode::kRcAtomicWrite};
   std::mt19937_64 rng(11);
   uint32_t psn = kRqPsn, known = kRqPsn;
   int resets = 0;
@@ -587,6 +588,10 @@ TEST(ResponderFuzz, RandomRequestsStayInsideRegisteredMemory) {
     const uint32_t flags = wire::opcode_info(op).flags;
     size_t len = 0;
     if (flags & wire::kHasPayload) len = rng() % 2 ? 256 : rng() % 257;
+    if (op == Opcode::kRcAtomicWrite) {  // mostly its 8 bytes, so that some are placed
+      len = rng() % 4 ? 8 : rng() % 17;
+      if (rng() % 4) p.reth.dma_len = 8;
+    }
     std::vector<uint8_t> payload(len, uint8_t(i));
     test::deliver(node, *test::craft_headers(p, payload), kRemoteIp, i);
     psn += (flags & wire::kRead) ? std::max<uint32_t>(1, (p.reth.dma_len + 255) / 256) : 1;

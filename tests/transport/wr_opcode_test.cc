@@ -41,8 +41,9 @@ TEST(WrOpcodeTest, EveryPacketOfACarriedOperationHasTheWireOpcodeTheRowImplies) 
         bool first, last;
         uint32_t flag;
       };
-      // UD messages are one packet (IBTA 9.8.4); READ and the ATOMICs one request packet.
-      const bool one = t == IBV_QPT_UD || (w.flags & kWrReadOrAtomic);
+      // UD messages are one packet (IBTA 9.8.4); READ, the ATOMICs and ATOMIC WRITE one request
+      // packet.
+      const bool one = t == IBV_QPT_UD || (w.flags & kWrRespResource);
       const Position all[] = {{true, true, wire::kOnly},
                               {true, false, wire::kFirst},
                               {false, false, wire::kMiddle},
@@ -57,7 +58,7 @@ TEST(WrOpcodeTest, EveryPacketOfACarriedOperationHasTheWireOpcodeTheRowImplies) 
         EXPECT_EQ(wire::service_of(static_cast<uint8_t>(op)), service_of(t)) << where;
         EXPECT_TRUE(info.flags & wire::kRequest) << where;
         const uint32_t f = info.flags;
-        if (!(w.flags & kWrReadOrAtomic)) {
+        if (!(w.flags & kWrRespResource)) {
           EXPECT_EQ(f & (wire::kFirst | wire::kMiddle | wire::kLast), p.flag) << where;
         }
         // The operation itself.
@@ -66,6 +67,10 @@ TEST(WrOpcodeTest, EveryPacketOfACarriedOperationHasTheWireOpcodeTheRowImplies) 
         EXPECT_EQ((f & wire::kRead) != 0, w.wc_opcode == IBV_WC_RDMA_READ) << where;
         EXPECT_EQ((f & wire::kAtomic) != 0, (w.flags & kWrAtomic) != 0) << where;
         EXPECT_EQ((f & (wire::kRead | wire::kAtomic)) != 0, (w.flags & kWrReadOrAtomic) != 0)
+            << where;
+        EXPECT_EQ((f & wire::kAtomicWrite) != 0, w.wc_opcode == IBV_WC_ATOMIC_WRITE) << where;
+        EXPECT_EQ((f & (wire::kRead | wire::kAtomic | wire::kAtomicWrite)) != 0,
+                  (w.flags & kWrRespResource) != 0)
             << where;
         // Its headers: the immediate and the IETH in the last packet, the RETH in the first
         // (a WRITE) or the only one (a READ), the AtomicETH in an atomic's one packet.
@@ -83,8 +88,8 @@ TEST(WrOpcodeTest, EveryPacketOfACarriedOperationHasTheWireOpcodeTheRowImplies) 
     }
   }
   // SEND and SEND_WITH_IMM on RC and UC (4 positions) and UD (1); the two WRITEs on RC and UC;
-  // SEND_WITH_INV on RC; READ and the two ATOMICs, one packet each.
-  EXPECT_EQ(checked, 2 * 9 + 2 * 8 + 4 + 3);
+  // SEND_WITH_INV on RC; READ, the two ATOMICs and ATOMIC WRITE, one packet each.
+  EXPECT_EQ(checked, 2 * 9 + 2 * 8 + 4 + 4);
 }
 
 TEST(WrOpcodeTest, RowsAgreeWithIbvPostSend) {
@@ -101,10 +106,14 @@ TEST(WrOpcodeTest, RowsAgreeWithIbvPostSend) {
     if (!w.supported) {
       EXPECT_EQ(w.flags, 0u) << where;
     }
-    // Local operations and READ/ATOMIC are RC only; local ones carry no data.
+    // Local operations and READ/ATOMIC are RC only; local ones carry no data. So is ATOMIC
+    // WRITE, whose 8 bytes may be inline.
     if (w.flags & (kWrLocal | kWrReadOrAtomic)) {
       EXPECT_EQ(w.flags & (kWrOnUc | kWrOnUd), 0u) << where;
       EXPECT_FALSE(w.flags & kWrInline) << where;
+    }
+    if (w.flags & kWrRespResource) {
+      EXPECT_EQ(w.flags & (kWrOnUc | kWrOnUd), 0u) << where;
     }
     // One IBV_QP_EX_WITH_* flag per operation that has one.
     if (w.qp_ex_flag != 0) {
@@ -128,6 +137,11 @@ TEST(WrOpcodeTest, RowsAgreeWithIbvPostSend) {
   EXPECT_EQ(wc_opcode_for(IBV_WR_ATOMIC_FETCH_AND_ADD), IBV_WC_FETCH_ADD);
   EXPECT_EQ(wc_opcode_for(IBV_WR_LOCAL_INV), IBV_WC_LOCAL_INV);
   EXPECT_EQ(wc_opcode_for(IBV_WR_BIND_MW), IBV_WC_BIND_MW);
+  EXPECT_EQ(wc_opcode_for(IBV_WR_ATOMIC_WRITE), IBV_WC_ATOMIC_WRITE);
+  EXPECT_TRUE(wr_opcode_info(IBV_WR_ATOMIC_WRITE).supported);
+  EXPECT_TRUE(wr_opcode_info(IBV_WR_ATOMIC_WRITE).allowed_on(IBV_QPT_RC));
+  EXPECT_FALSE(wr_opcode_info(IBV_WR_ATOMIC_WRITE).allowed_on(IBV_QPT_UC));
+  EXPECT_FALSE(wr_opcode_info(IBV_WR_ATOMIC_WRITE).allowed_on(IBV_QPT_UD));
   // Values rdma-core leaves undefined are not supported. (Beyond the enum's range, 0..15, a value
   // cannot even be held as an ibv_wr_opcode; the verbs layer refuses it as the int it is.)
   for (int v : {12, 13, 14}) {
@@ -145,6 +159,7 @@ TEST(WrOpcodeTest, DerivedQuestionsFollowTheRows) {
     const std::string where = name_of(i);
     EXPECT_EQ(is_read_or_atomic(op), (w.flags & kWrReadOrAtomic) != 0) << where;
     EXPECT_EQ(is_atomic(op), (w.flags & kWrAtomic) != 0) << where;
+    EXPECT_EQ(uses_resp_resource(op), (w.flags & kWrRespResource) != 0) << where;
     EXPECT_EQ(is_local_op(op), (w.flags & kWrLocal) != 0) << where;
     EXPECT_EQ(wc_opcode_for(op), w.wc_opcode) << where;
     SendWqe wqe;

@@ -59,6 +59,7 @@ constexpr Layout kLayouts[] = {
     {0x14, 40, 0, 0, 0, 0, 0, 12, 0, false},   // FETCH ADD
     {0x16, 16, 0, 0, 0, 0, 12, 0, 0, true},    // SEND LAST WITH INVALIDATE
     {0x17, 16, 0, 0, 0, 0, 12, 0, 0, true},    // SEND ONLY WITH INVALIDATE
+    {0x1d, 28, 12, 0, 0, 0, 0, 0, 0, true},    // ATOMIC WRITE (IBTA 1.5; rxe_opcode.c)
     // UD
     {0x64, 20, 0, 0, 12, 0, 0, 0, 0, true},   // SEND ONLY
     {0x65, 24, 0, 0, 12, 20, 0, 0, 0, true},  // SEND ONLY IMM
@@ -97,7 +98,7 @@ TEST(OpcodeTable, MatchesIbtaTable38) {
       EXPECT_EQ(opcode_info(uint8_t(op)).name, nullptr) << op;
     }
   }
-  EXPECT_EQ(listed.size(), 38u);
+  EXPECT_EQ(listed.size(), 39u);
 }
 
 TEST(OpcodeTable, SemanticFlags) {
@@ -113,6 +114,10 @@ TEST(OpcodeTable, SemanticFlags) {
   EXPECT_TRUE(opcode_info(Opcode::kRcReadResponseMiddle).flags & kResponse);
   EXPECT_TRUE(opcode_info(Opcode::kRcReadRequest).flags & kRequest);
   EXPECT_TRUE(opcode_info(Opcode::kRcFetchAdd).flags & kAtomic);
+  // ATOMIC WRITE is one request packet, neither a WRITE nor an ATOMIC to the responder's dispatch.
+  EXPECT_TRUE(opcode_info(Opcode::kRcAtomicWrite).flags & kAtomicWrite);
+  EXPECT_EQ(opcode_info(Opcode::kRcAtomicWrite).flags & (kWrite | kAtomic | kConsumesRecv), 0u);
+  EXPECT_EQ(opcode_info(Opcode::kRcAtomicWrite).flags & kOnly, uint32_t(kOnly));
   EXPECT_TRUE(opcode_info(Opcode::kCnp).flags & kCnpFlag);
   for (int op = 0; op < 256; ++op) {
     const OpcodeInfo& i = opcode_info(uint8_t(op));
@@ -235,7 +240,7 @@ TEST(ParseBuild, RoundTripEveryValidOpcode) {
       EXPECT_EQ(out.payload.data(), wire.data() + info.header_len);
     }
   }
-  EXPECT_EQ(tested, 38);
+  EXPECT_EQ(tested, 39);
 }
 
 // Exact bytes for two packets, checking field placement and big-endian order by hand.
@@ -284,6 +289,22 @@ TEST(ParseBuild, ExactBytes) {
   ASSERT_EQ(build_headers(c, cnp), 28u);
   EXPECT_EQ(cnp[4], 0x40);
   for (int i = 12; i < 28; ++i) EXPECT_EQ(cnp[i], 0) << i;
+
+  // RC ATOMIC WRITE (IBTA 1.5, rxe's IB_OPCODE_RC_ATOMIC_WRITE): BTH with AckReq, then RETH
+  // whose DMA length is the 8 bytes of the payload.
+  Packet aw;
+  aw.bth.opcode = 0x1d;
+  aw.bth.migreq = true;
+  aw.bth.dest_qp = 0x000011;
+  aw.bth.ack_req = true;
+  aw.bth.psn = 0x000102;
+  aw.reth = {0x00007f0012345678ull, 0x00000abc, 8};
+  uint8_t awb[28];
+  ASSERT_EQ(build_headers(aw, awb), 28u);
+  const uint8_t aw_want[28] = {0x1d, 0x40, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x80, 0x00,
+                               0x01, 0x02, 0x00, 0x00, 0x7f, 0x00, 0x12, 0x34, 0x56, 0x78,
+                               0x00, 0x00, 0x0a, 0xbc, 0x00, 0x00, 0x00, 0x08};
+  EXPECT_EQ(0, std::memcmp(awb, aw_want, 28));
 
   Packet bad;
   bad.bth.opcode = 0x15;

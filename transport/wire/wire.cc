@@ -125,8 +125,10 @@ constexpr const char* kUcNames[] = {
     "UC RDMA WRITE ONLY",  "UC RDMA WRITE ONLY WITH IMMEDIATE",
 };
 
-// RD (0x40-0x5f), XRC (0xa0-0xbf) and the IBTA 1.5 memory-placement opcodes (RC FLUSH 0x1c,
-// ATOMIC WRITE 0x1d) are not implemented and stay invalid, so parse() drops them as kBadOpcode.
+// RD (0x40-0x5f), XRC (0xa0-0xbf) and the IBTA 1.5 RC FLUSH (0x1c) are not implemented and
+// stay invalid, so parse() drops them as kBadOpcode. IBTA 1.5's RC ATOMIC WRITE (0x1d) is a
+// single-packet request laid out as rxe lays out IB_OPCODE_RC_ATOMIC_WRITE (rxe_opcode.c): BTH,
+// RETH, then its 8-byte payload.
 constexpr std::array<OpcodeInfo, 256> make_table() {
   std::array<OpcodeInfo, 256> t{};
   add_send_write(t, 0x00, kRcNames);
@@ -141,6 +143,7 @@ constexpr std::array<OpcodeInfo, 256> make_table() {
   t[0x14] = entry("RC FETCH ADD", kRequest | kAtomic | kHasAtomicEth);
   t[0x16] = entry("RC SEND LAST WITH INVALIDATE", kSendReq | kLast | kHasIeth);
   t[0x17] = entry("RC SEND ONLY WITH INVALIDATE", kSendReq | kOnly | kHasIeth);
+  t[0x1d] = entry("RC ATOMIC WRITE", kRequest | kAtomicWrite | kHasPayload | kOnly | kHasReth);
   add_send_write(t, 0x20, kUcNames);
   t[0x64] = entry("UD SEND ONLY", kSendReq | kOnly | kHasDeth);
   t[0x65] = entry("UD SEND ONLY WITH IMMEDIATE", kSendReq | kOnly | kHasDeth | kHasImm);
@@ -161,7 +164,10 @@ static_assert(kTable[0x13].atomic_eth_off == 12 && kTable[0x13].header_len == 40
 static_assert(kTable[0x65].deth_off == 12 && kTable[0x65].imm_off == 20 &&
               kTable[0x65].header_len == 24);
 static_assert(kTable[0x81].header_len == 28);
-static_assert(kTable[0x15].name == nullptr && kTable[0x40].name == nullptr);
+static_assert(kTable[0x1d].reth_off == 12 && kTable[0x1d].header_len == 28 &&
+              (kTable[0x1d].flags & kHasPayload));
+static_assert(kTable[0x15].name == nullptr && kTable[0x1c].name == nullptr &&
+              kTable[0x40].name == nullptr);
 
 }  // namespace
 

@@ -54,6 +54,9 @@ enum class Opcode : uint8_t {
   kRcFetchAdd = 0x14,
   kRcSendLastInv = 0x16,
   kRcSendOnlyInv = 0x17,
+  // IBTA 1.5 memory-placement extension: RC ATOMIC WRITE (as Linux rxe names it,
+  // IB_OPCODE_RC_ATOMIC_WRITE, since Linux 6.2). RC FLUSH (0x1c) is not implemented.
+  kRcAtomicWrite = 0x1d,
   // UC
   kUcSendFirst = 0x20,
   kUcSendMiddle = 0x21,
@@ -96,6 +99,9 @@ enum OpFlag : uint32_t {
   kAtomic = 1u << 16,
   kConsumesRecv = 1u << 17,  // consumes a receive WQE (SEND*, WRITE*_IMM)
   kCnpFlag = 1u << 18,
+  // IBTA 1.5 ATOMIC WRITE: BTH + RETH (DMA length 8) + an 8-byte payload the responder places
+  // with one 8-byte store; answered like a READ of no data (transport/responder.h).
+  kAtomicWrite = 1u << 19,
 };
 
 // Transport service of an opcode (its top 3 bits).
