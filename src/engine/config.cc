@@ -12,6 +12,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <charconv>
@@ -844,7 +845,59 @@ const spec::Schema<Environment>& environment_schema() {
   return s;
 }
 
+namespace {
+
+// Levenshtein distance (insertions, deletions, substitutions), for names of a few dozen letters.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::vector<std::string> misspelt_variables(const char* const* envp) {
+  constexpr std::string_view kPrefix = "UROCE_";
+  std::vector<std::string> out;
+  for (const char* const* e = envp; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (name.substr(0, kPrefix.size()) != kPrefix) continue;
+    std::string_view best;
+    size_t best_d = SIZE_MAX;
+    bool known = false;
+    for (const spec::Key<Environment>& k : environment_schema().keys) {
+      if (name == k.name) known = true;
+      const size_t d = edit_distance(name.substr(kPrefix.size()),
+                                     std::string_view(k.name).substr(kPrefix.size()));
+      if (d < best_d) best_d = d, best = k.name;
+    }
+    // Close means one or two edits, and fewer than half the known name's own letters (UROCE_CC
+    // is not what UROCE_CLI means).
+    const size_t known_len = best.size() - kPrefix.size();
+    if (known || best_d > 2 || 2 * best_d >= known_len) continue;
+    out.push_back(
+        fmt::format("{} is not a uroce variable; did you mean {}? (it is ignored)", name, best));
+  }
+  return out;
+}
+
 bool read_environment(Environment* env, std::string* err) {
+  // Once per process: every device load reads the environment.
+  static const bool warned = [] {
+    for (const std::string& w : misspelt_variables(environ)) log().warn("{}", w);
+    return true;
+  }();
+  (void)warned;
   for (const spec::Key<Environment>& k : environment_schema().keys) {
     const char* v = std::getenv(k.name);
     // An empty variable counts as unset, as shells make "VAR=" easy to leave behind.

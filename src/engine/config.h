@@ -161,6 +161,11 @@ const spec::Schema<Environment>& environment_schema();
 // Reads every UROCE_* variable of the table into *env, each alone (an empty one counts as unset);
 // false and a message naming the variable at the first malformed one.
 bool read_environment(Environment* env, std::string* err);
+// For each UROCE_* variable in `envp` (NAME=value strings, null-terminated, as `environ`) that is
+// no variable of the table but one or two letters away from one — UROCE_DEVICE for UROCE_DEVICES,
+// which would otherwise fall back to the default device in silence — a line saying so, with the
+// name meant. Names further from every known one (a script's own UROCE_RUN) are not warned of.
+std::vector<std::string> misspelt_variables(const char* const* envp);
 
 // The capture file of `device` for the UROCE_PCAP pattern: %p becomes the process id, %d the
 // device name, %% a '%'. With several devices and no %d, the device name is inserted before the

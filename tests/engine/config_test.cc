@@ -202,6 +202,30 @@ TEST(ConfigTest, ExpandsCapturePaths) {
   EXPECT_EQ(expand_pcap_path("100%%-%x.pcap", "u", false), "100%-%x.pcap");
 }
 
+// A misspelt variable would fall back to the default in silence (issue 36: UROCE_DEVICE for
+// UROCE_DEVICES): it is named with the variable meant. A script's own UROCE_ variables, far from
+// every known name, and the known ones themselves are not.
+TEST(ConfigTest, AMisspeltVariableIsNamedWithTheOneMeant) {
+  const char* env[] = {"UROCE_DEVICE=uroce0=127.0.0.1",
+                       "UROCE_FAULT=loss=0.1",
+                       "UROCE_LOGS=debug",
+                       "UROCE_DEVICES=uroce0=127.0.0.1",
+                       "UROCE_RUN=/x/uroce-run",
+                       "UROCE_CLI=/x/uroce",
+                       "UROCE_STRESS=1",
+                       "PATH=/bin",
+                       "UROCE_=",
+                       nullptr};
+  const std::vector<std::string> w = misspelt_variables(env);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0],
+            "UROCE_DEVICE is not a uroce variable; did you mean UROCE_DEVICES? (it is ignored)");
+  EXPECT_NE(w[1].find("UROCE_FAULT is not a uroce variable; did you mean UROCE_FAULTS?"),
+            std::string::npos);
+  EXPECT_NE(w[2].find("did you mean UROCE_LOG?"), std::string::npos);
+  EXPECT_TRUE(misspelt_variables(nullptr).empty());
+}
+
 TEST(ConfigTest, StatsAndCaptureComeFromTheEnvironment) {
   setenv("UROCE_DEVICES", "u0=127.0.0.1,u1=127.0.0.2", 1);
   setenv("UROCE_STATS", "1", 1);
