@@ -292,14 +292,14 @@ TEST(UdpShareTest, AJoinersRoundPassesOnOtherMembersDatagrams) {
     ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog), 0);
     close(fd);
   }
-  // A stream for m0 all through the join.
+  // A stream for m0 all through the join (its QPN taken here: the vector grows meanwhile).
   std::atomic<bool> joined{false};
   std::atomic<int> sent{0};
-  std::thread stream([&] {
+  const uint32_t qpn = m[0]->share->slot() << share::kQpnSlotShift | 0x11;
+  std::thread stream([&sent, &joined, ip, qpn] {
     test::RawSender sender(loopback(50, 5, 2));
     if (!sender.ok()) return;
     uint8_t pkt[64];
-    const uint32_t qpn = m[0]->share->slot() << share::kQpnSlotShift | 0x11;
     const size_t n = test::build_packet(pkt, wire::Opcode::kRcSendOnly, qpn, 0, {});
     for (int after = 0; after < 200;) {
       if (!sender.send_ib(ip, {pkt, n})) return;
