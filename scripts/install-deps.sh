@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config clang-format
+  build-essential cmake pkg-config clang-format ccache   # ccache: CI rebuilds only what changed (scripts/test.sh)
   libibverbs-dev ibverbs-utils rdma-core perftest   # verbs ABI headers, the unmodified test programs
   librdmacm-dev rdmacm-utils                         # rdma_cm headers; rping, ucmatose, udaddy, rdma_server…
   libdpdk-dev                                        # the DPDK port (dpdk_port/)
