@@ -1,15 +1,18 @@
 // Completion queues, completion channels and the async event queue.
 //
 // The channel and the async queue use an eventfd in semaphore mode whose counter equals the number
-// of queued events: poll/epoll see the fd readable exactly while an event waits, a read takes one
-// event's token, and the kernel applies the fd's O_NONBLOCK flag to that read, so a blocking or
-// non-blocking get behaves as the application configured the fd (as with the kernel's uverbs
-// event files). The token is written after the event is queued, under the queue's lock, so a
-// successful read always finds an event to dequeue.
+// of queued events: poll/epoll see it readable exactly while an event waits, and a read takes one
+// event's token. The token is written after the event is queued, under the queue's lock, so a
+// successful read always finds an event to dequeue. The async queue's fd is that eventfd, and the
+// kernel applies its O_NONBLOCK flag to the read, so a blocking or non-blocking get behaves as
+// the application configured the fd (as with the kernel's uverbs event files). A completion
+// channel's fd is an epoll fd over its eventfd (cq.h says why); its gets read the flag and wait
+// themselves.
 #include "engine/cq.h"
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -21,10 +24,19 @@
 namespace uroce {
 namespace {
 
-int make_event_fd() {
-  int fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+int make_event_fd(int flags = 0) {
+  int fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE | flags);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
   return fd;
+}
+
+void set_in_epoll(int epfd, int fd, bool on) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  // Cannot fail for valid fds short of ENOMEM (ADD); a failed ADD leaves the application woken
+  // by the engine's events, as when the set does not watch the port.
+  epoll_ctl(epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, &ev);
 }
 
 // Takes one token from a semaphore eventfd; 0, EAGAIN when non-blocking and empty, or EINTR when
@@ -47,15 +59,31 @@ void give_token(int fd) {
 
 }  // namespace
 
-CompChannel::CompChannel() : fd_(make_event_fd()) {}
+CompChannel::CompChannel() : event_fd_(make_event_fd(EFD_NONBLOCK)) {
+  fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (fd_ < 0) {
+    const int e = errno;
+    close(event_fd_);
+    throw std::system_error(e, std::generic_category(), "epoll_create1");
+  }
+  set_in_epoll(fd_, event_fd_, true);
+}
+
 CompChannel::~CompChannel() {
   close(fd_);
+  close(event_fd_);
+}
+
+void CompChannel::watch_port(std::span<const int> wait_fds, bool on) {
+  if (on == watching()) return;
+  for (int fd : wait_fds) set_in_epoll(fd_, fd, on);
+  watching_.store(on, std::memory_order_relaxed);
 }
 
 void CompChannel::notify(void* cq_cookie) {
   std::lock_guard<std::mutex> g(mu_);
   events_.push_back(cq_cookie);
-  give_token(fd_);
+  give_token(event_fd_);
 }
 
 int CompChannel::try_get_event(void** cq_cookie) {
@@ -63,7 +91,7 @@ int CompChannel::try_get_event(void** cq_cookie) {
   if (events_.empty()) return EAGAIN;
   // A token was written with the event and every reader takes one only here, with its event:
   // the read finds it and does not block.
-  if (int rc = take_token(fd_); rc != 0) return rc;
+  if (int rc = take_token(event_fd_); rc != 0) return rc;
   *cq_cookie = events_.front();
   events_.pop_front();
   return 0;
@@ -80,7 +108,7 @@ int CompChannel::get_event(void** cq_cookie) {
     if (nonblocking()) return EAGAIN;
     // Sleep until an event is queued (the fd becomes readable), as a read of the kernel's event
     // file would; a signal ends the wait with EINTR (take_token says why).
-    pollfd p{fd_, POLLIN, 0};
+    pollfd p{event_fd_, POLLIN, 0};
     if (poll(&p, 1, -1) < 0 && errno == EINTR) return EINTR;
   }
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "transport/env.h"
@@ -15,27 +16,52 @@
 
 namespace uroce {
 
-// A completion channel: an eventfd the application can poll/epoll, plus the queue of CQs whose
-// armed notification fired, in order, for ibv_get_cq_event.
+// A completion channel: the fd the application polls/epolls, plus the queue of CQs whose armed
+// notification fired, in order, for ibv_get_cq_event.
+//
+// fd() is an epoll fd. Its set always holds the channel's eventfd, which carries one token per
+// queued event, so fd() is readable while an event is queued. While an application that polls
+// fd() in its own loop (non-blocking, as ibv_get_cq_event(3) advises) also has the receive side
+// of the device — the engine thread is not watching the port — the set holds the port's wait fds
+// too (watch_port, decided by Engine::apply): the datagram that completes its work then wakes the
+// application's own poll(), and its ibv_get_cq_event receives it (Device::get_cq_event): one
+// wake-up per message instead of the engine's and then the application's.
 class CompChannel {
  public:
-  CompChannel();  // throws std::system_error if no eventfd can be had
+  CompChannel();  // throws std::system_error if no eventfd or epoll fd can be had
   ~CompChannel();
+  CompChannel(const CompChannel&) = delete;
+  CompChannel& operator=(const CompChannel&) = delete;
   int fd() const { return fd_; }
+  // The eventfd alone: readable exactly while an event is queued (a thread that sleeps in
+  // ibv_get_cq_event polls it beside the port's wait fds itself).
+  int event_fd() const { return event_fd_; }
   void notify(void* cq_cookie);  // queue an event and make fd() readable
-  // Dequeues one event; blocks unless the fd is O_NONBLOCK (then EAGAIN), like the kernel's.
+  // Dequeues one event; blocks unless fd() is O_NONBLOCK (then EAGAIN), like the kernel's.
   // Returns 0 or a positive errno (EINTR when a signal interrupted the wait).
   int get_event(void** cq_cookie);
   // Dequeues one event if one is queued (EAGAIN otherwise); never blocks, whatever the fd's
-  // flags. The fd's token is taken with the event, under the channel's lock, so fd() is readable
-  // exactly while an event is queued and a reader never blocks on a token another took.
+  // flags. The eventfd's token is taken with the event, under the channel's lock, so the eventfd
+  // is readable exactly while an event is queued and a reader never blocks on a token another
+  // took.
   int try_get_event(void** cq_cookie);
   // Whether the application made fd() non-blocking (O_NONBLOCK): its gets must not sleep.
   bool nonblocking() const;
   size_t pending();  // events queued and not yet taken
+  // Adds the port's wait fds to fd()'s set (`on`) or takes them out. Called under the engine's
+  // policy lock only (Engine::apply), which also guards watching().
+  void watch_port(std::span<const int> wait_fds, bool on);
+  bool watching() const { return watching_.load(std::memory_order_relaxed); }
+  // Whether the engine has this channel in its list (Engine::watch_port_on; set under the policy
+  // lock, read anywhere: a get need not take that lock to learn it).
+  bool listed() const { return listed_.load(std::memory_order_relaxed); }
+  void set_listed(bool on) { listed_.store(on, std::memory_order_relaxed); }
 
  private:
-  int fd_ = -1;
+  int fd_ = -1;        // epoll: event_fd_, and the port's wait fds while watching_
+  int event_fd_ = -1;  // semaphore eventfd, non-blocking: one token per queued event
+  std::atomic<bool> watching_{false};  // written under the policy lock, read anywhere
+  std::atomic<bool> listed_{false};
   std::mutex mu_;
   std::deque<void*> events_;
 };

@@ -475,9 +475,18 @@ int Device::get_cq_event(CompChannel& ch, void** cq_cookie) {
   if (ch.nonblocking()) {
     // A program polling the fd in its own loop: what has arrived may complete its work. Without
     // an event it goes back to sleep in its poll(), and what its pass held leaves first (below).
-    engine_->poll_from_app();
+    // From now on the channel's fd wakes on arrivals while the application has the receive side
+    // (Engine::watch_port_on): that wake-up brings the program here, and this pass receives. A
+    // pass another thread runs meanwhile is waited for: returning at once would send the program
+    // back to a poll() that the unreceived datagram makes return at once.
+    const bool watched = engine_->watch_port_on(ch);
+    engine_->poll_from_app(/*wait_for_receiver=*/watched && ch.watching());
     const int rc = ch.try_get_event(cq_cookie);
-    if (rc == EAGAIN) send_held_before_sleep();
+    if (rc == EAGAIN) {
+      send_held_before_sleep();
+      // It sleeps in its poll() now, and runs no timers there: the engine's timer covers them.
+      if (ch.watching()) engine_->app_sleeps();
+    }
     return rc;
   }
   if (!engine_->wait_begin()) return ch.get_event(cq_cookie);  // poll mode: the engine receives
@@ -488,7 +497,7 @@ int Device::get_cq_event(CompChannel& ch, void** cq_cookie) {
   const std::span<const int> rx = engine_->wait_fds();
   std::vector<pollfd> fds;
   fds.reserve(1 + rx.size());
-  fds.push_back({ch.fd(), POLLIN, 0});
+  fds.push_back({ch.event_fd(), POLLIN, 0});
   for (int fd : rx) fds.push_back({fd, POLLIN, 0});
   for (;;) {
     // Receive what is there (a pass the engine runs meanwhile is waited for, not raced), then
@@ -500,6 +509,10 @@ int Device::get_cq_event(CompChannel& ch, void** cq_cookie) {
     // datagram arrives. A signal ends the wait with EINTR, as a read of the kernel's event file.
     if (poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) return EINTR;
   }
+}
+
+void Device::forget_channel(CompChannel& ch) {
+  engine_->forget_channel(ch);
 }
 
 void Device::set_handoff_ns(transport::Time ns) {

@@ -168,6 +168,8 @@ class Device : private Engine::Client, private transport::EventSink {
   // and receives what arrives itself: the datagram that completes its work wakes it, and no
   // other thread (one wake-up per message, as an RNIC's interrupt gives).
   int get_cq_event(CompChannel& ch, void** cq_cookie);
+  // `ch` goes away: the engine stops adding the port's wait fds to its set (get_cq_event).
+  void forget_channel(CompChannel& ch);
   // What an application's CQ poll returned (Engine::note_poll_result).
   void note_poll_result(bool found);
   // Waits for a pass another thread is running and sends what the transmit queue holds (the

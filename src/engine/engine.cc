@@ -142,6 +142,10 @@ void Engine::apply() {
     }
     rx_watched_ = watch;
   }
+  // Exactly one side watches the port: the engine, or the application threads — those that
+  // sleep in ibv_get_cq_event have the wait fds in their own poll() (Device::get_cq_event), and
+  // those that poll their channel's fd in their own loop find them in the channel's set.
+  for (CompChannel* ch : channels_) ch->watch_port(rx_fds_, !watch);
   if (progress_.transition_count() != traced_) {
     traced_ = progress_.transition_count();
     const Progress::Transition& t = progress_.last_transition();
@@ -246,6 +250,36 @@ bool Engine::wait_begin() {
     armed_since_wait_.store(false, std::memory_order_relaxed);
   }
   return w.waits;
+}
+
+bool Engine::watch_port_on(CompChannel& ch) {
+  if (!progress_.app_can_wait()) return false;
+  // A program that looks at its channel without blocking sleeps on its fd: arming its CQ
+  // announces that sleep, which the channel's set now wakes on arrival (on_arm).
+  if (arm_means_stop_.load(std::memory_order_relaxed))
+    arm_means_stop_.store(false, std::memory_order_relaxed);
+  if (armed_since_wait_.load(std::memory_order_relaxed))
+    armed_since_wait_.store(false, std::memory_order_relaxed);
+  if (ch.listed()) return true;
+  Policy p(*this);
+  if (!ch.listed()) {
+    channels_.push_back(&ch);
+    ch.set_listed(true);
+    ch.watch_port(rx_fds_, !rx_watched_);
+  }
+  return true;
+}
+
+void Engine::app_sleeps() {
+  Policy p(*this);
+  p->on_app_sleeps();
+}
+
+void Engine::forget_channel(CompChannel& ch) {
+  if (!ch.listed()) return;
+  std::lock_guard<std::mutex> g(pmu_);
+  std::erase(channels_, &ch);
+  ch.set_listed(false);
 }
 
 void Engine::wait_end() {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/cq.h"
 #include "engine/datapath.h"
 #include "engine/progress.h"
 #include "util/counter.h"
@@ -93,6 +94,20 @@ class Engine {
   void wait_end();
   // The port's wait fds (sockets), for a waiting thread's poll(). Fixed for the engine's life.
   std::span<const int> wait_fds() const { return rx_fds_; }
+  // A program polls `ch`'s fd in its own poll/epoll loop (it made the fd non-blocking and calls
+  // ibv_get_cq_event when it is readable): from now on, whenever the engine does not watch the
+  // port (an application thread has the receive side), the channel's set holds the port's wait
+  // fds, so a datagram wakes that program's poll() and its ibv_get_cq_event receives it (one
+  // wake-up per message). A channel the engine took back from (a lapse) gets its events from
+  // the engine, as before; its next arms no longer hand the receive side over (on_arm). Returns
+  // whether the channel can watch the port (a port with wait fds). Any thread, no lock;
+  // idempotent.
+  bool watch_port_on(CompChannel& ch);
+  // A thread that polls is about to sleep on a watching channel's fd (Progress::on_app_sleeps).
+  // Any thread, no lock.
+  void app_sleeps();
+  // Before `ch` goes away: the engine never touches it again.
+  void forget_channel(CompChannel& ch);
   // What an application's CQ poll (with or without poll_from_app) returned. One that spins on an
   // empty CQ is about to poll again; one that took a completion may go off to do something else
   // (Progress). Any thread, no lock.
@@ -186,6 +201,9 @@ class Engine {
   // The port's wait fds, and whether the engine's epoll set watches them now (pmu_).
   std::vector<int> rx_fds_;
   bool rx_watched_ = true;
+  // Completion channels a program polls in its own loop (watch_port_on), whose sets hold the
+  // port's wait fds while the engine's does not (pmu_).
+  std::vector<CompChannel*> channels_;
   Progress progress_;                              // pmu_
   transport::Time kernel_at_ = transport::kNever;  // the timerfd's expiry (pmu_)
   uint64_t traced_ = 0;  // progress_.transition_count() last traced (pmu_)

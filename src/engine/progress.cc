@@ -119,6 +119,7 @@ void Progress::score_beside(int delta) {
 
 bool Progress::on_app_poll(Time now) {
   last_poll_ = now;
+  asleep_ = false;
   if (state_ == State::kEngine) move(State::kAppPolls, Cause::kAppPoll);
   // Now and then the timer moves to a lapse this poll sets; not while the engine receives beside
   // this application, which leaves its timers to the engine, nor for the pass of a thread woken
@@ -173,6 +174,13 @@ bool Progress::on_wait_end(Time now) {
     return timer_at_ != before;
   }
   return false;
+}
+
+bool Progress::on_app_sleeps() {
+  // Only a thread with the receive side: otherwise the engine receives and runs what is due.
+  if (state_ != State::kAppPolls) return false;
+  asleep_ = true;
+  return work_at_ < timer_at_ && arm(work_at_);
 }
 
 bool Progress::on_app_pass_done(Time next, Time now) {
@@ -240,7 +248,7 @@ bool Progress::skip_timer_wake(Time now, Time* look_again) {
   // itself. A pass here would only contend with it for the receive and device locks (measured in
   // a memif ping-pong: ~1 700 wake-ups, 2 400 futex calls and 2 300 timer re-arms a second, the
   // application threads waiting for their cores 5 % of the time).
-  if (!look_.defer || look_.lapsed || !polled_within(now, t_.left)) return false;
+  if (!look_.defer || look_.lapsed || asleep_ || !polled_within(now, t_.left)) return false;
   // Its guard wakes the engine should it stop; without one, look when the handoff would lapse.
   if (!guarded_) *look_again = last_poll_ + t_.handoff;
   return true;

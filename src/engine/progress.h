@@ -85,6 +85,8 @@ class Progress {
   explicit Progress(bool app_can_wait, Tunables t = {}) : t_(t), app_can_wait_(app_can_wait) {}
 
   State state() const { return state_; }
+  // Whether an application thread can sleep on the port's wait fds (not poll mode).
+  bool app_can_wait() const { return app_can_wait_; }
   const Tunables& tunables() const { return t_; }
   void set_handoff(Time ns);
   void set_left(Time ns) { t_.left = ns; }
@@ -130,6 +132,12 @@ class Progress {
   // The thread is back in the application, which typically polls or posts next: as a poll.
   // True: the timer moved.
   bool on_wait_end(Time now);
+  // A thread that polls is about to sleep on its channel's fd in its own poll loop (a
+  // non-blocking ibv_get_cq_event found no event), whose set wakes it on arrivals while it has
+  // the receive side (Engine::watch_port_on). It runs no timers while it sleeps: the engine's
+  // timer covers the work due, and a timer wake-up is not left to it (skip_timer_wake) until it
+  // polls again. True: the timer moved.
+  bool on_app_sleeps();
   // An application pass ran: it left work due at `next`. True: the timer moved.
   bool on_app_pass_done(Time next, Time now);
   // An application call armed work due at `deadline` (a retransmission timer, a publish, …).
@@ -199,6 +207,7 @@ class Progress {
   int waiters_ = 0;       // threads waiting in ibv_get_cq_event
   Time last_poll_ = 0;    // an application thread's last CQ poll (0: none, or it stopped)
   bool found_ = false;    // that poll returned completions
+  bool asleep_ = false;   // the polling thread sleeps on its channel's fd (on_app_sleeps)
   int beside_score_ = 0;  // kBeside while positive
   bool replied_ = false;  // see on_app_silent_write
   bool was_app_polling_ = false;

@@ -162,6 +162,12 @@ VCq::VCq(VContext* c, uint32_t cqe, VChannel* ch, bool timestamps)
   x.read_completion_wallclock_ns = ex_completion_wallclock_ns;
 }
 
+VChannel::~VChannel() {
+  // A program that polled the channel's fd in its own loop had the port's wait fds added to its
+  // set (Engine::watch_port_on).
+  if (ctx) ctx->dev->forget_channel(impl);
+}
+
 ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
   VContext* c = to_v(ctx);
   try {

@@ -157,8 +157,12 @@ struct ChannelAbi {
 };
 class VChannel : public ChannelAbi {
  public:
+  VChannel() = default;
+  ~VChannel();  // the device forgets the channel first (cq.cc)
+  VChannel(const VChannel&) = delete;
+  VChannel& operator=(const VChannel&) = delete;
   VContext* ctx = nullptr;
-  CompChannel impl;  // its eventfd is ch.fd
+  CompChannel impl;  // its fd is ch.fd
 };
 
 struct CqAbi {

@@ -223,6 +223,34 @@ TEST(Progress, ATimerWakeIsLeftToTheApplicationThatPolledAMomentAgo) {
   EXPECT_EQ(again, kT0 + p.tunables().handoff);
 }
 
+// A program that polls its channel's fd in its own loop: its ibv_get_cq_event receives, and when
+// it finds no event it sleeps in its poll(), where it runs no timers. The engine's timer then
+// covers the work due, and the wake-up it brings is not left to the sleeping thread; once the
+// thread polls again, it runs what falls due itself.
+TEST(Progress, AThreadAsleepOnItsChannelLeavesTheWorkDueToTheEngine) {
+  Progress p(true);
+  p.on_app_poll(kT0);  // its get's pass
+  const Time guard = p.timer_at();
+  p.on_deadline(kT0 + 300 * kUs);  // its post armed a timer: the guard covers it (it polls)
+  EXPECT_EQ(p.timer_at(), guard);
+  EXPECT_TRUE(p.on_app_sleeps()) << "no event: it sleeps, and the timer must fire for the work";
+  EXPECT_EQ(p.timer_at(), kT0 + 300 * kUs);
+  EXPECT_EQ(p.state(), S::kAppPolls) << "it keeps the receive side: arrivals wake it";
+  EXPECT_FALSE(p.engine_receives());
+  p.on_engine_look(kT0 + 300 * kUs);
+  Time again = 0;
+  EXPECT_FALSE(p.skip_timer_wake(kT0 + 300 * kUs, &again)) << "asleep: the engine runs it";
+  // Woken by an arrival, it polls again: a timer wake a moment later is its own to run.
+  p.on_app_poll(kT0 + 400 * kUs);
+  p.on_engine_look(kT0 + 405 * kUs);
+  EXPECT_TRUE(p.skip_timer_wake(kT0 + 410 * kUs, &again));
+  // Only a thread with the receive side sleeps so: with the engine receiving, nothing changes.
+  Progress q(true);
+  q.on_deadline(kT0 + kMs);
+  EXPECT_FALSE(q.on_app_sleeps());
+  EXPECT_EQ(q.state(), S::kEngine);
+}
+
 TEST(Progress, DeadlinesMoveTheTimerUnlessAPollingThreadGuardsIt) {
   Progress p(true);
   EXPECT_TRUE(p.on_deadline(kT0 + 3 * kMs));

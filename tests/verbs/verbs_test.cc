@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/wr_opcode.h"
@@ -754,6 +755,42 @@ TEST_F(RcPairTest, CompletionChannelSignalsArmedCq) {
   ASSERT_EQ(poll_n(b_.rcq, 1).size(), 1u);
   pollfd pfd{b_.ch->fd, POLLIN, 0};
   EXPECT_EQ(poll(&pfd, 1, 50), 0);
+}
+
+// A program that polls its channel's non-blocking fd in its own loop, as UCX's ucp_worker_wait
+// does: each readable fd is followed by ibv_get_cq_event until it gives an event (EAGAIN sends it
+// back to its poll()); it then drains its CQ, arms it, and looks at the channel once more before
+// it sleeps again. The fd wakes on the datagram itself while the program has the receive side,
+// and on the engine's event after the program went idle long enough for the engine to take the
+// receive side back (the pause): both ways, every message's event arrives and no readable fd goes
+// unanswered for ever.
+TEST_F(RcPairTest, AProgramPollingItsNonBlockingChannelFdGetsEveryEvent) {
+  ASSERT_EQ(fcntl(b_.ch->fd, F_SETFL, fcntl(b_.ch->fd, F_GETFL) | O_NONBLOCK), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
+  ibv_cq* cq = nullptr;
+  void* cq_ctx = nullptr;
+  for (int i = 0; i < 30; ++i) {
+    if (i % 10 == 9) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the pause
+    post_recv(b_, 100 + i, 0, 64);
+    ASSERT_EQ(uroce::test::post_send_at(a_.qp, a_, 0, 16, i, IBV_SEND_SIGNALED), 0);
+    for (;;) {
+      pollfd pfd{b_.ch->fd, POLLIN, 0};
+      ASSERT_EQ(poll(&pfd, 1, 30'000), 1) << "message " << i << ": the fd never became readable";
+      if (ibv_get_cq_event(b_.ch, &cq, &cq_ctx) == 0) break;
+      ASSERT_EQ(errno, EAGAIN);
+    }
+    EXPECT_EQ(cq, b_.rcq);
+    ibv_ack_cq_events(cq, 1);
+    auto r = poll_n(b_.rcq, 1);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].wr_id, uint64_t(100 + i));
+    ibv_wc wc;
+    EXPECT_EQ(ibv_poll_cq(b_.rcq, 1, &wc), 0);
+    ASSERT_EQ(ibv_req_notify_cq(b_.rcq, 0), 0);
+    EXPECT_EQ(ibv_get_cq_event(b_.ch, &cq, &cq_ctx), -1);
+    EXPECT_EQ(errno, EAGAIN);
+    ASSERT_EQ(poll_n(a_.scq, 1).size(), 1u) << "message " << i << ": no ACK";
+  }
 }
 
 TEST_F(RcPairTest, DestroyRemovesTheQpsCompletions) {
