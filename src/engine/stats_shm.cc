@@ -167,7 +167,8 @@ std::optional<Snapshot> parse(const void* data, size_t len, std::string* err) {
   Header h{};
   uint32_t header_size;
   std::memcpy(&header_size, p + offsetof(Header, header_size), sizeof header_size);
-  std::memcpy(&h, p, std::min<size_t>({sizeof h, header_size, len}));
+  // Up to the QP table's seqlock: what follows changes under it and is read with atomic loads.
+  std::memcpy(&h, p, std::min<size_t>({offsetof(Header, qp_seq), header_size, len}));
   if (h.header_size < kMinHeaderSize || h.entry_size < sizeof(Entry) || h.n_entries > kMaxEntries ||
       h.header_size > len)
     return fail("bad header sizes");
