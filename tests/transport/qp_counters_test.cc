@@ -57,10 +57,11 @@ void expect_errors(const QpCounters& c, const std::map<std::string, uint64_t>& w
   const auto got = by_name(c);
   for (const QpCounterInfo& info : kQpCounterInfo) {
     auto it = want.find(info.name);
-    if (it != want.end())
+    if (it != want.end()) {
       EXPECT_EQ(got.at(info.name), it->second) << who << " " << info.name;
-    else if (info.kind == QpCounterKind::kError)
+    } else if (info.kind == QpCounterKind::kError) {
       EXPECT_EQ(got.at(info.name), 0u) << who << " " << info.name;
+    }
   }
 }
 
