@@ -193,6 +193,7 @@ void Completer::implicit_nak(Psn from, Time now, const QpContext& ctx, Completer
   if (resend_asked_ && resend_from_ == from) return;
   resend_asked_ = true;
   resend_from_ = from;
+  ++ctx.counters.implied_nak_seq_err;
   // Like a sequence NAK without its retry cost: the loss is bounded by the guard above, and a
   // resend that is lost again falls to the timer, which does spend retries.
   ++ctx.counters.completer_retry_err;

@@ -64,6 +64,10 @@ ibv_qp_state Qp::state() const {
 const QpCounters& Qp::counters() const {
   return impl_->counters;
 }
+Qp::Peer Qp::peer() const {
+  if (impl_->init.type == IBV_QPT_UD) return {};
+  return {impl_->attr.dest_qp_num, impl_->ctx.remote_ip};
+}
 uint64_t Qp::cc_rate_bps() const {
   return impl_->rate->rate_bps();
 }
@@ -221,10 +225,11 @@ bool Qp::Impl::send_pending_cnp() {
   TxBuf* buf = tx.tx_alloc();
   if (buf == nullptr) return false;
   write_cnp(buf);
+  const uint32_t ib_len = buf->ib_len();
   tx.tx_commit(buf);
   cnp_pending = false;
   ++counters.np_cnp_sent;
-  ++counters.sent_pkts;
+  count_sent(counters, ib_len);
   return true;
 }
 
@@ -397,7 +402,7 @@ bool Qp::receive_deferring_pump(const wire::Packet& pkt, const RxInfo& rx, Time 
     ++q.counters.dropped_pkts;
     return false;
   }
-  ++q.counters.rcvd_pkts;
+  count_rcvd(q.counters, wire::ib_length(pkt));
   if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
   const uint32_t flags = pkt.info->flags;
   if (flags & wire::kRequest) {
@@ -447,8 +452,9 @@ void Qp::pump(Time now) {
       q.pacer.on_sent(now, frame);
       response_bytes += frame;
     }
+    const uint32_t ib_len = buf->ib_len();
     q.tx.tx_commit(buf);
-    ++q.counters.sent_pkts;
+    count_sent(q.counters, ib_len);
     if (fatal && q.state != IBV_QPS_ERR) q.enter_error();
   }
   if (response_bytes != 0 && q.rate->wants_bytes()) {

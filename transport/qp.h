@@ -118,6 +118,13 @@ class Qp {
   void on_timer(Time now);
 
   const QpCounters& counters() const;
+  // The connected peer of an RC or UC QP, as its last modify set it (ah_attr's GID, dest_qp_num):
+  // zeros for UD and before RTR. For listings (`uroce stats --qp`).
+  struct Peer {
+    uint32_t qpn = 0;
+    uint32_t ip = 0;  // IPv4, host byte order
+  };
+  Peer peer() const;
   // Congestion control's view of this QP: the rate it may send at (bits/s; the line rate while
   // not limited), whether that limits it, and DCQCN's alpha as of `now` (0 for the others).
   uint64_t cc_rate_bps() const;

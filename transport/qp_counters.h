@@ -1,11 +1,14 @@
-// Per-QP counters: one row per counter in UROCE_QP_COUNTERS — the field and the name it is
-// published under (`uroce stats`, UROCE_STATS, the shared-memory file of engine/stats_shm.h) —
-// from which the struct, the listing (for_each_qp_counter) and the sums over QPs (operator+=) are
-// derived, as Linux rxe keeps one name list for its hw_counters. Names follow rxe's hw_counters
-// where one exists (the "qp_" prefix keeps three apart from the device counters of the same name)
-// and mlx5's for congestion control. The rows are in the order they are listed.
+// Per-QP counters: one row per counter in UROCE_QP_COUNTERS — the field, the name it is
+// published under (`uroce stats`, UROCE_STATS, the shared-memory file of engine/stats_shm.h) and
+// its kind — from which the struct, the listing (for_each_qp_counter, kQpCounterInfo) and the
+// sums over QPs (operator+=) are derived, as Linux rxe keeps one name list for its hw_counters.
+// Names follow rxe's hw_counters where one exists (the "qp_" prefix keeps five apart from the
+// device counters of the same name) and mlx5's otherwise (congestion control, out_of_sequence,
+// implied_nak_seq_err). The rows are in the order they are listed; docs/tools.md maps each to
+// the rxe and mlx5 counter it corresponds to.
 //
-// Writers: the QP's roles, under the device lock (the QP's caller serialises them).
+// Writers: the QP's roles, under the device lock (the QP's caller serialises them). Each is a
+// plain increment of a field of the QP the writer already works on.
 #pragma once
 
 #include <concepts>
@@ -13,62 +16,84 @@
 #include <cstdint>
 #include <type_traits>
 
-// X(field, published name)
-#define UROCE_QP_COUNTERS(X)                                                                     \
-  X(sent_pkts, "qp_sent_pkts") /* packets sent: requests, responses, ACKs, CNPs, resends */      \
-  X(rcvd_pkts, "qp_rcvd_pkts") /* packets the QP accepted */                                     \
-  X(retransmitted_pkts, "retransmitted_pkts")                                                    \
-  /* Times a loss signal (sequence/implicit NAK, ACK timeout, probe) shrank the requester's */   \
-  /* send window (requester.h, SendWindowCtl). No rxe equivalent. */                             \
-  X(send_window_cuts, "send_window_cuts")                                                        \
-  /* Probe timeouts that resent from the oldest unacknowledged PSN before the ACK timeout */     \
-  /* (QpInit::early_retransmit, completer.h). No rxe equivalent. */                              \
-  X(early_retransmits, "early_retransmits")                                                      \
-  X(local_ack_timeout_err, "local_ack_timeout_err")                                              \
-  X(rcvd_seq_err, "rcvd_seq_err") /* PSN sequence error NAKs received */                         \
-  X(rcvd_rnr_err, "rcvd_rnr_err") /* RNR NAKs received */                                        \
-  X(send_rnr_err, "send_rnr_err") /* RNR NAKs sent (no receive WQE) */                           \
-  /* Messages that found no receive WQE and waited for one instead of an RNR NAK at once */      \
-  /* (QpInit::rnr_grace_ns, qp.cc). No rxe equivalent. */                                        \
-  X(rnr_waits, "rnr_waits")                                                                      \
-  /* Requests dropped because the packets waiting behind such a message filled their */          \
-  /* bound; the requester resends them, as after a switch buffer overflow. */                    \
-  X(rnr_wait_drops, "rnr_wait_drops")                                                            \
-  X(out_of_seq_request, "out_of_seq_request") /* requests received out of sequence (NAK sent) */ \
-  X(duplicate_request, "duplicate_request")   /* duplicate requests received (re-ACKed) */       \
-  X(retry_exceeded_err, "retry_exceeded_err")                                                    \
-  X(rnr_retry_exceeded_err, "rnr_retry_exceeded_err")                                            \
-  X(completer_retry_err, "completer_retry_err")                                                  \
-  X(send_err, "send_err")                                                                        \
-  /* Received but dropped (wrong state, bad opcode for the QP type...). */                       \
-  X(dropped_pkts, "qp_dropped_pkts")                                                             \
-  /* UD/UC receive drops, each also counted in dropped_pkts. */                                  \
-  /* UD: the DETH's Q_Key differs from the QP's (IBTA C10-15, 10.2.5). */                        \
-  X(qkey_violation, "qkey_violation")                                                            \
-  /* UD/UC: no receive WQE posted (mlx5's name): the message is dropped. */                      \
-  X(out_of_buffer, "out_of_buffer")                                                              \
-  /* UC: messages abandoned after a lost packet (IBTA 9.8.3). */                                 \
-  X(uc_dropped_msgs, "uc_dropped_msgs")                                                          \
-  /* Congestion control, mlx5's names (docs/congestion-control.md, "Counters"). */               \
-  /* Accepted packets that arrived marked CE. */                                                 \
-  X(np_ecn_marked_roce_packets, "np_ecn_marked_roce_packets")                                    \
-  /* CNPs sent (at most one per min_time_between_cnps). */                                       \
-  X(np_cnp_sent, "np_cnp_sent")                                                                  \
-  /* CNPs received that the rate control acted on (DCQCN). */                                    \
-  X(rp_cnp_handled, "rp_cnp_handled")                                                            \
-  /* CNPs received and ignored: no DCQCN on this QP, or it is not sending. */                    \
-  X(rp_cnp_ignored, "rp_cnp_ignored")
+// X(field, published name, kind): kind says what `uroce top` makes of a row (QpCounterKind):
+// traffic is what it sorts by traffic, error what it sums into its error column and sorts by
+// errors, info the rest.
+#define UROCE_QP_COUNTERS(X)                                                                       \
+  /* Packets sent: requests, responses, ACKs, CNPs, resends; and their IB bytes (BTH .. pad, */    \
+  /* without the ICRC: what the transport built, whatever framing the port adds). */               \
+  X(sent_pkts, "qp_sent_pkts", kTraffic)                                                           \
+  X(rcvd_pkts, "qp_rcvd_pkts", kTraffic) /* packets the QP accepted */                             \
+  X(sent_bytes, "qp_sent_bytes", kTraffic)                                                         \
+  X(rcvd_bytes, "qp_rcvd_bytes", kTraffic) /* of the packets counted in rcvd_pkts */               \
+  /* Request packets sent again (go-back-N after a NAK, a timeout, a probe; RNR resends). */       \
+  X(retransmitted_pkts, "retransmitted_pkts", kError)                                              \
+  /* Times a loss signal (sequence/implicit NAK, ACK timeout, probe) shrank the requester's */     \
+  /* send window (requester.h, SendWindowCtl). No rxe equivalent. */                               \
+  X(send_window_cuts, "send_window_cuts", kInfo)                                                   \
+  /* Probe timeouts that resent from the oldest unacknowledged PSN before the ACK timeout */       \
+  /* (QpInit::early_retransmit, completer.h). No rxe equivalent. */                                \
+  X(early_retransmits, "early_retransmits", kInfo)                                                 \
+  X(local_ack_timeout_err, "local_ack_timeout_err", kError) /* ACK timer expiries (9.7.6.1.3) */   \
+  X(rcvd_seq_err, "rcvd_seq_err", kError)                   /* PSN sequence error NAKs received */ \
+  /* Responses that showed earlier READ/ATOMIC responses lost, answered by resending from the */   \
+  /* first missing PSN (IBTA 9.7.5.1.1 implicit NAK; completer.cc implicit_nak), mlx5's name. */   \
+  X(implied_nak_seq_err, "implied_nak_seq_err", kError)                                            \
+  X(rcvd_rnr_err, "rcvd_rnr_err", kError) /* RNR NAKs received */                                  \
+  X(send_rnr_err, "send_rnr_err", kError) /* RNR NAKs sent (no receive WQE) */                     \
+  /* Messages that found no receive WQE and waited for one instead of an RNR NAK at once */        \
+  /* (QpInit::rnr_grace_ns, qp.cc). No rxe equivalent. */                                          \
+  X(rnr_waits, "rnr_waits", kInfo)                                                                 \
+  /* Requests dropped because the packets waiting behind such a message filled their */            \
+  /* bound; the requester resends them, as after a switch buffer overflow. */                      \
+  X(rnr_wait_drops, "rnr_wait_drops", kError)                                                      \
+  /* Sequence error NAKs sent: one per gap in the request PSNs (rxe counts the same). */           \
+  X(out_of_seq_request, "out_of_seq_request", kError)                                              \
+  /* Request packets received ahead of the expected PSN, every one of them (each dropped; */       \
+  /* the first of a gap draws the NAK counted above), mlx5's name. */                              \
+  X(out_of_sequence, "out_of_sequence", kError)                                                    \
+  X(duplicate_request, "duplicate_request", kError) /* duplicate requests received */              \
+  X(retry_exceeded_err, "retry_exceeded_err", kError)                                              \
+  X(rnr_retry_exceeded_err, "rnr_retry_exceeded_err", kError)                                      \
+  /* Resends begun (timeout, sequence or implicit NAK): rxe's name, not an error by itself. */     \
+  X(completer_retry_err, "completer_retry_err", kInfo)                                             \
+  X(send_err, "send_err", kError)                                                                  \
+  /* Received but dropped (wrong state, bad opcode for the QP type...). */                         \
+  X(dropped_pkts, "qp_dropped_pkts", kError)                                                       \
+  /* UD/UC receive drops, each also counted in dropped_pkts. */                                    \
+  /* UD: the DETH's Q_Key differs from the QP's (IBTA C10-15, 10.2.5). */                          \
+  X(qkey_violation, "qkey_violation", kInfo)                                                       \
+  /* UD/UC: no receive WQE posted (mlx5's name): the message is dropped. */                        \
+  X(out_of_buffer, "out_of_buffer", kInfo)                                                         \
+  /* UC: messages abandoned after a lost packet (IBTA 9.8.3). */                                   \
+  X(uc_dropped_msgs, "uc_dropped_msgs", kError)                                                    \
+  /* Congestion control, mlx5's names (docs/congestion-control.md, "Counters"). */                 \
+  /* Accepted packets that arrived marked CE. */                                                   \
+  X(np_ecn_marked_roce_packets, "np_ecn_marked_roce_packets", kInfo)                               \
+  /* CNPs sent (at most one per min_time_between_cnps). */                                         \
+  X(np_cnp_sent, "np_cnp_sent", kInfo)                                                             \
+  /* CNPs received that the rate control acted on (DCQCN). */                                      \
+  X(rp_cnp_handled, "rp_cnp_handled", kInfo)                                                       \
+  /* CNPs received and ignored: no DCQCN on this QP, or it is not sending. */                      \
+  X(rp_cnp_ignored, "rp_cnp_ignored", kInfo)
 
 namespace uroce::transport {
 
+// What a counter measures, for views that rank QPs (`uroce top`).
+enum class QpCounterKind : uint8_t {
+  kTraffic,  // packets and bytes moved
+  kError,    // a loss, a refusal or a failure: each one is worth a look
+  kInfo,     // the rest: events of normal operation, details of a counter above
+};
+
 struct QpCounters {
-#define UROCE_QP_COUNTER_FIELD(field, name) uint64_t field = 0;
+#define UROCE_QP_COUNTER_FIELD(field, name, kind) uint64_t field = 0;
   UROCE_QP_COUNTERS(UROCE_QP_COUNTER_FIELD)
 #undef UROCE_QP_COUNTER_FIELD
 
   // Adds every counter of `o`: totals over a device's QPs, live and destroyed.
   QpCounters& operator+=(const QpCounters& o) {
-#define UROCE_QP_COUNTER_ADD(field, name) field += o.field;
+#define UROCE_QP_COUNTER_ADD(field, name, kind) field += o.field;
     UROCE_QP_COUNTERS(UROCE_QP_COUNTER_ADD)
 #undef UROCE_QP_COUNTER_ADD
     return *this;
@@ -80,15 +105,38 @@ struct QpCounters {
 template <typename Counters, typename F>
 requires std::same_as<std::remove_cvref_t<Counters>, QpCounters>
 void for_each_qp_counter(Counters&& q, F&& f) {
-#define UROCE_QP_COUNTER_VISIT(field, name) f(name, q.field);
+#define UROCE_QP_COUNTER_VISIT(field, name, kind) f(name, q.field);
   UROCE_QP_COUNTERS(UROCE_QP_COUNTER_VISIT)
 #undef UROCE_QP_COUNTER_VISIT
 }
 
-#define UROCE_QP_COUNTER_ONE(field, name) +1
+#define UROCE_QP_COUNTER_ONE(field, name, kind) +1
 inline constexpr size_t kQpCounterCount = 0 UROCE_QP_COUNTERS(UROCE_QP_COUNTER_ONE);
 #undef UROCE_QP_COUNTER_ONE
 static_assert(sizeof(QpCounters) == kQpCounterCount * sizeof(uint64_t),
               "every field of QpCounters is a row of UROCE_QP_COUNTERS");
+
+// Each row's published name and kind, in the list's order.
+struct QpCounterInfo {
+  const char* name;
+  QpCounterKind kind;
+};
+inline constexpr QpCounterInfo kQpCounterInfo[kQpCounterCount] = {
+#define UROCE_QP_COUNTER_INFO(field, name, kind) {name, QpCounterKind::kind},
+    UROCE_QP_COUNTERS(UROCE_QP_COUNTER_INFO)
+#undef UROCE_QP_COUNTER_INFO
+};
+
+// A packet the QP handed to the port, or accepted: ib_bytes is its IB length (BTH .. pad,
+// without the ICRC). Every place that sends or accepts counts through these, so packets and
+// bytes agree.
+inline void count_sent(QpCounters& c, uint64_t ib_bytes) {
+  ++c.sent_pkts;
+  c.sent_bytes += ib_bytes;
+}
+inline void count_rcvd(QpCounters& c, uint64_t ib_bytes) {
+  ++c.rcvd_pkts;
+  c.rcvd_bytes += ib_bytes;
+}
 
 }  // namespace uroce::transport

@@ -191,11 +191,12 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
       break;
     }
     const bool ack_req = write_packet(ctx, e, seg, pieces, npieces, tx.tx_gather_min(), buf);
-    const uint64_t frame = cc::frame_bytes(buf->ib_len());
+    const uint32_t ib_len = buf->ib_len();
+    const uint64_t frame = cc::frame_bytes(ib_len);
     tx.tx_commit(buf);
     pacer.on_sent(now, frame);
     out.frame_bytes += frame;
-    ++ctx.counters.sent_pkts;
+    count_sent(ctx.counters, ib_len);
     if (cursor_psn_ < sent_end_) {
       ++ctx.counters.retransmitted_pkts;
     } else if (ack_req) {

@@ -127,6 +127,7 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
   if (d > 0) {
     // Out of sequence (9.7.4.1.3.3): a gap. One NAK per gap; the rest of the window is dropped
     // until the expected PSN arrives.
+    ++ctx.counters.out_of_sequence;
     if (nak_state_ == NakState::kNone) {
       ++ctx.counters.out_of_seq_request;
       nak(Nak::kPsnSequenceError, epsn_, ctx);

@@ -78,8 +78,9 @@ UnreliableOutcome UcSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
       std::memset(payload + len, 0, p.bth.pad);
       buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
       stamp_route(buf, data_route(ctx));
+      const uint32_t ib_len = buf->ib_len();
       commit_paced(tx, buf, pacer, now, out);
-      ++ctx.counters.sent_pkts;
+      count_sent(ctx.counters, ib_len);
       ++next_psn_;
       ++sent_;
     }
@@ -128,7 +129,7 @@ void UcReceiver::on_packet(const wire::Packet& pkt, const QpContext& ctx, RecvQu
     drop(ctx);
     return;
   }
-  ++ctx.counters.rcvd_pkts;
+  count_rcvd(ctx.counters, wire::ib_length(pkt));
   if (f & wire::kSend) {
     on_send(pkt, ctx, rq, srq);
   } else {

@@ -107,8 +107,9 @@ UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink
                            .dscp = dscp_of_traffic_class(e.wqe.ud_traffic_class),
                            .pcp = kPcpPortDefault,
                            .roce_v1 = e.wqe.ud_roce_v1});
+    const uint32_t ib_len = buf->ib_len();
     commit_paced(tx, buf, pacer, now, out);
-    ++ctx.counters.sent_pkts;
+    count_sent(ctx.counters, ib_len);
     ++next_psn_;
     complete_front_send(ctx, sq, IBV_WC_SUCCESS);
   }
@@ -130,7 +131,7 @@ void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
     ++ctx.counters.dropped_pkts;
     return;
   }
-  ++ctx.counters.rcvd_pkts;
+  count_rcvd(ctx.counters, wire::ib_length(pkt));
   const RecvWqe w = rq.front();
   rq.pop_front();
   const uint32_t len = static_cast<uint32_t>(pkt.payload.size());

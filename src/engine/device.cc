@@ -303,7 +303,9 @@ void Device::set_qp_handle(transport::Qp* qp, ibv_qp* handle) {
 int Device::destroy_qp(transport::Qp* qp) {
   auto g = app_call();
   uint32_t pd = 0;
+  const uint32_t qpn = qp->qpn();
   if (int rc = dispatch_->destroy_qp(qp, &pd); rc != 0) return rc;
+  if (publisher_) publisher_->drop_qp(qpn);  // its row goes now, not at the next snapshot
   keys_.pd_unref(pd);
   return 0;
 }
@@ -367,6 +369,10 @@ transport::Time Device::publish(transport::Time now, bool force) {
       publisher_->set(at + 3, r.sent_pkts);
     }
   }
+  // Every live QP's row (stats_shm.h, the QP table).
+  std::vector<stats_shm::QpRow> qps;
+  dispatch_->for_each_qp([&qps](const transport::Qp& q) { qps.push_back(stats_shm::qp_row(q)); });
+  publisher_->set_qps(qps);
   publisher_->set_port_active(port_active());
   publisher_->set_snapshot_ns(now);
   next_publish_ = now + kPublishInterval;

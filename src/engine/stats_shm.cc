@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,6 +16,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "transport/qp.h"
 
 namespace uroce::stats_shm {
 namespace {
@@ -48,15 +51,69 @@ void store_u32(uint32_t* p, uint32_t v) {
   std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_relaxed);
 }
 
-}  // namespace
-
-size_t layout_size(size_t n_entries) {
-  return sizeof(Header) + n_entries * sizeof(Entry);
+uint32_t load_u32(const uint32_t* p) {
+  return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(p)).load(std::memory_order_relaxed);
 }
 
-bool write_layout(void* buf, const Identity& id, const std::vector<std::string>& names) {
-  if (names.size() > kMaxEntries) return false;
-  std::memset(buf, 0, layout_size(names.size()));
+// The QP table's geometry for a layout of n entries (stats_shm.h, QpTable).
+constexpr size_t kQpColumns = transport::kQpCounterCount;
+constexpr size_t kQpRowSize = (kQpRowWords + kQpColumns) * sizeof(uint64_t);
+// Bounds a reader puts on a table's geometry, so that a damaged header cannot make it allocate
+// without bound.
+constexpr uint32_t kMaxQpColumns = 256;
+constexpr uint32_t kMaxQpCapacity = 1u << 16;
+// The header as layout version 1 first had it (without the QP table's fields): a file written
+// by such a publisher is still read, without a table.
+constexpr size_t kMinHeaderSize = offsetof(Header, qp_table_offset);
+static_assert(offsetof(Header, qp_table_offset) == 120);
+
+uint64_t* qp_row_words(void* buf, uint32_t row) {
+  auto* h = static_cast<Header*>(buf);
+  char* rows = static_cast<char*>(buf) + h->qp_table_offset + size_t{h->qp_columns} * kNameLen;
+  return reinterpret_cast<uint64_t*>(rows + size_t{row} * h->qp_row_size);
+}
+
+uint64_t row_word0(const QpRow& r) {
+  return (r.qpn & 0xffffffu) | uint64_t{r.type & 0xffu} << 32 | uint64_t{r.state & 0xffu} << 40;
+}
+
+// The writer's half of the table's seqlock (stats_shm.h): odd before the rows change, even
+// (release) after.
+class QpTableWrite {
+ public:
+  explicit QpTableWrite(Header* h) : seq_(h->qp_seq) {
+    begin_ = seq_.load(std::memory_order_relaxed);
+    seq_.store(begin_ + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~QpTableWrite() { seq_.store(begin_ + 2, std::memory_order_release); }
+  QpTableWrite(const QpTableWrite&) = delete;
+  QpTableWrite& operator=(const QpTableWrite&) = delete;
+
+ private:
+  std::atomic_ref<uint64_t> seq_;
+  uint64_t begin_;
+};
+
+void clear_row(uint64_t* w, uint32_t columns) {
+  for (size_t k = 0; k < kQpRowWords + columns; ++k) store_u64(&w[k], 0);
+}
+
+// Reads the QP table of the layout at p (len bytes; h: its header) into *s. False when the
+// table's geometry does not fit the bytes.
+bool read_qp_table(const char* p, size_t len, const Header& h, Snapshot* s);
+
+}  // namespace
+
+size_t layout_size(size_t n_entries, size_t qp_capacity) {
+  const size_t table = qp_capacity == 0 ? 0 : kQpColumns * kNameLen + qp_capacity * kQpRowSize;
+  return sizeof(Header) + n_entries * sizeof(Entry) + table;
+}
+
+bool write_layout(void* buf, const Identity& id, const std::vector<std::string>& names,
+                  size_t qp_capacity) {
+  if (names.size() > kMaxEntries || qp_capacity > kMaxQpCapacity) return false;
+  std::memset(buf, 0, layout_size(names.size(), qp_capacity));
   auto* h = static_cast<Header*>(buf);
   h->version = kLayoutVersion;
   h->header_size = sizeof(Header);
@@ -72,6 +129,17 @@ bool write_layout(void* buf, const Identity& id, const std::vector<std::string>&
   h->port_state = kPortDown;
   auto* e = reinterpret_cast<Entry*>(static_cast<char*>(buf) + sizeof(Header));
   for (size_t i = 0; i < names.size(); ++i) copy_cstr(e[i].name, sizeof e[i].name, names[i]);
+  if (qp_capacity != 0) {
+    h->qp_table_offset = static_cast<uint32_t>(sizeof(Header) + names.size() * sizeof(Entry));
+    h->qp_columns = static_cast<uint32_t>(kQpColumns);
+    h->qp_capacity = static_cast<uint32_t>(qp_capacity);
+    h->qp_row_size = static_cast<uint32_t>(kQpRowSize);
+    char* col = static_cast<char*>(buf) + h->qp_table_offset;
+    for (const transport::QpCounterInfo& c : transport::kQpCounterInfo) {
+      copy_cstr(col, kNameLen, c.name);
+      col += kNameLen;
+    }
+  }
   // The magic last, with a release store: a reader that sees it (it maps the same pages) sees
   // the rest.
   uint64_t magic;
@@ -95,12 +163,19 @@ std::optional<Snapshot> parse(const void* data, size_t len, std::string* err) {
   if (version != kLayoutVersion)
     return fail("layout version " + std::to_string(version) + ", this reader knows " +
                 std::to_string(kLayoutVersion));
-  if (len < sizeof(Header)) return fail("truncated header");
-  Header h;
-  std::memcpy(&h, p, sizeof h);
-  if (h.header_size < sizeof(Header) || h.entry_size < sizeof(Entry) || h.n_entries > kMaxEntries ||
+  if (len < kMinHeaderSize) return fail("truncated header");
+  Header h{};
+  uint32_t header_size;
+  std::memcpy(&header_size, p + offsetof(Header, header_size), sizeof header_size);
+  // Up to the QP table's seqlock: what follows changes under it and is read with atomic loads.
+  std::memcpy(&h, p, std::min<size_t>({offsetof(Header, qp_seq), header_size, len}));
+  if (h.header_size < kMinHeaderSize || h.entry_size < sizeof(Entry) || h.n_entries > kMaxEntries ||
       h.header_size > len)
     return fail("bad header sizes");
+  // A header without the QP table's fields (an older publisher) has none.
+  if (h.header_size < sizeof(Header)) {
+    h.qp_table_offset = h.qp_columns = h.qp_capacity = h.qp_row_size = 0;
+  }
   if ((len - h.header_size) / h.entry_size < h.n_entries) return fail("truncated entries");
   Snapshot s;
   s.id.pid = h.pid;
@@ -119,7 +194,121 @@ std::optional<Snapshot> parse(const void* data, size_t len, std::string* err) {
     const char* e = p + h.header_size + size_t(i) * h.entry_size;
     s.counters.emplace_back(read_cstr(e, kNameLen), load_u64(e + offsetof(Entry, value)));
   }
+  if (h.qp_table_offset != 0 && !read_qp_table(p, len, h, &s)) return fail("bad QP table sizes");
   return s;
+}
+
+namespace {
+bool read_qp_table(const char* p, size_t len, const Header& h, Snapshot* s) {
+  const size_t entries_end = h.header_size + size_t{h.n_entries} * h.entry_size;
+  if (h.qp_table_offset < entries_end || h.qp_table_offset % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p) % 8 != 0 || h.qp_columns > kMaxQpColumns ||
+      h.qp_capacity > kMaxQpCapacity || h.qp_row_size % 8 != 0 ||
+      h.qp_row_size < (kQpRowWords + h.qp_columns) * sizeof(uint64_t))
+    return false;
+  const size_t cols_bytes = size_t{h.qp_columns} * kNameLen;
+  if (h.qp_table_offset > len || len - h.qp_table_offset < cols_bytes ||
+      (len - h.qp_table_offset - cols_bytes) / h.qp_row_size < h.qp_capacity)
+    return false;
+  s->has_qp_table = true;
+  // Which counter of QpCounters each column is (-1: one this reader does not know).
+  std::vector<int> field(h.qp_columns, -1);
+  for (uint32_t c = 0; c < h.qp_columns; ++c) {
+    const std::string name = read_cstr(p + h.qp_table_offset + size_t{c} * kNameLen, kNameLen);
+    for (size_t k = 0; k < transport::kQpCounterCount; ++k)
+      if (name == transport::kQpCounterInfo[k].name) field[c] = static_cast<int>(k);
+  }
+  const char* rows = p + h.qp_table_offset + cols_bytes;
+  const size_t row_words = h.qp_row_size / sizeof(uint64_t);
+  auto* hdr = reinterpret_cast<const Header*>(p);
+  std::atomic_ref<uint64_t> seq(const_cast<Header*>(hdr)->qp_seq);
+  std::vector<uint64_t> copy;
+  // The reader's half of the seqlock: copy, then keep the copy only if no write began or ended
+  // meanwhile. A publisher holds it for microseconds every 100 ms; one that stays odd died
+  // half-way, and its table is left unread.
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    if (attempt != 0) sched_yield();
+    const uint64_t before = seq.load(std::memory_order_acquire);
+    if (before % 2 != 0) continue;
+    const uint32_t live = load_u32(&hdr->qp_live);
+    const uint32_t used = std::min(load_u32(&hdr->qp_used), h.qp_capacity);
+    copy.resize(size_t{used} * row_words);
+    for (size_t i = 0; i < copy.size(); ++i)
+      copy[i] = load_u64(rows + (i / row_words) * h.qp_row_size + (i % row_words) * 8);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq.load(std::memory_order_relaxed) != before) continue;
+    s->qp_live = live;
+    for (uint32_t r = 0; r < used; ++r) {
+      const uint64_t* w = copy.data() + size_t{r} * row_words;
+      if ((w[0] & 0xffffff) == 0) continue;  // empty: its QP was destroyed
+      QpRow row;
+      row.qpn = static_cast<uint32_t>(w[0] & 0xffffff);
+      row.type = static_cast<uint32_t>((w[0] >> 32) & 0xff);
+      row.state = static_cast<uint32_t>((w[0] >> 40) & 0xff);
+      row.peer_qpn = static_cast<uint32_t>(w[1] & 0xffffffff);
+      row.peer_ip = static_cast<uint32_t>(w[1] >> 32);
+      uint64_t values[transport::kQpCounterCount] = {};
+      for (uint32_t c = 0; c < h.qp_columns; ++c)
+        if (field[c] >= 0) values[field[c]] = w[kQpRowWords + c];
+      size_t k = 0;
+      transport::for_each_qp_counter(row.counters,
+                                     [&](const char*, uint64_t& v) { v = values[k++]; });
+      s->qps.push_back(row);
+    }
+    std::sort(s->qps.begin(), s->qps.end(),
+              [](const QpRow& a, const QpRow& b) { return a.qpn < b.qpn; });
+    return true;
+  }
+  s->qp_table_busy = true;
+  return true;
+}
+}  // namespace
+
+void set_qp_rows(void* buf, std::span<const QpRow> rows) {
+  auto* h = static_cast<Header*>(buf);
+  if (h->qp_capacity == 0) return;
+  std::vector<const QpRow*> order;
+  order.reserve(rows.size());
+  for (const QpRow& r : rows) order.push_back(&r);
+  const size_t n = std::min<size_t>(order.size(), h->qp_capacity);
+  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(),
+                    [](const QpRow* a, const QpRow* b) { return a->qpn < b->qpn; });
+  QpTableWrite write(h);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t* w = qp_row_words(buf, i);
+    store_u64(&w[0], row_word0(*order[i]));
+    store_u64(&w[1], order[i]->peer_qpn | uint64_t{order[i]->peer_ip} << 32);
+    size_t k = kQpRowWords;
+    transport::for_each_qp_counter(order[i]->counters,
+                                   [&](const char*, uint64_t v) { store_u64(&w[k++], v); });
+  }
+  for (uint32_t i = static_cast<uint32_t>(n); i < h->qp_used; ++i)
+    clear_row(qp_row_words(buf, i), h->qp_columns);
+  store_u32(&h->qp_used, static_cast<uint32_t>(n));
+  store_u32(&h->qp_live, static_cast<uint32_t>(rows.size()));
+}
+
+void drop_qp_row(void* buf, uint32_t qpn) {
+  auto* h = static_cast<Header*>(buf);
+  if (h->qp_capacity == 0 || qpn == 0) return;
+  for (uint32_t i = 0; i < h->qp_used; ++i) {
+    uint64_t* w = qp_row_words(buf, i);
+    if ((w[0] & 0xffffff) != (qpn & 0xffffff)) continue;
+    QpTableWrite write(h);
+    clear_row(w, h->qp_columns);
+    if (h->qp_live > 0) store_u32(&h->qp_live, h->qp_live - 1);
+    return;
+  }
+}
+
+QpRow qp_row(const transport::Qp& q) {
+  const transport::Qp::Peer peer = q.peer();
+  return QpRow{.qpn = q.qpn(),
+               .type = static_cast<uint32_t>(q.type()),
+               .state = static_cast<uint32_t>(q.state()),
+               .peer_qpn = peer.qpn,
+               .peer_ip = peer.ip,
+               .counters = q.counters()};
 }
 
 std::optional<Snapshot> read_file(const std::string& path, std::string* err) {
@@ -238,7 +427,7 @@ std::unique_ptr<Publisher> Publisher::create(const Identity& id,
   if (fd < 0) return fail("shm_open " + name + ": " + std::strerror(errno));
   // shm_open's mode is filtered by the umask; readers of other users need 0644.
   fchmod(fd, 0644);
-  size_t len = layout_size(names.size());
+  size_t len = layout_size(names.size(), kQpTableCapacity);
   if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
     int e = errno;
     close(fd);
@@ -252,7 +441,7 @@ std::unique_ptr<Publisher> Publisher::create(const Identity& id,
     shm_unlink(name.c_str());
     return fail("mmap " + name + ": " + std::strerror(e));
   }
-  write_layout(base, id, names);
+  write_layout(base, id, names, kQpTableCapacity);
   return std::unique_ptr<Publisher>(new Publisher(std::move(name), base, len, names.size()));
 }
 
@@ -295,6 +484,14 @@ void Publisher::set_port_active(bool active) {
 
 void Publisher::set_snapshot_ns(uint64_t ns) {
   store_u64(&static_cast<Header*>(base_)->snapshot_ns, ns);
+}
+
+void Publisher::set_qps(std::span<const QpRow> rows) {
+  set_qp_rows(base_, rows);
+}
+
+void Publisher::drop_qp(uint32_t qpn) {
+  drop_qp_row(base_, qpn);
 }
 
 std::string cc_slot_name(size_t slot, size_t field) {

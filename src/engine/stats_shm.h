@@ -10,6 +10,7 @@
 // Layout (all integers host byte order; readers on the same host only):
 //   Header             fixed size, see below; `header_size` tells where the entries start
 //   Entry[n_entries]   {char name[32] NUL-terminated; uint64_t value}
+//   the QP table       at Header::qp_table_offset (0: none): one row per live QP, see QpTable
 // Writers: the publishing process only. Every entry value is 8-byte aligned and written with an
 // atomic store (one writer at a time per value), so a reader that maps the file reads a value
 // with one atomic load and never sees a torn one. The magic is written last, after everything
@@ -17,7 +18,9 @@
 //
 // Compatibility: a reader rejects a file whose magic or layout version differ from its own, and
 // any file whose sizes do not fit the bytes it holds; entries are found by name, never by index, so
-// counters may be added within one layout version without breaking older readers.
+// counters may be added within one layout version without breaking older readers. The header only
+// grows at its end (a reader of a shorter header finds the entries at header_size all the same),
+// and the QP table's columns are named too.
 #pragma once
 
 #include <sys/types.h>
@@ -26,11 +29,16 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "transport/qp_counters.h"
+
+namespace uroce::transport {
+class Qp;
+}
 
 namespace uroce::stats_shm {
 
@@ -63,8 +71,19 @@ struct Header {
   // CLOCK_MONOTONIC ns of the last snapshot of the per-QP totals (entries named "qp_*" and the
   // other transport counters); the device counters are always live. Atomic.
   uint64_t snapshot_ns;
+  // The QP table (QpTable below); all zero in a file without one. Offsets and sizes are fixed
+  // when the file is created; qp_live, qp_used and the rows change under qp_seq.
+  uint32_t qp_table_offset;  // bytes from the start of the file
+  uint32_t qp_columns;       // counters per row (named in the table's column list)
+  uint32_t qp_capacity;      // rows the table holds
+  uint32_t qp_row_size;      // bytes per row: kQpRowWords + qp_columns words
+  // Seqlock over qp_live, qp_used and every row: odd while the publisher changes them. A reader
+  // copies, then checks that it is even and unchanged (QpTable).
+  uint64_t qp_seq;
+  uint32_t qp_live;  // the device's QPs (more than qp_capacity: only the lowest QPNs have rows)
+  uint32_t qp_used;  // rows [0, qp_used) may hold QPs; the rest are empty
 };
-static_assert(sizeof(Header) == 120);
+static_assert(sizeof(Header) == 152);
 
 struct Entry {
   char name[kNameLen];  // NUL-terminated
@@ -72,6 +91,38 @@ struct Entry {
 };
 static_assert(sizeof(Entry) == 40);
 static_assert(sizeof(Header) % alignof(uint64_t) == 0, "entry values stay 8-byte aligned");
+
+// The QP table: every live QP of the device, one row each, so that `uroce stats --qp` and
+// `uroce top` see per-QP counters (docs/tools.md) as `rdma statistic qp` shows an RNIC's.
+//   char column[qp_columns][kNameLen]   the counter names of transport/qp_counters.h, in order
+//   row[qp_capacity]                    qp_row_size bytes each, 8-byte words:
+//     word 0: QPN (bits 0..23; 0: an empty row) | ibv_qp_type << 32 | ibv_qp_state << 40
+//     word 1: the peer's QPN | its IPv4 address (host order) << 32 (zeros for UD)
+//     word kQpRowWords + c: the counter of column c
+// Consistency: one seqlock (Header::qp_seq) guards the whole table. The publisher makes it odd,
+// rewrites the rows (sorted by QPN, the live QPs only), clears the rows it no longer uses and
+// makes it even again (release); a reader copies the rows with atomic loads and keeps the copy
+// only if qp_seq was even before and unchanged after (acquire), else it copies again. So a reader
+// never sees a row half-written, a QP twice or a destroyed QP beside the QP now in its row; the
+// file is never shrunk, so it never reads unmapped memory. Publishing happens with the device
+// counters' snapshot (at most every 100 ms) and when a QP is destroyed (its row goes at once).
+inline constexpr uint32_t kQpRowWords = 2;
+// Rows a device's file holds: a table for every QP a device allows (16384) would cost 4.5 MB of
+// /dev/shm per device; 1024 rows take ~300 KB, of which only the pages of used rows are touched.
+inline constexpr uint32_t kQpTableCapacity = 1024;
+
+// One row as the publisher gives it and a reader gets it back.
+struct QpRow {
+  uint32_t qpn = 0;
+  uint32_t type = 0;   // ibv_qp_type
+  uint32_t state = 0;  // ibv_qp_state
+  uint32_t peer_qpn = 0;
+  uint32_t peer_ip = 0;  // host byte order
+  transport::QpCounters counters;
+};
+
+// A live QP's row: its identity, state, peer and counters.
+QpRow qp_row(const transport::Qp& q);
 
 // Who publishes: the process and the device.
 struct Identity {
@@ -84,12 +135,19 @@ struct Identity {
   uint32_t mtu = 0;
 };
 
-// Bytes a layout with n entries takes.
-size_t layout_size(size_t n_entries);
-// Writes a complete layout into buf (layout_size(names.size()) bytes, 8-byte aligned), every value
-// zero and the port down. Names longer than kNameLen - 1 are cut. Returns false (writing nothing)
-// when the names are too many.
-bool write_layout(void* buf, const Identity& id, const std::vector<std::string>& names);
+// Bytes a layout with n entries and a QP table of qp_capacity rows takes.
+size_t layout_size(size_t n_entries, size_t qp_capacity = 0);
+// Writes a complete layout into buf (layout_size(names.size(), qp_capacity) bytes, 8-byte
+// aligned), every value zero, no QP in the table and the port down. Names longer than
+// kNameLen - 1 are cut. Returns false (writing nothing) when the names or rows are too many.
+bool write_layout(void* buf, const Identity& id, const std::vector<std::string>& names,
+                  size_t qp_capacity = 0);
+
+// The publisher's side of the QP table in a layout (buf: the layout's start). set: the rows of
+// every live QP (any order; the lowest QPNs get rows when there are more than the capacity).
+// drop: empties the row of one QP, if it has one.
+void set_qp_rows(void* buf, std::span<const QpRow> rows);
+void drop_qp_row(void* buf, uint32_t qpn);
 
 // What a reader found in one file.
 struct Snapshot {
@@ -97,6 +155,12 @@ struct Snapshot {
   uint32_t port_state = 0;
   uint64_t snapshot_ns = 0;
   std::vector<std::pair<std::string, uint64_t>> counters;  // in file order
+  // The QP table (none in a file without one), sorted by QPN; counters the reader does not know
+  // are left out, those the file lacks are zero.
+  bool has_qp_table = false;
+  bool qp_table_busy = false;  // the publisher stopped half-way (it died while writing): no rows
+  uint32_t qp_live = 0;        // the device's QPs, also those the table had no row for
+  std::vector<QpRow> qps;
 };
 
 // Parses a layout of len bytes at data, reading each value with one atomic load when it is
@@ -134,7 +198,8 @@ bool publishing_enabled(std::string* err);
 // is destroyed. Not thread-safe except as noted: values are set with atomic stores.
 class Publisher {
  public:
-  // Creates the file for `id` (pid: the calling process) with one entry per name. A leftover file
+  // Creates the file for `id` (pid: the calling process) with one entry per name and a QP table
+  // of kQpTableCapacity rows. A leftover file
   // of a dead process with the same pid and device is replaced; the file of a live device of the
   // same name in this process is not (nullptr). nullptr and *err on failure.
   static std::unique_ptr<Publisher> create(const Identity& id,
@@ -148,6 +213,9 @@ class Publisher {
   void set(size_t i, uint64_t v);  // atomic store
   void set_port_active(bool active);
   void set_snapshot_ns(uint64_t ns);
+  // The QP table (set_qp_rows, drop_qp_row).
+  void set_qps(std::span<const QpRow> rows);
+  void drop_qp(uint32_t qpn);
   const std::string& path() const { return path_; }
   // Removes the file's name now (the mapping stays valid until the object goes): a process
   // exiting without closing its device leaves nothing behind in /dev/shm.

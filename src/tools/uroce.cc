@@ -2,6 +2,8 @@
 // on an RNIC, for uroce devices:
 //   uroce devices              the devices UROCE_DEVICES configures here, with their port state
 //   uroce stats [-w N] …       the live counters of every running process that has a device open
+//   uroce stats --qp …         the same per QP (tools/qp_view.h)
+//   uroce top                  a live per-QP view, sorted by traffic or by errors (qp_view.h)
 //   uroce dev-nodes [--remove] real /dev/infiniband nodes for UCX, for programs that run without
 //                              uroce-run's answers to that look-up (docs/middleware.md)
 //   uroce config               the configuration the environment gives, each key with its doc
@@ -34,6 +36,7 @@
 #include "ports/link_watch.h"
 #include "engine/stats_shm.h"
 #include "tools/json.h"
+#include "tools/qp_view.h"
 
 namespace uroce {
 namespace {
@@ -290,6 +293,7 @@ struct StatsOptions {
   bool json = false;
   double watch = 0;  // seconds between refreshes; 0: print once
   int count = 0;     // refreshes with -w; 0: until interrupted
+  bool qp = false;   // per QP (tools/qp_view.h)
 };
 
 // The live published devices that match the filters; stale files are reported and removed.
@@ -506,6 +510,9 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
 }
 
 int cmd_stats(const StatsOptions& o) {
+  if (o.qp)
+    return tools::cmd_stats_qp({.all = o.all, .json = o.json, .watch = o.watch, .count = o.count},
+                               [&o] { return collect(o); });
   std::map<std::string, Prev> prev;
   auto last = std::chrono::steady_clock::now();
   bool tty = isatty(STDOUT_FILENO) && !o.json;
@@ -531,6 +538,10 @@ int cmd_stats(const StatsOptions& o) {
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(o.watch));
   }
+}
+
+int cmd_top(const tools::TopOptions& o, const StatsOptions& filter) {
+  return tools::cmd_top(o, [&filter] { return collect(filter); });
 }
 
 }  // namespace
@@ -561,6 +572,26 @@ int main(int argc, char** argv) {
   stats->add_option("-n,--count", so.count, "With -w: stop after N refreshes")
       ->check(CLI::PositiveNumber);
   stats->add_flag("--json", so.json, "Machine-readable output (one JSON document per refresh)");
+  stats->add_flag("--qp", so.qp,
+                  "Per QP: each QP of each process with its type, state, peer and counters");
+
+  uroce::StatsOptions top_filter;
+  uroce::tools::TopOptions to;
+  int top_pid = 0;
+  std::string top_sort = "traffic";
+  CLI::App* top = app.add_subcommand(
+      "top",
+      "A live view of every QP of every process, one line each, refreshed every second and "
+      "sorted by traffic or by errors (keys: t traffic, e errors, s toggle, q quit)");
+  CLI::Option* top_pid_opt =
+      top->add_option("-p,--pid", top_pid, "Only this process")->check(CLI::PositiveNumber);
+  top->add_option("-d,--device", top_filter.device, "Only devices of this name");
+  top->add_option("-i,--interval", to.interval, "Seconds between frames (default 1)")
+      ->check(CLI::Range(0.1, 3600.0));
+  top->add_option("-n,--count", to.count, "Stop after N frames")->check(CLI::PositiveNumber);
+  top->add_option("-s,--sort", top_sort, "traffic (bytes per second) or errors")
+      ->check(CLI::IsMember({"traffic", "errors"}));
+  top->add_flag("--once", to.once, "Print one frame (totals; no rates) and exit: for scripts");
 
   bool nodes_remove = false;
   std::string nodes_dir = uroce::kDevDir;
@@ -580,10 +611,13 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (*pid_opt) so.pid = pid;
+  if (*top_pid_opt) top_filter.pid = top_pid;
+  to.sort = top_sort == "errors" ? uroce::tools::TopSort::kErrors : uroce::tools::TopSort::kTraffic;
   if (*devices) return uroce::cmd_devices(devices_json);
   if (*nodes) return uroce::cmd_dev_nodes(nodes_remove, nodes_dir);
   if (*config) return uroce::cmd_config();
   // The reader may be piped into head(1): a closed pipe ends it quietly.
   signal(SIGPIPE, SIG_DFL);
+  if (*top) return uroce::cmd_top(to, top_filter);
   return uroce::cmd_stats(so);
 }

@@ -6,15 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <infiniband/verbs.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace uroce::stats_shm {
@@ -66,16 +69,20 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                       [&names](const char* name, uint64_t) { names.emplace_back(name); });
   const std::vector<std::string> want = {"qp_sent_pkts",
                                          "qp_rcvd_pkts",
+                                         "qp_sent_bytes",
+                                         "qp_rcvd_bytes",
                                          "retransmitted_pkts",
                                          "send_window_cuts",
                                          "early_retransmits",
                                          "local_ack_timeout_err",
                                          "rcvd_seq_err",
+                                         "implied_nak_seq_err",
                                          "rcvd_rnr_err",
                                          "send_rnr_err",
                                          "rnr_waits",
                                          "rnr_wait_drops",
                                          "out_of_seq_request",
+                                         "out_of_sequence",
                                          "duplicate_request",
                                          "retry_exceeded_err",
                                          "rnr_retry_exceeded_err",
@@ -345,6 +352,204 @@ TEST(StatsShmTest, PublishKnob) {
     setenv("UROCE_PUBLISH", keep.c_str(), 1);
   else
     unsetenv("UROCE_PUBLISH");
+}
+
+// ---- the QP table ----
+
+// A row whose every counter is `v` (and whose identity is derived from its QPN), so a reader can
+// tell a whole row from a torn one.
+QpRow row(uint32_t qpn, uint64_t v) {
+  QpRow r;
+  r.qpn = qpn;
+  r.type = IBV_QPT_RC;
+  r.state = IBV_QPS_RTS;
+  r.peer_qpn = qpn + 0x100;
+  r.peer_ip = 0x7f000000 | qpn;
+  for_each_qp_counter(r.counters, [v](const char*, uint64_t& c) { c = v; });
+  return r;
+}
+
+// Each row read back is exactly one row published: identity and every counter.
+void expect_row(const QpRow& got, uint32_t qpn, uint64_t v) {
+  EXPECT_EQ(got.qpn, qpn);
+  EXPECT_EQ(got.type, uint32_t{IBV_QPT_RC});
+  EXPECT_EQ(got.state, uint32_t{IBV_QPS_RTS});
+  EXPECT_EQ(got.peer_qpn, qpn + 0x100);
+  EXPECT_EQ(got.peer_ip, 0x7f000000 | qpn);
+  for_each_qp_counter(got.counters, [&](const char* name, uint64_t c) {
+    EXPECT_EQ(c, v) << "QP " << qpn << " " << name;
+  });
+}
+
+std::vector<uint32_t> qpns(const Snapshot& s) {
+  std::vector<uint32_t> out;
+  for (const QpRow& r : s.qps) out.push_back(r.qpn);
+  return out;
+}
+
+// Rows go in and come back out of a published file, sorted by QPN; a destroyed QP's row goes at
+// once (drop_qp) and stays gone when the next snapshot rewrites the table; a QPN that comes back
+// is a new row.
+TEST(StatsShmTest, QpTableRoundTripAcrossADestroy) {
+  const std::string dev = unique_device("qpt");
+  std::string err;
+  auto pub = Publisher::create(identity(dev), {"x"}, &err);
+  ASSERT_TRUE(pub) << err;
+  auto read = [&] {
+    auto s = read_file(pub->path(), &err);
+    EXPECT_TRUE(s) << err;
+    return s ? *s : Snapshot{};
+  };
+  Snapshot s = read();
+  EXPECT_TRUE(s.has_qp_table);
+  EXPECT_TRUE(s.qps.empty());
+
+  std::vector<QpRow> rows = {row(0x13, 3), row(0x11, 1), row(0x12, 2)};
+  pub->set_qps(rows);
+  s = read();
+  ASSERT_EQ(qpns(s), (std::vector<uint32_t>{0x11, 0x12, 0x13}));
+  EXPECT_EQ(s.qp_live, 3u);
+  for (const QpRow& r : s.qps) expect_row(r, r.qpn, r.qpn - 0x10);
+
+  pub->drop_qp(0x12);  // destroyed between two snapshots
+  s = read();
+  EXPECT_EQ(qpns(s), (std::vector<uint32_t>{0x11, 0x13}));
+  EXPECT_EQ(s.qp_live, 2u);
+  pub->drop_qp(0x77);  // no such row: nothing changes
+  EXPECT_EQ(qpns(read()), (std::vector<uint32_t>{0x11, 0x13}));
+
+  rows = {row(0x11, 10), row(0x13, 30)};  // the next snapshot
+  pub->set_qps(rows);
+  s = read();
+  ASSERT_EQ(qpns(s), (std::vector<uint32_t>{0x11, 0x13}));
+  expect_row(s.qps[0], 0x11, 10);
+  expect_row(s.qps[1], 0x13, 30);
+
+  rows = {row(0x12, 0)};  // 0x12 again, a new QP: its own counters, nothing of the old one
+  pub->set_qps(rows);
+  s = read();
+  ASSERT_EQ(qpns(s), (std::vector<uint32_t>{0x12}));
+  expect_row(s.qps[0], 0x12, 0);
+
+  pub->set_qps({});
+  s = read();
+  EXPECT_TRUE(s.qps.empty());
+  EXPECT_EQ(s.qp_live, 0u);
+}
+
+// More QPs than rows: the lowest QPNs get them, and qp_live says how many there are.
+TEST(StatsShmTest, QpTableKeepsTheLowestQpnsWhenFull) {
+  std::vector<std::string> names = {"x"};
+  std::vector<uint64_t> buf((layout_size(names.size(), 2) + 7) / 8);
+  ASSERT_TRUE(write_layout(buf.data(), identity("u"), names, 2));
+  std::vector<QpRow> rows = {row(0x30, 1), row(0x10, 1), row(0x20, 1)};
+  set_qp_rows(buf.data(), rows);
+  std::string err;
+  auto s = parse(buf.data(), layout_size(names.size(), 2), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(qpns(*s), (std::vector<uint32_t>{0x10, 0x20}));
+  EXPECT_EQ(s->qp_live, 3u);
+}
+
+// A reader in another thread (as `uroce top` in another process) copying the table while the
+// publisher rewrites it, QPs coming and going, never sees a row half-written, a row twice or a
+// row of a QP that is not in the set it was published with.
+TEST(StatsShmTest, QpTableReaderNeverSeesATornTable) {
+  std::vector<std::string> names = {"x"};
+  const size_t len = layout_size(names.size(), 8);
+  std::vector<uint64_t> buf((len + 7) / 8);
+  ASSERT_TRUE(write_layout(buf.data(), identity("u"), names, 8));
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint64_t gen = 1; gen <= 20000; ++gen) {
+      // Generation g publishes QPs 0x10 .. 0x10 + g % 6, every counter g; odd generations also
+      // destroy one of them between snapshots.
+      std::vector<QpRow> rows;
+      for (uint32_t q = 0; q <= gen % 6; ++q) rows.push_back(row(0x10 + q, gen));
+      set_qp_rows(buf.data(), rows);
+      if (gen % 2) drop_qp_row(buf.data(), 0x10 + uint32_t(gen % 3));
+    }
+    done = true;
+  });
+  size_t reads = 0, torn = 0;
+  while (!done || reads == 0) {
+    std::string err;
+    auto s = parse(buf.data(), len, &err);
+    ASSERT_TRUE(s) << err;
+    ++reads;
+    if (s->qp_table_busy || s->qps.empty()) continue;
+    const uint64_t gen = s->qps[0].counters.sent_pkts;
+    for (size_t i = 0; i < s->qps.size(); ++i) {
+      const QpRow& r = s->qps[i];
+      bool whole = r.peer_qpn == r.qpn + 0x100 && r.qpn >= 0x10 && r.qpn <= 0x10 + gen % 6 &&
+                   (i == 0 || r.qpn > s->qps[i - 1].qpn);
+      for_each_qp_counter(r.counters, [&](const char*, uint64_t c) { whole = whole && c == gen; });
+      if (!whole) ++torn;
+    }
+  }
+  writer.join();
+  EXPECT_EQ(torn, 0u) << "of " << reads << " reads";
+}
+
+// The table's geometry is checked like the entries': a file cut anywhere inside it, or one
+// claiming more rows than it holds, is refused, never read past.
+TEST(StatsShmTest, QpTableSizesAreChecked) {
+  std::vector<std::string> names = {"a"};
+  const size_t full = layout_size(names.size(), 3);
+  std::vector<uint64_t> buf((full + 7) / 8);
+  ASSERT_TRUE(write_layout(buf.data(), identity("u"), names, 3));
+  std::vector<QpRow> rows = {row(0x11, 5)};
+  set_qp_rows(buf.data(), rows);
+  for (size_t len = layout_size(names.size()); len < full; len += 8) {
+    std::vector<uint64_t> cut((len + 7) / 8);
+    std::memcpy(cut.data(), buf.data(), len);
+    EXPECT_FALSE(parse(cut.data(), len, nullptr)) << len;
+  }
+  auto* h = reinterpret_cast<Header*>(buf.data());
+  h->qp_capacity = 1u << 20;
+  EXPECT_FALSE(parse(buf.data(), full, nullptr));
+  h->qp_capacity = 3;
+  h->qp_row_size = 8;  // smaller than a row
+  EXPECT_FALSE(parse(buf.data(), full, nullptr));
+  h->qp_row_size = static_cast<uint32_t>((kQpRowWords + transport::kQpCounterCount) * 8);
+  std::string err;
+  auto s = parse(buf.data(), full, &err);
+  ASSERT_TRUE(s) << err;
+  ASSERT_EQ(s->qps.size(), 1u);
+  expect_row(s->qps[0], 0x11, 5);
+}
+
+// Columns are found by name: one this reader does not know is skipped, the others still land in
+// their fields. A file of a publisher whose header predates the table (120 bytes) has none.
+TEST(StatsShmTest, QpTableColumnsByNameAndOlderFilesWithout) {
+  std::vector<std::string> names = {"a"};
+  const size_t full = layout_size(names.size(), 1);
+  std::vector<uint64_t> buf((full + 7) / 8);
+  ASSERT_TRUE(write_layout(buf.data(), identity("u"), names, 1));
+  std::vector<QpRow> rows = {row(0x11, 9)};
+  set_qp_rows(buf.data(), rows);
+  auto* h = reinterpret_cast<Header*>(buf.data());
+  char* col0 = reinterpret_cast<char*>(buf.data()) + h->qp_table_offset;
+  ASSERT_STREQ(col0, "qp_sent_pkts");
+  std::strcpy(col0, "some_future_counter");
+  auto s = parse(buf.data(), full, nullptr);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->qps.size(), 1u);
+  EXPECT_EQ(s->qps[0].counters.sent_pkts, 0u);  // its column is unknown now
+  EXPECT_EQ(s->qps[0].counters.rcvd_pkts, 9u);
+
+  // The older layout: the entries right after a 120-byte header, nothing after them.
+  std::vector<uint64_t> old((120 + sizeof(Entry) + 7) / 8);
+  std::memcpy(old.data(), buf.data(), 120);
+  std::memcpy(reinterpret_cast<char*>(old.data()) + 120,
+              reinterpret_cast<char*>(buf.data()) + sizeof(Header), sizeof(Entry));
+  reinterpret_cast<Header*>(old.data())->header_size = 120;
+  std::string err;
+  s = parse(old.data(), 120 + sizeof(Entry), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_FALSE(s->has_qp_table);
+  ASSERT_EQ(s->counters.size(), 1u);
+  EXPECT_EQ(s->counters[0].first, "a");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "engine/config.h"
 #include "sim/cli.h"
 #include "transport/cc/parse.h"
+#include "transport/qp_counters.h"
 
 namespace uroce {
 namespace {
@@ -90,6 +91,23 @@ TEST(Docs, EveryUroceVariableHasItsSection) {
     EXPECT_NE(doc.find("\n## `" + n + "`\n"), std::string::npos) << n << " has no section";
   for (const std::string& n : matches(doc, "\n## `(UROCE_[A-Z_]+)`"))
     EXPECT_TRUE(table.count(n)) << n << " is documented but not in environment_schema()";
+}
+
+// Every per-QP counter has its row in the table that maps it to the mlx5 and rxe counters users
+// know (docs/troubleshooting.md), and the table's uroce column names no counter that is not one.
+TEST(Docs, EveryQpCounterIsMappedToMlx5AndRxe) {
+  const std::string doc = section(read_doc("troubleshooting.md"),
+                                  "### Per QP: `uroce stats --qp` and `uroce top` (what `rdma "
+                                  "statistic qp` shows an RNIC's users)");
+  std::set<std::string> counters, documented;
+  for (const transport::QpCounterInfo& c : transport::kQpCounterInfo) counters.insert(c.name);
+  for (const auto& r : rows(doc)) {
+    if (r.size() < 4) continue;
+    for (const std::string& n : matches(r[1], "`([a-z0-9_]+)`")) documented.insert(n);
+  }
+  for (const std::string& n : counters) EXPECT_TRUE(documented.count(n)) << n << " has no row";
+  for (const std::string& n : documented)
+    EXPECT_TRUE(counters.count(n)) << n << " is in the table but is no per-QP counter";
 }
 
 TEST(Docs, EveryFaultKindAndParameter) {

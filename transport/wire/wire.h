@@ -191,6 +191,12 @@ struct Packet {
   std::span<const uint8_t> payload;
 };
 
+// The IB length of a parsed packet: BTH .. pad, without the ICRC (what TxBuf::ib_len() is for a
+// packet built). p.info must be set (parse() succeeded).
+inline size_t ib_length(const Packet& p) {
+  return size_t{p.info->header_len} + p.payload.size() + p.bth.pad;
+}
+
 // Why parse() refused a packet; each value is a counted drop at the receiver.
 enum class ParseError : uint8_t {
   kOk = 0,
