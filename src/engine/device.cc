@@ -371,7 +371,15 @@ transport::Time Device::publish(transport::Time now, bool force) {
   }
   // Every live QP's row (stats_shm.h, the QP table).
   std::vector<stats_shm::QpRow> qps;
-  dispatch_->for_each_qp([&qps](const transport::Qp& q) { qps.push_back(stats_shm::qp_row(q)); });
+  dispatch_->for_each_qp([&qps](const transport::Qp& q) {
+    const transport::Qp::Peer peer = q.peer();
+    qps.push_back({.qpn = q.qpn(),
+                   .type = static_cast<uint32_t>(q.type()),
+                   .state = static_cast<uint32_t>(q.state()),
+                   .peer_qpn = peer.qpn,
+                   .peer_ip = peer.ip,
+                   .counters = q.counters()});
+  });
   publisher_->set_qps(qps);
   publisher_->set_port_active(port_active());
   publisher_->set_snapshot_ns(now);

@@ -17,8 +17,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "transport/qp.h"
-
 namespace uroce::stats_shm {
 namespace {
 
@@ -299,16 +297,6 @@ void drop_qp_row(void* buf, uint32_t qpn) {
     if (h->qp_live > 0) store_u32(&h->qp_live, h->qp_live - 1);
     return;
   }
-}
-
-QpRow qp_row(const transport::Qp& q) {
-  const transport::Qp::Peer peer = q.peer();
-  return QpRow{.qpn = q.qpn(),
-               .type = static_cast<uint32_t>(q.type()),
-               .state = static_cast<uint32_t>(q.state()),
-               .peer_qpn = peer.qpn,
-               .peer_ip = peer.ip,
-               .counters = q.counters()};
 }
 
 std::optional<Snapshot> read_file(const std::string& path, std::string* err) {

@@ -36,10 +36,6 @@
 
 #include "transport/qp_counters.h"
 
-namespace uroce::transport {
-class Qp;
-}
-
 namespace uroce::stats_shm {
 
 inline constexpr char kMagic[8] = {'U', 'R', 'O', 'C', 'E', 'S', 'T', 'A'};
@@ -120,9 +116,6 @@ struct QpRow {
   uint32_t peer_ip = 0;  // host byte order
   transport::QpCounters counters;
 };
-
-// A live QP's row: its identity, state, peer and counters.
-QpRow qp_row(const transport::Qp& q);
 
 // Who publishes: the process and the device.
 struct Identity {
