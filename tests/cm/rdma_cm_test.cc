@@ -15,9 +15,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "engine/stats_shm.h"
 
 namespace {
 
@@ -339,6 +342,63 @@ TEST(RdmaCm, NobodyListeningIsRejectedWithInvalidServiceId) {
   ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
   ASSERT_EQ(rdma_connect(p.client, nullptr), 0);
   expect(p.cch, RDMA_CM_EVENT_REJECTED, 8);
+}
+
+// The packets a device of this process has sent, from its published counters (`uroce stats`:
+// live, in shared memory); nullopt when publishing is off (UROCE_PUBLISH=0).
+std::optional<uint64_t> sent_pkts(const char* device) {
+  std::string err;
+  auto snap = uroce::stats_shm::read_file(
+      std::string(uroce::stats_shm::kShmDir) + uroce::stats_shm::shm_name(getpid(), device), &err);
+  if (!snap) return std::nullopt;
+  for (const auto& [name, v] : snap->counters)
+    if (name == "sent_pkts") return v;
+  return std::nullopt;
+}
+
+// A peer address where nothing listens on UDP 4791 (127.0.43.9: a local address no device
+// has) answers the REQ with ICMP port unreachable: the connection fails at once with
+// UNREACHABLE and -ECONNREFUSED — out of retries it would be -ETIMEDOUT, after the REQ's 15
+// retransmissions — and a synchronous connect with ECONNREFUSED.
+TEST(RdmaCm, NoRoceEndpointAtTheAddressIsUnreachableAtOnce) {
+  constexpr uint32_t kNobody = 0x7f002b09;  // 127.0.43.9
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in src = sin_of(kClientIp, 0), dst = sin_of(kNobody, 7015);
+  ASSERT_EQ(rdma_resolve_addr(id, sa(src), sa(dst), 2000), 0);
+  expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
+  expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ibv_qp_init_attr a = qp_attr();
+  ASSERT_EQ(rdma_create_qp(id, nullptr, &a), 0);
+  const std::optional<uint64_t> before = sent_pkts("uroce1");
+  std::string why;
+  if (uroce::stats_shm::publishing_enabled(&why)) {
+    ASSERT_TRUE(before);
+  }
+  ASSERT_EQ(rdma_connect(id, nullptr), 0);
+  expect(ch, RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED);
+  EXPECT_EQ(id->qp->state, IBV_QPS_ERR);
+  if (const std::optional<uint64_t> after = sent_pkts("uroce1"); before && after) {
+    EXPECT_LT(*after - *before, 16u) << "the REQ was sent its full count (1 + 15 retries)";
+  }
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+
+  // Synchronous: rdma_connect returns the error.
+  rdma_addrinfo hints{}, *res = nullptr;
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_src_addr = sa(src);
+  hints.ai_src_len = sizeof src;
+  ASSERT_EQ(rdma_getaddrinfo("127.0.43.9", "7015", &hints, &res), 0);
+  a = qp_attr();
+  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);
+  EXPECT_EQ(rdma_connect(id, nullptr), -1);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  rdma_destroy_ep(id);
+  rdma_freeaddrinfo(res);
 }
 
 TEST(RdmaCm, IdWithoutQpGetsConnectResponseAndEstablishes) {
