@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/stats_shm.h"
+#include "stderr_capture.h"
 
 namespace {
 
@@ -634,6 +635,39 @@ TEST(RdmaCm, LoopbackAddressNoDeviceHasBindsLikeTheWildcard) {
   expect(p.cch, RDMA_CM_EVENT_REJECTED, 28);
   rdma_destroy_id(req.id);
   rdma_destroy_id(c);
+}
+
+// An address no uroce device has, and an IPv6 address: refused with the kernel CM's errno, and
+// said at the default log level with what to do — once per cause, not once per call.
+TEST(RdmaCm, AnAddressNoDeviceHasAndIpv6AreSaidOnce) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  uroce::test::StderrCapture cap;
+  for (int i = 0; i < 2; ++i) {
+    rdma_cm_id* id;
+    ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in foreign = sin_of(0xc0000202, 7016);  // 192.0.2.2: no uroce device has it
+    EXPECT_EQ(rdma_bind_addr(id, sa(foreign)), -1);
+    EXPECT_EQ(errno, EADDRNOTAVAIL);
+    sockaddr_in6 v6{};
+    v6.sin6_family = AF_INET6;
+    v6.sin6_addr = in6addr_loopback;
+    v6.sin6_port = htons(7016);
+    EXPECT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&v6)), -1);
+    EXPECT_EQ(errno, EAFNOSUPPORT);
+    rdma_destroy_id(id);
+  }
+  const std::string log = cap.text();
+  const auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("rdma_cm: rdma_bind_addr(192.0.2.2): EADDRNOTAVAIL: no uroce device has this "
+                  "address"),
+            1u)
+      << log;
+  EXPECT_EQ(count("rdma_cm: rdma_bind_addr: EAFNOSUPPORT: IPv6 is not supported"), 1u) << log;
+  rdma_destroy_event_channel(ch);
 }
 
 TEST(RdmaCm, BadInputIsRefused) {
