@@ -144,6 +144,46 @@ TEST_F(ErrnoTest, RefusedRoceAddressesAreSaidOnceWithWhatToDo) {
       << log;
 }
 
+// A forked job that opens a device and ends with _exit() (fio's jobs), which runs no atexit
+// handler, still prints its own UROCE_STATS=1 counters and removes its `uroce stats` file.
+TEST(ErrnoFork, AForkedJobEndingWithUnderscoreExitPrintsItsOwnCounters) {
+  int out[2], err[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    close(out[0]);
+    close(err[0]);
+    setenv("UROCE_DEVICES", "uroce1=127.0.22.4", 1);
+    setenv("UROCE_STATS", "1", 1);
+    setenv("UROCE_LOG", "warn", 1);
+    execl(FORK_EXIT, FORK_EXIT, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  const auto read_all = [](int fd) {
+    std::string t;
+    char chunk[4096];
+    for (ssize_t n; (n = read(fd, chunk, sizeof chunk)) > 0;) t.append(chunk, n);
+    close(fd);
+    return t;
+  };
+  const std::string job_pid = read_all(out[0]);
+  const std::string log = read_all(err[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  EXPECT_EQ(count_of(log, "uroce: uroce1 (127.0.22.4) counters:"), 1u) << log;
+  ASSERT_FALSE(job_pid.empty());
+  const std::string published = "/dev/shm/uroce." + std::to_string(std::stoi(job_pid)) + ".uroce1";
+  EXPECT_NE(access(published.c_str(), F_OK), 0) << published << " left behind";
+}
+
 TEST_F(ErrnoTest, ModifyQpSetsErrnoAndTheLogNamesTheRefusedAttribute) {
   struct Case {
     const char* expect;  // in the log line
