@@ -345,6 +345,16 @@ TEST(RdmaCm, NobodyListeningIsRejectedWithInvalidServiceId) {
   expect(p.cch, RDMA_CM_EVENT_REJECTED, 8);
 }
 
+// A synchronous endpoint made from `res` whose rdma_connect fails with `err`.
+void expect_sync_connect_fails(rdma_addrinfo* res, int err) {
+  ibv_qp_init_attr a = qp_attr();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);
+  EXPECT_EQ(rdma_connect(id, nullptr), -1);
+  EXPECT_EQ(errno, err);
+  rdma_destroy_ep(id);
+}
+
 // The packets a device of this process has sent, from its published counters (`uroce stats`:
 // live, in shared memory); nullopt when publishing is off (UROCE_PUBLISH=0).
 std::optional<uint64_t> sent_pkts(const char* device) {
@@ -394,11 +404,7 @@ TEST(RdmaCm, NoRoceEndpointAtTheAddressIsUnreachableAtOnce) {
   hints.ai_src_addr = sa(src);
   hints.ai_src_len = sizeof src;
   ASSERT_EQ(rdma_getaddrinfo("127.0.43.9", "7015", &hints, &res), 0);
-  a = qp_attr();
-  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);
-  EXPECT_EQ(rdma_connect(id, nullptr), -1);
-  EXPECT_EQ(errno, ECONNREFUSED);
-  rdma_destroy_ep(id);
+  expect_sync_connect_fails(res, ECONNREFUSED);
   rdma_freeaddrinfo(res);
 }
 
@@ -511,11 +517,7 @@ TEST(RdmaCm, SynchronousEndpoints) {
   // A synchronous connect to a port nobody serves fails with ECONNREFUSED.
   res->ai_dst_addr->sa_family = AF_INET;
   reinterpret_cast<sockaddr_in*>(res->ai_dst_addr)->sin_port = htons(7099);
-  a = qp_attr();
-  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);
-  EXPECT_EQ(rdma_connect(id, nullptr), -1);
-  EXPECT_EQ(errno, ECONNREFUSED);
-  rdma_destroy_ep(id);
+  expect_sync_connect_fails(res, ECONNREFUSED);
   rdma_freeaddrinfo(res);
   rdma_destroy_ep(listen_id);
 }
