@@ -749,30 +749,7 @@ void Agent::on_timer(Time now) {
       ++it;
       continue;
     }
-    // Out of retries.
-    switch (c.state) {
-      case ConnState::kReqSent:
-      case ConnState::kMraReqRcvd:
-        emit_for(id, c, Event{Event::Type::kReqTimeout});
-        it = conns_.erase(it);
-        continue;
-      case ConnState::kRepSent:
-        // No RTU: give up and tell the active side (REJ "timeout", 12.9.6.2).
-        send_rej_raw(c.peer_ip, c.tid, id, c.remote_id, MsgRef::kRep,
-                     static_cast<uint16_t>(RejReason::kTimeout));
-        emit_for(id, c, Event{Event::Type::kRepTimeout});
-        remote_index_.erase({c.peer_ip, c.remote_id});
-        it = conns_.erase(it);
-        continue;
-      case ConnState::kDreqSent:
-        enter_time_wait(id, c, now);
-        emit_for(id, c, Event{Event::Type::kDreqTimeout});
-        ++it;
-        continue;
-      default:
-        ++it;
-        continue;
-    }
+    it = give_up(it, now, /*unreachable=*/false);  // out of retries
   }
   for (auto it = sidrs_.begin(); it != sidrs_.end();) {
     Sidr& s = it->second;
@@ -804,6 +781,69 @@ void Agent::on_timer(Time now) {
     emit(std::move(ev));
     it = sidrs_.erase(it);
   }
+}
+
+std::map<uint32_t, Agent::Conn>::iterator Agent::give_up(std::map<uint32_t, Conn>::iterator it,
+                                                         Time now, bool unreachable) {
+  const uint32_t id = it->first;
+  Conn& c = it->second;
+  const auto event = [unreachable](Event::Type t) {
+    Event ev{t};
+    ev.unreachable = unreachable;
+    return ev;
+  };
+  switch (c.state) {
+    case ConnState::kReqSent:
+    case ConnState::kMraReqRcvd:
+      emit_for(id, c, event(Event::Type::kReqTimeout));
+      return conns_.erase(it);
+    case ConnState::kRepSent:
+      // No RTU: give up and tell the active side (REJ "timeout", 12.9.6.2) — unless nothing
+      // there can hear it.
+      if (!unreachable)
+        send_rej_raw(c.peer_ip, c.tid, id, c.remote_id, MsgRef::kRep,
+                     static_cast<uint16_t>(RejReason::kTimeout));
+      emit_for(id, c, event(Event::Type::kRepTimeout));
+      remote_index_.erase({c.peer_ip, c.remote_id});
+      return conns_.erase(it);
+    case ConnState::kDreqSent:
+      enter_time_wait(id, c, now);
+      emit_for(id, c, event(Event::Type::kDreqTimeout));
+      return ++it;
+    default:
+      return ++it;
+  }
+}
+
+size_t Agent::on_unreachable(uint32_t peer_ip, Time now) {
+  size_t ended = 0;
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    Conn& c = it->second;
+    const bool waits = c.state == ConnState::kReqSent || c.state == ConnState::kMraReqRcvd ||
+                       c.state == ConnState::kRepSent || c.state == ConnState::kDreqSent;
+    if (c.peer_ip != peer_ip || !waits) {
+      ++it;
+      continue;
+    }
+    ++ended;
+    c.deadline = kNever;
+    it = give_up(it, now, /*unreachable=*/true);
+  }
+  for (auto it = sidrs_.begin(); it != sidrs_.end();) {
+    Sidr& s = it->second;
+    if (!s.active || s.peer_ip != peer_ip) {
+      ++it;
+      continue;
+    }
+    ++ended;
+    Event ev{Event::Type::kSidrTimeout};
+    ev.id = it->first;
+    ev.peer_ip = s.peer_ip;
+    ev.unreachable = true;
+    emit(std::move(ev));
+    it = sidrs_.erase(it);
+  }
+  return ended;
 }
 
 Time Agent::next_deadline() const {

@@ -104,6 +104,9 @@ struct Event {
   SidrReq sidr_req;                   // kSidrReq
   SidrRep sidr_rep;                   // kSidrRep
   std::vector<uint8_t> private_data;  // kEstablished (RTU), kDreq, kDrep
+  // The timeouts (kReqTimeout, kRepTimeout, kDreqTimeout, kSidrTimeout): the attempt ended
+  // before its retries ran out, because nothing listens on the peer's UDP 4791 (on_unreachable).
+  bool unreachable = false;
 };
 const char* event_name(Event::Type t);
 
@@ -160,6 +163,14 @@ class Agent {
   void on_mad(uint32_t src_ip, std::span<const uint8_t> mad, Time now);
   // Runs what is due at `now` (retransmissions, timeouts, time wait).
   void on_timer(Time now);
+  // The port learnt that nothing listens on `peer_ip`'s UDP 4791 (ICMP port unreachable for a
+  // datagram sent there: ports/port.h, PortEvent). No retransmission can be answered, so what
+  // waits on that peer for an answer ends now as if its retries had run out, with
+  // Event::unreachable set: a REQ (kReqTimeout), a REP (kRepTimeout, and no REJ: nobody would
+  // read it), a DREQ (kDreqTimeout, then time wait), an active SIDR REQ (kSidrTimeout). Nothing
+  // else changes: an established connection's QPs learn of it from their own packets. Returns
+  // how many attempts ended.
+  size_t on_unreachable(uint32_t peer_ip, Time now);
   Time next_deadline() const;
 
   std::vector<OutMad> take_mads();
@@ -210,6 +221,10 @@ class Agent {
   void emit(Event ev);
   void emit_for(uint32_t id, const Conn& c, Event ev);
   void enter_time_wait(uint32_t id, Conn& c, Time now);
+  // Ends a connection whose retransmissions are over (run out, or `unreachable`) as IBTA 12.9.6
+  // says for its state; returns the iterator after it.
+  std::map<uint32_t, Conn>::iterator give_up(std::map<uint32_t, Conn>::iterator it, Time now,
+                                             bool unreachable);
   void send_rej_raw(uint32_t dst_ip, uint64_t tid, uint32_t local_id, uint32_t remote_id,
                     MsgRef what, uint16_t reason, std::span<const uint8_t> pd = {});
 

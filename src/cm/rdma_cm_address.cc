@@ -230,6 +230,28 @@ void fill_route(IdObj* o) {
   o->id.route.addr.addr.ibaddr.dgid = d;
 }
 
+// Refusals a user meets by pointing an unmodified program at the wrong address: said once per
+// cause at the default log level (warn_once), with what to do, and the errno the kernel's CM
+// gives (rdma_bind_addr to an address no RDMA device has: EADDRNOTAVAIL, from
+// rdma_translate_ip / cma_acquire_dev_by_src_ip; an IPv6 address where only IPv4 is served:
+// EAFNOSUPPORT).
+namespace {
+int refuse_no_device(const char* call, uint32_t ip) {
+  warn_once(fmt::format(
+      "rdma_cm: {}({}): EADDRNOTAVAIL: no uroce device has this address (nor any other RDMA "
+      "device); the uroce devices are UROCE_DEVICES' (`uroce devices` lists them)",
+      call, format_ipv4(ip)));
+  return fail(EADDRNOTAVAIL);
+}
+int refuse_ipv6(const char* call) {
+  warn_once(fmt::format(
+      "rdma_cm: {}: EAFNOSUPPORT: IPv6 is not supported (uroce's RoCE is IPv4 only); use an IPv4 "
+      "address",
+      call));
+  return fail(EAFNOSUPPORT);
+}
+}  // namespace
+
 // ---- the calls ------------------------------------------------------------------------------
 
 int bind_id(IdObj* o, sockaddr* addr) {
@@ -243,12 +265,13 @@ int bind_id(IdObj* o, sockaddr* addr) {
       int err = 0;
       if (!foreign_ipv4(ip, &err)) {
         if (err) return fail(err);
-        if (int rc = bind_addr(o, ip, port)) return fail(rc);
+        if (int rc = bind_addr(o, ip, port))
+          return rc == EADDRNOTAVAIL ? refuse_no_device("rdma_bind_addr", ip) : fail(rc);
         return 0;
       }
-      if (!real_present()) return fail(EADDRNOTAVAIL);  // no RDMA device has it
+      if (!real_present()) return refuse_no_device("rdma_bind_addr", ip);  // no RDMA device has it
     } else if (!real_present()) {
-      return fail(EAFNOSUPPORT);  // uroce is IPv4 only
+      return refuse_ipv6("rdma_bind_addr");  // uroce is IPv4 only
     }
     advance(o, IdEvent::kForward);  // reserved: forward_id makes the real id
   }
@@ -313,11 +336,11 @@ int resolve_addr(IdObj* o, sockaddr* src_addr, sockaddr* dst_addr, int timeout_m
     if (o->state != IdState::kIdle) {
       // Already bound: the bind decided.
     } else if ((src_addr && !src4) || !dst4) {
-      if (!real_present()) return fail(EAFNOSUPPORT);  // uroce is IPv4 only
+      if (!real_present()) return refuse_ipv6("rdma_resolve_addr");  // uroce is IPv4 only
       to = To::kReal;
     } else if (src_addr && sip != 0) {
       if (foreign_ipv4(sip, &err)) {
-        if (!real_present()) return fail(EADDRNOTAVAIL);
+        if (!real_present()) return refuse_no_device("rdma_resolve_addr", sip);
         to = To::kReal;
       } else if (err) {
         return fail(err);
@@ -339,11 +362,12 @@ int resolve_addr(IdObj* o, sockaddr* src_addr, sockaddr* dst_addr, int timeout_m
     // kernel's). Any other failure is the real library's answer.
     if (to == To::kReal || !no_rdma) return -1;
   }
-  if (!dst4) return fail(EAFNOSUPPORT);
+  if (!dst4) return refuse_ipv6("rdma_resolve_addr");
   std::lock_guard<std::mutex> g(svc().mu());
   if (src_addr && o->state == IdState::kIdle) {
-    if (!get_sin(src_addr, &sip, &sport)) return fail(EAFNOSUPPORT);
-    if (int rc = bind_addr(o, sip, sport)) return fail(rc);
+    if (!get_sin(src_addr, &sip, &sport)) return refuse_ipv6("rdma_resolve_addr");
+    if (int rc = bind_addr(o, sip, sport))
+      return rc == EADDRNOTAVAIL ? refuse_no_device("rdma_resolve_addr", sip) : fail(rc);
   }
   if (o->state == IdState::kIdle && bind_to(o, nullptr, 0, 0) != 0) return fail(EADDRINUSE);
   IdStep s = step_of(o, IdEvent::kResolveAddr);
@@ -383,7 +407,8 @@ int resolve_route(IdObj* o) {
 int getaddrinfo_ipv4(const char* node, const char* service, const rdma_addrinfo* hints,
                      rdma_addrinfo** res) {
   if (!res || (!node && !service && !hints)) return fail(EINVAL);
-  if (hints && hints->ai_family && hints->ai_family != AF_INET) return fail(EAFNOSUPPORT);
+  if (hints && hints->ai_family && hints->ai_family != AF_INET)
+    return refuse_ipv6("rdma_getaddrinfo");
   const int flags = hints ? hints->ai_flags : 0;
   auto* r = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
   if (!r) return fail(ENOMEM);

@@ -112,6 +112,15 @@ void on_request(CmPort& p, const Event& ev) {
   post_event(c, e, l->chan);
 }
 
+// The status of an UNREACHABLE event. Out of retries: -ETIMEDOUT, as the kernel's CM gives
+// (cma_ib_handler, IB_CM_REQ_ERROR). Ended early because the peer's address answered with ICMP
+// port unreachable (Agent::on_unreachable), which the kernel's CM never looks at: -ECONNREFUSED,
+// the socket's word for it (and the kernel rdma_cm's for a refused iWARP connection) — nothing
+// timed out, and a synchronous rdma_connect then fails with "Connection refused".
+int timeout_status(const Event& ev) {
+  return ev.unreachable ? -ECONNREFUSED : -ETIMEDOUT;
+}
+
 // SIDR REP or no answer, for the active UD id: ESTABLISHED with the peer's QP and Q_Key, or
 // UNREACHABLE — a refused SIDR's status is the SIDR REP's (IBTA table 121: 1 = service ID not
 // supported, 2 = rejected by the service, …), a timeout's -ETIMEDOUT.
@@ -125,7 +134,7 @@ void on_sidr_answer(CmPort& p, const Event& ev) {
   forget_sidr(o);
   enter(o, what, s);
   if (what == IdEvent::kSidrTimeout) {
-    post(o, *s.report, -ETIMEDOUT);
+    post(o, *s.report, timeout_status(ev));
     return;
   }
   const SidrRep& r = ev.sidr_rep;
@@ -224,7 +233,7 @@ void on_conn_event(IdObj* o, const Event& ev) {
   enter(o, what, s);
   if (!s.report) return;  // a DREQ after DISCONNECTED was given
   const int status = ev.type == T::kRej                                       ? ev.rej.reason
-                     : ev.type == T::kReqTimeout || ev.type == T::kRepTimeout ? -ETIMEDOUT
+                     : ev.type == T::kReqTimeout || ev.type == T::kRepTimeout ? timeout_status(ev)
                                                                               : 0;
   EventObj* e = new_event(o, *s.report, status);
   if (ev.type == T::kRej) {

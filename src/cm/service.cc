@@ -98,7 +98,42 @@ CmPort* CmService::port_of(verbs::VDevice* vdev, int* err) {
   ev.events = EPOLLIN;
   ev.data.ptr = raw;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, raw->gsi->fd(), &ev);
+  // Never removed: the port and the service live until the process exits.
+  raw->dev->add_port_event_listener([this, raw](const PortEvent& e) {
+    if (e.port_unreachable()) queue_unreachable(raw, e.dst_ip, e.dst_port);
+  });
   return raw;
+}
+
+void CmService::queue_unreachable(CmPort* p, uint32_t ip, uint16_t port) {
+  {
+    std::lock_guard<std::mutex> g(unreach_mu_);
+    unreach_.push_back({p, ip, port});
+  }
+  uint64_t one = 1;
+  ssize_t r = write(wakefd_, &one, sizeof one);
+  (void)r;
+}
+
+void CmService::fail_unreachable(Time now) {
+  std::vector<Unreachable> todo;
+  {
+    std::lock_guard<std::mutex> g(unreach_mu_);
+    todo.swap(unreach_);
+  }
+  for (const Unreachable& u : todo) {
+    // The kernel's CM would resend its REQ for seconds (~4.9 s with uroce's timeouts; ~70 s with
+    // the kernel's) before RDMA_CM_EVENT_UNREACHABLE; port unreachable is final (RFC 1122
+    // 4.1.3.3), so the attempt ends now, with -ECONNREFUSED (rdma_cm_events.cc).
+    const size_t ended = u.port->agent->on_unreachable(u.ip, now);
+    if (ended > 0 && told_unreachable_.insert(u.ip).second)
+      log().warn(
+          "rdma_cm: no RoCE endpoint at {}:{} (ICMP port unreachable): a connection to it fails "
+          "at once (RDMA_CM_EVENT_UNREACHABLE, status -ECONNREFUSED); is the peer program "
+          "running, on a RoCE device with that address?",
+          format_ipv4(u.ip), u.udp_port);
+    drain(*u.port);
+  }
 }
 
 void CmService::start_thread() {
@@ -165,6 +200,7 @@ void CmService::run() {
     (void)r;
     std::lock_guard<std::mutex> g(mu_);
     const Time t = now();
+    fail_unreachable(t);
     for (auto& p : ports_) {
       auto deliver = [&](uint32_t src, std::span<const uint8_t> mad) {
         p->agent->on_mad(src, mad, t);

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -76,7 +77,20 @@ class CmService {
   void run();
   void arm_timer();       // mu() held
   void drain(CmPort& p);  // sends MADs and dispatches events until the agent is quiet
+  // A port's ICMP port unreachable (Device::add_port_event_listener: any thread, no lock but
+  // unreach_mu_): queued for the CM thread, which fails the attempts waiting on that address
+  // (Agent::on_unreachable) and says so once per address (fail_unreachable, mu() held).
+  void queue_unreachable(CmPort* p, uint32_t ip, uint16_t port);
+  void fail_unreachable(Time now);
 
+  struct Unreachable {
+    CmPort* port;
+    uint32_t ip;
+    uint16_t udp_port;
+  };
+  std::mutex unreach_mu_;
+  std::vector<Unreachable> unreach_;
+  std::set<uint32_t> told_unreachable_;  // mu()
   std::mutex mu_;
   std::vector<std::unique_ptr<CmPort>> ports_;
   Handler handler_;

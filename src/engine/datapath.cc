@@ -40,8 +40,9 @@ void count_parse_error(DeviceCounters& c, wire::ParseError e) {
 }  // namespace
 
 Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, DeviceCounters& counters)
-    : port_(std::move(port)), opt_(opt), counters_(counters) {
+    : events_(port->describe()), port_(std::move(port)), opt_(opt), counters_(counters) {
   rx_out_.reserve(64);
+  port_->set_event_sink(&events_);
   FaultSpec rx = opt.faults.rx_spec();
   if (rx.enabled())
     rx_faults_ = std::make_unique<FaultInjector>(

@@ -35,6 +35,7 @@
 #include "engine/faults.h"
 #include "engine/ip_id_guard.h"
 #include "engine/pcap.h"
+#include "engine/port_events.h"
 #include "engine/rx_packet.h"
 #include "ports/port.h"
 #include "transport/env.h"
@@ -67,6 +68,8 @@ class Datapath : public Transmitter {
 
   Port& port() { return *port_; }
   const Port& port() const { return *port_; }
+  // What the port reports beside frames (PortEvent), for listeners above the engine.
+  PortEvents& port_events() { return events_; }
 
   // Receives one batch from the port without blocking and returns what passed; `now` is the
   // engine's clock (fault injection's delay line runs on it). Empty when nothing waits.
@@ -171,6 +174,7 @@ class Datapath : public Transmitter {
   // Sends injector output, copying it into port buffers as they free up.
   void send_frames(std::vector<FaultFrame>& frames);
 
+  PortEvents events_;  // the port's event sink: declared first, so it outlives the port
   std::unique_ptr<Port> port_;
   DatapathOptions opt_;
   DeviceCounters& counters_;

@@ -141,6 +141,11 @@ class Device : private Engine::Client, private transport::EventSink {
   using PortListener = std::function<void(ibv_event_type)>;
   uint64_t add_port_listener(PortListener fn);
   void remove_port_listener(uint64_t id);  // no call to it is running or follows after return
+  // What the port learns beside frames (PortEvent: an ICMP error for a datagram it sent), on the
+  // thread that read it, without the device lock; `fn` must not block (engine/port_events.h).
+  uint64_t add_port_event_listener(PortEvents::Listener fn) {
+    return dp_->port_events().add_listener(std::move(fn));
+  }
 
   const DeviceCounters& counters() const;
   // The transport counters of every QP the device has had, live and destroyed, summed.

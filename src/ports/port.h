@@ -102,6 +102,44 @@ class PortShare {
   virtual void set_listening(uint16_t port_space, uint16_t port, bool on) = 0;
 };
 
+// What the network told the port about a datagram it sent, beside the frames it receives: today
+// an ICMP destination unreachable (RFC 792) that the kernel passed to a UDP socket (IP_RECVERR).
+// A peer host without anything on UDP 4791 answers each datagram with "port unreachable"
+// (RFC 1122 3.2.2.1): no retransmission can reach a RoCE endpoint there, and the layers above
+// use it to fail at once what would otherwise wait out its retries (the CM's REQ: seconds).
+struct PortEvent {
+  enum class Kind : uint8_t {
+    kUnreachable,  // ICMP destination unreachable (type 3) for a datagram this port sent
+  };
+  static constexpr uint32_t kNoQp = ~uint32_t{0};
+  static constexpr uint8_t kIcmpDestUnreach = 3;  // RFC 792 type
+  static constexpr uint8_t kIcmpPortUnreach = 3;  // RFC 792 code: nothing listens on the port
+
+  Kind kind = Kind::kUnreachable;
+  uint32_t dst_ip = 0;       // where the datagram went (host order)
+  uint16_t dst_port = 0;     // its UDP destination port (4791)
+  uint32_t reporter_ip = 0;  // who sent the ICMP: the peer host, or a router on the way
+  uint8_t icmp_type = 0, icmp_code = 0;
+  // The datagram's BTH DestQP and opcode when the ICMP quoted them (it quotes at least 8 bytes
+  // of the UDP payload, RFC 792; Linux quotes far more): which of the peer's QPs it was for
+  // (1: a CM MAD). kNoQp when not quoted.
+  uint32_t dest_qp = kNoQp;
+  uint8_t opcode = 0;
+
+  bool port_unreachable() const {
+    return icmp_type == kIcmpDestUnreach && icmp_code == kIcmpPortUnreach;
+  }
+};
+
+// Where a port reports its PortEvents.
+class PortEventSink {
+ public:
+  virtual void on_port_event(const PortEvent& ev) = 0;
+
+ protected:
+  ~PortEventSink() = default;
+};
+
 class Port {
  public:
   virtual ~Port() = default;
@@ -148,8 +186,8 @@ class Port {
   // nothing that arrived just before is missed, and calls disarm_wait() once it is busy again.
   virtual bool arm_wait() { return false; }
   virtual void disarm_wait() {}
-  // A descriptor readable when the port has control work (link notifications), or -1; the
-  // engine then calls on_control() on its thread, without any lock.
+  // A descriptor readable when the port has control work (link notifications, the UDP port's
+  // ICMP errors), or -1; the engine then calls on_control() on its thread, without any lock.
   virtual int control_fd() const { return -1; }
   // Handles control work. Returns true when link_up() changed.
   virtual bool on_control() { return false; }
@@ -178,6 +216,14 @@ class Port {
     return EOPNOTSUPP;
   }
   virtual void leave_group(uint32_t group) { (void)group; }
+
+  // --- events ---
+  // Where the port reports what it learns beside frames (PortEvent). Set once, before the engine
+  // starts. The port calls the sink on the thread that read the event — the engine's
+  // on_control(), or a receive pass (rx_burst) — never with the device lock held, one call at a
+  // time. A port that learns nothing of the kind (DPDK, which drops ICMP errors as non-RoCE
+  // frames; the simulator) ignores it.
+  virtual void set_event_sink(PortEventSink* sink) { (void)sink; }
 
   // --- sharing ---
   // The port's share when several processes use it at once; nullptr when this process has it

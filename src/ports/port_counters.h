@@ -27,7 +27,8 @@ struct PortCounters {
   Counter tx_gathered, tx_gather_copied;
 
   // UDP port (src/ports/udp): send sockets opened for distinct UDP source ports, and packets
-  // that had to leave from 4791 because no socket could be had for the requested source port.
+  // that had to leave from 4791 (a shared device: from a port of the process's own, udp_port.h)
+  // because no socket could be had for the requested source port.
   Counter tx_src_port_sockets;
   Counter tx_src_port_fallback;
   // UDP port: send sockets on which the kernel refused UDP GSO (UROCE_GSO; e.g. the route's
@@ -37,6 +38,10 @@ struct PortCounters {
   // (SO_RXQ_OVFL): packets lost before uroce could see them, which the transport then recovers
   // as losses. Many QPs with full send windows into one receiver can do it.
   Counter rx_socket_overflow;
+  // UDP port: ICMP destination-unreachable errors the kernel passed back for datagrams sent
+  // (IP_RECVERR), any code; "port unreachable" — no RoCE endpoint at that address, UDP 4791 —
+  // is the usual one (PortEvent; the CM fails a connection attempt to it at once).
+  Counter rx_icmp_unreachable;
   // UDP port, a device shared by several processes (docs/architecture.md, "One device, many
   // processes"): datagrams whose BTH DestQP names another process's slot, which the group's
   // steering brought here (a change of members under way, a slot no process holds, or a
@@ -84,6 +89,7 @@ struct PortCounters {
     f("tx_src_port_fallback", s.tx_src_port_fallback);
     f("tx_gso_fallback", s.tx_gso_fallback);
     f("rx_socket_overflow", s.rx_socket_overflow);
+    f("rx_icmp_unreachable", s.rx_icmp_unreachable);
     f("rx_share_other_slot", s.rx_share_other_slot);
     f("rx_share_relayed_out", s.rx_share_relayed_out);
     f("rx_share_relay_failed", s.rx_share_relay_failed);

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <set>
 
 namespace uroce {
 
@@ -25,6 +27,16 @@ spdlog::logger& log() {
     return l;
   }();
   return *logger;
+}
+
+void warn_once(const std::string& line) {
+  static std::mutex mu;
+  static auto* said = new std::set<std::string>();  // never destroyed, as the logger
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (!said->insert(line).second) return;
+  }
+  log().warn("{}", line);
 }
 
 }  // namespace uroce

@@ -5,8 +5,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
+
 namespace uroce {
 
 spdlog::logger& log();
+
+// Logs `line` at warn level (the default: users see it) the first time this process says it, and
+// never again: a refusal a program meets in a loop, or on every one of its QPs, is said once per
+// cause, not once per call. Thread-safe.
+void warn_once(const std::string& line);
 
 }  // namespace uroce

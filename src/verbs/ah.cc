@@ -6,6 +6,7 @@
 #include <new>
 
 #include "objects.h"
+#include "util/log.h"
 
 namespace uroce::verbs {
 namespace {
@@ -52,15 +53,23 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   }
   uint32_t ip = 0;
   // One port, one GID (index 0; index 1 is the RoCE v1 GID where the port carries v1); RoCE needs
-  // the GRH, and the ports reach IPv4 only.
+  // the GRH, and the ports reach IPv4 only. Each refusal is said once (kFix*, ah.h).
   const bool v1_ok = to_v(pd->context)->dev->roce_v1();
-  if (!attr->is_global ||
-      (attr->grh.sgid_index != 0 &&
-       !(v1_ok && attr->grh.sgid_index == transport::kRoceV1GidIndex)) ||
-      !gid_ipv4(attr->grh.dgid, &ip) || (attr->port_num != 0 && attr->port_num != 1)) {
+  const auto refuse = [](const char* why, const char* fix) -> ibv_ah* {
+    if (fix)
+      warn_once(fmt::format("ibv_create_ah: EINVAL: {}; {}", why, fix));
+    else
+      log().debug("ibv_create_ah: EINVAL: {}", why);
     errno = EINVAL;
     return nullptr;
-  }
+  };
+  if (!attr->is_global) return refuse("ah_attr.is_global is 0: RoCE needs the GRH", kFixNoGrh);
+  if (attr->grh.sgid_index != 0 && !(v1_ok && attr->grh.sgid_index == transport::kRoceV1GidIndex))
+    return refuse("ah_attr.grh.sgid_index names no GID of the device", kFixGidIndex);
+  if (!gid_ipv4(attr->grh.dgid, &ip))
+    return refuse("ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)", kFixIpv6Gid);
+  if (attr->port_num != 0 && attr->port_num != 1)
+    return refuse("ah_attr.port_num must be 0 or 1", nullptr);
   VAh* ah = new (std::nothrow) VAh();
   if (!ah) {
     errno = ENOMEM;

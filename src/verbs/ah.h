@@ -31,6 +31,20 @@ inline VAh* to_v(ibv_ah* a) {
   return static_cast<VAh*>(reinterpret_cast<AhAbi*>(a));
 }
 
+// What to do about a refused RoCE address — an AH's, or an RC/UC QP's IBV_QP_AV — said once at
+// the default log level (warn_once) after what was refused: a program written for InfiniBand
+// that builds LID-only addresses (qperf; the pingpong programs without -g) fails in its first
+// call, and the errno alone (EINVAL, as rdma-core's RoCE providers and the kernel give) does not
+// say why.
+inline constexpr const char* kFixNoGrh =
+    "a RoCE address needs a GRH: is_global=1 with a GID index (ibv_rc_pingpong -g 0); a LID-only "
+    "address cannot reach a RoCE peer";
+inline constexpr const char* kFixGidIndex =
+    "use GID index 0, the device's RoCEv2 GID (ibv_devinfo -v lists the GID table)";
+inline constexpr const char* kFixIpv6Gid =
+    "IPv6 is not supported: uroce's RoCE is IPv4 only, addressed by IPv4-mapped GIDs "
+    "(::ffff:a.b.c.d)";
+
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr);
 int destroy_ah(ibv_ah* ah);
 // ibv_init_ah_from_wc: 0, or -1 with errno set (EINVAL: no GRH, or not an IPv4 RoCEv2 header).

@@ -72,6 +72,11 @@ class VDevice : public DeviceAbi {
   // child forked after the device was opened: no engine thread runs there, and the lock may
   // have been held by the parent's at the fork.
   void drain();
+  // At _exit (which runs no atexit handler: fio's jobs end so): UROCE_STATS=1's counters and the
+  // `uroce stats` file's removal, as drain() at exit — if this process opened the device and no
+  // lock it needs is held (a signal handler's _exit may interrupt a thread inside a verb): it
+  // never waits, and sends nothing.
+  void at_quick_exit();
 
  private:
   std::mutex mu_;

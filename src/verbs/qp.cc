@@ -39,6 +39,9 @@ bool is_v4_mapped(const ibv_gid& g) {
 struct Refused {
   int attr = 0;
   const char* why = nullptr;
+  // What to do about it, for a refusal a user meets by running a program as is (a RoCE address
+  // the program built for InfiniBand): said once at the default log level (warn_once).
+  const char* fix = nullptr;
 };
 Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PORT) && a.port_num != 1) return {IBV_QP_PORT, "port_num must be 1"};
@@ -47,14 +50,16 @@ Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a.ah_attr;
     // RoCE addresses by GID: GRH required (Annex A16/A17).
-    if (!ah.is_global) return {IBV_QP_AV, "ah_attr.is_global is 0: RoCE needs the GRH"};
+    if (!ah.is_global) return {IBV_QP_AV, "ah_attr.is_global is 0: RoCE needs the GRH", kFixNoGrh};
     if (ah.grh.sgid_index != 0 &&
         !(ah.grh.sgid_index == transport::kRoceV1GidIndex && qp->ctx->dev->roce_v1()))
-      return {IBV_QP_AV, qp->ctx->dev->roce_v1()
-                             ? "ah_attr.grh.sgid_index must be 0 (RoCEv2) or 1 (RoCE v1)"
-                             : "ah_attr.grh.sgid_index must be 0"};
+      return {IBV_QP_AV,
+              qp->ctx->dev->roce_v1() ? "ah_attr.grh.sgid_index must be 0 (RoCEv2) or 1 (RoCE v1)"
+                                      : "ah_attr.grh.sgid_index must be 0",
+              kFixGidIndex};
     if (!is_v4_mapped(ah.grh.dgid))  // IPv6 GIDs are not configured
-      return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
+      return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)",
+              kFixIpv6Gid};
     if (ah.port_num != 0 && ah.port_num != 1) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
   }
   if (mask & IBV_QP_PATH_MTU) {
@@ -83,6 +88,7 @@ void log_refused_modify(VQp* qp, ibv_qp_state cur, const ibv_qp_attr& a, int mas
   log().debug("ibv_modify_qp(QP {:#x}, {} -> {}, mask {}): EINVAL: {}{}{}", qp->qpx.qp_base.qp_num,
               transport::to_string(cur), next, transport::attr_mask_to_string(mask),
               r.attr ? transport::attr_mask_to_string(r.attr) : "", r.attr ? ": " : "", r.why);
+  if (r.fix) warn_once(fmt::format("ibv_modify_qp: EINVAL: {}; {}", r.why, r.fix));
 }
 
 // A QP reset or destroyed leaves no completion of its own in its CQs (Cq::clean). In RESET the

@@ -1,6 +1,7 @@
 // The uroce devices of this process: read once from the configuration (engine/config.h), then
 // immutable, so that is_uroce() can be asked from any thread without a lock.
 #include <endian.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -95,6 +96,24 @@ std::shared_ptr<Device> VDevice::acquire(std::string* err) {
   return shared;
 }
 
+void VDevice::at_quick_exit() {
+  std::shared_ptr<Device> d;
+  {
+    std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+    if (!g.owns_lock() || opened_by_ != getpid()) return;
+    d = open_.lock();
+  }
+  if (!d) return;
+  {
+    // Printing sums the QPs' counters under the device lock: not if it is held — by this very
+    // thread, interrupted by a signal handler that calls _exit, it would never be released.
+    std::unique_lock<std::mutex> l(d->lock(), std::try_to_lock);
+    if (!l.owns_lock()) return;
+  }
+  d->print_stats_once();
+  d->withdraw_stats();
+}
+
 void VDevice::drain() {
   std::shared_ptr<Device> d;
   {
@@ -132,3 +151,28 @@ int device_index(ibv_device* dev) {
 }
 
 }  // namespace uroce::verbs
+
+// A process that ends with _exit() or _Exit() runs no atexit handler, so drain_at_exit never
+// runs there: fio's jobs, forked children that end so (fio's fork_main), never printed
+// UROCE_STATS=1's counters nor removed their `uroce stats` file. liburoce defines both at
+// glibc's version (liburoce.map) and does what it safely can first (VDevice::at_quick_exit),
+// then ends the process as glibc's does (exit_group). A vfork child's _exit (posix_spawn's,
+// a shell's) finds no device this process opened and only exits.
+#define UROCE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+[[noreturn]] void quick_exit_with_stats(int status) {
+  if (const auto* list = uroce::verbs::g_devices.load(std::memory_order_acquire))
+    for (uroce::verbs::VDevice* d : *list) d->at_quick_exit();
+  for (;;) syscall(SYS_exit_group, status);
+}
+
+}  // namespace
+
+UROCE_EXPORT void _exit(int status) {
+  quick_exit_with_stats(status);
+}
+UROCE_EXPORT void _Exit(int status) {
+  quick_exit_with_stats(status);
+}

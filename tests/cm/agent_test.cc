@@ -159,6 +159,59 @@ TEST(Agent, UnansweredReqTimesOutAfterMaxRetries) {
   EXPECT_EQ(p.a.connection_count(), 0u);
 }
 
+// The peer's address answered with ICMP port unreachable (nothing on its UDP 4791): what waits on
+// it for an answer ends at once, marked unreachable, with no retransmission and no REJ; what
+// needs no answer is left alone.
+TEST(Agent, AnUnreachablePeerEndsWhatWaitsOnItAtOnce) {
+  Pair p;
+  p.drop = [](const OutMad&, bool) { return true; };  // nothing there answers
+  const uint32_t req = p.a.connect(kIpB, basic_req(1), p.now);
+  SidrReq q;
+  q.service_id = service_id(kPsUdp, 7174);
+  const uint32_t sidr = p.a.sidr_request(kIpB, q, p.now);
+  p.run(0);
+  EXPECT_TRUE(p.ev_a.empty());
+  EXPECT_EQ(p.a.on_unreachable(kIpB, p.now), 2u);
+  p.run(0);  // no time passes
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kReqTimeout, T::kSidrTimeout}));
+  EXPECT_EQ(p.ev_a[0].id, req);
+  EXPECT_TRUE(p.ev_a[0].unreachable);
+  EXPECT_EQ(p.ev_a[1].id, sidr);
+  EXPECT_TRUE(p.ev_a[1].unreachable);
+  EXPECT_EQ(p.a.counters().retransmits, 0u);
+  EXPECT_EQ(p.a.state(req), ConnState::kIdle);
+  EXPECT_EQ(p.a.on_unreachable(kIpB, p.now), 0u);  // nothing left to end
+  p.run();
+  EXPECT_EQ(p.ev_a.size(), 2u);
+  EXPECT_EQ(p.a.counters().retransmits, 0u);
+
+  // The passive side's REP to an active side that vanished: REP_TIMEOUT, and no REJ sent.
+  Pair r;
+  r.b.listen(kSid, 1);
+  r.auto_answer();
+  r.on_a = [](const Event&) {};  // the active consumer never establishes, then is gone
+  r.drop = [](const OutMad& m, bool from_a) { return !from_a && m.mad[17] == 0x13; };  // REP
+  r.a.connect(kIpB, basic_req(1), r.now);
+  r.run(0);
+  ASSERT_EQ(types(r.ev_b), (std::vector<T>{T::kReq}));
+  const size_t sent = r.wire.size();
+  EXPECT_EQ(r.b.on_unreachable(kIpA, r.now), 1u);
+  r.run(0);
+  ASSERT_EQ(types(r.ev_b), (std::vector<T>{T::kReq, T::kRepTimeout}));
+  EXPECT_TRUE(r.ev_b[1].unreachable);
+  EXPECT_EQ(r.wire.size(), sent);  // no REJ
+
+  // An established connection needs no answer: its QPs learn of a vanished peer themselves.
+  Pair e;
+  e.b.listen(kSid, 1);
+  e.auto_answer();
+  const uint32_t est = e.a.connect(kIpB, basic_req(1), e.now);
+  e.run(0);
+  ASSERT_EQ(e.a.state(est), ConnState::kEstablished);
+  EXPECT_EQ(e.a.on_unreachable(kIpB, e.now), 0u);
+  EXPECT_EQ(e.a.state(est), ConnState::kEstablished);
+}
+
 TEST(Agent, UnansweredRepIsRejectedWithTimeout) {
   Pair p;
   p.b.listen(kSid, 1);

@@ -15,9 +15,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "engine/stats_shm.h"
+#include "stderr_capture.h"
 
 namespace {
 
@@ -341,6 +345,69 @@ TEST(RdmaCm, NobodyListeningIsRejectedWithInvalidServiceId) {
   expect(p.cch, RDMA_CM_EVENT_REJECTED, 8);
 }
 
+// A synchronous endpoint made from `res` whose rdma_connect fails with `err`.
+void expect_sync_connect_fails(rdma_addrinfo* res, int err) {
+  ibv_qp_init_attr a = qp_attr();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);
+  EXPECT_EQ(rdma_connect(id, nullptr), -1);
+  EXPECT_EQ(errno, err);
+  rdma_destroy_ep(id);
+}
+
+// The packets a device of this process has sent, from its published counters (`uroce stats`:
+// live, in shared memory); nullopt when publishing is off (UROCE_PUBLISH=0).
+std::optional<uint64_t> sent_pkts(const char* device) {
+  std::string err;
+  auto snap = uroce::stats_shm::read_file(
+      std::string(uroce::stats_shm::kShmDir) + uroce::stats_shm::shm_name(getpid(), device), &err);
+  if (!snap) return std::nullopt;
+  for (const auto& [name, v] : snap->counters)
+    if (name == "sent_pkts") return v;
+  return std::nullopt;
+}
+
+// A peer address where nothing listens on UDP 4791 (127.0.43.9: a local address no device
+// has) answers the REQ with ICMP port unreachable: the connection fails at once with
+// UNREACHABLE and -ECONNREFUSED — out of retries it would be -ETIMEDOUT, after the REQ's 15
+// retransmissions — and a synchronous connect with ECONNREFUSED.
+TEST(RdmaCm, NoRoceEndpointAtTheAddressIsUnreachableAtOnce) {
+  constexpr uint32_t kNobody = 0x7f002b09;  // 127.0.43.9
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in src = sin_of(kClientIp, 0), dst = sin_of(kNobody, 7015);
+  ASSERT_EQ(rdma_resolve_addr(id, sa(src), sa(dst), 2000), 0);
+  expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
+  expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ibv_qp_init_attr a = qp_attr();
+  ASSERT_EQ(rdma_create_qp(id, nullptr, &a), 0);
+  const std::optional<uint64_t> before = sent_pkts("uroce1");
+  std::string why;
+  if (uroce::stats_shm::publishing_enabled(&why)) {
+    ASSERT_TRUE(before);
+  }
+  ASSERT_EQ(rdma_connect(id, nullptr), 0);
+  expect(ch, RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED);
+  EXPECT_EQ(id->qp->state, IBV_QPS_ERR);
+  if (const std::optional<uint64_t> after = sent_pkts("uroce1"); before && after) {
+    EXPECT_LT(*after - *before, 16u) << "the REQ was sent its full count (1 + 15 retries)";
+  }
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+
+  // Synchronous: rdma_connect returns the error.
+  rdma_addrinfo hints{}, *res = nullptr;
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_src_addr = sa(src);
+  hints.ai_src_len = sizeof src;
+  ASSERT_EQ(rdma_getaddrinfo("127.0.43.9", "7015", &hints, &res), 0);
+  expect_sync_connect_fails(res, ECONNREFUSED);
+  rdma_freeaddrinfo(res);
+}
+
 TEST(RdmaCm, IdWithoutQpGetsConnectResponseAndEstablishes) {
   Pair p;
   p.listen(7005);
@@ -450,11 +517,7 @@ TEST(RdmaCm, SynchronousEndpoints) {
   // A synchronous connect to a port nobody serves fails with ECONNREFUSED.
   res->ai_dst_addr->sa_family = AF_INET;
   reinterpret_cast<sockaddr_in*>(res->ai_dst_addr)->sin_port = htons(7099);
-  a = qp_attr();
-  ASSERT_EQ(rdma_create_ep(&id, res, nullptr, &a), 0);
-  EXPECT_EQ(rdma_connect(id, nullptr), -1);
-  EXPECT_EQ(errno, ECONNREFUSED);
-  rdma_destroy_ep(id);
+  expect_sync_connect_fails(res, ECONNREFUSED);
   rdma_freeaddrinfo(res);
   rdma_destroy_ep(listen_id);
 }
@@ -574,6 +637,39 @@ TEST(RdmaCm, LoopbackAddressNoDeviceHasBindsLikeTheWildcard) {
   expect(p.cch, RDMA_CM_EVENT_REJECTED, 28);
   rdma_destroy_id(req.id);
   rdma_destroy_id(c);
+}
+
+// An address no uroce device has, and an IPv6 address: refused with the kernel CM's errno, and
+// said at the default log level with what to do — once per cause, not once per call.
+TEST(RdmaCm, AnAddressNoDeviceHasAndIpv6AreSaidOnce) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  uroce::test::StderrCapture cap;
+  for (int i = 0; i < 2; ++i) {
+    rdma_cm_id* id;
+    ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+    sockaddr_in foreign = sin_of(0xc0000202, 7016);  // 192.0.2.2: no uroce device has it
+    EXPECT_EQ(rdma_bind_addr(id, sa(foreign)), -1);
+    EXPECT_EQ(errno, EADDRNOTAVAIL);
+    sockaddr_in6 v6{};
+    v6.sin6_family = AF_INET6;
+    v6.sin6_addr = in6addr_loopback;
+    v6.sin6_port = htons(7016);
+    EXPECT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&v6)), -1);
+    EXPECT_EQ(errno, EAFNOSUPPORT);
+    rdma_destroy_id(id);
+  }
+  const std::string log = cap.text();
+  const auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("rdma_cm: rdma_bind_addr(192.0.2.2): EADDRNOTAVAIL: no uroce device has this "
+                  "address"),
+            1u)
+      << log;
+  EXPECT_EQ(count("rdma_cm: rdma_bind_addr: EAFNOSUPPORT: IPv6 is not supported"), 1u) << log;
+  rdma_destroy_event_channel(ch);
 }
 
 TEST(RdmaCm, BadInputIsRefused) {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "test_util.h"
@@ -41,6 +42,7 @@ class UdpPath {
   size_t tx_queued() const { return dp_->tx_queued(); }
   UdpPort& udp() { return static_cast<UdpPort&>(dp_->port()); }
   int rx_fd() { return udp().rx_fd(); }
+  PortEvents& port_events() { return dp_->port_events(); }
   uint16_t src_port_for(uint16_t requested) { return udp().src_port_for(requested); }
 
  private:
@@ -295,6 +297,74 @@ TEST(UdpPortTest, FallsBackToTheRoceSocketWhenASourcePortIsTaken) {
   EXPECT_EQ(ca.port.tx_src_port_fallback.get(), 1u);
   EXPECT_EQ(pa->src_port_for(0xd00d), wire::kRoceV2UdpPort);
   EXPECT_EQ(cb.rcvd_icrc_err.get(), 0u);  // the ICRC covers the port really used
+}
+
+// A peer address where nothing listens on UDP 4791 answers with ICMP port unreachable, which the
+// kernel passes back (IP_RECVERR) on the socket that sent: the port counts it and reports it
+// through the port interface (PortEvent), its control fd stops being readable once it was read
+// (the engine does not spin on it), and the socket's pending error neither fails the next
+// receive nor costs the next send.
+TEST(UdpPortTest, ReportsIcmpPortUnreachableForAnAddressWhereNothingListens) {
+  const uint32_t a = loopback(41, 15, 1), nobody = loopback(41, 15, 9);
+  DeviceCounters ca;
+  auto pa = open_port(a, ca);
+  ASSERT_TRUE(pa);
+  std::mutex mu;
+  std::vector<PortEvent> seen;
+  pa->port_events().add_listener([&](const PortEvent& e) {
+    std::lock_guard<std::mutex> g(mu);
+    seen.push_back(e);
+  });
+  const auto count = [&] {
+    std::lock_guard<std::mutex> g(mu);
+    return seen.size();
+  };
+  // From a send socket of its own (a QP's source port), and from the 4791 socket itself.
+  for (uint16_t src : {uint16_t{0xc123}, wire::kRoceV2UdpPort}) {
+    SCOPED_TRACE(src);
+    const size_t before = count();
+    queue_send(*pa, nobody, 0x123456, 7, src);
+    EXPECT_EQ(pa->tx_flush(), 1u);
+    const int ctl = pa->udp().control_fd();
+    ASSERT_GE(ctl, 0);
+    // The engine wakes for the control fd and calls on_control(); so does this loop.
+    for (int i = 0; i < 100 && count() == before; ++i)
+      if (test::wait_readable(ctl, 100)) pa->udp().on_control();
+    ASSERT_EQ(count(), before + 1);
+    PortEvent e;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      e = seen.back();
+    }
+    EXPECT_EQ(e.kind, PortEvent::Kind::kUnreachable);
+    EXPECT_TRUE(e.port_unreachable());
+    EXPECT_EQ(e.dst_ip, nobody);
+    EXPECT_EQ(e.dst_port, wire::kRoceV2UdpPort);
+    EXPECT_EQ(e.dest_qp, 0x123456u);  // the quoted BTH
+    EXPECT_EQ(e.opcode, static_cast<uint8_t>(wire::Opcode::kRcSendOnly));
+    EXPECT_EQ(ca.port.rx_icmp_unreachable.get(), before + 1);
+    // Read: nothing wakes the engine again.
+    EXPECT_FALSE(test::wait_readable(ctl, 0));
+  }
+  // A second ICMP error left as the sockets' pending error (not read yet): the next receive and
+  // the next sends are not failures.
+  queue_send(*pa, nobody, 0x123456, 8, wire::kRoceV2UdpPort);
+  queue_send(*pa, nobody, 0x123456, 9, 0xc123);
+  EXPECT_EQ(pa->tx_flush(), 2u);
+  for (int i = 0; i < 100 && ca.port.rx_icmp_unreachable.get() < 4; ++i) {
+    EXPECT_TRUE(pa->rx_burst().empty());  // reads the error queue when the receive returns it
+    if (ca.port.rx_icmp_unreachable.get() < 4 && test::wait_readable(pa->udp().control_fd(), 100))
+      pa->udp().on_control();
+  }
+  EXPECT_EQ(ca.port.rx_icmp_unreachable.get(), 4u);
+  queue_send(*pa, nobody, 0x123456, 10, wire::kRoceV2UdpPort);
+  queue_send(*pa, nobody, 0x123456, 11, 0xc123);
+  EXPECT_EQ(pa->tx_flush(), 2u);
+  EXPECT_EQ(ca.port.tx_errors.get(), 0u);
+  EXPECT_EQ(ca.port.sent_pkts.get(), 6u);
+  // What the log says (once per address: PortEvents).
+  EXPECT_NE(PortEvents::describe(seen.front()).find("no RoCE endpoint at 127.41.15.9:4791"),
+            std::string::npos);
 }
 
 TEST(UdpPortTest, SourcePortPoolIsBounded) {

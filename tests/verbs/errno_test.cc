@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "stderr_capture.h"
 #include "verbs_test_util.h"
 
 namespace {
@@ -44,41 +45,7 @@ const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
 
 using uroce::test::RcSide;
 
-// What uroce writes to stderr while it lives: fd 2 goes to a temporary file.
-class StderrCapture {
- public:
-  StderrCapture() {
-    std::fflush(stderr);
-    saved_ = dup(2);
-    std::snprintf(path_, sizeof path_, "/tmp/uroce-errno-test.XXXXXX");
-    int fd = mkstemp(path_);
-    dup2(fd, 2);
-    close(fd);
-  }
-  ~StderrCapture() {
-    restore();
-    unlink(path_);
-  }
-  // What was written, also echoed to the real stderr (a sanitizer's report must not vanish).
-  std::string text() {
-    restore();
-    std::ifstream in(path_);
-    std::string t(std::istreambuf_iterator<char>(in), {});
-    std::fputs(t.c_str(), stderr);
-    return t;
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    saved_ = -1;
-  }
-  int saved_ = -1;
-  char path_[64];
-};
+using uroce::test::StderrCapture;
 
 class ErrnoTest : public ::testing::Test {
  protected:
@@ -111,6 +78,111 @@ class ErrnoTest : public ::testing::Test {
   }
   RcSide a_, b_;
 };
+
+// How many times `text` occurs in `log`.
+size_t count_of(const std::string& log, const std::string& text) {
+  size_t n = 0;
+  for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+  return n;
+}
+
+// A RoCE address a program built for InfiniBand (a LID-only AV: qperf, the pingpong programs
+// without -g; an IPv6 GID) is refused with EINVAL, as rdma-core's RoCE providers refuse it, and
+// said at the default log level with what to do — once per cause, not once per call.
+TEST_F(ErrnoTest, RefusedRoceAddressesAreSaidOnceWithWhatToDo) {
+  ibv_gid v6{};
+  v6.raw[0] = 0xfe;
+  v6.raw[1] = 0x80;
+  v6.raw[15] = 1;  // fe80::1
+  StderrCapture cap;
+  for (int i = 0; i < 2; ++i) {
+    ibv_ah_attr lid_only{};
+    lid_only.dlid = 7;
+    lid_only.port_num = 1;
+    errno = 0;
+    EXPECT_EQ(ibv_create_ah(a_.pd, &lid_only), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    ibv_ah_attr ipv6{};
+    ipv6.is_global = 1;
+    ipv6.grh.dgid = v6;
+    ipv6.port_num = 1;
+    errno = 0;
+    EXPECT_EQ(ibv_create_ah(a_.pd, &ipv6), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+  }
+  ibv_qp_attr init = uroce::test::rc_init_attr();
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &init, uroce::test::kRcInitMask), 0);
+  for (int i = 0; i < 2; ++i) {
+    ibv_qp_attr rtr = uroce::test::rc_rtr_attr(b_.qp->qp_num, v6);
+    EXPECT_EQ(ibv_modify_qp(a_.qp, &rtr, uroce::test::kRcRtrMask), EINVAL);
+    rtr = uroce::test::rc_rtr_attr(b_.qp->qp_num, b_.gid);
+    rtr.ah_attr.grh.sgid_index = 3;
+    EXPECT_EQ(ibv_modify_qp(a_.qp, &rtr, uroce::test::kRcRtrMask), EINVAL);
+  }
+  EXPECT_EQ(a_.qp->state, IBV_QPS_INIT);
+  const std::string log = cap.text();
+  EXPECT_EQ(count_of(log,
+                     "ibv_create_ah: EINVAL: ah_attr.is_global is 0: RoCE needs the GRH; "
+                     "a RoCE address needs a GRH: is_global=1 with a GID index "
+                     "(ibv_rc_pingpong -g 0)"),
+            1u)
+      << log;
+  EXPECT_EQ(count_of(log,
+                     "ibv_create_ah: EINVAL: ah_attr.grh.dgid is not an IPv4-mapped GID "
+                     "(::ffff:a.b.c.d); IPv6 is not supported"),
+            1u)
+      << log;
+  EXPECT_EQ(count_of(log,
+                     "ibv_modify_qp: EINVAL: ah_attr.grh.dgid is not an IPv4-mapped GID "
+                     "(::ffff:a.b.c.d); IPv6 is not supported"),
+            1u)
+      << log;
+  EXPECT_EQ(count_of(log,
+                     "ibv_modify_qp: EINVAL: ah_attr.grh.sgid_index must be 0; use GID "
+                     "index 0"),
+            1u)
+      << log;
+}
+
+// A forked job that opens a device and ends with _exit() (fio's jobs), which runs no atexit
+// handler, still prints its own UROCE_STATS=1 counters and removes its `uroce stats` file.
+TEST(ErrnoFork, AForkedJobEndingWithUnderscoreExitPrintsItsOwnCounters) {
+  int out[2], err[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    close(out[0]);
+    close(err[0]);
+    setenv("UROCE_DEVICES", "uroce1=127.0.22.4", 1);
+    setenv("UROCE_STATS", "1", 1);
+    setenv("UROCE_LOG", "warn", 1);
+    execl(FORK_EXIT, FORK_EXIT, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  const auto read_all = [](int fd) {
+    std::string t;
+    char chunk[4096];
+    for (ssize_t n; (n = read(fd, chunk, sizeof chunk)) > 0;) t.append(chunk, n);
+    close(fd);
+    return t;
+  };
+  const std::string job_pid = read_all(out[0]);
+  const std::string log = read_all(err[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  EXPECT_EQ(count_of(log, "uroce: uroce1 (127.0.22.4) counters:"), 1u) << log;
+  ASSERT_FALSE(job_pid.empty());
+  const std::string published = "/dev/shm/uroce." + std::to_string(std::stoi(job_pid)) + ".uroce1";
+  EXPECT_NE(access(published.c_str(), F_OK), 0) << published << " left behind";
+}
 
 TEST_F(ErrnoTest, ModifyQpSetsErrnoAndTheLogNamesTheRefusedAttribute) {
   struct Case {

@@ -564,6 +564,7 @@ UdpShare::~UdpShare() {
 void UdpShare::pass_on(int fd, std::optional<uint32_t> probe_round) {
   if (fd < 0) return;
   static thread_local std::vector<uint8_t> buf(65536);
+  bool pending_error_seen = false;
   for (;;) {
     sockaddr_in from{};
     iovec iov{buf.data(), buf.size()};
@@ -578,6 +579,13 @@ void UdpShare::pass_on(int fd, std::optional<uint32_t> probe_round) {
     const ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
+      // An ICMP error for a datagram this socket sent (IP_RECVERR, udp_port.h) is also its
+      // pending error, which one receive returns in place of a datagram: the datagrams are still
+      // there. The port reads the error queue itself.
+      if (errno != EAGAIN && errno != EWOULDBLOCK && !pending_error_seen) {
+        pending_error_seen = true;
+        continue;
+      }
       return;
     }
     uint8_t tos = 0;

@@ -1,6 +1,7 @@
 #include "ports/udp/udp_port.h"
 
 #include <arpa/inet.h>
+#include <linux/errqueue.h>
 #include <linux/filter.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
@@ -54,7 +55,8 @@ sockaddr_in make_addr(uint32_t ip, uint16_t port) {
 }
 
 // A UDP socket with DF set (IP_PMTUDISC_DO: never fragment, EMSGSIZE instead), bound to ip:port
-// (in the port's SO_REUSEPORT group with `reuseport`). -1 and errno on failure.
+// (in the port's SO_REUSEPORT group with `reuseport`), with IP_RECVERR on: ICMP errors for what
+// it sends are queued for the port to read (udp_port.h). -1 and errno on failure.
 int bound_socket(uint32_t ip, uint16_t port, bool reuseport = false) {
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -72,6 +74,7 @@ int bound_socket(uint32_t ip, uint16_t port, bool reuseport = false) {
   mif.s_addr = htonl(ip);
   if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
       setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &mif, sizeof mif) != 0 ||
+      setsockopt(fd, IPPROTO_IP, IP_RECVERR, &on, sizeof on) != 0 ||
       bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     int e = errno;
     close(fd);
@@ -85,6 +88,41 @@ int bound_socket(uint32_t ip, uint16_t port, bool reuseport = false) {
 // wake-up by that socket can come before its relayer's count does (UdpShare::relay counts after
 // the send), and a waiter woken for it would otherwise spin until it did.
 constexpr uint32_t kRelayPollEvery = 64;
+
+// Error-queue entries read per socket and call: the rest keeps the control fd readable for the
+// engine's next look, so a flood of ICMP errors cannot hold a receive pass.
+constexpr int kMaxErrorsPerRead = 64;
+
+// Errors a send or receive can return in place of its work when an earlier datagram's error is
+// pending on the socket (IP_RECVERR: ip_icmp_error / ip_local_error set sk_err, which the next
+// call returns once — sock_error()): ICMP destination unreachable by code (icmp_err_convert),
+// time exceeded and parameter problem, and a path MTU too small for a DF datagram.
+bool deferred_error(int e) {
+  switch (e) {
+    case ECONNREFUSED:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+    case ENONET:
+    case ENOPROTOOPT:
+    case EPROTO:
+    case EMSGSIZE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Accept nothing on a send-only socket (classic BPF "ret #0" drops every packet); a receive
+// buffer as small as the kernel allows. false when the filter cannot be attached.
+bool make_send_only(int fd) {
+  sock_filter drop_all{BPF_RET | BPF_K, 0, 0, 0};
+  sock_fprog prog{1, &drop_all};
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) return false;
+  int small = 1;  // the kernel rounds up to its minimum
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  return true;
+}
 
 }  // namespace
 
@@ -129,7 +167,9 @@ UdpPort::~UdpPort() {
   for (auto& [port, fd] : src_socks_)
     if (fd >= 0) close(fd);
   for (auto& [group, fd] : groups_) close(fd);
+  if (fallback_fd_ >= 0) close(fallback_fd_);
   if (mcast_epfd_ >= 0) close(mcast_epfd_);
+  if (ctl_epfd_ >= 0) close(ctl_epfd_);
   if (share_)
     share_.reset();  // leaves the group: closes fd_
   else if (fd_ >= 0)
@@ -172,7 +212,8 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
     return nullptr;
   }
   p->mcast_epfd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (p->mcast_epfd_ < 0) {
+  p->ctl_epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (p->mcast_epfd_ < 0 || p->ctl_epfd_ < 0) {
     if (err) *err = std::string("epoll_create1: ") + std::strerror(errno);
     return nullptr;
   }
@@ -206,6 +247,16 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
       log().warn("{}: cannot watch the link state of {} ({}); the port reports ACTIVE",
                  endpoint(opt.ipv4, opt.port), opt.netdev, why);
   }
+  if (p->link_) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = p->link_->fd();
+    if (epoll_ctl(p->ctl_epfd_, EPOLL_CTL_ADD, ev.data.fd, &ev) != 0) {
+      if (err) *err = std::string("epoll_ctl: ") + std::strerror(errno);
+      return nullptr;
+    }
+  }
+  p->watch_errors(p->fd_);
   return p;
 }
 
@@ -216,11 +267,88 @@ std::string UdpPort::describe() const {
 }
 
 int UdpPort::control_fd() const {
-  return link_ ? link_->fd() : -1;
+  return ctl_epfd_;
 }
 
 bool UdpPort::on_control() {
-  return link_ && link_->drain();
+  return service_control(/*with_link=*/true);
+}
+
+void UdpPort::watch_errors(int fd) {
+  // No event asked for: epoll always reports EPOLLERR, which a socket shows while its error
+  // queue holds anything (sock_poll). A send-only socket never becomes readable otherwise.
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.fd = fd;
+  if (epoll_ctl(ctl_epfd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+    log().warn("{}: epoll_ctl: {}; ICMP errors for this socket are not read", describe(),
+               std::strerror(errno));
+}
+
+bool UdpPort::service_control(bool with_link) {
+  epoll_event evs[16];
+  int n;
+  do {
+    n = epoll_wait(ctl_epfd_, evs, 16, 0);
+  } while (n < 0 && errno == EINTR);
+  bool changed = false;
+  for (int i = 0; i < n; ++i) {
+    if (link_ && evs[i].data.fd == link_->fd()) {
+      if (with_link) changed = link_->drain() || changed;  // else the engine's next look
+    } else {
+      read_errors(evs[i].data.fd);
+    }
+  }
+  return changed;
+}
+
+void UdpPort::read_errors(int fd) {
+  std::lock_guard<std::mutex> g(errq_mu_);
+  for (int i = 0; i < kMaxErrorsPerRead; ++i) {
+    // The queued skb is the datagram's UDP payload as the ICMP quoted it: the BTH first.
+    uint8_t quoted[16];
+    sockaddr_in dst{};
+    alignas(cmsghdr) uint8_t
+        ctrl[CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in)) + CMSG_SPACE(sizeof(int))];
+    iovec iov{quoted, sizeof quoted};
+    msghdr h{};
+    h.msg_name = &dst;  // the datagram's destination (ip_recv_error)
+    h.msg_namelen = sizeof dst;
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = ctrl;
+    h.msg_controllen = sizeof ctrl;
+    const ssize_t r = recvmsg(fd, &h, MSG_ERRQUEUE | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return;  // EAGAIN: the queue is empty (and the socket's pending error cleared with it)
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
+      sock_extended_err ee;
+      std::memcpy(&ee, CMSG_DATA(c), sizeof ee);
+      // Local errors (EMSGSIZE for a DF datagram above the path MTU: the send said so) and other
+      // ICMP types (time exceeded) tell the layers above nothing they can act on.
+      if (ee.ee_origin != SO_EE_ORIGIN_ICMP || ee.ee_type != PortEvent::kIcmpDestUnreach) continue;
+      counters_.rx_icmp_unreachable.add();
+      PortEvent ev;
+      ev.kind = PortEvent::Kind::kUnreachable;
+      ev.dst_ip = ntohl(dst.sin_addr.s_addr);
+      ev.dst_port = ntohs(dst.sin_port);
+      ev.icmp_type = ee.ee_type;
+      ev.icmp_code = ee.ee_code;
+      sockaddr_in from;  // SO_EE_OFFENDER: who sent the ICMP
+      if (c->cmsg_len >= CMSG_LEN(sizeof ee + sizeof from)) {
+        std::memcpy(&from, CMSG_DATA(c) + sizeof ee, sizeof from);
+        if (from.sin_family == AF_INET) ev.reporter_ip = ntohl(from.sin_addr.s_addr);
+      }
+      if (r >= 8) {  // BTH: opcode at byte 0, DestQP at bytes 5..7 (IBTA 9.2)
+        ev.opcode = quoted[0];
+        ev.dest_qp = uint32_t{quoted[5]} << 16 | uint32_t{quoted[6]} << 8 | quoted[7];
+      }
+      if (sink_) sink_->on_port_event(ev);
+    }
+  }
 }
 
 bool UdpPort::link_up() const {
@@ -235,6 +363,11 @@ void UdpPort::enable_gro(int fd) {
 
 std::span<const RxFrame> UdpPort::rx_burst() {
   rx_out_.clear();
+  // A send met an earlier datagram's pending error (tx_burst): read what the queues say now,
+  // rather than leave a thread that sleeps on the wait fds woken by EPOLLERR until the engine's
+  // next look at the control fd.
+  if (errq_pending_.load(std::memory_order_relaxed) && errq_pending_.exchange(false))
+    service_control(/*with_link=*/false);
   size_t used = receive(fd_, opt_.ipv4, 0);
   if (relay_ && used < rx_slots_) used += receive_relayed(used);
   if (has_groups_.load(std::memory_order_acquire)) {
@@ -346,6 +479,15 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
   do {
     n = recvmmsg(fd, msgs, static_cast<unsigned>(max), MSG_DONTWAIT, nullptr);
   } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    // An ICMP error for a datagram this socket sent is also its pending error, which the receive
+    // returns once in place of datagrams (udp_port.h): not a socket failure. Read what it says,
+    // then receive what waits.
+    read_errors(fd);
+    do {
+      n = recvmmsg(fd, msgs, static_cast<unsigned>(max), MSG_DONTWAIT, nullptr);
+    } while (n < 0 && errno == EINTR);
+  }
   if (n <= 0) return 0;
   // The frames point into the slots' buffers, which stay put; their headers are ready for the
   // next call once read (below).
@@ -492,17 +634,14 @@ int UdpPort::send_fd_for(uint16_t requested, uint16_t* actual) {
     if (src_sock_count_ < opt_.max_src_port_sockets) {
       fd = bound_socket(opt_.ipv4, requested);
       if (fd >= 0) {
-        // Accept nothing: this socket only sends (classic BPF "ret #0" drops every packet).
-        sock_filter drop_all{BPF_RET | BPF_K, 0, 0, 0};
-        sock_fprog prog{1, &drop_all};
-        int small = 1;  // the kernel rounds up to its minimum
-        if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
+        // This socket only sends.
+        if (!make_send_only(fd)) {
           close(fd);
           fd = -1;
         } else {
-          setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
           ++src_sock_count_;
           counters_.tx_src_port_sockets.add();
+          watch_errors(fd);
         }
       }
     }
@@ -510,10 +649,29 @@ int UdpPort::send_fd_for(uint16_t requested, uint16_t* actual) {
   }
   if (it->second < 0) {
     counters_.tx_src_port_fallback.add();
-    return fd_;
+    return share_ ? own_fallback(actual) : fd_;
   }
   *actual = requested;
   return it->second;
+}
+
+int UdpPort::own_fallback(uint16_t* actual) {
+  *actual = opt_.port;
+  if (fallback_fd_ < 0) {
+    int fd = bound_socket(opt_.ipv4, 0);  // the kernel picks a free port
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    if (fd < 0) return fd_;
+    if (!make_send_only(fd) || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      close(fd);
+      return fd_;
+    }
+    fallback_fd_ = fd;
+    fallback_port_ = ntohs(a.sin_port);
+    watch_errors(fd);
+  }
+  *actual = fallback_port_;
+  return fallback_fd_;
 }
 
 uint16_t UdpPort::src_port_for(uint16_t requested) {
@@ -668,13 +826,22 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
         v += packet_iovecs(*bufs[k], &iov[v]);
       msgs[m].msg_hdr.msg_iovlen = static_cast<size_t>(&iov[v] - msgs[m].msg_hdr.msg_iov);
     }
-    // sendmmsg stops at the first refused message: count and skip it, send the rest.
+    // sendmmsg stops at the first refused message: count and skip it, send the rest — unless
+    // the refusal was an earlier datagram's pending error (an ICMP error: udp_port.h), which the
+    // kernel returns once: that message is sent again, and the error queue read.
     size_t done = 0;
+    bool resent = false;
     while (done < n) {
       int r = sendmmsg(fd, msgs + done, static_cast<unsigned>(n - done), 0);
       if (r < 0) {
         if (errno == EINTR) continue;
         const int e = errno;
+        if (!resent && deferred_error(e)) {
+          resent = true;
+          errq_pending_.store(true, std::memory_order_relaxed);
+          continue;
+        }
+        resent = false;
         const Msg& m = meta[done];
         ++done;
         if (m.count > 1 && (e == EIO || e == EINVAL)) {
@@ -694,6 +861,7 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
         counters_.tx_errors.add(m.count);
         continue;
       }
+      resent = false;
       for (int k = 0; k < r; ++k) {
         const Msg& m = meta[done + k];
         counters_.sent_pkts.add(m.count);
@@ -732,9 +900,17 @@ size_t UdpPort::send_singly(int fd, std::span<transport::TxBuf* const> bufs) {
     alignas(cmsghdr) uint8_t ctrl[kTxCtrlBytes];
     set_tx_cmsgs(h, ctrl, sizeof ctrl, tos_of(b), 0);
     ssize_t r;
-    do {
+    bool resent = false;
+    for (;;) {
       r = sendmsg(fd, &h, 0);
-    } while (r < 0 && errno == EINTR);
+      if (r >= 0 || errno == EINTR) {
+        if (r >= 0) break;
+        continue;
+      }
+      if (resent || !deferred_error(errno)) break;
+      resent = true;  // an earlier datagram's pending error (as in tx_burst)
+      errq_pending_.store(true, std::memory_order_relaxed);
+    }
     if (r < 0) {
       counters_.tx_errors.add();
       continue;

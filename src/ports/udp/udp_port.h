@@ -18,7 +18,8 @@
 //   created on first use. A send socket drops everything it would receive (a BPF filter that
 //   accepts nothing) because RoCEv2 traffic always arrives on 4791. When a source port cannot be
 //   had (in use by another program, or the pool's limit reached) packets with it leave from the
-//   4791 socket instead, counted in tx_src_port_fallback; tx_prepare() reports the port it really
+//   4791 socket instead (a shared device: from a socket of the process's own, below), counted
+//   in tx_src_port_fallback; tx_prepare() reports the port it really
 //   leaves from, which the ICRC then covers, so the peer accepts it either way.
 // - Batching (UdpPortOptions::gso, UROCE_GSO): runs of queued packets for one destination from
 //   one socket, with one ECN codepoint and one datagram size (the last may be shorter), leave in
@@ -49,6 +50,19 @@
 //   and keeps IP_MULTICAST_LOOP on, so members on this host (other devices, other processes)
 //   receive them too, as a switch would deliver them to other ports. The group sockets sit in an
 //   epoll set of their own, mcast_fd(), which the engine waits on beside rx_fd().
+//
+// - ICMP errors (IP_RECVERR on every socket that sends): a peer host where nothing listens on
+//   UDP 4791 answers each datagram with ICMP port unreachable, which the kernel queues on the
+//   socket that sent it (its error queue, read with MSG_ERRQUEUE) and also leaves as the
+//   socket's pending error. The port reads the queues — the sockets sit in the control fd's
+//   epoll set (control_fd(), on_control()), which the engine always watches — counts
+//   destination-unreachable errors (rx_icmp_unreachable) and reports each as a PortEvent. The
+//   pending error is returned once by the socket's next recvmmsg or sendmmsg in place of its
+//   work: a receive then reads the error queue and receives again, a send is sent again; neither
+//   is a socket failure nor a lost batch. On a shared device, an error for a datagram sent from
+//   the group's 4791 socket goes to a member the kernel picks by hash (no steering program runs
+//   for errors), so a packet whose source port cannot be had leaves from a socket of this
+//   process's own (an ephemeral port) instead of 4791, and its errors come back here.
 //
 // Threading: as ports/port.h says; join_group and leave_group synchronise with rx_burst() through
 // mcast_mu_.
@@ -135,6 +149,7 @@ class UdpPort : public Port {
   int join_group(uint32_t group) override;
   void leave_group(uint32_t group) override;
   PortShare* share() override;
+  void set_event_sink(PortEventSink* sink) override { sink_ = sink; }
 
   int rx_fd() const { return fd_; }  // the 4791 socket (readable when datagrams wait)
   // The UDP source port a packet asking for `requested` leaves from (opening its socket if
@@ -163,6 +178,18 @@ class UdpPort : public Port {
   // Sends bufs one datagram each after a refused GSO send, with IP ID 0 and the ICRC recomputed
   // for it; returns the number the kernel accepted.
   size_t send_singly(int fd, std::span<transport::TxBuf* const> bufs);
+  // ICMP errors (above). Adds a sending socket to the control fd's epoll set.
+  void watch_errors(int fd);
+  // Reads `fd`'s error queue (a bounded number of entries; the rest keeps the control fd
+  // readable): counts and reports each destination unreachable.
+  void read_errors(int fd);
+  // Reads the error queues of every socket the control fd's epoll set says has errors, and with
+  // `with_link` (the engine thread: on_control) the link watch's notifications; true when the
+  // link state changed.
+  bool service_control(bool with_link);
+  // A socket of this process's own for packets whose source port cannot be had on a shared
+  // device (above): its fd, its port in *actual. fd_ when even that cannot be had.
+  int own_fallback(uint16_t* actual);
 
   UdpPortOptions opt_;
   PortCounters& counters_;
@@ -196,11 +223,24 @@ class UdpPort : public Port {
   std::unique_ptr<int[]> tx_route_;
   std::vector<uint16_t> free_;  // stack
 
-  // Source port → send socket; -1 records a port that could not be bound (use fd_).
+  // Source port → send socket; -1 records a port that could not be bound (use fd_, or on a shared
+  // device own_fallback()).
   std::unordered_map<uint16_t, int> src_socks_;
   size_t src_sock_count_ = 0;
   // Send sockets on which the kernel refused UDP GSO: one datagram per packet from them.
   std::vector<int> no_gso_fds_;
+  // A shared device's fallback send socket (own_fallback) and its port; -1 before first use.
+  int fallback_fd_ = -1;
+  uint16_t fallback_port_ = 0;
+
+  // The control fd: an epoll set of the link watch's socket (readable on notifications) and of
+  // every socket that sends (registered for errors only: EPOLLERR while its error queue holds
+  // any). errq_mu_ serialises the readers of error queues (on_control on the engine thread, a
+  // receive pass after a send met a pending error: errq_pending_). The sink is called under it.
+  int ctl_epfd_ = -1;
+  std::mutex errq_mu_;
+  std::atomic<bool> errq_pending_{false};
+  PortEventSink* sink_ = nullptr;
 
   // Multicast: group (host order) → its receive socket. mcast_mu_ guards groups_ against
   // rx_burst(); has_groups_ lets rx_burst() skip the lock when no group is joined. The group
