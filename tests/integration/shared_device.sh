@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One uroce device shared by many unmodified processes on one address (docs/architecture.md, "One
 # device, many processes"):
-#   shared_device.sh UROCE_RUN IP PORT many     8 processes at once: 4 ibv_rc_pingpong pairs, every
-#                                               server and client on uroce0=IP, data checked (-c)
+#   shared_device.sh UROCE_RUN IP PORT many     4 ibv_rc_pingpong pairs started one after another,
+#                                               every server and client on uroce0=IP, data checked
+#                                               (-c), while a ninth process holds the device: no
+#                                               QPN is handed out twice while the device lives
 #   shared_device.sh UROCE_RUN IP PORT listen   two rping servers on two ports of IP; a third on the
 #                                               first's port gets EADDRINUSE; a client reaches each
 #   shared_device.sh UROCE_RUN IP PORT kill     a pingpong pair runs while a third process that
@@ -80,13 +82,22 @@ qpns() { grep -ho "local address: .*QPN 0x[0-9a-f]*" "$@" | grep -o "0x[0-9a-f]*
 
 case $mode in
   many)
+    # A server that never gets its client holds the device for the whole test. Without it a pair
+    # may finish before the next one opens the device (300 messages take 30 ms): the last process
+    # to leave removes the device's registry, QPN cursors and all, and the next pair rightly
+    # starts from the first QPN again — a device that lived twice, not a QPN handed out twice.
+    timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p $((port + 9)) >"$log/holder" 2>&1 &
+    holder=$!
+    pids+=("$holder")
+    wait_listen $((port + 9)) "$holder" || fail="${fail:-the holding process never listened}"
     srvs=() clis=()
     for i in 1 2 3 4; do
       start_pair $((port + i)) "pair$i" -s 16384 -n 300
       srvs+=("$pair_srv") clis+=("$pair_cli")
     done
     for i in 1 2 3 4; do check_pair "pair$i" "${srvs[i - 1]}" "${clis[i - 1]}"; done
-    # Eight processes, eight QPNs, all different.
+    # Eight processes, eight QPNs, all different. (The holder's own line never reaches its log:
+    # it is killed with its output still buffered.)
     n=$(qpns "$log"/pair*.srv "$log"/pair*.cli | sort -u | wc -l)
     ((n == 8)) || fail="${fail:-expected 8 distinct QPNs, saw $n}"
     ;;
