@@ -32,25 +32,29 @@ std::string read_cstr(const char* src, size_t cap) {
   return std::string(src, strnlen(src, cap));
 }
 
+// The shared words are read with acquire and written with release (plain moves on x86): the QP
+// table's seqlock rests on them rather than on fences, which ThreadSanitizer cannot model (GCC
+// refuses a thread fence under -fsanitize=thread). A reader whose copy took any word a write
+// stored then sees that write's odd sequence number when it looks again, and retries.
 uint64_t load_u64(const void* p) {
   if (reinterpret_cast<uintptr_t>(p) % alignof(uint64_t) == 0)
     return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(const_cast<void*>(p)))
-        .load(std::memory_order_relaxed);
+        .load(std::memory_order_acquire);
   uint64_t v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
 void store_u64(uint64_t* p, uint64_t v) {
-  std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_release);
 }
 
 void store_u32(uint32_t* p, uint32_t v) {
-  std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(*p).store(v, std::memory_order_release);
 }
 
 uint32_t load_u32(const uint32_t* p) {
-  return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(p)).load(std::memory_order_relaxed);
+  return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(p)).load(std::memory_order_acquire);
 }
 
 // The QP table's geometry for a layout of n entries (stats_shm.h, QpTable).
@@ -76,13 +80,13 @@ uint64_t row_word0(const QpRow& r) {
 }
 
 // The writer's half of the table's seqlock (stats_shm.h): odd before the rows change, even
-// (release) after.
+// (release) after. The rows' stores are releases (store_u64): none is seen without the odd
+// number before it.
 class QpTableWrite {
  public:
   explicit QpTableWrite(Header* h) : seq_(h->qp_seq) {
     begin_ = seq_.load(std::memory_order_relaxed);
     seq_.store(begin_ + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
   }
   ~QpTableWrite() { seq_.store(begin_ + 2, std::memory_order_release); }
   QpTableWrite(const QpTableWrite&) = delete;
@@ -233,7 +237,7 @@ bool read_qp_table(const char* p, size_t len, const Header& h, Snapshot* s) {
     copy.resize(size_t{used} * row_words);
     for (size_t i = 0; i < copy.size(); ++i)
       copy[i] = load_u64(rows + (i / row_words) * h.qp_row_size + (i % row_words) * 8);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    // The loads above are acquires: this look cannot move before them.
     if (seq.load(std::memory_order_relaxed) != before) continue;
     s->qp_live = live;
     for (uint32_t r = 0; r < used; ++r) {
