@@ -78,6 +78,50 @@ void Agent::unlisten(uint64_t service_id) {
   listeners_.erase(service_id);
 }
 
+void Agent::reserve(uint64_t service_id) {
+  ++reserved_[service_id];
+}
+
+void Agent::unreserve(uint64_t service_id, Time now) {
+  auto it = reserved_.find(service_id);
+  if (it == reserved_.end()) return;
+  if (--it->second == 0) {
+    reserved_.erase(it);
+    replay(service_id, now);  // nobody will listen: answered as such (REJ, SIDR REP)
+  }
+}
+
+void Agent::take_held(uint64_t service_id, Time now) {
+  if (listeners_.count(service_id)) replay(service_id, now);
+}
+
+bool Agent::hold(uint32_t src, const MadHeader& h, std::span<const uint8_t> mad) {
+  const uint8_t* msg = mad.data() + kMadHeaderBytes;
+  const uint64_t sid = static_cast<AttrId>(h.attr_id) == AttrId::kReq
+                           ? decode_req(msg).service_id
+                           : decode_sidr_req(msg).service_id;
+  if (listeners_.count(sid) || !reserved_.count(sid)) return false;
+  auto& q = held_[sid];
+  for (Held& w : q) {
+    if (w.src == src && w.tid == h.tid) {  // the peer resent it: keep the newest copy
+      w.mad.assign(mad.begin(), mad.end());
+      return true;
+    }
+  }
+  if (q.size() >= kMaxHeld) return false;
+  q.push_back({src, h.tid, {mad.begin(), mad.end()}});
+  ++counters_.held;
+  return true;
+}
+
+void Agent::replay(uint64_t service_id, Time now) {
+  auto it = held_.find(service_id);
+  if (it == held_.end()) return;
+  std::vector<Held> q = std::move(it->second);
+  held_.erase(it);
+  for (const Held& w : q) on_mad(w.src, w.mad, now);
+}
+
 uint32_t Agent::alloc_id() {
   for (;;) {
     uint32_t id = cfg_.comm_id_base | (next_id_++ & cfg_.comm_id_mask);
@@ -599,6 +643,13 @@ void Agent::destroy(uint32_t id, Time now) {
   }
 }
 
+void Agent::destroy_all(Time now) {
+  std::vector<uint32_t> ids;
+  for (const auto& [id, c] : conns_)
+    if (!c.orphan) ids.push_back(id);  // an orphan's goodbye is under way already
+  for (uint32_t id : ids) destroy(id, now);
+}
+
 // ---- SIDR ---------------------------------------------------------------------------------
 
 uint32_t Agent::sidr_request(uint32_t dst_ip, SidrReq req, Time now) {
@@ -701,6 +752,7 @@ void Agent::on_mad(uint32_t src_ip, std::span<const uint8_t> mad, Time now) {
   const uint8_t* msg = mad.data() + kMadHeaderBytes;
   switch (static_cast<AttrId>(h.attr_id)) {
     case AttrId::kReq:
+      if (hold(src_ip, h, mad)) return;
       return on_req(src_ip, h, msg, now);
     case AttrId::kMra:
       return on_mra(src_ip, msg, now);
@@ -715,6 +767,7 @@ void Agent::on_mad(uint32_t src_ip, std::span<const uint8_t> mad, Time now) {
     case AttrId::kDrep:
       return on_drep(src_ip, msg, now);
     case AttrId::kSidrReq:
+      if (hold(src_ip, h, mad)) return;
       return on_sidr_req(src_ip, h, msg, now);
     case AttrId::kSidrRep:
       return on_sidr_rep(src_ip, msg, now);

@@ -116,6 +116,7 @@ struct AgentCounters {
   uint64_t duplicates = 0;       // duplicate REQ/REP/DREQ/SIDR REQ answered from state
   uint64_t dropped = 0;          // malformed, unexpected or for an unknown connection
   uint64_t rej_no_listener = 0;  // REQs/SIDR REQs for a service nobody listens on
+  uint64_t held = 0;             // REQs/SIDR REQs held for a reserved service (reserve())
 };
 
 class Agent {
@@ -126,6 +127,19 @@ class Agent {
   // when someone listens already.
   int listen(uint64_t service_id, uint64_t cookie);
   void unlisten(uint64_t service_id);
+
+  // A service bound (rdma_bind_addr) but not yet listened to. Programs tell their peer the port
+  // between the two calls (qperf does, over its TCP control connection), and the peer's REQ can
+  // come first; the kernel's CM would reject it (no listener), but there the window is
+  // microseconds, here it can hold the opening of the device. A REQ or SIDR REQ for a reserved
+  // service therefore waits (up to kMaxHeld per service, its retransmissions replacing it) for
+  // listen(), after which take_held() takes it as if it came then; unreserve() (the id destroyed
+  // without listening) answers what waits as nobody listening does. Counted (reserve/unreserve
+  // pairs).
+  void reserve(uint64_t service_id);
+  void unreserve(uint64_t service_id, Time now);
+  void take_held(uint64_t service_id, Time now);
+  static constexpr size_t kMaxHeld = 16;
 
   // Active side. `req` carries everything but the communication ID, the CA GUID and the CM
   // timeouts/retries, which the agent fills in. Returns the local communication ID (never 0).
@@ -151,6 +165,10 @@ class Agent {
   // established, DREQ (or DREP) what is, and let time wait run out silently. No further events
   // for `id`.
   void destroy(uint32_t id, Time now);
+  // The process exits: destroy() for every connection, as the kernel's CM does for the ids of a
+  // process whose rdma_cm file closes — DREQ for an established one, DREP for one the peer
+  // disconnected, REJ for one half made — so its peers learn it now, not by their retries.
+  void destroy_all(Time now);
 
   // SIDR (12.11). Active: returns the request ID; `timeout` and `retries` from the consumer
   // (rdma_resolve_route's timeout, librdmacm's defaults otherwise).
@@ -247,6 +265,16 @@ class Agent {
   // (peer ip, peer's comm ID / request ID) → local ID: duplicate REQ / SIDR REQ detection.
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> remote_index_, sidr_index_;
   std::map<uint64_t, uint64_t> listeners_;  // service ID → cookie
+  // A REQ / SIDR REQ waiting for its service's listen(): where from, its TID, the whole MAD.
+  struct Held {
+    uint32_t src;
+    uint64_t tid;
+    std::vector<uint8_t> mad;
+  };
+  bool hold(uint32_t src, const MadHeader& h, std::span<const uint8_t> mad);
+  void replay(uint64_t service_id, Time now);
+  std::map<uint64_t, int> reserved_;  // service ID → reservations
+  std::map<uint64_t, std::vector<Held>> held_;
   std::vector<OutMad> mads_;
   std::vector<Event> events_;
   AgentCounters counters_;

@@ -157,6 +157,9 @@ struct IdObj {
   uint32_t local_ip = 0, remote_ip = 0;  // host order
   uint16_t local_port = 0, remote_port = 0;
   std::vector<CmPort*> listen_ports;
+  // The devices whose agents hold REQs for this id's service until it listens (rdma_bind_addr:
+  // Agent::reserve); unreserved when the id is destroyed.
+  std::vector<CmPort*> reserved_ports;
   // The devices on which this id holds (ps, local_port) against other processes sharing them
   // (PortShare::claim_service); released when the id is destroyed.
   std::vector<CmPort*> claimed;

@@ -252,6 +252,36 @@ int refuse_ipv6(const char* call) {
 }
 }  // namespace
 
+// rdma_bind_addr's id owns its service from now on, not only once it listens. Programs tell the
+// peer their port between rdma_bind_addr and rdma_listen (qperf, over its TCP connection), and
+// with the kernel's CM the two calls are microseconds apart. Here the device may first have to be
+// opened, so the devices the id can be reached on open now (a wildcard's: every device, as its
+// listen will) — a REQ then finds a socket, not an ICMP port unreachable that would end the
+// attempt at once — and their agents hold a REQ for the service until the listen
+// (Agent::reserve). Other processes sharing a device steer the service's REQs here already.
+// Best effort: a device that cannot open is left to rdma_listen, which says why. mu held.
+namespace {
+void reserve_service(IdObj* o) {
+  std::vector<CmPort*> ports;
+  if (o->port) {
+    ports.push_back(o->port);
+  } else if (o->wildcard) {
+    for (verbs::VDevice* d : svc().devices()) {
+      int err = 0;
+      if (CmPort* p = svc().port_of(d, &err)) ports.push_back(p);
+    }
+  }
+  const uint16_t ps = static_cast<uint16_t>(o->id.ps);
+  const uint64_t sid = service_id(ps, o->local_port);
+  for (CmPort* p : ports) {
+    if (claim_port(o, p, o->local_port) != 0) continue;  // another process's: listen will say
+    p->agent->reserve(sid);
+    o->reserved_ports.push_back(p);
+    if (PortShare* share = p->dev->port_share()) share->set_listening(ps, o->local_port, true);
+  }
+}
+}  // namespace
+
 // ---- the calls ------------------------------------------------------------------------------
 
 int bind_id(IdObj* o, sockaddr* addr) {
@@ -267,6 +297,7 @@ int bind_id(IdObj* o, sockaddr* addr) {
         if (err) return fail(err);
         if (int rc = bind_addr(o, ip, port))
           return rc == EADDRNOTAVAIL ? refuse_no_device("rdma_bind_addr", ip) : fail(rc);
+        reserve_service(o);
         return 0;
       }
       if (!real_present()) return refuse_no_device("rdma_bind_addr", ip);  // no RDMA device has it
@@ -316,6 +347,11 @@ int listen_id(IdObj* o) {
   // Said at info level: the integration tests wait for it before starting a client.
   log().info("rdma_cm: listening on {}:{}{}", o->port ? format_ipv4(o->local_ip) : "*",
              o->local_port, o->port ? "" : " (every uroce device)");
+  // The REQs that came between rdma_bind_addr and now (reserve_service).
+  for (CmPort* p : ports) {
+    p->agent->take_held(sid, svc().now());
+    svc().flush(*p);
+  }
   return 0;
 }
 

@@ -219,6 +219,12 @@ void destroy_id(IdObj* o) {
     svc().flush(*p);
   }
   o->listen_ports.clear();
+  // What waited for a listen that will not come is answered as nobody listening (REJ).
+  for (CmPort* p : o->reserved_ports) {
+    p->agent->unreserve(service_id(static_cast<uint16_t>(o->id.ps), o->local_port), now);
+    svc().flush(*p);
+  }
+  o->reserved_ports.clear();
   if (o->port && o->comm_id) {
     o->port->agent->destroy(o->comm_id, now);
     forget_conn(o);

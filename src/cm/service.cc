@@ -33,9 +33,30 @@ uint8_t mtu_enum(uint16_t bytes) {
 
 }  // namespace
 
+namespace {
+pid_t g_service_pid = 0;
+}  // namespace
+
 CmService& CmService::get() {
-  static CmService* s = new CmService();  // never destroyed: see service.h
+  static CmService* s = [] {
+    g_service_pid = getpid();
+    verbs::set_before_drain(&CmService::at_exit);
+    return new CmService();  // never destroyed: see service.h
+  }();
   return *s;
+}
+
+void CmService::at_exit() {
+  if (getpid() != g_service_pid) return;
+  CmService& s = get();
+  std::unique_lock<std::mutex> g(s.mu_, std::defer_lock);
+  for (int i = 0; i < 100 && !g.try_lock(); ++i) usleep(1000);
+  if (!g.owns_lock()) return;
+  const Time t = s.now();
+  for (auto& p : s.ports_) {
+    p->agent->destroy_all(t);
+    s.drain(*p);
+  }
 }
 
 const std::vector<verbs::VDevice*>& CmService::devices() {

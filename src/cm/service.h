@@ -51,6 +51,12 @@ class CmService {
   // The process's service (created on first use, never destroyed: the thread runs until exit).
   static CmService& get();
 
+  // At exit, before the devices drain (verbs::set_before_drain): every agent's destroy_all, sent.
+  // Only in the process that made the service (a child forked after it has a copy of the agents
+  // but none of their connections), and only if mu() comes free soon: a thread stopped while
+  // holding it must not stop the exit.
+  static void at_exit();
+
   std::mutex& mu() { return mu_; }
 
   // The uroce devices of this process (the verbs registry's list).

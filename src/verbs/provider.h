@@ -38,6 +38,10 @@ inline bool is_uroce(const ibv_context* ctx) {
   return ctx && is_uroce(ctx->device);
 }
 
+// Called at exit (atexit) before the devices still open drain: the CM's goodbyes
+// (CmService::at_exit) go out in that drain. One hook; set once by the CM.
+void set_before_drain(void (*fn)());
+
 const char* device_name(ibv_device* dev);
 __be64 device_guid(ibv_device* dev);
 int device_index(ibv_device* dev);

@@ -62,7 +62,10 @@ void load() {
 // the flush then sends what a pass the application ran itself held back (Datapath::set_hold).
 // Then UROCE_STATS=1 prints the counters of a device the program never closed, and its `uroce
 // stats` file goes (nothing reads a dead process's counters; 191 piled up in an afternoon).
+std::atomic<void (*)()> g_before_drain{nullptr};
+
 void drain_at_exit() {
+  if (auto* fn = g_before_drain.load(std::memory_order_acquire)) fn();
   const auto* list = g_devices.load(std::memory_order_acquire);
   if (!list) return;
   for (VDevice* d : *list) d->drain();
@@ -125,6 +128,10 @@ void VDevice::drain() {
   d->flush();
   d->print_stats_once();
   d->withdraw_stats();
+}
+
+void set_before_drain(void (*fn)()) {
+  g_before_drain.store(fn, std::memory_order_release);
 }
 
 const std::vector<VDevice*>& devices() {

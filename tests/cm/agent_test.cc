@@ -74,6 +74,64 @@ TEST(Agent, NobodyListeningIsRejectedAtOnce) {
   EXPECT_EQ(p.a.connection_count(), 0u);
 }
 
+// A REQ for a service bound but not yet listened to (reserve) waits for the listen; the active
+// side's retransmission replaces the waiting copy (one event, not two).
+TEST(Agent, ARequestForAReservedServiceWaitsForTheListen) {
+  Pair p;
+  p.b.reserve(kSid);
+  p.auto_answer();
+  uint32_t id = p.a.connect(kIpB, basic_req(0x11), p.now);
+  p.run(0);
+  EXPECT_TRUE(p.ev_a.empty());
+  EXPECT_TRUE(p.ev_b.empty());
+  EXPECT_EQ(p.b.counters().held, 1u);
+  EXPECT_EQ(p.b.counters().rej_no_listener, 0u);
+  p.run(p.a.next_deadline());  // the REQ's first retransmission
+  EXPECT_EQ(p.a.counters().retransmits, 1u);
+  EXPECT_TRUE(p.ev_b.empty());
+  ASSERT_EQ(p.b.listen(kSid, 5), 0);
+  p.b.take_held(kSid, p.now);
+  p.run(p.now);
+  ASSERT_EQ(types(p.ev_b), (std::vector<T>{T::kReq, T::kEstablished}));
+  EXPECT_EQ(p.ev_b[0].listen_cookie, 5u);
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kRep}));
+  EXPECT_EQ(p.a.state(id), ConnState::kEstablished);
+  EXPECT_EQ(p.b.counters().held, 1u);
+}
+
+// Reserved, then released without a listen: what waited is answered as nobody listening is (REJ,
+// SIDR REP "not supported"); a service nobody reserved is rejected at once, and so is a REQ past
+// the kMaxHeld that wait.
+TEST(Agent, ARequestForAServiceReleasedWithoutListeningIsRejected) {
+  Pair p;
+  p.b.reserve(kSid);
+  p.b.reserve(kSid);  // counted: one release leaves it reserved
+  uint32_t id = p.a.connect(kIpB, basic_req(0x11), p.now);
+  SidrReq q;
+  q.service_id = kSid;
+  p.a.sidr_request(kIpB, q, p.now);
+  p.run(0);
+  EXPECT_TRUE(p.ev_a.empty());
+  EXPECT_EQ(p.b.counters().held, 2u);
+  p.b.unreserve(kSid, p.now);
+  p.run(0);
+  EXPECT_TRUE(p.ev_a.empty());
+  p.b.unreserve(kSid, p.now);
+  p.run(0);
+  ASSERT_EQ(types(p.ev_a), (std::vector<T>{T::kRej, T::kSidrRep}));
+  EXPECT_EQ(p.ev_a[0].id, id);
+  EXPECT_EQ(p.ev_a[0].rej.reason, static_cast<uint16_t>(RejReason::kInvalidServiceId));
+  EXPECT_EQ(p.ev_a[1].sidr_rep.status, SidrStatus::kServiceIdNotSupported);
+  EXPECT_EQ(p.b.counters().rej_no_listener, 2u);
+
+  Pair full;
+  full.b.reserve(kSid);
+  for (size_t i = 0; i < Agent::kMaxHeld + 1; ++i) full.a.connect(kIpB, basic_req(0x11), full.now);
+  full.run(0);
+  EXPECT_EQ(full.b.counters().held, Agent::kMaxHeld);
+  ASSERT_EQ(types(full.ev_a), (std::vector<T>{T::kRej}));
+}
+
 TEST(Agent, ConsumerRejectCarriesReasonAndPrivateData) {
   Pair p;
   p.b.listen(kSid, 1);

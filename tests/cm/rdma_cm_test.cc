@@ -345,6 +345,46 @@ TEST(RdmaCm, NobodyListeningIsRejectedWithInvalidServiceId) {
   expect(p.cch, RDMA_CM_EVENT_REJECTED, 8);
 }
 
+// A program may tell its peer the port between rdma_bind_addr and rdma_listen (qperf does): the
+// REQ that comes in between waits for the listen instead of being rejected — the kernel's CM
+// would reject it, but there the two calls are microseconds apart — and a bound id destroyed
+// without listening answers it as nobody listening does.
+TEST(RdmaCm, ARequestBetweenBindAndListenWaitsForTheListen) {
+  Pair p;
+  ASSERT_EQ(rdma_create_id(p.sch, &p.listener, &p, RDMA_PS_TCP), 0);
+  sockaddr_in s = sin_of(kServerIp, 7020);
+  ASSERT_EQ(rdma_bind_addr(p.listener, sa(s)), 0);
+  p.resolve(7020);
+  ibv_qp_init_attr a = qp_attr();
+  ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
+  ASSERT_EQ(rdma_connect(p.client, nullptr), 0);
+  // Before the hold, REJECTED came here within a millisecond.
+  EXPECT_EQ(next(p.cch, 200), nullptr) << "the REQ was answered before the listen";
+  ASSERT_EQ(rdma_listen(p.listener, 4), 0);
+  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req.id, nullptr);
+  p.child = req.id;
+  ASSERT_EQ(rdma_create_qp(p.child, nullptr, &a), 0);
+  ASSERT_EQ(rdma_accept(p.child, nullptr), 0);
+  expect(p.cch, RDMA_CM_EVENT_ESTABLISHED);
+  expect(p.sch, RDMA_CM_EVENT_ESTABLISHED);
+}
+
+TEST(RdmaCm, ARequestForABoundIdDestroyedWithoutListeningIsRejected) {
+  Pair p;
+  ASSERT_EQ(rdma_create_id(p.sch, &p.listener, &p, RDMA_PS_TCP), 0);
+  sockaddr_in s = sin_of(kServerIp, 7021);
+  ASSERT_EQ(rdma_bind_addr(p.listener, sa(s)), 0);
+  p.resolve(7021);
+  ibv_qp_init_attr a = qp_attr();
+  ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
+  ASSERT_EQ(rdma_connect(p.client, nullptr), 0);
+  EXPECT_EQ(next(p.cch, 100), nullptr);
+  ASSERT_EQ(rdma_destroy_id(p.listener), 0);
+  p.listener = nullptr;
+  expect(p.cch, RDMA_CM_EVENT_REJECTED, 8);  // invalid service ID, as with nobody listening
+}
+
 // A synchronous endpoint made from `res` whose rdma_connect fails with `err`.
 void expect_sync_connect_fails(rdma_addrinfo* res, int err) {
   ibv_qp_init_attr a = qp_attr();
