@@ -345,42 +345,48 @@ transport::Time Device::publish(transport::Time now, bool force) {
   size_t i = qp_slot_base_;
   stats_shm::for_each_qp_counter(dispatch_->counter_totals(),
                                  [&](const char*, uint64_t v) { publisher_->set(i++, v); });
+  // Both tables show the QPs with the lowest QPNs (stats_shm.h): only those rows are built, from
+  // one ordering of the live QPs — not a row per QP every snapshot (16 384 QPs were ~3 MB).
+  const size_t shown = std::max(size_t{stats_shm::kQpTableCapacity}, stats_shm::kCcQpSlots);
+  publish_order_.clear();
+  dispatch_->for_each_qp([this](const transport::Qp& q) { publish_order_.push_back(&q); });
+  const size_t n = std::min(publish_order_.size(), shown);
+  std::partial_sort(publish_order_.begin(), publish_order_.begin() + static_cast<ptrdiff_t>(n),
+                    publish_order_.end(), [](const transport::Qp* a, const transport::Qp* b) {
+                      return a->qpn() < b->qpn();
+                    });
   if (cfg_.cc.algorithm != transport::cc::Algorithm::kNone) {
-    // The reaction points' state, the QPs with the lowest QPNs first (stats_shm.h).
-    struct Row {
-      uint32_t qpn;
-      uint64_t rate_kbps, alpha_ppm, sent_pkts;
-    };
-    std::vector<Row> rows;
-    dispatch_->for_each_qp([&](const transport::Qp& q) {
-      const double alpha = std::clamp(q.cc_alpha(now), 0.0, 1.0);
-      rows.push_back({q.qpn(), q.cc_rate_bps() / 1000, static_cast<uint64_t>(alpha * 1e6 + 0.5),
-                      q.counters().sent_pkts});
-    });
-    const size_t n = std::min(rows.size(), stats_shm::kCcQpSlots);
-    std::partial_sort(rows.begin(), rows.begin() + static_cast<ptrdiff_t>(n), rows.end(),
-                      [](const Row& a, const Row& b) { return a.qpn < b.qpn; });
+    // The reaction points' state.
     for (size_t s = 0; s < stats_shm::kCcQpSlots; ++s) {
-      const Row r = s < n ? rows[s] : Row{0, 0, 0, 0};
       const size_t at = cc_slot_base_ + stats_shm::kCcQpFieldCount * s;
-      publisher_->set(at, r.qpn);
-      publisher_->set(at + 1, r.rate_kbps);
-      publisher_->set(at + 2, r.alpha_ppm);
-      publisher_->set(at + 3, r.sent_pkts);
+      uint64_t qpn = 0, rate_kbps = 0, alpha_ppm = 0, sent_pkts = 0;
+      if (s < n) {
+        const transport::Qp& q = *publish_order_[s];
+        qpn = q.qpn();
+        rate_kbps = q.cc_rate_bps() / 1000;
+        alpha_ppm = static_cast<uint64_t>(std::clamp(q.cc_alpha(now), 0.0, 1.0) * 1e6 + 0.5);
+        sent_pkts = q.counters().sent_pkts;
+      }
+      publisher_->set(at, qpn);
+      publisher_->set(at + 1, rate_kbps);
+      publisher_->set(at + 2, alpha_ppm);
+      publisher_->set(at + 3, sent_pkts);
     }
   }
-  // Every live QP's row (stats_shm.h, the QP table).
-  std::vector<stats_shm::QpRow> qps;
-  dispatch_->for_each_qp([&qps](const transport::Qp& q) {
+  // The QP table (stats_shm.h).
+  std::vector<stats_shm::QpRow> rows;
+  rows.reserve(std::min(n, size_t{stats_shm::kQpTableCapacity}));
+  for (size_t i = 0; i < std::min(n, size_t{stats_shm::kQpTableCapacity}); ++i) {
+    const transport::Qp& q = *publish_order_[i];
     const transport::Qp::Peer peer = q.peer();
-    qps.push_back({.qpn = q.qpn(),
-                   .type = static_cast<uint32_t>(q.type()),
-                   .state = static_cast<uint32_t>(q.state()),
-                   .peer_qpn = peer.qpn,
-                   .peer_ip = peer.ip,
-                   .counters = q.counters()});
-  });
-  publisher_->set_qps(qps);
+    rows.push_back({.qpn = q.qpn(),
+                    .type = static_cast<uint32_t>(q.type()),
+                    .state = static_cast<uint32_t>(q.state()),
+                    .peer_qpn = peer.qpn,
+                    .peer_ip = peer.ip,
+                    .counters = q.counters()});
+  }
+  publisher_->set_qps(rows);
   publisher_->set_port_active(port_active());
   publisher_->set_snapshot_ns(now);
   next_publish_ = now + kPublishInterval;

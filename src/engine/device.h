@@ -223,6 +223,8 @@ class Device : private Engine::Client, private transport::EventSink {
   size_t qp_slot_base_ = 0;           // index of the first QP-total entry
   size_t cc_slot_base_ = 0;           // index of the first ccqpNN_* entry (stats_shm::kCcQpSlots)
   transport::Time next_publish_ = 0;  // earliest time of the next QP snapshot (mu_)
+  // publish()'s scratch, kept between calls (mu_): the live QPs, the lowest QPNs first.
+  std::vector<const transport::Qp*> publish_order_;
   std::mutex mu_;
   DeviceCounters counters_;
   std::atomic<bool> stats_printed_{false};
