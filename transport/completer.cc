@@ -351,7 +351,7 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
     ++ctx.counters.rcvd_rnr_err;
     if (ctx.attr.rnr_retry != kRnrRetryInfinite) {
       if (rnr_left_ == 0) {
-        ++ctx.counters.rnr_retry_exceeded_err;
+        ++ctx.counters.retry_rnr_exceeded_err;
         return fail_front(Error::kRnrRetryExceeded, ctx, sq);
       }
       --rnr_left_;

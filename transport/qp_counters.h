@@ -54,7 +54,7 @@
   X(out_of_sequence, "out_of_sequence", kError)                                                    \
   X(duplicate_request, "duplicate_request", kError) /* duplicate requests received */              \
   X(retry_exceeded_err, "retry_exceeded_err", kError)                                              \
-  X(rnr_retry_exceeded_err, "rnr_retry_exceeded_err", kError)                                      \
+  X(retry_rnr_exceeded_err, "retry_rnr_exceeded_err", kError)                                      \
   /* Resends begun (timeout, sequence or implicit NAK): rxe's name, not an error by itself. */     \
   X(completer_retry_err, "completer_retry_err", kInfo)                                             \
   X(send_err, "send_err", kError)                                                                  \

@@ -223,7 +223,7 @@ TEST(PostingTest, ReceiverRepostsFromAnotherThreadWhileSenderStreams) {
   EXPECT_FALSE(failed);
   EXPECT_EQ(completed, kMsgs);
   EXPECT_EQ(b.qp->counters().send_rnr_err, 0u) << "an RNR NAK although a buffer was posted";
-  EXPECT_EQ(a.qp->counters().rnr_retry_exceeded_err, 0u);
+  EXPECT_EQ(a.qp->counters().retry_rnr_exceeded_err, 0u);
 }
 
 TEST(PostingTest, AReceivePostedLateLetsTheWaitingSendIn) {

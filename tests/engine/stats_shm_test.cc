@@ -85,7 +85,7 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "out_of_sequence",
                                          "duplicate_request",
                                          "retry_exceeded_err",
-                                         "rnr_retry_exceeded_err",
+                                         "retry_rnr_exceeded_err",
                                          "completer_retry_err",
                                          "send_err",
                                          "qp_dropped_pkts",

@@ -175,7 +175,7 @@ TEST_F(CompleterTest, RnrNakWaitsTheTimerThenRetries) {
   ASSERT_EQ(node->scq.wcs.size(), 2u);
   EXPECT_EQ(node->scq.wcs[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
   EXPECT_EQ(node->scq.wcs[1].status, IBV_WC_WR_FLUSH_ERR);
-  EXPECT_EQ(node->qp->counters().rnr_retry_exceeded_err, 1u);
+  EXPECT_EQ(node->qp->counters().retry_rnr_exceeded_err, 1u);
   EXPECT_EQ(node->qp->state(), IBV_QPS_ERR);
 }
 
