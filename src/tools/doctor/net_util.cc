@@ -1,0 +1,116 @@
+#include "tools/doctor/net_util.h"
+
+#include <linux/errqueue.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "engine/config.h"
+
+namespace uroce::doctor {
+
+std::string IcmpError::text() const {
+  std::string t;
+  if (local) {
+    t = err == EMSGSIZE ? "larger than this host's route MTU " + std::to_string(info)
+                        : std::string("refused by this host: ") + std::strerror(err);
+    return t;
+  }
+  if (type == 3) {
+    switch (code) {
+      case 0:
+        t = "network unreachable";
+        break;
+      case 1:
+        t = "host unreachable";
+        break;
+      case 3:
+        t = "port unreachable";
+        break;
+      case 4:
+        t = "fragmentation needed (next hop MTU " + std::to_string(info) + ")";
+        break;
+      case 9:
+      case 10:
+      case 13:
+        t = "administratively prohibited (a filter REJECTs it)";
+        break;
+      default:
+        t = "destination unreachable (code " + std::to_string(code) + ")";
+    }
+  } else if (type == 11) {
+    t = "time exceeded (a routing loop, or the TTL ran out)";
+  } else {
+    t = "ICMP type " + std::to_string(type) + " code " + std::to_string(code);
+  }
+  if (offender != 0) t += " from " + format_ipv4(offender);
+  return t;
+}
+
+bool enable_recverr(int fd) {
+  int on = 1;
+  return setsockopt(fd, IPPROTO_IP, IP_RECVERR, &on, sizeof on) == 0;
+}
+
+std::optional<IcmpError> read_icmp_error(int fd) {
+  uint8_t data[2048];
+  alignas(cmsghdr) uint8_t ctrl[512];
+  sockaddr_in from{};
+  iovec iov{data, sizeof data};
+  msghdr h{};
+  h.msg_name = &from;
+  h.msg_namelen = sizeof from;
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  h.msg_control = ctrl;
+  h.msg_controllen = sizeof ctrl;
+  if (recvmsg(fd, &h, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return std::nullopt;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+    if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
+    sock_extended_err ee;
+    std::memcpy(&ee, CMSG_DATA(c), sizeof ee);
+    IcmpError e;
+    e.local = ee.ee_origin == SO_EE_ORIGIN_LOCAL;
+    e.err = static_cast<int>(ee.ee_errno);
+    e.type = ee.ee_type;
+    e.code = ee.ee_code;
+    e.info = ee.ee_info;
+    // The offender's address follows the extended error in the same control message.
+    if (c->cmsg_len >= CMSG_LEN(sizeof ee + sizeof(sockaddr_in))) {
+      sockaddr_in off;
+      std::memcpy(&off, CMSG_DATA(c) + sizeof ee, sizeof off);
+      if (off.sin_family == AF_INET) e.offender = ntohl(off.sin_addr.s_addr);
+    }
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint8_t> tos_of(const void* msghdr_ptr) {
+  auto* h = static_cast<const msghdr*>(msghdr_ptr);
+  for (cmsghdr* c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(h), c))
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
+      return *CMSG_DATA(c);
+  return std::nullopt;
+}
+
+bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int r = poll(&p, 1, static_cast<int>(left.count()));
+    if (r > 0) return true;  // POLLIN, or POLLERR: an error is queued
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+std::string describe_tos(uint8_t tos) {
+  static constexpr const char* kEcn[4] = {"Not-ECT", "ECT(1)", "ECT(0)", "CE"};
+  return "DSCP " + std::to_string(dscp_of(tos)) + ", " + kEcn[ecn_of(tos)];
+}
+
+}  // namespace uroce::doctor
