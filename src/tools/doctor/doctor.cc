@@ -67,10 +67,14 @@ Section path_section(const DeviceConfig& c, uint32_t peer, const DoctorOptions& 
   return sec;
 }
 
-std::vector<Section> counter_sections(const tools::Published& pub, const std::string& device) {
+// The published devices, each a section; with -d only that device (its name and address:
+// another host's device of the same name is not it).
+std::vector<Section> counter_sections(const tools::Published& pub, const std::string& device,
+                                      const DeviceConfig* chosen) {
   std::map<std::pair<std::string, uint32_t>, DeviceCounterView> views;
   for (const auto& [path, s] : pub) {
     if (!device.empty() && s.id.device != device) continue;
+    if (!device.empty() && chosen && s.id.ipv4 != chosen->ipv4) continue;
     DeviceCounterView& v = views[{s.id.device, s.id.ipv4}];
     v.device = s.id.device;
     v.ipv4 = s.id.ipv4;
@@ -155,7 +159,7 @@ int cmd_doctor(const DoctorOptions& o, const tools::Collect& collect) {
     none.name = "no device";
     r.sections.push_back(path_section(from ? *from : none, *peer, o));
   }
-  for (Section& s : counter_sections(pub, o.device)) r.sections.push_back(std::move(s));
+  for (Section& s : counter_sections(pub, o.device, from)) r.sections.push_back(std::move(s));
   const std::string text = o.json ? render_json(r) : render_text(r);
   std::fputs(text.c_str(), stdout);
   return exit_code(r);

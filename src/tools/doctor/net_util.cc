@@ -14,9 +14,13 @@ namespace uroce::doctor {
 std::string IcmpError::text() const {
   std::string t;
   if (local) {
-    t = err == EMSGSIZE ? "larger than this host's route MTU " + std::to_string(info)
-                        : std::string("refused by this host: ") + std::strerror(err);
-    return t;
+    if (err == EMSGSIZE) return "larger than this host's route MTU " + std::to_string(info);
+    // A veth refuses a packet larger than its other end's MTU this way: the drop a switch
+    // port with a smaller MTU makes in silence.
+    if (err == ENOBUFS)
+      return "dropped as they leave this host (ENOBUFS: the interface refused them; a veth does "
+             "for a packet larger than its other end's MTU)";
+    return std::string("refused by this host: ") + std::strerror(err);
   }
   if (type == 3) {
     switch (code) {

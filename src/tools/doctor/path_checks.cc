@@ -200,7 +200,9 @@ std::vector<Check> check_path(const PathOptions& o) {
       EchoResult r = pinger->echo(s.ip_bytes, 0, o.wait_ms);
       s.answered = r.answered;
       s.error = r.error;
-      if (r.error) break;
+      // An answer from the path (fragmentation needed, unreachable) or the interface's own
+      // MTU is final; anything else may be one lost or refused packet: try again.
+      if (r.error && (!r.error->local || r.error->err == EMSGSIZE)) break;
     }
     steps.push_back(s);
     if (!s.answered) break;
