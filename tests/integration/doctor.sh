@@ -114,6 +114,12 @@ case $mode in
       "✓ path MTU: echo requests of 4160 bytes with DF come back" \
       "✓ DSCP kept" "✓ ECN kept" "✓ MTU: $veth_a MTU 9000: the device reports active MTU 4096"
     expect_rc 0
+    # The same for scripts: one JSON document, every check with its id and status.
+    doctor --json "$ip_b" >/dev/null
+    python3 -c 'import json,sys; r=json.loads(sys.argv[1]); c={k["id"]:k["status"] for s in r["sections"] for k in s["checks"]}; assert r["ok"] and c["path.udp4791"]=="pass" and c["path.mtu"]=="pass", c' "$out" || {
+      echo "FAIL: doctor --json"
+      fail=1
+    }
     tc_rule "$ns_b" "$veth_b" ingress -DDROP_UDP_DPORT=4791
     doctor "$ip_b"
     expect "! UDP 4791: no answer to 3 SIDR REQs to $ip_b:4791 (inconclusive): a filter drops UDP 4791"

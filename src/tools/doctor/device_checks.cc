@@ -120,7 +120,12 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
     k.evidence += mtu ? "; active MTU " + std::to_string(mtu) : "";
     out.push_back(k);
   }
-  out.push_back(mtu_verdict_device(d.dev, d.mtu ? d.mtu : 1500));
+  out.push_back(
+      {"device.gid", "GID table", Status::kPass,
+       "index 0: ::ffff:" + format_ipv4(c.ipv4) + " (RoCE v2)" +
+           (d.roce_v1 ? "; index 1: the same address as RoCE v1 (EtherType 0x8915)" : "")});
+  out.push_back(mtu_verdict_device("the DPDK port " + d.dev.substr(0, d.dev.find(',')),
+                                   d.mtu ? d.mtu : 1500, "mtu=9000 in its dpdk(…) entry"));
   if (d.mtu == 0) out.back().evidence += " (mtu= not given: the port's default, taken as 1500)";
   Check q{"device.qos", "VLAN, PCP, DSCP"};
   if (d.vlan != 0) {
@@ -144,7 +149,7 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
 
 }  // namespace
 
-Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu) {
+Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu, const std::string& fix) {
   Check k{"device.mtu", "MTU"};
   if (if_mtu == 0) {
     k.status = Status::kSkip;
@@ -159,7 +164,8 @@ Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu) {
     k.status = Status::kWarn;
     k.evidence += "; RoCE MTU 4096 needs an interface MTU of at least " +
                   std::to_string(4096 + kRoceIpOverhead);
-    k.fix = "ip link set dev " + netdev + " mtu 9000 (and the same on every hop and the peer)";
+    k.fix = (fix.empty() ? "ip link set dev " + netdev + " mtu 9000" : fix) +
+            " (and the same on every hop and the peer)";
   }
   return k;
 }

@@ -27,7 +27,8 @@ std::vector<Check> check_device(const DeviceConfig& c, const tools::Published& p
 
 // ---- verdicts (pure) -----------------------------------------------------------------------
 // The interface MTU against RoCE's: the active IB MTU it gives the device, and whether a
-// 4096-byte RoCE MTU fits (an interface MTU of at least 4160).
-Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu);
+// 4096-byte RoCE MTU fits (an interface MTU of at least 4160). `fix`: how to raise it, when
+// not `ip link set dev NETDEV mtu 9000`.
+Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu, const std::string& fix = {});
 
 }  // namespace uroce::doctor

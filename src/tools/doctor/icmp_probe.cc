@@ -105,17 +105,11 @@ EchoResult Pinger::echo(size_t ip_bytes, uint8_t tos, int wait_ms) {
       continue;
     }
     std::vector<uint8_t> buf(ip_bytes + 64);
-    alignas(cmsghdr) uint8_t ctrl[128];
-    iovec iov{buf.data(), buf.size()};
-    msghdr h{};
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    h.msg_control = ctrl;
-    h.msg_controllen = sizeof ctrl;
-    const ssize_t n = recvmsg(fd_, &h, MSG_DONTWAIT);
+    const Datagram d = recv_datagram(fd_, buf.data(), buf.size());
+    const ssize_t n = d.len;
     if (n <= 0) continue;
     size_t off = 0;
-    uint8_t tos_in = tos_of(&h).value_or(0);
+    uint8_t tos_in = d.tos;
     if (raw_) {  // a raw socket sees the IP header, and every ICMP message to this host
       const size_t ihl = size_t(buf[0] & 0xf) * 4;
       if (size_t(n) < ihl + 8) continue;

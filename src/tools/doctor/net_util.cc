@@ -10,6 +10,21 @@
 #include "engine/config.h"
 
 namespace uroce::doctor {
+namespace {
+
+// A message header for recvmsg: one buffer, the source address, room for control messages.
+msghdr message_to(sockaddr_in* from, iovec* iov, uint8_t* ctrl, size_t ctrl_len) {
+  msghdr h{};
+  h.msg_name = from;
+  h.msg_namelen = sizeof *from;
+  h.msg_iov = iov;
+  h.msg_iovlen = 1;
+  h.msg_control = ctrl;
+  h.msg_controllen = ctrl_len;
+  return h;
+}
+
+}  // namespace
 
 std::string IcmpError::text() const {
   std::string t;
@@ -63,13 +78,7 @@ std::optional<IcmpError> read_icmp_error(int fd) {
   alignas(cmsghdr) uint8_t ctrl[512];
   sockaddr_in from{};
   iovec iov{data, sizeof data};
-  msghdr h{};
-  h.msg_name = &from;
-  h.msg_namelen = sizeof from;
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  h.msg_control = ctrl;
-  h.msg_controllen = sizeof ctrl;
+  msghdr h = message_to(&from, &iov, ctrl, sizeof ctrl);
   if (recvmsg(fd, &h, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) return std::nullopt;
   for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
     if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
@@ -92,12 +101,19 @@ std::optional<IcmpError> read_icmp_error(int fd) {
   return std::nullopt;
 }
 
-std::optional<uint8_t> tos_of(const void* msghdr_ptr) {
-  auto* h = static_cast<const msghdr*>(msghdr_ptr);
-  for (cmsghdr* c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(h), c))
+Datagram recv_datagram(int fd, uint8_t* buf, size_t size) {
+  alignas(cmsghdr) uint8_t ctrl[128];
+  sockaddr_in from{};
+  iovec iov{buf, size};
+  msghdr h = message_to(&from, &iov, ctrl, sizeof ctrl);
+  Datagram d;
+  d.len = recvmsg(fd, &h, MSG_DONTWAIT);
+  if (d.len <= 0) return d;
+  d.from_ip = ntohl(from.sin_addr.s_addr);
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
     if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
-      return *CMSG_DATA(c);
-  return std::nullopt;
+      d.tos = *CMSG_DATA(c);
+  return d;
 }
 
 bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline) {

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include <sys/types.h>
+
 namespace uroce::doctor {
 
 // An ICMP error the kernel queued on a socket for a datagram it sent (IP_RECVERR), or a local
@@ -26,8 +28,14 @@ std::optional<IcmpError> read_icmp_error(int fd);
 // Turns IP_RECVERR on; false if the kernel refuses.
 bool enable_recverr(int fd);
 
-// The TOS byte of a message received with IP_RECVTOS on, from its control messages.
-std::optional<uint8_t> tos_of(const void* msghdr_ptr);
+// One datagram read without waiting: its length (<= 0: none), its source and its TOS byte (from
+// IP_RECVTOS; 0 on a socket that does not report it).
+struct Datagram {
+  ssize_t len = -1;
+  uint32_t from_ip = 0;  // host order
+  uint8_t tos = 0;
+};
+Datagram recv_datagram(int fd, uint8_t* buf, size_t size);
 
 // Waits until fd is readable (or has an error queued, POLLERR) or the deadline passes; false on
 // timeout.

@@ -185,21 +185,11 @@ RoceProbeResult probe_udp4791(uint32_t src_ip, uint32_t dst_ip, int attempts, in
       }
       if (!(p[0].revents & POLLIN)) continue;
       uint8_t buf[2048];
-      alignas(cmsghdr) uint8_t ctrl[128];
-      sockaddr_in from{};
-      iovec iov{buf, sizeof buf};
-      msghdr h{};
-      h.msg_name = &from;
-      h.msg_namelen = sizeof from;
-      h.msg_iov = &iov;
-      h.msg_iovlen = 1;
-      h.msg_control = ctrl;
-      h.msg_controllen = sizeof ctrl;
-      const ssize_t n = recvmsg(rx.fd, &h, MSG_DONTWAIT);
-      if (n <= 0) continue;
-      std::span<const uint8_t> payload(buf, static_cast<size_t>(n));
-      uint8_t tos = tos_of(&h).value_or(0);
-      uint32_t from_ip = ntohl(from.sin_addr.s_addr);
+      const Datagram d = recv_datagram(rx.fd, buf, sizeof buf);
+      if (d.len <= 0) continue;
+      std::span<const uint8_t> payload(buf, static_cast<size_t>(d.len));
+      uint8_t tos = d.tos;
+      uint32_t from_ip = d.from_ip;
       if (raw) {  // an IP header and a UDP header before the payload: only ours to 4791 count
         if (payload.size() < 20) continue;
         const size_t ihl = size_t(payload[0] & 0xf) * 4;
