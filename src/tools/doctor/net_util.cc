@@ -128,9 +128,13 @@ bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline) {
   }
 }
 
-std::string describe_tos(uint8_t tos) {
+const char* ecn_name(uint8_t tos) {
   static constexpr const char* kEcn[4] = {"Not-ECT", "ECT(1)", "ECT(0)", "CE"};
-  return "DSCP " + std::to_string(dscp_of(tos)) + ", " + kEcn[ecn_of(tos)];
+  return kEcn[ecn_of(tos)];
+}
+
+std::string describe_tos(uint8_t tos) {
+  return "DSCP " + std::to_string(dscp_of(tos)) + ", " + ecn_name(tos);
 }
 
 }  // namespace uroce::doctor

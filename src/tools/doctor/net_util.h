@@ -41,8 +41,9 @@ Datagram recv_datagram(int fd, uint8_t* buf, size_t size);
 // timeout.
 bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline);
 
-// "DSCP 26, ECT(0)"
+// "DSCP 26, ECT(0)"; ecn_name: "ECT(0)" (RFC 3168's names of the ECN field's four values).
 std::string describe_tos(uint8_t tos);
+const char* ecn_name(uint8_t tos);
 inline uint8_t dscp_of(uint8_t tos) {
   return tos >> 2;
 }

@@ -143,15 +143,14 @@ Check dscp_verdict(uint8_t sent_tos, uint8_t reply_tos) {
 Check ecn_verdict(uint8_t sent_tos, uint8_t reply_tos) {
   Check k{"path.ecn", "ECN kept"};
   const uint8_t got = ecn_of(reply_tos);
-  const std::string was = describe_tos(sent_tos).substr(describe_tos(sent_tos).find(", ") + 2);
+  const std::string was = ecn_name(sent_tos);
   if (got == ecn_of(sent_tos) || got == 3) {
     k.evidence = "an echo request sent " + was + " came back " +
                  (got == 3 ? std::string("CE: a queue on the path marks, as it should") : was);
     return k;
   }
   k.status = Status::kFail;
-  k.evidence = "an echo request sent " + was + " came back " +
-               describe_tos(reply_tos).substr(describe_tos(reply_tos).find(", ") + 2) +
+  k.evidence = "an echo request sent " + was + " came back " + ecn_name(reply_tos) +
                ": the path clears ECN, so no switch can mark congestion and DCQCN never acts";
   k.fix = "stop the ECN bits from being cleared (a remarking policy or a tunnel that drops them)";
   return k;
@@ -216,11 +215,11 @@ std::vector<Check> check_path(const PathOptions& o) {
     out.push_back(dscp_verdict(tos, tr->reply_tos));
     out.push_back(ecn_verdict(tos, tr->reply_tos));
   } else {
-    for (const char* id : {"path.dscp", "path.ecn"})
-      out.push_back({id, id[5] == 'd' ? "DSCP kept" : "ECN kept", Status::kWarn,
-                     "echo requests with TOS " + describe_tos(tos) +
-                         " got no answer, while those with TOS 0 did: the path drops them",
-                     "find the QoS policy that drops this class"});
+    const std::string why = "echo requests with TOS " + describe_tos(tos) +
+                            " got no answer, while those with TOS 0 did: the path drops them";
+    const std::string fix = "find the QoS policy that drops this class";
+    out.push_back({"path.dscp", "DSCP kept", Status::kWarn, why, fix});
+    out.push_back({"path.ecn", "ECN kept", Status::kWarn, why, fix});
   }
   return out;
 }
