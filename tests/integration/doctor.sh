@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 ip netns del "$ns_a" 2>/dev/null
 ip netns del "$ns_b" 2>/dev/null
-ip netns add "$ns_a" && ip netns add "$ns_b" || skip "cannot create network namespaces"
+if ! ip netns add "$ns_a" || ! ip netns add "$ns_b"; then skip "cannot create network namespaces"; fi
 ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" ||
   skip "cannot create a veth pair"
 ip -n "$ns_a" addr add "$ip_a/24" dev "$veth_a"
