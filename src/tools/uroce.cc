@@ -7,11 +7,11 @@
 //   uroce dev-nodes [--remove] real /dev/infiniband nodes for UCX, for programs that run without
 //                              uroce-run's answers to that look-up (docs/middleware.md)
 //   uroce config               the configuration the environment gives, each key with its doc
+//   uroce doctor [PEER]        the RoCE checklist: devices, the path to PEER, the counters'
+//                              verdicts, each with its evidence and fix (tools/doctor/doctor.h)
 // The counters come from the shared-memory files devices publish (engine/stats_shm.h); this
 // command only reads them (and removes the files of processes that died without closing).
-#include <net/if.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -35,7 +35,9 @@
 #include "transport/cc/parse.h"
 #include "ports/link_watch.h"
 #include "engine/stats_shm.h"
+#include "tools/doctor/doctor.h"
 #include "tools/json.h"
+#include "tools/netdev.h"
 #include "tools/qp_view.h"
 
 namespace uroce {
@@ -43,7 +45,9 @@ namespace {
 
 namespace shm = stats_shm;
 
+using tools::ib_mtu_for;
 using tools::json_string;
+using tools::netdev_mtu;
 
 const char* port_state_name(uint32_t s) {
   switch (s) {
@@ -57,29 +61,6 @@ const char* port_state_name(uint32_t s) {
 }
 
 // ---- uroce devices -------------------------------------------------------------------------
-
-uint32_t netdev_mtu(const std::string& netdev) {
-  if (netdev.empty() || netdev.size() >= IFNAMSIZ) return 0;
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  ifreq ifr{};
-  std::memcpy(ifr.ifr_name, netdev.c_str(), netdev.size());
-  uint32_t mtu = 0;
-  if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0) mtu = static_cast<uint32_t>(ifr.ifr_mtu);
-  close(fd);
-  return mtu;
-}
-
-// The active IB MTU a device on this netdev reports: the largest of 4096..256 whose RoCEv2
-// packets (IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ICRC 4 around the payload) fit the
-// interface MTU. The same rule as Device::open (src/engine/device.cc); 1500 when unknown.
-uint32_t ib_mtu_for(uint32_t if_mtu) {
-  constexpr uint32_t kRoceOverhead = 20 + 8 + 12 + 16 + 4 + 4;
-  if (if_mtu == 0) if_mtu = 1500;
-  for (uint32_t m : {4096u, 2048u, 1024u, 512u, 256u})
-    if (m + kRoceOverhead <= if_mtu) return m;
-  return 256;
-}
 
 int cmd_devices(bool json) {
   std::string err;
@@ -609,6 +590,9 @@ int main(int argc, char** argv) {
       "variable, every device with its port's, fault-injection and congestion-control keys, each "
       "with its value and what it does");
 
+  uroce::doctor::DoctorOptions dopt;
+  CLI::App* doctor = uroce::doctor::add_command(app, &dopt);
+
   CLI11_PARSE(app, argc, argv);
   if (*pid_opt) so.pid = pid;
   if (*top_pid_opt) top_filter.pid = top_pid;
@@ -619,5 +603,9 @@ int main(int argc, char** argv) {
   // The reader may be piped into head(1): a closed pipe ends it quietly.
   signal(SIGPIPE, SIG_DFL);
   if (*top) return uroce::cmd_top(to, top_filter);
+  if (*doctor) {
+    const uroce::StatsOptions all;
+    return uroce::doctor::cmd_doctor(dopt, [&all] { return uroce::collect(all); });
+  }
   return uroce::cmd_stats(so);
 }

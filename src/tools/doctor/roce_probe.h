@@ -1,0 +1,59 @@
+// Is UDP 4791 open between here and a peer? A probe every RoCE peer's connection manager
+// answers: a SIDR REQ (IBTA 12.11) in a RoCEv2 UD datagram to the peer's QP1 (the GSI, Q_Key
+// 0x80010000), for a service ID nobody listens on. The peer's CM answers with a SIDR REP whose
+// status is "service ID not supported" (uroce's CM agent, src/cm/agent.cc, and the kernel's
+// cm_sidr_req_handler alike) — an answer that needs no listener and changes nothing there.
+//
+// What each outcome proves:
+//   SIDR REP            a RoCE CM at the peer, UDP 4791 open both ways (conclusive);
+//   ICMP port unreachable  the peer's host runs nothing on UDP 4791 (conclusive: the host said so);
+//   other ICMP errors   host or network unreachable, or a filter that REJECTs (it names itself);
+//   silence             inconclusive: a filter that DROPs UDP 4791 on the way there or back, or a
+//                       peer with no CM on QP1 — a uroce process opens QP1 only while it uses
+//                       rdma_cm, so a verbs-only program (ibv_rc_pingpong) is silent too.
+// The REP comes back to this host's UDP 4791 (a RoCE answer goes to port 4791, whatever the
+// request's source port): the probe listens there itself when nothing else does, else (a uroce
+// process holds the port) reads a copy of every UDP datagram through a raw socket (root or
+// CAP_NET_RAW), else it cannot see the answer and says so.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace uroce::doctor {
+
+// The service ID the probe asks for: in the RDMA IP CM range (Annex A11: 0x0000000001 PS port)
+// with a port space no rdma_cm uses (0x00ff), so no listener can match it.
+inline constexpr uint64_t kProbeServiceId = 0x0000000001ff0000ULL;
+
+// The UDP payload of the probe (BTH, DETH, the SIDR REQ MAD, ICRC) as sent from src_ip:src_port
+// to dst_ip:4791 with DF and IP ID 0 — what the kernel gives an unconnected DF datagram, which
+// the ICRC covers (docs/wire-format.md).
+std::vector<uint8_t> build_sidr_probe(uint32_t src_ip, uint32_t dst_ip, uint16_t src_port,
+                                      uint32_t request_id, uint64_t tid);
+
+// The SIDR REP answering request_id in a RoCEv2 UDP payload, or nullopt when it is none.
+struct SidrAnswer {
+  uint8_t status = 0;  // cm::SidrStatus
+};
+std::optional<SidrAnswer> parse_sidr_answer(std::span<const uint8_t> udp_payload,
+                                            uint32_t request_id);
+const char* sidr_status_text(uint8_t status);
+
+struct RoceProbeResult {
+  enum class Outcome { kAnswered, kPortUnreachable, kIcmpError, kSilence, kCannotRun };
+  Outcome outcome = Outcome::kCannotRun;
+  uint8_t sidr_status = 0;
+  double rtt_us = 0;      // kAnswered: request to answer
+  uint8_t reply_tos = 0;  // kAnswered: the REP's IP TOS byte as it arrived
+  std::string detail;     // ICMP error text and who sent it, or why it cannot run
+  int attempts = 0;
+};
+// Sends the probe (up to `attempts` times, `wait_ms` apart) from src_ip to dst_ip and waits for
+// an answer.
+RoceProbeResult probe_udp4791(uint32_t src_ip, uint32_t dst_ip, int attempts, int wait_ms);
+
+}  // namespace uroce::doctor

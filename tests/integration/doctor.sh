@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# `uroce doctor` against a path with exactly one thing broken, asserting that doctor names it.
+# Two network namespaces joined by a veth pair (MTU 9000 both ends): doctor runs in the first
+# with a device on 10.93.INDEX.1, the peer in the second on 10.93.INDEX.2. Needs root (skips
+# with 77 otherwise); the rules are a tc BPF program (doctor_tc.c, built here with clang: this
+# kernel has no act_gact or act_pedit, the machine no iptables or nft).
+#
+#   doctor.sh UROCE UROCE_RUN INDEX MODE
+# MODE:
+#   udp4791  nothing listens at the peer: ✗ (ICMP port unreachable); an rdma_cm listener there
+#            (rping -s): ✓ SIDR REP, every path check passes and doctor exits 0; a tc rule that
+#            drops UDP 4791 at the peer's veth: the probe goes unanswered (!, inconclusive)
+#   mtu      the peer's end of the veth at MTU 1500: ✗ path MTU (echo requests of 2112 bytes
+#            vanish; the device, on MTU 9000, would use 4096), exit 1
+#   dscp     a tc rule on the way rewrites DSCP to 0: ✗ DSCP kept, exit 1
+#   ecn      a tc rule on the way clears ECN: ✗ ECN kept, exit 1
+#   loss     an RC pingpong whose client injects 5% loss (UROCE_FAULTS): ✗ loss, with
+#            retransmitted_pkts and the injected drops named
+set -uo pipefail
+uroce=$1 run=$2 idx=$3 mode=$4
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+[[ $(id -u) -eq 0 ]] || skip "needs root for network namespaces"
+command -v ip >/dev/null || skip "needs iproute2"
+
+ns_a=uroce-da$idx ns_b=uroce-db$idx veth_a=uda$idx veth_b=udb$idx
+ip_a=10.93.$idx.1 ip_b=10.93.$idx.2 dev=dr$idx
+work=$(mktemp -d /tmp/uroce-doctor.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  ip netns del "$ns_a" 2>/dev/null
+  ip netns del "$ns_b" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns del "$ns_a" 2>/dev/null
+ip netns del "$ns_b" 2>/dev/null
+if ! ip netns add "$ns_a" || ! ip netns add "$ns_b"; then skip "cannot create network namespaces"; fi
+ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" ||
+  skip "cannot create a veth pair"
+ip -n "$ns_a" addr add "$ip_a/24" dev "$veth_a"
+ip -n "$ns_b" addr add "$ip_b/24" dev "$veth_b"
+for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+ip -n "$ns_a" link set "$veth_a" mtu 9000 up
+ip -n "$ns_b" link set "$veth_b" mtu 9000 up
+for _ in $(seq 100); do  # the carrier comes through linkwatch, up to a second after both are up
+  ip -n "$ns_a" link show "$veth_a" | grep -q LOWER_UP &&
+    ip -n "$ns_b" link show "$veth_b" | grep -q LOWER_UP && break
+  sleep 0.05
+done
+
+# tc_rule NS VETH DIRECTION CFLAGS…: attach doctor_tc.c built with those -D flags.
+tc_rule() {
+  local ns=$1 veth=$2 dir=$3
+  shift 3
+  command -v clang >/dev/null || skip "needs clang to build the tc BPF rule"
+  clang -O2 -target bpf -I"/usr/include/$(gcc -print-multiarch 2>/dev/null)" "$@" \
+    -c "$(dirname "$0")/doctor_tc.c" -o "$work/rule.o" || skip "clang cannot build BPF here"
+  tc -n "$ns" qdisc add dev "$veth" clsact 2>/dev/null
+  tc -n "$ns" filter add dev "$veth" "$dir" bpf da obj "$work/rule.o" sec tc ||
+    skip "cannot attach a tc BPF classifier"
+}
+
+fail=
+doctor() {  # doctor ARGS…: runs doctor in ns_a for device $dev; output in $out, status in $rc
+  out=$(UROCE_DEVICES=$dev=$ip_a ip netns exec "$ns_a" "$uroce" doctor -d "$dev" --wait-ms 300 \
+    "$@" 2>&1)
+  rc=$?
+  echo "--- uroce doctor $* (exit $rc)"
+  echo "$out"
+}
+expect() {  # expect TEXT…: each TEXT must be a line (fixed string) of the last doctor output
+  for want in "$@"; do
+    grep -qF -- "$want" <<<"$out" || {
+      echo "FAIL: doctor did not print: $want"
+      fail=1
+    }
+  done
+}
+expect_rc() {
+  [[ $rc -eq $1 ]] || {
+    echo "FAIL: doctor exited $rc, not $1"
+    fail=1
+  }
+}
+
+# An rdma_cm listener at the peer (its CM answers SIDR on QP1); READY: it listens.
+start_listener() {
+  UROCE_DEVICES=$dev=$ip_b UROCE_LOG=info ip netns exec "$ns_b" timeout 60 "$run" \
+    rping -s -a "$ip_b" -p 7471 >"$work/peer.out" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do
+    grep -q "rdma_cm: listening" "$work/peer.out" && return
+    sleep 0.05
+  done
+  cat "$work/peer.out"
+  echo "FAIL: the peer's rping did not start listening"
+  exit 1
+}
+
+case $mode in
+  udp4791)
+    doctor "$ip_b"
+    expect "✗ UDP 4791: nothing listens on $ip_b:4791: port unreachable from $ip_b"
+    expect_rc 1
+    start_listener
+    doctor "$ip_b"
+    expect "✓ UDP 4791: a RoCE CM at $ip_b answered the SIDR REQ on QP1 (SIDR REP: service ID not supported)" \
+      "✓ reachable: $ip_b answers ICMP echo (5/5)" \
+      "✓ path MTU: echo requests of 4160 bytes with DF come back" \
+      "✓ DSCP kept" "✓ ECN kept" "✓ MTU: $veth_a MTU 9000: the device reports active MTU 4096"
+    expect_rc 0
+    # The same for scripts: one JSON document, every check with its id and status.
+    doctor --json "$ip_b" >/dev/null
+    python3 -c 'import json,sys; r=json.loads(sys.argv[1]); c={k["id"]:k["status"] for s in r["sections"] for k in s["checks"]}; assert r["ok"] and c["path.udp4791"]=="pass" and c["path.mtu"]=="pass", c' "$out" || {
+      echo "FAIL: doctor --json"
+      fail=1
+    }
+    tc_rule "$ns_b" "$veth_b" ingress -DDROP_UDP_DPORT=4791
+    doctor "$ip_b"
+    expect "! UDP 4791: no answer to 3 SIDR REQs to $ip_b:4791 (inconclusive): a filter drops UDP 4791"
+    ;;
+  mtu)
+    ip -n "$ns_b" link set "$veth_b" mtu 1500
+    doctor "$ip_b"
+    expect "✗ path MTU: the largest RoCE packet that fits is of MTU 1024: 2112-byte echo requests with DF get" \
+      "but the device reports active MTU 4096 (interface MTU 9000)"
+    expect_rc 1
+    ;;
+  dscp)
+    tc_rule "$ns_a" "$veth_a" egress -DTOS_MASK=0xfc -DTOS_SET=0
+    doctor "$ip_b"
+    expect "✗ DSCP kept: an echo request sent with DSCP 26 came back with DSCP 0" "✓ ECN kept"
+    expect_rc 1
+    ;;
+  ecn)
+    tc_rule "$ns_a" "$veth_a" egress -DTOS_MASK=0x03 -DTOS_SET=0
+    doctor "$ip_b"
+    expect "✗ ECN kept: an echo request sent ECT(0) came back Not-ECT: the path clears ECN" \
+      "✓ DSCP kept"
+    expect_rc 1
+    ;;
+  loss)
+    # A long RC pingpong, the client (in ns_a, device $dev) losing 5% of its packets on purpose:
+    # doctor reads its published counters while it runs.
+    UROCE_DEVICES=$dev=$ip_b ip netns exec "$ns_b" timeout 60 "$run" \
+      ibv_rc_pingpong -d "$dev" -g 0 -p 7472 -n 1000000 >"$work/server.out" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 200); do
+      ip netns exec "$ns_b" ss -ltnH "sport = :7472" | grep -q . && break
+      sleep 0.05
+    done
+    UROCE_DEVICES=$dev=$ip_a UROCE_FAULTS=loss=0.05,seed=3 ip netns exec "$ns_a" timeout 60 \
+      "$run" ibv_rc_pingpong -d "$dev" -g 0 -p 7472 -n 1000000 "$ip_b" >"$work/client.out" 2>&1 &
+    pids+=($!)
+    # Wait for the condition, not for a time: the QP totals are published every 100 ms.
+    for _ in $(seq 300); do
+      doctor >/dev/null
+      grep -qF "✗ loss: packets are lost between the two devices" <<<"$out" && break
+      sleep 0.1
+    done
+    doctor
+    expect "✗ loss: packets are lost between the two devices: retransmitted_pkts" \
+      "UROCE_FAULTS dropped" "fix: the loss is injected: unset UROCE_FAULTS"
+    expect_rc 1
+    ;;
+  *)
+    echo "unknown mode $mode"
+    exit 2
+    ;;
+esac
+if [[ -n $fail ]]; then exit 1; fi
+echo PASS

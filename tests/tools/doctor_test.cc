@@ -1,0 +1,297 @@
+// `uroce doctor`'s pure parts (src/tools/doctor): the rules that turn published counters into
+// sentences, the verdicts of the path probes, the SIDR probe's bytes, and the rendering (text
+// and JSON). The probes themselves, against real peers with one thing broken each, are in
+// tests/integration/doctor.sh.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cm/mad.h"
+#include "tools/doctor/counter_rules.h"
+#include "tools/doctor/device_checks.h"
+#include "tools/doctor/path_checks.h"
+#include "tools/doctor/report.h"
+#include "tools/doctor/roce_probe.h"
+#include "transport/wire/icrc.h"
+#include "transport/wire/wire.h"
+
+namespace uroce::doctor {
+namespace {
+
+Check find(const std::vector<Check>& checks, const std::string& id) {
+  auto it = std::find_if(checks.begin(), checks.end(), [&](const Check& c) { return c.id == id; });
+  if (it == checks.end()) throw std::runtime_error("no check " + id);
+  return *it;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// ---- counters ------------------------------------------------------------------------------
+
+TEST(DoctorCounters, QuietDevicePassesEveryCheckNamingTheCountersItRead) {
+  DeviceCounterView v;
+  v.device = "uroce0";
+  v.ipv4 = 0x0a000001;
+  v.counters = {{"qp_sent_pkts", 1000}, {"sent_pkts", 1000}};
+  const auto checks = diagnose_counters(v);
+  for (const Check& c : checks) EXPECT_EQ(c.status, Status::kPass) << c.id << ": " << c.evidence;
+  EXPECT_TRUE(contains(find(checks, "counters.loss").evidence, "retransmitted_pkts 0"));
+  EXPECT_TRUE(contains(find(checks, "counters.rnr").evidence, "send_rnr_err 0"));
+  EXPECT_EQ(find(checks, "counters.drops").status, Status::kPass);
+}
+
+TEST(DoctorCounters, RetransmissionsAreLossBetweenTheDevicesWithTheWorstPeer) {
+  DeviceCounterView v;
+  v.device = "uroce0";
+  v.ipv4 = 0x0a000001;
+  v.counters = {{"qp_sent_pkts", 1000}, {"retransmitted_pkts", 50}, {"rcvd_seq_err", 7}};
+  v.peers[0x0a000002] = {.retransmitted_pkts = 45};
+  v.peers[0x0a000003] = {.retransmitted_pkts = 5};
+  const Check c = find(diagnose_counters(v), "counters.loss");
+  EXPECT_EQ(c.status, Status::kFail);
+  EXPECT_TRUE(contains(c.evidence, "packets are lost between the two devices"));
+  EXPECT_TRUE(contains(c.evidence, "retransmitted_pkts 50 of qp_sent_pkts 1000 (5%)"));
+  EXPECT_TRUE(contains(c.evidence, "rcvd_seq_err 7"));
+  EXPECT_TRUE(contains(c.evidence, "towards 10.0.0.2 (45), 10.0.0.3 (5)"));
+  EXPECT_FALSE(c.fix.empty());
+}
+
+TEST(DoctorCounters, ALittleLossWarnsAndInjectedLossIsSaidToBeInjected) {
+  DeviceCounterView v;
+  v.counters = {{"qp_sent_pkts", 100000}, {"retransmitted_pkts", 3}};
+  EXPECT_EQ(find(diagnose_counters(v), "counters.loss").status, Status::kWarn);
+  v.counters["retransmitted_pkts"] = 500;
+  v.counters["fault_drops"] = 480;
+  const Check c = find(diagnose_counters(v), "counters.loss");
+  EXPECT_EQ(c.status, Status::kFail);
+  EXPECT_TRUE(contains(c.evidence, "UROCE_FAULTS dropped 480 packets on purpose"));
+  EXPECT_TRUE(contains(c.fix, "unset UROCE_FAULTS"));
+}
+
+TEST(DoctorCounters, RnrIsTheReceiverNotPostingFastEnough) {
+  DeviceCounterView v;
+  v.counters = {{"send_rnr_err", 12}};
+  const Check c = find(diagnose_counters(v), "counters.rnr");
+  EXPECT_EQ(c.status, Status::kWarn);
+  EXPECT_TRUE(contains(c.evidence, "the receiver does not post receives fast enough"));
+  EXPECT_TRUE(contains(c.evidence, "send_rnr_err 12"));
+  v.counters["rnr_retry_exceeded_err"] = 1;
+  EXPECT_EQ(find(diagnose_counters(v), "counters.rnr").status, Status::kFail);
+}
+
+TEST(DoctorCounters, IcrcErrorsRetryExceededAndUnansweredMarks) {
+  DeviceCounterView v;
+  v.counters = {{"rcvd_icrc_err", 4},
+                {"retry_exceeded_err", 2},
+                {"rx_icmp_unreachable", 1},
+                {"rcvd_ecn_ce", 90}};
+  const auto checks = diagnose_counters(v);
+  EXPECT_EQ(find(checks, "counters.icrc").status, Status::kFail);
+  EXPECT_TRUE(contains(find(checks, "counters.icrc").evidence, "rcvd_icrc_err 4"));
+  const Check r = find(checks, "counters.retry_exceeded");
+  EXPECT_EQ(r.status, Status::kFail);
+  EXPECT_TRUE(contains(r.evidence, "rx_icmp_unreachable 1"));
+  const Check e = find(checks, "counters.ecn");
+  EXPECT_EQ(e.status, Status::kWarn);
+  EXPECT_TRUE(contains(e.evidence, "answers none with a CNP"));
+  EXPECT_TRUE(contains(e.fix, "UROCE_CC=dcqcn"));
+  // Answered marks are congestion handled as designed.
+  v.counters = {{"rcvd_ecn_ce", 90}, {"np_cnp_sent", 30}};
+  EXPECT_EQ(find(diagnose_counters(v), "counters.ecn").status, Status::kPass);
+}
+
+TEST(DoctorCounters, EachDropCauseIsItsOwnSentenceAndADownPortFails) {
+  DeviceCounterView v;
+  v.port_active = false;
+  v.counters = {{"rx_unknown_qp", 3},
+                {"rx_socket_overflow", 9},
+                {"rx_prio3_pause", 5},
+                {"rx_pause_frames", 5}};
+  const auto checks = diagnose_counters(v);
+  EXPECT_EQ(find(checks, "counters.port").status, Status::kFail);
+  EXPECT_TRUE(contains(find(checks, "counters.drops.rx_unknown_qp").evidence,
+                       "QPs that do not exist on this device"));
+  EXPECT_TRUE(contains(find(checks, "counters.drops.rx_unknown_qp").evidence, "(rx_unknown_qp 3)"));
+  EXPECT_EQ(find(checks, "counters.drops.rx_socket_overflow").status, Status::kFail);
+  EXPECT_TRUE(contains(find(checks, "counters.pfc").evidence, "rx_prio3_pause 5"));
+  EXPECT_THROW(find(checks, "counters.drops"), std::runtime_error);  // no "no drops" line
+}
+
+// ---- path verdicts -------------------------------------------------------------------------
+
+TEST(DoctorPath, MtuLadderThatStopsBelowTheDevicesMtuFails) {
+  std::vector<MtuStep> steps = {
+      {256, 320, true, {}}, {512, 576, true, {}}, {1024, 1088, true, {}}, {2048, 2112, false, {}}};
+  const Check c = mtu_verdict(steps, 4096, 9000);
+  EXPECT_EQ(c.status, Status::kFail);
+  EXPECT_TRUE(contains(c.evidence, "the largest RoCE packet that fits is of MTU 1024"));
+  EXPECT_TRUE(contains(c.evidence, "2112-byte echo requests with DF get no answer"));
+  EXPECT_TRUE(contains(c.evidence, "active MTU 4096 (interface MTU 9000)"));
+  EXPECT_TRUE(contains(c.evidence, "black hole"));
+  EXPECT_TRUE(contains(c.fix, "-m 1024"));
+  // A router that says so is named.
+  IcmpError e{.type = 3, .code = 4, .info = 1500, .offender = 0x0a000101};
+  steps.back().error = e;
+  EXPECT_TRUE(contains(mtu_verdict(steps, 4096, 9000).evidence,
+                       "fragmentation needed (next hop MTU 1500) from 10.0.1.1"));
+  // The same path is fine for a device that never sends more than 1024.
+  EXPECT_EQ(mtu_verdict(steps, 1024, 1500).status, Status::kWarn);
+  steps.pop_back();
+  steps.push_back({2048, 2112, true, {}});
+  steps.push_back({4096, 4160, true, {}});
+  EXPECT_EQ(mtu_verdict(steps, 4096, 9000).status, Status::kPass);
+}
+
+TEST(DoctorPath, TosVerdicts) {
+  const uint8_t sent = 26 << 2 | 2;  // DSCP 26, ECT(0)
+  EXPECT_EQ(dscp_verdict(sent, sent).status, Status::kPass);
+  EXPECT_EQ(ecn_verdict(sent, sent).status, Status::kPass);
+  const Check d = dscp_verdict(sent, 0 << 2 | 2);
+  EXPECT_EQ(d.status, Status::kFail);
+  EXPECT_TRUE(contains(d.evidence, "sent with DSCP 26 came back with DSCP 0"));
+  const Check e = ecn_verdict(sent, 26 << 2);
+  EXPECT_EQ(e.status, Status::kFail);
+  EXPECT_TRUE(contains(e.evidence, "sent ECT(0) came back Not-ECT"));
+  EXPECT_TRUE(contains(e.evidence, "the path clears ECN"));
+  EXPECT_EQ(ecn_verdict(sent, 26 << 2 | 3).status, Status::kPass);  // CE: marking works
+}
+
+TEST(DoctorPath, Udp4791OutcomesSayWhatIsConclusive) {
+  using O = RoceProbeResult::Outcome;
+  RoceProbeResult r;
+  r.outcome = O::kAnswered;
+  r.sidr_status = 1;
+  r.rtt_us = 80;
+  r.reply_tos = 2;
+  Check c = udp_verdict(0x0a000002, r);
+  EXPECT_EQ(c.status, Status::kPass);
+  EXPECT_TRUE(contains(c.evidence, "SIDR REP: service ID not supported"));
+  EXPECT_TRUE(contains(c.evidence, "DSCP 0, ECT(0)"));
+  r.outcome = O::kPortUnreachable;
+  r.detail = "port unreachable from 10.0.0.2";
+  c = udp_verdict(0x0a000002, r);
+  EXPECT_EQ(c.status, Status::kFail);
+  EXPECT_TRUE(contains(c.evidence, "nothing listens on 10.0.0.2:4791"));
+  r.outcome = O::kSilence;
+  r.attempts = 3;
+  c = udp_verdict(0x0a000002, r);
+  EXPECT_EQ(c.status, Status::kWarn);
+  EXPECT_TRUE(contains(c.evidence, "inconclusive"));
+  EXPECT_TRUE(contains(c.evidence, "a filter drops UDP 4791"));
+  r.outcome = O::kCannotRun;
+  r.detail = "why";
+  EXPECT_EQ(udp_verdict(0x0a000002, r).status, Status::kSkip);
+}
+
+TEST(DoctorPath, UnreachablePeerFailsUnlessRoceAnswered) {
+  EchoSummary e;
+  e.sent = 5;
+  EXPECT_EQ(reach_verdict(0x0a000002, e, nullptr).status, Status::kFail);
+  RoceProbeResult r;
+  r.outcome = RoceProbeResult::Outcome::kAnswered;
+  EXPECT_EQ(reach_verdict(0x0a000002, e, &r).status, Status::kWarn);
+  e.answered = 5;
+  e.min_rtt_us = 40;
+  e.avg_rtt_us = 55;
+  const Check c = reach_verdict(0x0a000002, e, &r);
+  EXPECT_EQ(c.status, Status::kPass);
+  EXPECT_TRUE(contains(c.evidence, "round trip 40 µs min, 55 µs average"));
+}
+
+TEST(DoctorDevice, InterfaceMtuBelowRoce4096Warns) {
+  EXPECT_EQ(mtu_verdict_device("eth0", 9000).status, Status::kPass);
+  const Check c = mtu_verdict_device("eth0", 1500);
+  EXPECT_EQ(c.status, Status::kWarn);
+  EXPECT_TRUE(contains(c.evidence, "active MTU 1024"));
+  EXPECT_TRUE(contains(c.evidence, "at least 4160"));
+  EXPECT_EQ(mtu_verdict_device("eth0", 0).status, Status::kSkip);
+}
+
+// ---- the SIDR probe ------------------------------------------------------------------------
+
+TEST(DoctorRoceProbe, SidrReqIsAValidRoceV2DatagramToQp1) {
+  const uint32_t src = 0x0a000001, dst = 0x0a000002;
+  const auto p = build_sidr_probe(src, dst, 50000, 0x1234567, 42);
+  ASSERT_EQ(p.size(), wire::kBthBytes + wire::kDethBytes + cm::kMadBytes + 4);
+  wire::Packet pkt;
+  ASSERT_EQ(wire::parse({p.data(), p.size() - 4}, pkt), wire::ParseError::kOk);
+  EXPECT_EQ(pkt.bth.opcode, uint8_t(wire::Opcode::kUdSendOnly));
+  EXPECT_EQ(pkt.bth.dest_qp, 1u);
+  EXPECT_EQ(pkt.deth.qkey, 0x80010000u);
+  EXPECT_EQ(pkt.deth.src_qp, 1u);
+  wire::Ipv4UdpFraming f{.src_ip = src, .dst_ip = dst, .src_port = 50000};
+  EXPECT_EQ(wire::icrc(f, {p.data(), p.size() - 4}), wire::load_le32(p.data() + p.size() - 4));
+  cm::MadHeader h;
+  ASSERT_TRUE(cm::parse_header(pkt.payload.first(cm::kMadBytes), &h));
+  EXPECT_EQ(h.attr_id, uint16_t(cm::AttrId::kSidrReq));
+  EXPECT_EQ(h.tid, 42u);
+  const cm::SidrReq req = cm::decode_sidr_req(pkt.payload.data() + cm::kMadHeaderBytes);
+  EXPECT_EQ(req.request_id, 0x1234567u);
+  EXPECT_EQ(req.service_id, kProbeServiceId);
+}
+
+TEST(DoctorRoceProbe, RecognisesTheSidrRepToItsRequestOnly) {
+  cm::SidrRep rep;
+  rep.request_id = 77;
+  rep.status = cm::SidrStatus::kServiceIdNotSupported;
+  cm::Mad mad;
+  ASSERT_TRUE(cm::encode(rep, 9, mad));
+  wire::Packet p;
+  p.bth.opcode = uint8_t(wire::Opcode::kUdSendOnly);
+  p.bth.dest_qp = 1;
+  p.deth = {.qkey = 0x80010000, .src_qp = 1};
+  std::vector<uint8_t> d(wire::kBthBytes + wire::kDethBytes + mad.size() + 4);
+  const size_t hdr = wire::build_headers(p, d.data());
+  std::copy(mad.begin(), mad.end(), d.begin() + hdr);
+  auto a = parse_sidr_answer(d, 77);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, uint8_t(cm::SidrStatus::kServiceIdNotSupported));
+  EXPECT_FALSE(parse_sidr_answer(d, 78));  // another request's answer
+  // Our own request is no answer.
+  const auto req = build_sidr_probe(1, 2, 3, 77, 9);
+  EXPECT_FALSE(parse_sidr_answer(req, 77));
+  EXPECT_FALSE(parse_sidr_answer(std::span<const uint8_t>(d.data(), 10), 77));
+}
+
+// ---- rendering -----------------------------------------------------------------------------
+
+TEST(DoctorReport, TextHasMarksEvidenceAndFixesAndTheExitCodeFollowsFailures) {
+  Report r;
+  r.sections.push_back({"Device uroce0 (10.0.0.1)",
+                        {{"device.link", "link", Status::kPass, "eth0 is up", ""},
+                         {"device.mtu", "MTU", Status::kWarn, "eth0 MTU 1500", "raise it"}}});
+  EXPECT_EQ(exit_code(r), 0);
+  std::string t = render_text(r);
+  EXPECT_TRUE(contains(t,
+                       "Device uroce0 (10.0.0.1)\n  ✓ link: eth0 is up\n  ! MTU: eth0 MTU 1500\n"
+                       "      fix: raise it\n"));
+  EXPECT_TRUE(contains(t, "Nothing is conclusively wrong"));
+  r.sections.push_back(
+      {"Path",
+       {{"path.udp4791", "UDP 4791", Status::kFail, "nothing \"listens\"", "start it"},
+        {"path.ecn", "ECN kept", Status::kSkip, "no ICMP socket", "x"}}});
+  EXPECT_EQ(exit_code(r), 1);
+  t = render_text(r);
+  EXPECT_TRUE(contains(t, "  ✗ UDP 4791: nothing \"listens\"\n      fix: start it\n"));
+  EXPECT_TRUE(contains(t, "  – ECN kept: no ICMP socket\n"));
+  EXPECT_FALSE(contains(t, "fix: x"));  // a skipped check has nothing to fix
+  EXPECT_TRUE(contains(t, "Something is wrong"));
+}
+
+TEST(DoctorReport, JsonIsEscapedAndSaysWhetherAllIsWell) {
+  Report r;
+  r.sections.push_back(
+      {"Path", {{"path.udp4791", "UDP 4791", Status::kFail, "nothing \"listens\"", "a\tb"}}});
+  EXPECT_EQ(render_json(r),
+            "{\"ok\":false,\"sections\":[{\"name\":\"Path\",\"checks\":[{\"id\":\"path.udp4791\","
+            "\"title\":\"UDP 4791\",\"status\":\"fail\",\"evidence\":\"nothing \\\"listens\\\"\","
+            "\"fix\":\"a\\u0009b\"}]}]}\n");
+  r.sections[0].checks[0].status = Status::kWarn;
+  EXPECT_EQ(render_json(r).rfind("{\"ok\":true,", 0), 0u);
+}
+
+}  // namespace
+}  // namespace uroce::doctor
