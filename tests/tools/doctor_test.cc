@@ -78,7 +78,7 @@ TEST(DoctorCounters, RnrIsTheReceiverNotPostingFastEnough) {
   EXPECT_EQ(c.status, Status::kWarn);
   EXPECT_TRUE(contains(c.evidence, "the receiver does not post receives fast enough"));
   EXPECT_TRUE(contains(c.evidence, "send_rnr_err 12"));
-  v.counters["rnr_retry_exceeded_err"] = 1;
+  v.counters["retry_rnr_exceeded_err"] = 1;
   EXPECT_EQ(find(diagnose_counters(v), "counters.rnr").status, Status::kFail);
 }
 

@@ -127,7 +127,7 @@ Check retry_check(const Reader& c) {
 Check rnr_check(const Reader& c) {
   Check k{"counters.rnr", "receives posted in time"};
   const uint64_t nak = c("rcvd_rnr_err") + c("send_rnr_err") + c("rnr_wait_drops");
-  const uint64_t exc = c("rnr_retry_exceeded_err"), oob = c("out_of_buffer");
+  const uint64_t exc = c("retry_rnr_exceeded_err"), oob = c("out_of_buffer");
   if (nak + exc + oob == 0) {
     k.evidence = "no RNR: " + c.list({"rcvd_rnr_err", "send_rnr_err"}, true);
     if (c("rnr_waits") > 0) k.evidence += ", " + c.list({"rnr_waits"});
@@ -135,7 +135,7 @@ Check rnr_check(const Reader& c) {
   }
   k.status = exc > 0 ? Status::kFail : Status::kWarn;
   k.evidence = "the receiver does not post receives fast enough: " +
-               c.list({"send_rnr_err", "rcvd_rnr_err", "rnr_wait_drops", "rnr_retry_exceeded_err",
+               c.list({"send_rnr_err", "rcvd_rnr_err", "rnr_wait_drops", "retry_rnr_exceeded_err",
                        "rnr_waits", "out_of_buffer"});
   if (oob > 0) k.evidence += " (out_of_buffer: UD/UC messages dropped for want of a receive)";
   k.fix =
