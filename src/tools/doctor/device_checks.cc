@@ -20,7 +20,8 @@ std::string pids_of(const DeviceConfig& c, const tools::Published& published, bo
   std::string pids;
   for (const auto& [path, s] : published) {
     if (s.id.device != c.name || s.id.ipv4 != c.ipv4) continue;
-    pids += (pids.empty() ? "" : ",") + std::to_string(s.id.pid);
+    if (!pids.empty()) pids += ',';
+    pids += std::to_string(s.id.pid);
     if (active) *active = s.port_state == stats_shm::kPortActive;
     if (mtu) *mtu = s.id.mtu;
   }

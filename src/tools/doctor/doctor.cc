@@ -92,7 +92,10 @@ std::vector<Section> counter_sections(const tools::Published& pub, const std::st
   std::vector<Section> out;
   for (const auto& [key, v] : views) {
     std::string pids;
-    for (pid_t p : v.pids) pids += (pids.empty() ? "" : ",") + std::to_string(p);
+    for (pid_t p : v.pids) {
+      if (!pids.empty()) pids += ',';  // appended, not `a + b`: GCC 12's -Wrestrict at -O3
+      pids += std::to_string(p);
+    }
     out.push_back({"Counters of " + v.device + " (" + format_ipv4(v.ipv4) + ") in pid " + pids +
                        ", since each started",
                    diagnose_counters(v)});
