@@ -722,19 +722,7 @@ std::string lab_json(const Lab& lab, const LabResult& r, bool quick) {
       j.end_object();
     }
     j.end_array();
-    j.key("flows").begin_array();
-    for (const FlowResult& f : x.run.flows) {
-      j.begin_object().key("name").str(f.name).key("goodput_gbps").num(f.goodput_gbps);
-      j.key("messages").num(double(f.messages)).key("fct_us").num(f.fct_us);
-      j.key("retransmitted_packets").num(double(f.retransmitted));
-      j.key("timeouts").num(double(f.timeouts)).key("errors").num(double(f.errors));
-      j.key("wanted").num(double(f.wanted));
-      j.key("path").begin_array();
-      for (const std::string& p : f.path) j.str(p);
-      j.end_array();
-      j.end_object();
-    }
-    j.end_array();
+    flows_json(j, x.run);
     j.end_object();
   }
   j.end_object();

@@ -401,6 +401,8 @@ void run_json(JsonWriter& j, const RunResult& r) {
   j.key("completion_errors").num(double(r.errors));
 }
 
+}  // namespace
+
 void flows_json(JsonWriter& j, const RunResult& r) {
   j.key("flows").begin_array();
   for (const FlowResult& x : r.flows) {
@@ -413,6 +415,8 @@ void flows_json(JsonWriter& j, const RunResult& r) {
     j.key("retransmitted_packets").num(double(x.retransmitted));
     j.key("timeouts").num(double(x.timeouts));
     j.key("cnps_handled").num(double(x.cnps_handled));
+    j.key("errors").num(double(x.errors));
+    j.key("wanted").num(double(x.wanted));
     j.key("path").begin_array();
     for (const std::string& p : x.path) j.str(p);
     j.end_array();
@@ -420,6 +424,8 @@ void flows_json(JsonWriter& j, const RunResult& r) {
   }
   j.end_array();
 }
+
+namespace {
 
 void pauses_json(JsonWriter& j, const RunResult& r) {
   j.key("pfc_ports").begin_array();

@@ -187,6 +187,12 @@ std::optional<transport::cc::CcConfig> fabric_cc(const std::string& algorithm,
                                                  const std::string& preset, const std::string& set,
                                                  std::string* err);
 
+class JsonWriter;
+// The "flows" key of the summaries: every flow's name, hosts, UDP source port, goodput,
+// messages (completed, and `wanted`: 0 for a stream), completion time, retransmissions,
+// timeouts, CNPs handled, completions in error and path.
+void flows_json(JsonWriter& j, const RunResult& r);
+
 // Jain's fairness index of `x` (1 = equal shares).
 double jain_index(const std::vector<double>& x);
 
