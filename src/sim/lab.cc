@@ -265,6 +265,7 @@ LabResult incast(bool quick) {
     o.senders = quick ? 8 : 16;
     o.msg_bytes = 256 * 1024;
     o.limit = 1000 * kMs;
+    o.fabric.sample = 20 * kUs;  // the plot's resolution (the default follows the ideal time)
     LabRun x;
     x.setup = fixed ? "the same with PFC on priority 3 (XOFF 16 KiB, XON 8 KiB per ingress port)"
                     : std::to_string(o.senders) +
@@ -478,8 +479,8 @@ std::vector<LabMetric> lab_metrics(const LabRun& r) {
         {"victim_host_paused_us", "victim's host paused, µs"},
         {"jain", "fairness (Jain's index)"},
         {"min_flow_gbps", "slowest flow's goodput, Gb/s"},
-        {"fct_max_us", "flow completion time, max µs"},
-        {"fct_mean_us", "flow completion time, mean µs"},
+        {"fct_max_us", "completion time of complete flows, max µs"},
+        {"fct_mean_us", "completion time of complete flows, mean µs"},
         {"ideal_us", "ideal completion (payload at line rate), µs"},
         {"fct_max_over_ideal", "max completion / ideal"},
         {"completed", "every message completed (1 = yes)"},
@@ -492,9 +493,13 @@ std::vector<LabMetric> lab_metrics(const LabRun& r) {
     m.push_back({k, label, v});
   }
   double goodput = 0, qmax = 0;
-  for (const FlowResult& f : x.flows) goodput += f.goodput_gbps;
+  bool streams = false;  // transfers are measured by their completion times instead
+  for (const FlowResult& f : x.flows) {
+    goodput += f.goodput_gbps;
+    streams = streams || f.wanted == 0;
+  }
   for (const PortReport& p : x.ports) qmax = std::max(qmax, p.queue_max_kib);
-  m.push_back({"goodput_gbps", "goodput of all flows, Gb/s", goodput});
+  if (streams) m.push_back({"goodput_gbps", "goodput of all flows, Gb/s", goodput});
   m.push_back({"pause_frames", "PAUSE frames sent by switches", double(x.pfc_pause_frames)});
   m.push_back({"pause_us", "time ports were paused, µs", x.pfc_pause_time_us});
   m.push_back({"drops", "drops (no buffer, or MTU)", double(x.drops)});
@@ -594,8 +599,9 @@ std::string lab_report(const Lab& lab, const LabResult& r) {
   }
 
   // PFC per port and priority, both runs side by side.
-  o +=
-      "\npriority-flow-control per port and priority (`show interface … priority-flow-control`):\n";
+  o += "\npriority-flow-control per port and priority: a switch's ports as `show interface … "
+       "priority-flow-control`\nlists them, a host's NIC (h1->leaf0) as `ethtool -S` does "
+       "(rx_prio3_pause); priorities without PAUSE are left out:\n";
   o += "  " + pad("", 24, false) + pad("", 5) + "   " + pad("---------- before ----------", 30) +
        "   " + pad("----------- after ----------", 30) + "\n";
   o += "  " + pad("port", 24, false) + pad("prio", 5);
@@ -620,8 +626,8 @@ std::string lab_report(const Lab& lab, const LabResult& r) {
   if (!any) o += "  (no PAUSE frame in either run)\n";
 
   // Queues, ECN marks and drops per port: the ports where something happened.
-  o += "\nqueues, ECN marks and drops per port (ports with a queue of 10 KiB or more, a mark or "
-       "a drop):\n";
+  o += "\nqueues, ECN marks and drops per port (switch ports with a queue of 10 KiB or more, a "
+       "mark or a drop; drops as count/priority):\n";
   o += "  " + pad("", 24, false) + "   " + pad("------------- before -------------", 36) + "   " +
        pad("-------------- after -------------", 36) + "\n";
   o += "  " + pad("port", 24, false);
@@ -642,7 +648,7 @@ std::string lab_report(const Lab& lab, const LabResult& r) {
   auto busy = [](const PortReport& p) {
     uint64_t d = p.mtu_drops;
     for (const auto& c : p.prio) d += c.drops;
-    return p.queue_max_kib >= 10 || p.ecn_marks != 0 || d != 0;
+    return (!p.host && p.queue_max_kib >= 10) || p.ecn_marks != 0 || d != 0;
   };
   for (size_t i = 0; i < B.ports.size() && i < A.ports.size(); ++i) {
     if (!busy(B.ports[i]) && !busy(A.ports[i])) continue;
@@ -661,7 +667,8 @@ std::string lab_report(const Lab& lab, const LabResult& r) {
        pad("FCT µs", 18) + pad("resent", 14) + pad("timeouts", 10) + pad("CNPs", 12) +
        pad("errors", 8) + "   path (before)\n";
   auto pair = [](double b, double a) { return fmt(b) + " / " + fmt(a); };
-  // A flow's completion time: of its last message, once it has completed them all ("-" for a
+  // A stream's goodput over the window (a transfer's figure is its completion time, "-" there);
+  // a flow's completion time: of its last message, once it has completed them all ("-" for a
   // stream, "never" for a flow that did not).
   auto fct = [](const FlowResult& f) {
     return f.wanted == 0 ? std::string("-") : f.messages == f.wanted ? fmt(f.fct_us) : "never";
@@ -671,7 +678,8 @@ std::string lab_report(const Lab& lab, const LabResult& r) {
     const FlowResult& a = A.flows[i];
     std::string path;
     for (const std::string& p : b.path) path += (path.empty() ? "" : " ") + p;
-    o += "  " + pad(b.name, 11, false) + pad(pair(b.goodput_gbps, a.goodput_gbps), 16) +
+    o += "  " + pad(b.name, 11, false) +
+         pad(b.wanted ? std::string("-") : pair(b.goodput_gbps, a.goodput_gbps), 16) +
          pad(pair(double(b.messages), double(a.messages)), 12) + pad(fct(b) + " / " + fct(a), 18) +
          pad(pair(double(b.retransmitted), double(a.retransmitted)), 14) +
          pad(pair(double(b.timeouts), double(a.timeouts)), 10) +

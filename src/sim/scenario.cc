@@ -68,6 +68,7 @@ std::vector<PortReport> port_reports(const Fabric& f) {
       const NodeRef from = dir == 0 ? l.a : l.b;
       PortReport p;
       p.port = f.node_name(from) + "->" + f.node_name(dir == 0 ? l.b : l.a);
+      p.host = from.kind == NK::kHost;
       const SwitchPort* sp = from.kind == NK::kSwitch
                                  ? &f.sw(from.index).port(dir == 0 ? l.a_port : l.b_port)
                                  : nullptr;

@@ -63,7 +63,8 @@ struct PortPause {
 // Everything one port did in the window, per class where the switch counts per class:
 // what `show interface …` and `show interface … priority-flow-control` list.
 struct PortReport {
-  std::string port;  // "spine0->leaf1": spine0's port towards leaf1; "h3->leaf0": a host's NIC
+  std::string port;   // "spine0->leaf1": spine0's port towards leaf1; "h3->leaf0": a host's NIC
+  bool host = false;  // a host's NIC (its queue is the transmit ring), not a switch port
   struct Class {
     uint64_t tx_pause = 0, rx_pause = 0, tx_resume = 0, rx_resume = 0;
     double pause_us = 0;  // time this port's transmission of the class was held
