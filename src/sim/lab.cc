@@ -29,6 +29,7 @@ transport::cc::CcConfig cc(const std::string& algorithm) {
 FabricOptions base() {
   FabricOptions o;
   o.cc = cc("dcqcn");
+  o.red.at_dequeue = true;  // the CLI's default (--mark dequeue)
   return o;
 }
 
@@ -545,7 +546,8 @@ std::string pad(const std::string& s, size_t w, bool right = true) {
   return right ? std::string(w - chars, ' ') + s : s + std::string(w - chars, ' ');
 }
 
-// "×3.2" or "÷12" between a before and an after value, when both are positive; "-" when one is 0.
+// "x3.2" (3.2 times more) or "/12" (12 times less) from a before to an after value; "to 0" or
+// "from 0" when one of them is 0, nothing when they are equal.
 std::string change(double b, double a) {
   if (b == a) return "";
   if (b <= 0 || a <= 0) return a == 0 ? "to 0" : "from 0";
