@@ -131,7 +131,7 @@ Key required(Key k) {
 
 spec::Schema<Flags> make_schema() {
   spec::Schema<Flags> s;
-  s.scope_names = {"rp", "dumbbell", "incast", "leafspine", "plot"};
+  s.scope_names = {"rp", "dumbbell", "incast", "leafspine", "plot", "lab"};
   std::vector<Key>& k = s.keys;
 #define FIELD(path)        \
   [](Flags & f) -> auto& { \
@@ -246,6 +246,8 @@ spec::Schema<Flags> make_schema() {
                       "PFC XOFF per ingress port and class, KiB (default 96)"));
   k.push_back(decimal("xon-kb", kFabric, FIELD(fabric.xon_kb), 0, 1e9, false, "",
                       "PFC XON, KiB (default 64)"));
+  k.push_back(integer("pfc-prio", kFabric, FIELD(fabric.pfc_prio), 0, 7, "",
+                      "the lossless priority (traffic class) PFC acts on (default 3)"));
   k.push_back(integer("pause-quanta", kFabric, FIELD(fabric.quanta), 0, ~uint32_t{0}, "65535",
                       "PFC pause time of an XOFF, 512-bit quanta"));
   k.push_back(Key{.name = "ecmp-hash",
@@ -261,6 +263,26 @@ spec::Schema<Flags> make_schema() {
                       },
                   .def = "crc32",
                   .doc = "ECMP hash: crc32, crc16, xor or l3"});
+  k.push_back(integer("dscp", kFabric, FIELD(fabric.dscp), 0, 63, "26",
+                      "DSCP of the hosts' data and ACKs; its class selector (DSCP >> 3) is "
+                      "their priority"));
+  k.push_back(Key{.name = "link-mtu",
+                  .scopes = kFabric,
+                  .set =
+                      [](Flags& f, std::string_view v, std::string* why) {
+                        for (std::string_view e : spec::split(v, ',')) {
+                          const size_t eq = e.find('=');
+                          uint64_t mtu = 0;
+                          if (eq == std::string_view::npos || eq == 0 ||
+                              !spec::read_uint(e.substr(eq + 1), 68, 65535, &mtu)) {
+                            (*why = "has '").append(e).append("', not LINK=BYTES (68..65535)");
+                            return false;
+                          }
+                        }
+                        f.fabric.link_mtu = std::string(v);
+                        return true;
+                      },
+                  .doc = "IP MTU of links: LINK=BYTES,… (e.g. leaf0-spine1=1500); others: none"});
   k.push_back(
       integer("ring", kFabric, FIELD(fabric.ring), 1, 65536, "16", "NIC transmit ring, frames"));
   k.push_back(integer("qp-timeout", kFabric, FIELD(fabric.qp_timeout), 1, 31, "14",
@@ -291,6 +313,13 @@ spec::Schema<Flags> make_schema() {
                       "multiply x by this (0.001: µs to ms)"));
   k.push_back(decimal("y-min", kPlot, FIELD(plot.spec.y_min), -1e300, 1e300, false, "0",
                       "the y axis starts at or below this"));
+  // lab.
+  k.push_back(flag("list", kLab, FIELD(lab.list), "list the labs"));
+  k.push_back(flag("quick", kLab, FIELD(lab.quick),
+                   "the smaller variant the CI runs (same failure, less simulated time)"));
+  k.push_back(text("svg", kLab, FIELD(lab.svg), {}, "", "the plot's file (default: lab-NAME.svg)"));
+  k.push_back(text("json", kLab, FIELD(lab.json), {}, "",
+                   "both runs' numbers as JSON ('-': stdout, instead of the report)"));
 #undef FIELD
   return s;
 }
@@ -307,6 +336,8 @@ const std::vector<Subcommand>& subcommands() {
       {"leafspine", kLeafSpine,
        "a two-tier leaf-spine fabric with ECMP and a workload or built-in scenario"},
       {"plot", kPlot, "an SVG plot of a CSV file: time series, or grouped bars (--bars)"},
+      {"lab", kLab,
+       "a classic RoCE failure, broken and fixed, side by side: uroce-sim lab NAME | --list"},
   };
   return c;
 }
@@ -338,12 +369,19 @@ bool parse(const std::vector<std::string_view>& args, Flags* flags, std::string*
     if (args[0] == c.name) cmd = &c;
   }
   if (cmd == nullptr) {
-    (*err = "unknown subcommand '")
-        .append(args[0])
-        .append("' (rp, dumbbell, incast, leafspine or plot)");
+    std::string names;
+    for (size_t i = 0; i < subcommands().size(); ++i) {
+      if (i) names += i + 1 == subcommands().size() ? " or " : ", ";
+      names += subcommands()[i].name;
+    }
+    (*err = "unknown subcommand '").append(args[0]).append("' (").append(names).append(")");
     return false;
   }
-  const std::vector<std::string_view> rest(args.begin() + 1, args.end());
+  std::vector<std::string_view> rest(args.begin() + 1, args.end());
+  if (cmd->command == kLab && !rest.empty() && !rest[0].starts_with("-")) {
+    flags->lab.name = std::string(rest[0]);
+    rest.erase(rest.begin());
+  }
   for (std::string_view a : rest) {
     if (a == "--help" || a == "-h") {
       *help =

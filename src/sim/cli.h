@@ -24,6 +24,7 @@ enum Command : spec::Scopes {
   kIncast = 4,
   kLeafSpine = 8,
   kPlot = 16,
+  kLab = 32,
 };
 inline constexpr spec::Scopes kFabric = kDumbbell | kIncast | kLeafSpine;
 
@@ -54,6 +55,9 @@ struct FabricFlags {
   double xoff_kb = -1, xon_kb = -1;  // -1: not given (96, 64 with --pfc)
   uint32_t quanta = 0xffff;
   std::string hash = "crc32";
+  uint32_t dscp = 26;
+  int32_t pfc_prio = -1;  // -1: not given (3 with --pfc)
+  std::string link_mtu;   // NAME=BYTES,…
   uint32_t ring = 16;
   uint32_t qp_timeout = 14;
   uint64_t seed = 1;
@@ -90,6 +94,12 @@ struct PlotFlags {
   std::string y;
 };
 
+struct LabFlags {
+  std::string name;  // the lab (the argument after `lab`)
+  bool list = false, quick = false;
+  std::string svg, json;
+};
+
 // Everything the flags set; the subcommand's part is used.
 struct Flags {
   Command command = kRp;
@@ -99,6 +109,7 @@ struct Flags {
   IncastFlags incast;
   LeafSpineFlags leafspine;
   PlotFlags plot;
+  LabFlags lab;
 };
 
 // The subcommands: name, scope, one line.
@@ -111,7 +122,8 @@ const std::vector<Subcommand>& subcommands();
 
 const spec::Schema<Flags>& schema();
 
-// Reads `args` (argv after the program name): the subcommand, then its flags. Returns false
+// Reads `args` (argv after the program name): the subcommand, then its flags (`lab` takes the
+// lab's name first). Returns false
 // with *err on a bad command line, and false with an empty *err and *help set when the command
 // line asks for help (--help, -h, or nothing).
 bool parse(const std::vector<std::string_view>& args, Flags* flags, std::string* help,

@@ -73,6 +73,12 @@ uint32_t Fabric::connect(NodeRef a, NodeRef b, const LinkSpec& spec) {
   return uint32_t(links_.size() - 1);
 }
 
+void Fabric::set_link_mtu(uint32_t link, uint32_t mtu) {
+  const FabricLink& l = links_.at(link);
+  for (auto [n, port] : {std::pair{l.a, l.a_port}, std::pair{l.b, l.b_port}})
+    if (n.kind == NodeRef::Kind::kSwitch) switches_[n.index]->port(port).mtu = mtu;
+}
+
 void Fabric::compute_routes() {
   constexpr uint32_t kInf = std::numeric_limits<uint32_t>::max();
   for (uint32_t h = 0; h < hosts_.size(); ++h) {

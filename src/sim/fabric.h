@@ -56,6 +56,9 @@ class Fabric {
   Switch& add_switch(const std::string& name, const SwitchConfig& c);
   // A link between a host and a switch, or two switches. Returns its index.
   uint32_t connect(NodeRef a, NodeRef b, const LinkSpec& spec);
+  // Gives both switch ends of link `link` the IP MTU `mtu` (switch.h; 0: none). A host's end
+  // keeps its NIC's (SimPort: 9000): the transport sends what the QP's path MTU allows.
+  void set_link_mtu(uint32_t link, uint32_t mtu);
   // Fills every switch's routing table: for each host, the ports on a shortest path to it (an
   // ECMP group where there are several).
   void compute_routes();

@@ -48,6 +48,8 @@ struct Frame {
     if (kind == FrameKind::kPause) return kMinFrame;
     return std::max<uint32_t>(kMinFrame, kEthOverhead + kIpUdpHeaders + uint32_t(payload.size()));
   }
+  // The IPv4 packet's bytes (header to the end of the UDP payload): what an IP MTU limits.
+  uint32_t ip_bytes() const { return kIpUdpHeaders + uint32_t(payload.size()); }
   // Bytes of link time: the frame and its preamble and gap.
   uint32_t wire_bytes() const { return bytes() + kWireGap; }
 };

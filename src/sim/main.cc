@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "sim/cli.h"
+#include "sim/lab.h"
 #include "sim/plot.h"
 #include "sim/rp.h"
 #include "sim/scenario.h"
@@ -96,13 +97,8 @@ std::string fabric_options(const cli::FabricFlags& f, FabricOptions& o) {
           : f.mtu == 1024 ? IBV_MTU_1024
           : f.mtu == 2048 ? IBV_MTU_2048
                           : IBV_MTU_4096;
-  // The simulator wakes every QP exactly on time, so paced packets are spaced exactly
-  // (pacer_burst 0) unless --set asks otherwise.
-  std::string spec = f.cc + ",preset=" + f.preset;
-  if (f.cc != "none" && f.set.find("pacer_burst") == std::string::npos) spec += ",pacer_burst=0";
-  if (!f.set.empty()) spec += "," + f.set;
   std::string err;
-  const std::optional<transport::cc::CcConfig> cc = transport::cc::parse_cc(spec, &err);
+  const std::optional<transport::cc::CcConfig> cc = fabric_cc(f.cc, f.preset, f.set, &err);
   if (!cc) return "--cc/--preset/--set: " + err;
   o.cc = *cc;
   o.red.enabled = f.mark != "off";
@@ -126,6 +122,18 @@ std::string fabric_options(const cli::FabricFlags& f, FabricOptions& o) {
     if (f.quanta == 0 || f.quanta > 0xffff)
       return "--pause-quanta must be in [1, 65535], not " + std::to_string(f.quanta);
     o.pfc.quanta = uint16_t(f.quanta);
+  }
+  if (f.pfc_prio >= 0) {
+    if (!f.pfc) return "--pfc-prio needs --pfc";
+    o.pfc.classes = uint8_t(1u << f.pfc_prio);
+  }
+  o.dscp = uint8_t(f.dscp);
+  for (std::string_view e : spec::split(f.link_mtu, ',')) {
+    if (e.empty()) continue;
+    const size_t eq = e.find('=');
+    uint64_t mtu = 0;
+    spec::read_uint(e.substr(eq + 1), 68, 65535, &mtu);  // checked by the flags' table
+    o.link_mtu.emplace_back(std::string(e.substr(0, eq)), uint32_t(mtu));
   }
   o.hash = parse_ecmp_hash(f.hash).value_or(EcmpHash::kCrc32);
   o.ring = f.ring;
@@ -244,6 +252,38 @@ int run_plot_command(cli::PlotFlags f) {
   return 0;
 }
 
+int run_lab_command(const cli::LabFlags& f) {
+  if (f.list) {
+    if (!f.name.empty()) return fail("lab: give a NAME or --list, not both");
+    std::fputs(lab_list().c_str(), stdout);
+    return 0;
+  }
+  std::string names;
+  for (const Lab& l : labs()) names += (names.empty() ? "" : ", ") + std::string(l.name);
+  if (f.name.empty()) return fail("lab needs a NAME or --list (" + names + ")");
+  const Lab* lab = find_lab(f.name);
+  if (lab == nullptr) return fail("no lab '" + f.name + "' (" + names + ")");
+  const LabResult r = lab->run(f.quick);
+  const std::string svg = f.svg.empty() ? "lab-" + f.name + ".svg" : f.svg;
+  std::ofstream out(svg, std::ios::binary | std::ios::trunc);
+  out << r.svg;
+  out.close();
+  if (!out) return fail("--svg " + svg + ": cannot write");
+  if (f.json == "-") {
+    std::fputs(lab_json(*lab, r, f.quick).c_str(), stdout);
+  } else {
+    std::fputs(lab_report(*lab, r).c_str(), stdout);
+    std::printf("\nplot: %s; both runs took %.2f s of wall time\n", svg.c_str(), r.wall_s);
+    if (!f.json.empty()) {
+      std::ofstream j(f.json, std::ios::binary | std::ios::trunc);
+      j << lab_json(*lab, r, f.quick);
+      j.close();
+      if (!j) return fail("--json " + f.json + ": cannot write");
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace uroce::sim
 
@@ -271,6 +311,8 @@ int main(int argc, char** argv) {
         return run_leafspine_command(f.fabric, f.leafspine);
       case cli::kPlot:
         return run_plot_command(f.plot);
+      case cli::kLab:
+        return run_lab_command(f.lab);
     }
   } catch (const std::exception& e) {
     return fail(e.what());

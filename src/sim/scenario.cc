@@ -12,6 +12,7 @@
 
 #include "sim/capture.h"
 #include "sim/json.h"
+#include "transport/cc/parse.h"
 #include "transport/context.h"
 
 namespace uroce::sim {
@@ -26,7 +27,21 @@ HostConfig host_config(const FabricOptions& o) {
   h.cc = o.cc;
   h.qp.mtu = o.mtu;
   h.qp.timeout = o.qp_timeout;
+  h.data_dscp = o.dscp;
   return h;
+}
+
+// The link MTUs the options ask for, by link name.
+void apply_link_mtus(Fabric& f, const FabricOptions& o) {
+  for (const auto& [name, mtu] : o.link_mtu) {
+    const FabricLink* l = f.find_link(name);
+    if (l == nullptr) {
+      std::string all;
+      for (const FabricLink& x : f.links()) all += (all.empty() ? "" : ", ") + x.name;
+      throw std::invalid_argument("--link-mtu: no link '" + name + "' (links: " + all + ")");
+    }
+    f.set_link_mtu(uint32_t(l - f.links().data()), mtu);
+  }
 }
 
 SwitchConfig switch_config(const FabricOptions& o) {
@@ -43,16 +58,50 @@ double gbps(uint64_t bytes, Time ns) {
   return ns == 0 ? 0.0 : double(bytes) * 8.0 / double(ns);
 }
 
+// Every port's counters at this instant, in the order of RunResult::links (every link, each
+// direction); queue_max_kib is left to collect() (QueueStats keeps the window's maximum).
+std::vector<PortReport> port_reports(const Fabric& f) {
+  std::vector<PortReport> out;
+  for (const FabricLink& l : f.links()) {
+    for (int dir = 0; dir < 2; ++dir) {
+      const EgressPort& e = dir == 0 ? *l.a_tx : *l.b_tx;
+      const NodeRef from = dir == 0 ? l.a : l.b;
+      PortReport p;
+      p.port = f.node_name(from) + "->" + f.node_name(dir == 0 ? l.b : l.a);
+      p.host = from.kind == NK::kHost;
+      const SwitchPort* sp = from.kind == NK::kSwitch
+                                 ? &f.sw(from.index).port(dir == 0 ? l.a_port : l.b_port)
+                                 : nullptr;
+      for (int k = 0; k < kPriorities; ++k) {
+        const PfcClassCounters& c = e.counters().pfc[k];
+        p.prio[k] = {c.tx_pause,
+                     c.rx_pause,
+                     c.tx_resume,
+                     c.rx_resume,
+                     double(c.pause_ns) / 1000.0,
+                     sp ? sp->c.drops[k] : 0};
+      }
+      p.mtu_drops = sp ? sp->c.mtu_drops : 0;
+      p.ecn_marks = e.counters().marked;
+      p.tx_frames = e.counters().frames;
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
 // Counters summed over the fabric at one instant (the window's edges).
 struct Snapshot {
   std::vector<uint64_t> goodput;  // per flow
-  uint64_t drops = 0, marks = 0, cnps = 0, pause = 0, resume = 0;
+  uint64_t drops = 0, mtu_drops = 0, marks = 0, cnps = 0, pause = 0, resume = 0;
   Time pause_ns = 0;
   uint64_t retransmitted = 0, timeouts = 0, probes = 0;
+  std::vector<PortReport> ports;
 };
 
 Snapshot snapshot(const Fabric& f) {
   Snapshot s;
+  s.ports = port_reports(f);
   for (const auto& fl : f.flows()) s.goodput.push_back(fl->goodput_bytes());
   for (uint32_t i = 0; i < f.switch_count(); ++i) {
     const Switch& sw = f.sw(i);
@@ -65,6 +114,7 @@ Snapshot snapshot(const Fabric& f) {
         s.pause_ns += sp.egress->counters().pfc[c].pause_ns;
       }
       s.marks += sp.egress->counters().marked;
+      s.mtu_drops += sp.c.mtu_drops;
     }
   }
   for (uint32_t i = 0; i < f.host_count(); ++i) {
@@ -234,7 +284,8 @@ RunResult collect(Fabric& f, const Snapshot& begin, double wall_s) {
   r.events = f.queue().events_run();
   r.wall_s = wall_s;
   r.events_per_s = wall_s > 0 ? double(r.events) / wall_s : 0.0;
-  r.drops = end.drops - begin.drops;
+  r.mtu_drops = end.mtu_drops - begin.mtu_drops;
+  r.drops = end.drops - begin.drops + r.mtu_drops;
   r.marks = end.marks - begin.marks;
   r.cnps = end.cnps - begin.cnps;
   r.pfc_pause_frames = end.pause - begin.pause;
@@ -253,6 +304,7 @@ RunResult collect(Fabric& f, const Snapshot& begin, double wall_s) {
     x.bytes = fl->goodput_bytes() - begin.goodput[fl->index()];
     x.goodput_gbps = gbps(x.bytes, wlen);
     x.messages = fl->completed();
+    x.wanted = fl->spec().messages;
     if (!fl->messages().empty()) {
       const auto& m = fl->messages().back();
       x.fct_us = double(m.second - fl->spec().start) / 1000.0;
@@ -262,6 +314,7 @@ RunResult collect(Fabric& f, const Snapshot& begin, double wall_s) {
     x.timeouts = q.local_ack_timeout_err;
     x.cnps_handled = q.rp_cnp_handled;
     x.path = path_of(f, *fl);
+    x.errors = fl->errors();
     r.errors += fl->errors();
     r.flows.push_back(std::move(x));
   }
@@ -291,6 +344,25 @@ RunResult collect(Fabric& f, const Snapshot& begin, double wall_s) {
       pause_of(name, e.counters(), r.pauses);
     }
   }
+  // The ports' counters over the window: the end's less the start's (none before time 0).
+  r.ports = end.ports;
+  for (size_t i = 0; i < r.ports.size(); ++i) {
+    PortReport& p = r.ports[i];
+    p.queue_max_kib = r.links[i].queue_max_kib;
+    if (i >= begin.ports.size()) continue;
+    const PortReport& b = begin.ports[i];
+    for (int k = 0; k < kPriorities; ++k) {
+      p.prio[k].tx_pause -= b.prio[k].tx_pause;
+      p.prio[k].rx_pause -= b.prio[k].rx_pause;
+      p.prio[k].tx_resume -= b.prio[k].tx_resume;
+      p.prio[k].rx_resume -= b.prio[k].rx_resume;
+      p.prio[k].pause_us -= b.prio[k].pause_us;
+      p.prio[k].drops -= b.prio[k].drops;
+    }
+    p.mtu_drops -= b.mtu_drops;
+    p.ecn_marks -= b.ecn_marks;
+    p.tx_frames -= b.tx_frames;
+  }
   return r;
 }
 
@@ -318,6 +390,7 @@ void run_json(JsonWriter& j, const RunResult& r) {
   j.key("wall_s").num(r.wall_s);
   j.key("events_per_s").num(r.events_per_s);
   j.key("drops").num(double(r.drops));
+  j.key("mtu_drops").num(double(r.mtu_drops));
   j.key("ecn_marks").num(double(r.marks));
   j.key("cnps").num(double(r.cnps));
   j.key("pfc_pause_frames").num(double(r.pfc_pause_frames));
@@ -328,6 +401,8 @@ void run_json(JsonWriter& j, const RunResult& r) {
   j.key("probe_timeouts").num(double(r.probe_timeouts));
   j.key("completion_errors").num(double(r.errors));
 }
+
+}  // namespace
 
 void flows_json(JsonWriter& j, const RunResult& r) {
   j.key("flows").begin_array();
@@ -341,6 +416,8 @@ void flows_json(JsonWriter& j, const RunResult& r) {
     j.key("retransmitted_packets").num(double(x.retransmitted));
     j.key("timeouts").num(double(x.timeouts));
     j.key("cnps_handled").num(double(x.cnps_handled));
+    j.key("errors").num(double(x.errors));
+    j.key("wanted").num(double(x.wanted));
     j.key("path").begin_array();
     for (const std::string& p : x.path) j.str(p);
     j.end_array();
@@ -348,6 +425,8 @@ void flows_json(JsonWriter& j, const RunResult& r) {
   }
   j.end_array();
 }
+
+namespace {
 
 void pauses_json(JsonWriter& j, const RunResult& r) {
   j.key("pfc_ports").begin_array();
@@ -363,6 +442,15 @@ void pauses_json(JsonWriter& j, const RunResult& r) {
 }
 
 }  // namespace
+
+std::optional<transport::cc::CcConfig> fabric_cc(const std::string& algorithm,
+                                                 const std::string& preset, const std::string& set,
+                                                 std::string* err) {
+  std::string spec = algorithm + ",preset=" + preset;
+  if (algorithm != "none" && set.find("pacer_burst") == std::string::npos) spec += ",pacer_burst=0";
+  if (!set.empty()) spec += "," + set;
+  return transport::cc::parse_cc(spec, err);
+}
 
 double jain_index(const std::vector<double>& x) {
   double s = 0, s2 = 0;
@@ -387,6 +475,7 @@ DumbbellResult run_dumbbell(const DumbbellOptions& o) {
   f.connect({NK::kHost, o.flows}, {NK::kSwitch, 1}, l);
   const uint32_t bottleneck = f.connect({NK::kSwitch, 0}, {NK::kSwitch, 1}, l);
   f.compute_routes();
+  apply_link_mtus(f, o.fabric);
   set_window(f, o.duration, o.window_begin, o.window_end);
   const Time gap = o.stagger ? (o.stagger_gap ? o.stagger_gap : o.duration / (2 * o.flows)) : 0;
   for (uint32_t i = 0; i < o.flows; ++i) {
@@ -420,7 +509,8 @@ DumbbellResult run_dumbbell(const DumbbellOptions& o) {
   r.queue_p99_kib = double(q.queue_stats().percentile_bytes(0.99)) / 1024.0;
   r.queue_max_kib = double(q.queue_stats().max_bytes()) / 1024.0;
   r.cnp_per_s = double(r.run.cnps) / (double(wlen) / 1e9);
-  write_file(o.fabric.csv, sampler.csv());
+  r.run.series = sampler.csv();
+  write_file(o.fabric.csv, r.run.series);
   if (!o.fabric.json.empty()) write_file(o.fabric.json, to_json(o, r));
   return r;
 }
@@ -436,6 +526,7 @@ IncastResult run_incast(const IncastOptions& o) {
   for (uint32_t i = 0; i < o.senders; ++i) f.connect({NK::kHost, i}, {NK::kSwitch, 0}, l);
   const uint32_t down = f.connect({NK::kHost, o.senders}, {NK::kSwitch, 0}, l);
   f.compute_routes();
+  apply_link_mtus(f, o.fabric);
   f.window().begin = 0;
   f.window().end = o.limit;
   for (uint32_t i = 0; i < o.senders; ++i) {
@@ -478,7 +569,8 @@ IncastResult run_incast(const IncastOptions& o) {
   }
   r.fct_mean_us = sum / double(o.senders);
   r.queue_max_kib = double(q.queue_stats().max_bytes()) / 1024.0;
-  write_file(o.fabric.csv, sampler.csv());
+  r.run.series = sampler.csv();
+  write_file(o.fabric.csv, r.run.series);
   if (!o.fabric.json.empty()) write_file(o.fabric.json, to_json(o, r));
   return r;
 }
@@ -587,6 +679,7 @@ LeafSpineResult run_leafspine(const LeafSpineOptions& o) {
     for (uint32_t s = 0; s < S; ++s)
       uplink[l][s] = f.links()[f.connect({NK::kSwitch, l}, {NK::kSwitch, L + s}, fl)].a_port;
   f.compute_routes();
+  apply_link_mtus(f, o.fabric);
   set_window(f, o.duration, o.window_begin, o.window_end);
 
   std::vector<FlowSpec> flows = o.flows;
@@ -701,7 +794,8 @@ LeafSpineResult run_leafspine(const LeafSpineOptions& o) {
     r.short_fct_mean_us = sum / double(fcts.size());
     r.short_fct_p99_us = fcts[std::min(fcts.size() - 1, size_t(double(fcts.size()) * 0.99))];
   }
-  write_file(o.fabric.csv, sampler.csv());
+  r.run.series = sampler.csv();
+  write_file(o.fabric.csv, r.run.series);
   if (!o.fabric.json.empty()) write_file(o.fabric.json, to_json(o, r));
   return r;
 }

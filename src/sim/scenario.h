@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,14 @@ struct FabricOptions {
   RedConfig red{.enabled = true};
   uint64_t buffer_bytes = 0;  // per switch (shared) or per egress port; 0 = unlimited
   BufferMode buffer_mode = BufferMode::kShared;
-  PfcConfig pfc;
+  PfcConfig pfc;  // pfc.classes: the lossless classes (RoCE's class 3 unless told otherwise)
   EcmpHash hash = EcmpHash::kCrc32;
+  // The DSCP hosts send data and ACKs with (HostConfig::data_dscp); its class selector is the
+  // traffic class the switches queue and pause them in (sim_port.h dscp_class): 26 → class 3.
+  uint8_t dscp = 26;
+  // IP MTUs of given links, by name ("leaf0-spine1"; Fabric::set_link_mtu); unknown names are
+  // an error naming the links.
+  std::vector<std::pair<std::string, uint32_t>> link_mtu;
   uint32_t ring = 16;  // NIC transmit ring, frames
   uint8_t qp_timeout = 14;
   uint64_t seed = 1;
@@ -39,8 +46,10 @@ struct FlowResult {
   double goodput_gbps = 0;  // in the window
   uint64_t bytes = 0;       // accepted by the receiver, in the window
   uint64_t messages = 0;    // completed
+  uint64_t wanted = 0;      // the flow's message count (FlowSpec::messages); 0: a stream
   double fct_us = 0;        // last message's completion time (flows with a message count)
   uint64_t retransmitted = 0, timeouts = 0, cnps_handled = 0;
+  uint64_t errors = 0;            // completions in error (e.g. retry exceeded: the QP is in ERROR)
   std::vector<std::string> path;  // switch egress ports the flow's packets take ("leaf0:p17")
 };
 
@@ -49,6 +58,22 @@ struct PortPause {
   std::string port;  // "leaf0->spine1", "h3->leaf0"
   uint64_t tx_pause = 0, rx_pause = 0, tx_resume = 0, rx_resume = 0;
   double pause_us = 0;
+};
+
+// Everything one port did in the window, per class where the switch counts per class:
+// what `show interface …` and `show interface … priority-flow-control` list.
+struct PortReport {
+  std::string port;   // "spine0->leaf1": spine0's port towards leaf1; "h3->leaf0": a host's NIC
+  bool host = false;  // a host's NIC (its queue is the transmit ring), not a switch port
+  struct Class {
+    uint64_t tx_pause = 0, rx_pause = 0, tx_resume = 0, rx_resume = 0;
+    double pause_us = 0;  // time this port's transmission of the class was held
+    uint64_t drops = 0;   // frames for this egress dropped for want of buffer
+  } prio[kPriorities];
+  uint64_t mtu_drops = 0;  // frames longer than the port's MTU (switch.h)
+  uint64_t ecn_marks = 0;  // frames this port marked CE
+  uint64_t tx_frames = 0;
+  double queue_max_kib = 0;  // its egress queue, inside the window
 };
 
 struct LinkUse {
@@ -62,9 +87,10 @@ struct RunResult {
   double duration_us = 0, window_begin_us = 0, window_end_us = 0;
   uint64_t events = 0;
   double wall_s = 0, events_per_s = 0;
-  uint64_t drops = 0;
-  uint64_t marks = 0;                                    // CE marks by switches
-  uint64_t cnps = 0;                                     // CNPs sent by NPs
+  uint64_t drops = 0;      // by switches: no buffer, or longer than a port's MTU
+  uint64_t mtu_drops = 0;  // of which longer than a port's MTU
+  uint64_t marks = 0;      // CE marks by switches
+  uint64_t cnps = 0;       // CNPs sent by NPs
   uint64_t pfc_pause_frames = 0, pfc_resume_frames = 0;  // sent by switches
   double pfc_pause_time_us = 0;                          // summed over every paused port and class
   uint64_t retransmitted_packets = 0, timeouts = 0, probe_timeouts = 0;
@@ -72,6 +98,8 @@ struct RunResult {
   std::vector<FlowResult> flows;
   std::vector<PortPause> pauses;  // ports that sent or received any PAUSE
   std::vector<LinkUse> links;     // every direction of every link
+  std::vector<PortReport> ports;  // every port (as `links`), over the window
+  std::string series;             // the time series (the CSV --csv writes)
 };
 
 struct DumbbellOptions {
@@ -152,6 +180,19 @@ bool parse_workload(const std::string& text, uint32_t hosts, std::vector<FlowSpe
 std::string to_json(const DumbbellOptions& o, const DumbbellResult& r);
 std::string to_json(const IncastOptions& o, const IncastResult& r);
 std::string to_json(const LeafSpineOptions& o, const LeafSpineResult& r);
+
+// Every QP's congestion control from the fabric flags --cc, --preset and --set: the simulator
+// wakes every QP exactly on time, so paced packets are spaced exactly (pacer_burst 0) unless
+// `set` says otherwise. nullopt and *err on a bad spec.
+std::optional<transport::cc::CcConfig> fabric_cc(const std::string& algorithm,
+                                                 const std::string& preset, const std::string& set,
+                                                 std::string* err);
+
+class JsonWriter;
+// The "flows" key of the summaries: every flow's name, hosts, UDP source port, goodput,
+// messages (completed, and `wanted`: 0 for a stream), completion time, retransmissions,
+// timeouts, CNPs handled, completions in error and path.
+void flows_json(JsonWriter& j, const RunResult& r);
 
 // Jain's fairness index of `x` (1 = equal shares).
 double jain_index(const std::vector<double>& x);

@@ -57,6 +57,11 @@ void Switch::receive(uint32_t in, Frame* f, Time now) {
     pool_.put(f);
     return;
   }
+  if (ip.mtu != 0 && f->ip_bytes() > ip.mtu) {  // oversize: refused as it arrives
+    ++ip.c.mtu_drops;
+    pool_.put(f);
+    return;
+  }
   const int64_t e = egress_for(FiveTuple{f->src_ip, f->dst_ip, f->src_port, f->dst_port, 17});
   if (e < 0) {
     ++ip.c.no_route;
@@ -64,6 +69,11 @@ void Switch::receive(uint32_t in, Frame* f, Time now) {
     return;
   }
   SwitchPort& ep = *ports_[e];
+  if (ep.mtu != 0 && f->ip_bytes() > ep.mtu) {  // too long for the way out
+    ++ep.c.mtu_drops;
+    pool_.put(f);
+    return;
+  }
   const int c = f->prio & (kPriorities - 1);
   const uint64_t size = f->bytes();
   if (c_.buffer_bytes != 0) {

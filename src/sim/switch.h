@@ -7,6 +7,12 @@
 // every port or in a pool per egress port, of a given size (0: unlimited); a frame that does not
 // fit is dropped and counted (per egress port and class).
 //
+// MTU: a port may have an IP MTU (0: none, i.e. jumbo enough for anything). A frame whose IPv4
+// packet is longer than the MTU of the port it arrives on (an oversize frame, a "giant") or of the
+// port it would leave by is dropped and counted there (`mtu_drops`): RoCEv2 sets DF and no
+// Ethernet switch fragments, so a router's "fragmentation needed" is all a sender could get, and
+// RoCE ignores it (the QP's path MTU is what the application chose).
+//
 // PFC (IEEE 802.1Qbb), for the lossless classes: the bytes held per (ingress port, class) are
 // counted; when they reach XOFF the switch sends a PAUSE for the class out of that ingress port
 // (upstream) with the configured quanta, refreshes it while the count stays above XON (every half
@@ -48,6 +54,7 @@ struct SwitchPortCounters {
   uint64_t rx_frames = 0;            // frames that arrived on the port (PAUSE included)
   uint64_t drops[kPriorities] = {};  // frames dropped for this egress: no buffer
   uint64_t no_route = 0;             // frames that arrived here for an unknown address
+  uint64_t mtu_drops = 0;  // frames longer than this port's MTU, arriving or leaving (above)
 };
 
 class Switch;
@@ -64,6 +71,7 @@ struct SwitchPort {
   std::unique_ptr<Channel> out;  // towards the peer
   std::unique_ptr<EgressPort> egress;
   std::string peer;  // the node at the other end (for reports)
+  uint32_t mtu = 0;  // IP MTU, bytes (IPv4 header to the end of the UDP payload); 0: none
   SwitchPortCounters c;
   // PFC per class: bytes held that came in on this port, and whether XOFF is in force.
   uint64_t ingress_bytes[kPriorities] = {};

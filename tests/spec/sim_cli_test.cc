@@ -62,6 +62,39 @@ TEST(SimCli, FlagsParseTheirValues) {
   EXPECT_EQ(f.fabric.fabric_gbps, 100);
 }
 
+TEST(SimCli, LabTakesItsNameFirstAndTheFabricFlagsParse) {
+  Flags f;
+  std::string err;
+  ASSERT_TRUE(parse_line({"lab", "pfc-storm", "--quick", "--svg", "x.svg"}, &f, &err)) << err;
+  EXPECT_EQ(f.command, kLab);
+  EXPECT_EQ(f.lab.name, "pfc-storm");
+  EXPECT_TRUE(f.lab.quick);
+  EXPECT_FALSE(f.lab.list);
+  EXPECT_EQ(f.lab.svg, "x.svg");
+  Flags l;
+  ASSERT_TRUE(parse_line({"lab", "--list"}, &l, &err)) << err;
+  EXPECT_TRUE(l.lab.list);
+  EXPECT_TRUE(l.lab.name.empty());
+  Flags x;
+  ASSERT_TRUE(parse_line({"incast", "--senders", "2", "--msg-bytes", "1", "--pfc", "--pfc-prio",
+                          "4", "--dscp", "0", "--link-mtu", "h0-s0=1500,rx-s0=9216"},
+                         &x, &err))
+      << err;
+  EXPECT_EQ(x.fabric.pfc_prio, 4);
+  EXPECT_EQ(x.fabric.dscp, 0u);
+  EXPECT_EQ(x.fabric.link_mtu, "h0-s0=1500,rx-s0=9216");
+  for (const std::vector<std::string_view>& bad :
+       {std::vector<std::string_view>{"lab", "x", "--entropy"},
+        {"incast", "--senders", "2", "--msg-bytes", "1", "--link-mtu", "h0-s0=20"},
+        {"incast", "--senders", "2", "--msg-bytes", "1", "--link-mtu", "h0-s0"},
+        {"incast", "--senders", "2", "--msg-bytes", "1", "--pfc-prio", "8"},
+        {"incast", "--senders", "2", "--msg-bytes", "1", "--dscp", "64"}}) {
+    Flags b;
+    EXPECT_FALSE(parse_line(bad, &b, &err)) << bad.back();
+  }
+  EXPECT_EQ(err, "--dscp '64' is not in [0, 63]");
+}
+
 TEST(SimCli, BadCommandLinesInTheSharedWording) {
   const std::pair<std::vector<std::string_view>, const char*> cases[] = {
       {{"dumbbell", "--flows", "2", "--flows", "3", "--duration-ms", "1"},
@@ -76,7 +109,7 @@ TEST(SimCli, BadCommandLinesInTheSharedWording) {
        "--mtu '1500' is not 256, 512, 1024, 2048 or 4096"},
       {{"incast", "--senders", "2", "--msg-bytes", "1", "--pfc=1"}, "key '--pfc' takes no value"},
       {{"incast", "2"}, "unexpected argument '2'"},
-      {{"fly"}, "unknown subcommand 'fly' (rp, dumbbell, incast, leafspine or plot)"},
+      {{"fly"}, "unknown subcommand 'fly' (rp, dumbbell, incast, leafspine, plot or lab)"},
   };
   for (const auto& [line, want] : cases) {
     Flags f;
