@@ -390,8 +390,13 @@ LabResult pfc_wrong_priority(bool quick) {
         v[side] += p.prio[k].drops;
         v[2 + side] += p.prio[k].tx_pause;
       }
-    csv += "priority " + std::to_string(k);
-    for (uint64_t x : v) csv += "," + std::to_string(x);
+    // Appended piecewise, not `a + b`: GCC 12's -Wrestrict false positive at -O3.
+    csv += "priority ";
+    csv += std::to_string(k);
+    for (uint64_t x : v) {
+      csv += ',';
+      csv += std::to_string(x);
+    }
     csv += "\n";
   }
   PlotSpec s;
@@ -721,7 +726,7 @@ std::string lab_json(const Lab& lab, const LabResult& r, bool quick) {
       for (const char* what : {"tx_pause", "rx_pause", "pause_us", "drops"}) {
         j.key(what).begin_array();
         for (const auto& c : p.prio) {
-          const std::string w = what;
+          const std::string_view w = what;
           j.num(w == "tx_pause"   ? double(c.tx_pause)
                 : w == "rx_pause" ? double(c.rx_pause)
                 : w == "pause_us" ? c.pause_us
