@@ -24,6 +24,7 @@
 #include <map>
 #include <sstream>
 
+#include "ports/udp/cmsg.h"
 #include "util/log.h"
 #include "util/signals.h"
 
@@ -588,18 +589,9 @@ void UdpShare::pass_on(int fd, std::optional<uint32_t> probe_round) {
       }
       return;
     }
-    uint8_t tos = 0;
-    size_t seg = 0;  // UDP GRO: datagrams of `seg` bytes, the last possibly shorter
-    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
-        tos = *CMSG_DATA(c);
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-          c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-        int v;
-        std::memcpy(&v, CMSG_DATA(c), sizeof v);
-        if (v > 0) seg = static_cast<size_t>(v);
-      }
-    }
+    const RxControl ctl = parse_rx_control(m);
+    const uint8_t tos = ctl.tos;
+    size_t seg = ctl.gro_segment;  // UDP GRO: datagrams of `seg` bytes, the last possibly shorter
     if (m.msg_flags & MSG_TRUNC) continue;
     const size_t len = static_cast<size_t>(n);
     if (seg == 0 || seg >= len) seg = len;

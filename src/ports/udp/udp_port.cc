@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 
 #include "ports/link_watch.h"
+#include "ports/udp/cmsg.h"
 #include "ports/udp/share.h"
 #include "util/log.h"
 #include "wire/icrc.h"
@@ -323,31 +324,25 @@ void UdpPort::read_errors(int fd) {
       if (errno == EINTR) continue;
       return;  // EAGAIN: the queue is empty (and the socket's pending error cleared with it)
     }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
-      if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
-      sock_extended_err ee;
-      std::memcpy(&ee, CMSG_DATA(c), sizeof ee);
-      // Local errors (EMSGSIZE for a DF datagram above the path MTU: the send said so) and other
-      // ICMP types (time exceeded) tell the layers above nothing they can act on.
-      if (ee.ee_origin != SO_EE_ORIGIN_ICMP || ee.ee_type != PortEvent::kIcmpDestUnreach) continue;
-      counters_.rx_icmp_unreachable.add();
-      PortEvent ev;
-      ev.kind = PortEvent::Kind::kUnreachable;
-      ev.dst_ip = ntohl(dst.sin_addr.s_addr);
-      ev.dst_port = ntohs(dst.sin_port);
-      ev.icmp_type = ee.ee_type;
-      ev.icmp_code = ee.ee_code;
-      sockaddr_in from;  // SO_EE_OFFENDER: who sent the ICMP
-      if (c->cmsg_len >= CMSG_LEN(sizeof ee + sizeof from)) {
-        std::memcpy(&from, CMSG_DATA(c) + sizeof ee, sizeof from);
-        if (from.sin_family == AF_INET) ev.reporter_ip = ntohl(from.sin_addr.s_addr);
-      }
-      if (r >= 8) {  // BTH: opcode at byte 0, DestQP at bytes 5..7 (IBTA 9.2)
-        ev.opcode = quoted[0];
-        ev.dest_qp = uint32_t{quoted[5]} << 16 | uint32_t{quoted[6]} << 8 | quoted[7];
-      }
-      if (sink_) sink_->on_port_event(ev);
+    const RxControl ctl = parse_rx_control(h);
+    if (!ctl.error) continue;
+    const sock_extended_err& ee = *ctl.error;
+    // Local errors (EMSGSIZE for a DF datagram above the path MTU: the send said so) and other
+    // ICMP types (time exceeded) tell the layers above nothing they can act on.
+    if (ee.ee_origin != SO_EE_ORIGIN_ICMP || ee.ee_type != PortEvent::kIcmpDestUnreach) continue;
+    counters_.rx_icmp_unreachable.add();
+    PortEvent ev;
+    ev.kind = PortEvent::Kind::kUnreachable;
+    ev.dst_ip = ntohl(dst.sin_addr.s_addr);
+    ev.dst_port = ntohs(dst.sin_port);
+    ev.icmp_type = ee.ee_type;
+    ev.icmp_code = ee.ee_code;
+    ev.reporter_ip = ctl.error_offender_ip;
+    if (r >= 8) {  // BTH: opcode at byte 0, DestQP at bytes 5..7 (IBTA 9.2)
+      ev.opcode = quoted[0];
+      ev.dest_qp = uint32_t{quoted[5]} << 16 | uint32_t{quoted[6]} << 8 | quoted[7];
     }
+    if (sink_) sink_->on_port_event(ev);
   }
 }
 
@@ -523,29 +518,14 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
     // arrive there.
     f.dst_ip = dst_ip;
     f.dst_port = opt_.port;
-    size_t seg = 0;  // GRO segment size; 0: one datagram
-    for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c;
-         c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
-      // IP_TOS arrives as one byte; accept an int too, as some kernels' IP_TOS cmsgs are.
-      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
-        f.tos = *CMSG_DATA(c);
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL &&
-          c->cmsg_len >= CMSG_LEN(sizeof(uint32_t))) {
-        // The socket's running count of drops (wrapping at 2^32): count what is new.
-        uint32_t drops;
-        std::memcpy(&drops, CMSG_DATA(c), sizeof drops);
-        if (drops != rx_overflow_seen_) {
-          counters_.rx_socket_overflow.add(drops - rx_overflow_seen_);
-          rx_overflow_seen_ = drops;
-        }
-      }
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-          c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-        int v;
-        std::memcpy(&v, CMSG_DATA(c), sizeof v);
-        if (v > 0) seg = static_cast<size_t>(v);
-      }
+    const RxControl ctl = parse_rx_control(h);
+    f.tos = ctl.tos;
+    if (ctl.overflow_drops && *ctl.overflow_drops != rx_overflow_seen_) {
+      // The socket's running count of drops (wrapping at 2^32): count what is new.
+      counters_.rx_socket_overflow.add(*ctl.overflow_drops - rx_overflow_seen_);
+      rx_overflow_seen_ = *ctl.overflow_drops;
     }
+    const size_t seg = ctl.gro_segment;  // 0: one datagram
     f.truncated = (h.msg_flags & MSG_TRUNC) != 0;
     // A GRO buffer holds datagrams of `seg` bytes, the last possibly shorter, all from one
     // sender with one TOS (udp_gro_receive merges only such). A truncated one is one drop:
