@@ -133,8 +133,8 @@ std::optional<FaultConfig> parse_faults(const std::string& spec, std::string* er
 // it. False and a message naming the variable, the device and the bad field on error.
 bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std::string* err);
 
-// The keys of UROCE_FAULTS (src/engine/config.cc, docs/configuration.md): the fault kinds, one
-// row per direction (scopes kFaultRx, kFaultTx; `seed` in kFaultSeed), and their `:param=value`
+// The keys of UROCE_FAULTS (src/engine/config_faults.cc, docs/configuration.md): the fault kinds,
+// one row per direction (scopes kFaultRx, kFaultTx; `seed` in kFaultSeed), and their `:param=value`
 // parameters (scoped by kind).
 inline constexpr spec::Scopes kFaultRx = 1, kFaultTx = 2, kFaultSeed = 4;
 const spec::Schema<FaultConfig>& fault_schema();

@@ -1,3 +1,9 @@
+// A device shared by many processes (share.h; docs/architecture.md, "One device, many
+// processes"): the registry in shared memory under its flock — joining (a slot, its QPN cursor,
+// the socket into the group), leaving and reaping dead members, the service claims rdma_cm's
+// listeners make — and the watcher thread that notices a member's death. The probe rounds and
+// the steering program are share_rounds.cc, the relay between members share_relay.cc, the
+// registry's layout share_registry.h.
 #include "ports/udp/share.h"
 
 #include <arpa/inet.h>
@@ -24,40 +30,27 @@
 #include <map>
 #include <sstream>
 
+#include "ports/udp/share_registry.h"
 #include "util/log.h"
 #include "util/signals.h"
 
 namespace uroce {
+
+using share_detail::at;
+using share_detail::format_ip;
+using share_detail::gone;
+using share_detail::kFree;
+using share_detail::kLeaving;
+using share_detail::kLive;
+using share_detail::load;
+
 namespace {
 
 constexpr char kMagic[8] = {'u', 'r', 'o', 'c', 'e', 'S', 'G', '1'};
 constexpr uint32_t kVersion = 2;  // 2: Slot::relay_port
-constexpr size_t kMaxClaims = 4096;
 // The first QPN a slot hands out: 0x11, as a device alone always did (slot 0 then numbers its
 // QPs exactly as before; 0 and 1 are the special QPs).
 constexpr uint32_t kFirstQpn = 0x11;
-// How often a round resends the probes not yet answered (a member's full socket buffer drops
-// them), and how long it waits for a member before leaving it out.
-constexpr int kResendMs = 20;
-std::atomic<int> g_round_timeout_ms{5000};
-std::atomic<uint64_t> g_rounds_timed_out{0};
-
-enum : uint32_t { kFree = 0, kLive = 1, kLeaving = 2 };
-
-template <typename T>
-std::atomic_ref<T> at(T& v) {
-  return std::atomic_ref<T>(v);
-}
-template <typename T>
-T load(const T& v) {
-  return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_relaxed);
-}
-
-uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
 
 // A process's start time (field 22 of /proc/<pid>/stat), against pid reuse; 0 when there is no
 // such process. *zombie: its thread group leader has exited.
@@ -111,16 +104,6 @@ const char* gone_why(pid_t pid, uint64_t started, std::string* detail = nullptr)
   return why;
 }
 
-bool gone(pid_t pid, uint64_t started) {
-  return gone_why(pid, started) != nullptr;
-}
-
-std::string format_ip(uint32_t ip) {
-  in_addr a{htonl(ip)};
-  char buf[INET_ADDRSTRLEN];
-  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
-}
-
 // The relay socket: UDP on the device's address, a port of the kernel's choosing, nonblocking.
 // Its buffer takes a burst of a stream's packets (the steering is stale for a round, a
 // millisecond or two); the kernel caps it at net.core.rmem_max without privilege.
@@ -152,36 +135,19 @@ uint16_t local_port(int fd) {
 
 }  // namespace
 
-// The registry's layout, the same in every process (kVersion names it). Each field says who
-// writes it: "lock" fields only under the flock; the others with atomic stores by the slot's
-// owner.
-struct UdpShare::Registry {
-  char magic[8];
-  uint32_t version;
-  uint32_t bytes;  // sizeof(Registry)
-  uint32_t round;  // lock: the last probe round started
-  uint32_t freed;  // lock: counts slots freed (Slot::freed_at orders them)
-  struct Slot {
-    uint32_t state;        // lock (kLive → kLeaving: the owner, atomically)
-    int32_t pid;           // lock
-    uint64_t start_time;   // lock: the owner's start time (/proc/<pid>/stat), against pid reuse
-    uint32_t qpn_cursor;   // owner, atomically; kept when the slot is freed
-    int32_t position;      // owner's receive path: where its socket sits in the group
-    uint32_t acked_round;  // owner's receive path: the round `position` answers
-    uint32_t freed_at;     // lock: Registry::freed when the slot was last freed
-    uint32_t relay_port;   // lock, read atomically: the owner's relay socket (0: none)
-    uint32_t relay_seq;    // relayers, atomically: datagrams relayed to the owner, ever
-  } slots[share::kSlots];
-  struct Claim {
-    uint16_t port_space;
-    uint16_t port;
-    uint8_t used;
-    uint8_t slot;
-    uint8_t listening;
-    uint8_t pad;
-    uint32_t refs;  // claims of the owner's ids
-  } claims[kMaxClaims];
-};
+namespace share_detail {
+
+std::string format_ip(uint32_t ip) {
+  in_addr a{htonl(ip)};
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+}
+
+bool gone(pid_t pid, uint64_t started) {
+  return gone_why(pid, started) != nullptr;
+}
+
+}  // namespace share_detail
 
 std::string UdpShare::registry_path(uint32_t ip, uint16_t port) {
   // The socket group is the network namespace's, and /dev/shm is shared across namespaces
@@ -190,14 +156,6 @@ std::string UdpShare::registry_path(uint32_t ip, uint16_t port) {
   struct stat ns {};
   const unsigned long long netns = stat("/proc/self/ns/net", &ns) == 0 ? ns.st_ino : 0;
   return fmt::format("/dev/shm/uroce-share.{}.{}.{}.{}", getuid(), netns, format_ip(ip), port);
-}
-
-void UdpShare::set_round_timeout_ms(int ms) {
-  g_round_timeout_ms = ms;
-}
-
-uint64_t UdpShare::rounds_timed_out() {
-  return g_rounds_timed_out.load();
 }
 
 std::vector<UdpShare::Member> UdpShare::members(uint32_t ip, uint16_t port) {
@@ -347,54 +305,6 @@ void UdpShare::free_slot(uint32_t s) {
   at(sl.relay_port).store(0);
   for (auto& c : reg_->claims)
     if (c.used && c.slot == s) set_claim(c, Registry::Claim{});
-}
-
-int UdpShare::owner(const share::Destination& d) const {
-  int owner = -1;
-  if (d.kind == share::Destination::kSlot) {
-    owner = static_cast<int>(d.value);
-  } else if (d.kind == share::Destination::kService) {
-    for (const auto& c : reg_->claims)
-      if (load(c.used) && load(c.listening) &&
-          (uint32_t{load(c.port_space)} << 16 | load(c.port)) == d.value) {
-        owner = load(c.slot);
-        break;
-      }
-  }
-  if (owner < 0 || static_cast<uint32_t>(owner) >= share::kSlots ||
-      static_cast<uint32_t>(owner) == slot_ || load(reg_->slots[owner].state) != kLive)
-    return -1;
-  return owner;
-}
-
-bool UdpShare::relay(uint32_t slot, const RelayHeader& h, const uint8_t* data, size_t len) {
-  const uint32_t port = slot < share::kSlots ? load(reg_->slots[slot].relay_port) : 0;
-  if (port == 0 || relay_fd_ < 0) return false;
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(ip_);
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  iovec iov[2] = {{const_cast<RelayHeader*>(&h), sizeof h}, {const_cast<uint8_t*>(data), len}};
-  msghdr m{};
-  m.msg_name = &to;
-  m.msg_namelen = sizeof to;
-  m.msg_iov = iov;
-  m.msg_iovlen = 2;
-  if (sendmsg(relay_fd_, &m, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h + len)) return false;
-  // After the send: an owner that sees the count move reads its relay socket (relay_pending).
-  at(reg_->slots[slot].relay_seq).fetch_add(1, std::memory_order_release);
-  return true;
-}
-
-uint32_t UdpShare::relay_seq() const {
-  return at(reg_->slots[slot_].relay_seq).load(std::memory_order_acquire);
-}
-
-bool UdpShare::from_member(uint32_t ip, uint16_t port) const {
-  if (ip != ip_ || port == 0) return false;
-  for (const auto& sl : reg_->slots)
-    if (load(sl.relay_port) == port && load(sl.state) != kFree) return true;
-  return false;
 }
 
 std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFactory make_socket,
@@ -561,61 +471,6 @@ UdpShare::~UdpShare() {
   if (wake_ >= 0) close(wake_);
 }
 
-void UdpShare::pass_on(int fd, std::optional<uint32_t> probe_round) {
-  if (fd < 0) return;
-  static thread_local std::vector<uint8_t> buf(65536);
-  bool pending_error_seen = false;
-  for (;;) {
-    sockaddr_in from{};
-    iovec iov{buf.data(), buf.size()};
-    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int)) * 4];
-    msghdr m{};
-    m.msg_name = &from;
-    m.msg_namelen = sizeof from;
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctrl;
-    m.msg_controllen = sizeof ctrl;
-    const ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      // An ICMP error for a datagram this socket sent (IP_RECVERR, udp_port.h) is also its
-      // pending error, which one receive returns in place of a datagram: the datagrams are still
-      // there. The port reads the error queue itself.
-      if (errno != EAGAIN && errno != EWOULDBLOCK && !pending_error_seen) {
-        pending_error_seen = true;
-        continue;
-      }
-      return;
-    }
-    uint8_t tos = 0;
-    size_t seg = 0;  // UDP GRO: datagrams of `seg` bytes, the last possibly shorter
-    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-      if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1))
-        tos = *CMSG_DATA(c);
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-          c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-        int v;
-        std::memcpy(&v, CMSG_DATA(c), sizeof v);
-        if (v > 0) seg = static_cast<size_t>(v);
-      }
-    }
-    if (m.msg_flags & MSG_TRUNC) continue;
-    const size_t len = static_cast<size_t>(n);
-    if (seg == 0 || seg >= len) seg = len;
-    const RelayHeader h{kRelayMagic, ntohl(from.sin_addr.s_addr), ntohs(from.sin_port), tos, 0};
-    for (size_t off = 0; off < len; off += seg) {
-      const uint8_t* d = buf.data() + off;
-      const size_t l = std::min(seg, len - off);
-      if (auto p = share::parse_probe(d, l)) {
-        if (probe_round && p->round == *probe_round) on_probe(*p);
-      } else if (const int owner = owner_of(d, l); owner >= 0) {
-        relay(static_cast<uint32_t>(owner), h, d, l);
-      }
-    }
-  }
-}
-
 void UdpShare::stop_watcher() {
   if (!watcher_.joinable()) return;
   stopping_ = true;
@@ -623,168 +478,6 @@ void UdpShare::stop_watcher() {
   ssize_t w = write(wake_, &one, sizeof one);
   (void)w;
   watcher_.join();
-}
-
-void UdpShare::on_probe(const share::Probe& p) {
-  Registry::Slot& sl = reg_->slots[slot_];
-  // A probe of an earlier round can come after the current one's (a resent copy, delivered late
-  // by a busy CPU's backlog): answering it would take back our answer to the current round, and
-  // a round that saw us answer would then attach a program without our slot.
-  const uint32_t acked = at(sl.acked_round).load(std::memory_order_relaxed);
-  if (static_cast<int32_t>(p.round - acked) < 0) return;
-  log().debug("{}:{}: slot {} answers round {}: position {}", format_ip(ip_), port_, slot_, p.round,
-              p.position);
-  at(sl.position).store(static_cast<int32_t>(p.position), std::memory_order_relaxed);
-  at(sl.acked_round).store(p.round, std::memory_order_release);
-  // A member joined, left or died: the watcher looks at who to watch.
-  uint64_t one = 1;
-  ssize_t w = write(wake_, &one, sizeof one);
-  (void)w;
-}
-
-bool UdpShare::round(int attach_fd, int drain_fd) {
-  Registry& r = *reg_;
-  bool restarted = false;
-  for (;;) {
-    reap_dead();
-    const uint32_t rnd = ++r.round;
-    // The live members answer; a leaving one (waiting for our lock to close its socket) does not,
-    // but its socket still holds a position, so the group has a socket for every slot not free
-    // (besides `attach_fd` of a leaver's round, the last): every one of those positions is
-    // probed. Probing only as many as answer would leave the member sitting past them without
-    // its probe, and the round waiting for it until the timeout, while the old program sends
-    // one slot to the socket a leaver's close moved away (its temporary socket's place now).
-    std::vector<uint32_t> members;
-    uint32_t sockets = 0;
-    for (uint32_t s = 0; s < share::kSlots; ++s) {
-      const uint32_t st = at(r.slots[s].state).load();
-      if (st == kLive) members.push_back(s);
-      if (st != kFree) ++sockets;
-    }
-    // Who can have moved since the last round measured them: only the kernel's last sockets move
-    // (into a leaver's position), so a member that answered the last round with a position below
-    // today's socket count, held by no other member, sits where it sat. Its answer is taken as
-    // given, and the round waits only for the others: a joiner, the sockets that were last,
-    // members left out before. Waiting for every member made each round as slow as the busiest
-    // process of the group, and a socket the kernel moved lost its traffic meanwhile (a pair
-    // beside a 1.3 GB/s stream exhausted its retries: shared_device.sh churn).
-    {
-      std::vector<int> holders(sockets, 0);
-      auto pos_of = [&](uint32_t s) { return at(r.slots[s].position).load(); };
-      for (uint32_t s : members)
-        if (const int32_t p = pos_of(s); p >= 0 && static_cast<uint32_t>(p) < sockets) ++holders[p];
-      for (uint32_t s : members) {
-        const int32_t p = pos_of(s);
-        if (p >= 0 && static_cast<uint32_t>(p) < sockets && holders[p] == 1 &&
-            at(r.slots[s].acked_round).load() == rnd - 1)
-          at(r.slots[s].acked_round).store(rnd, std::memory_order_release);
-      }
-    }
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(ip_);
-    to.sin_port = htons(port_);
-    std::vector<bool> answered(sockets, false);
-    auto send_probes = [&] {
-      for (uint32_t pos = 0; pos < sockets; ++pos) {
-        if (answered[pos]) continue;
-        uint8_t buf[share::kProbeBytes];
-        share::write_probe(buf, {pos, rnd});
-        ssize_t n =
-            sendto(prober_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
-        (void)n;
-      }
-    };
-    if (log().should_log(spdlog::level::debug)) {
-      std::string who;
-      for (uint32_t s : members)
-        who += fmt::format(" {}:{}", s, r.slots[s].pid);  // not operator+: GCC 12's -Wrestrict
-      log().debug("{}:{}: round {} by process {}: {} positions; live members (slot:pid){}",
-                  format_ip(ip_), port_, rnd, getpid(), sockets, who);
-    }
-    send_probes();
-    const uint64_t start = now_ms();
-    uint64_t last_send = start;
-    bool restart = false;
-    for (;;) {
-      // Our own socket, before the engine reads it: the probe for our position, and whatever
-      // the stale program or the hash sent here meanwhile, passed on to its owner (a pair whose
-      // socket the kernel moved lost everything a joiner's round took: shared_device.sh churn).
-      if (drain_fd >= 0) pass_on(drain_fd, rnd);
-      bool done = true;
-      std::fill(answered.begin(), answered.end(), false);
-      for (uint32_t s : members) {
-        Registry::Slot& sl = r.slots[s];
-        if (at(sl.state).load() != kLive) continue;  // leaving: it waits for our lock
-        if (at(sl.acked_round).load(std::memory_order_acquire) == rnd) {
-          const int32_t pos = at(sl.position).load(std::memory_order_relaxed);
-          if (pos >= 0 && static_cast<size_t>(pos) < answered.size()) answered[pos] = true;
-        } else {
-          done = false;
-        }
-      }
-      if (done) break;
-      const uint64_t t = now_ms();
-      if (t - last_send >= kResendMs) {
-        // A member that died since the round began will never answer, and its socket's
-        // departure moved another: start again without it.
-        for (uint32_t s : members)
-          if (at(r.slots[s].state).load() == kLive && r.slots[s].pid != getpid() &&
-              gone(r.slots[s].pid, r.slots[s].start_time))
-            restart = true;
-        if (restart) {
-          log().debug("{}:{}: round {}: a member died meanwhile; starting again", format_ip(ip_),
-                      port_, rnd);
-          break;
-        }
-        send_probes();
-        last_send = t;
-      }
-      if (t - start >= static_cast<uint64_t>(g_round_timeout_ms.load())) {
-        ++g_rounds_timed_out;
-        log().warn(
-            "{}:{}: a process sharing the device did not answer its probe in {} ms; its "
-            "traffic goes by hash until the next round",
-            format_ip(ip_), port_, g_round_timeout_ms.load());
-        break;
-      }
-      if (drain_fd >= 0) {
-        pollfd pf{drain_fd, POLLIN, 0};
-        poll(&pf, 1, 1);
-      } else {
-        timespec ts{0, 200'000};
-        nanosleep(&ts, nullptr);
-      }
-    }
-    if (!restart) break;
-    restarted = true;
-  }
-  attach(attach_fd);
-  return restarted;
-}
-
-void UdpShare::attach(int attach_fd) {
-  Registry& r = *reg_;
-  share::SteeringTable t;
-  for (uint32_t s = 0; s < share::kSlots; ++s)
-    if (at(r.slots[s].state).load() == kLive &&
-        at(r.slots[s].acked_round).load(std::memory_order_acquire) == r.round)
-      t.position[s] = at(r.slots[s].position).load(std::memory_order_relaxed);
-  for (const auto& c : r.claims)
-    if (c.used && c.listening)
-      t.listeners.push_back({uint32_t{c.port_space} << 16 | c.port, c.slot});
-  if (log().should_log(spdlog::level::debug)) {
-    std::string map;
-    for (uint32_t s = 0; s < share::kSlots; ++s)
-      if (t.position[s] >= 0) map += fmt::format(" slot {}→{}", s, t.position[s]);
-    log().debug("{}:{}: round {}: process {} attaches the program:{}", format_ip(ip_), port_,
-                r.round, getpid(), map.empty() ? " no member" : map);
-  }
-  std::vector<sock_filter> code = share::build_program(t);
-  sock_fprog prog{static_cast<unsigned short>(code.size()), code.data()};
-  if (setsockopt(attach_fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) != 0)
-    log().error("{}:{}: cannot attach the steering program ({} instructions): {}", format_ip(ip_),
-                port_, code.size(), std::strerror(errno));
 }
 
 int UdpShare::claim_service(uint16_t port_space, uint16_t port) {

@@ -113,7 +113,7 @@ class UdpShare : public PortShare {
   // position until the next round).
   static uint64_t rounds_timed_out();
 
-  struct Registry;  // the shared layout (share.cc)
+  struct Registry;  // the shared layout (share_registry.h)
 
  private:
   UdpShare() = default;

@@ -253,7 +253,7 @@ class UdpPort : public Port {
   size_t n_wait_fds_ = 2;
 
   // A shared device's relay socket: recvmmsg's arguments (payloads go to the receive slots), the
-  // relay count last read, and empty passes since (RelayRx in udp_port.cc).
+  // relay count last read, and empty passes since (RelayRx in udp_port_internal.h).
   struct RelayRx;
   std::unique_ptr<RelayRx> relay_;
 };

@@ -21,6 +21,9 @@
 //      figures and --check verdict for that size);
 //   T  before CLOSE (at the very end for write_lat): CPU time and uroce counters of the run.
 // A passive side takes part in every S, so both sides run the same number of them.
+//
+// The set-up, the sequences and the totals are here; a run of one message size (the threads,
+// the sent/result exchange, the verification) is session_run.cc; session_impl.h is the class.
 #include "tools/perf/session.h"
 
 #include <unistd.h>
@@ -33,18 +36,11 @@
 #include <memory>
 #include <thread>
 
-#include "tools/perf/counters.h"
-#include "tools/perf/datapath.h"
 #include "tools/perf/plot.h"
-#include "tools/perf/report.h"
-#include "tools/perf/resources.h"
-#include "tools/perf/setup.h"
+#include "tools/perf/session_impl.h"
 
 namespace uroce::perf {
-
-namespace {
-
-enum class Family { kRdmaBw, kSendBw, kSendLat, kWriteLat, kRdmaLat };
+namespace session_detail {
 
 Family family_of(const Options& o) {
   if (o.latency()) {
@@ -78,731 +74,394 @@ std::string one_line(std::string s) {
   return s;
 }
 
-void put_bw(Fields& f, const std::string& p, const BwSummary& s) {
-  f[p + ".msgs"] = std::to_string(s.msgs);
-  f[p + ".bytes"] = std::to_string(s.bytes);
-  f[p + ".seconds"] = num(s.seconds);
-  f[p + ".avg"] = num(s.avg);
-  f[p + ".peak"] = num(s.peak);
+// ---- the run ----------------------------------------------------------------------------
+
+int Session::run() {
+  if (!o_.json && !client_) print_waiting_banner();
+  ch_ = std::make_unique<Channel>(o_.server, o_.tcp_port);
+  ch_->exchange_versions(o_.dont_xchg_versions);
+  ext_ = ch_->peer().uroce_perf;
+  refuse_what_perftest_cannot_do();
+  cycle_ = static_cast<uint32_t>(std::max(4096L, sysconf(_SC_PAGESIZE)));
+  long line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
+  line_ = line > 0 ? static_cast<uint32_t>(line) : 64;
+  ch_->exchange_sys_data(&cycle_, &line_);
+  mtu_ = res_.local_mtu();
+  ch_->exchange_mtu(&mtu_);
+  if (ext_) exchange_parameters();
+  choose_sizes();
+  res_.create(sizes_.back(), cycle_, line_);
+  prepare_buffers();
+
+  ctx_.o = &o_;
+  ctx_.dev = &res_.info();
+  ctx_.mtu = mtu_;
+  ctx_.out_reads = res_.out_reads();
+  ctx_.new_api = res_.new_post_api();
+  ctx_.client = client_;
+  ctx_.peer = &ch_->peer();
+  if (!o_.json) print_test_info(ctx_);
+
+  connect_qps();
+  if (!o_.json) print_table_header(ctx_);
+
+  cpu0_ = cpu_now();
+  ctr0_ = read_own_counters(res_.info().name);
+  switch (fam_) {
+    case Family::kRdmaBw:
+      rdma_bw();
+      break;
+    case Family::kSendBw:
+      send_bw();
+      break;
+    case Family::kSendLat:
+      send_lat();
+      break;
+    case Family::kWriteLat:
+      write_lat();
+      break;
+    case Family::kRdmaLat:
+      rdma_lat();
+      break;
+  }
+  return finish();
 }
-BwSummary get_bw(const Fields& f, const std::string& p) {
-  BwSummary s;
-  s.msgs = to_u64(f, p + ".msgs");
-  s.bytes = to_u64(f, p + ".bytes");
-  s.seconds = to_double(f, p + ".seconds");
-  s.avg = to_double(f, p + ".avg");
-  s.peak = to_double(f, p + ".peak");
-  return s;
-}
-void put_lat(Fields& f, const LatSummary& s) {
-  f["lat.count"] = std::to_string(s.count);
-  for (auto [k, v] : {std::pair{"min", s.min},
-                      {"max", s.max},
-                      {"mean", s.mean},
-                      {"stdev", s.stdev},
-                      {"p50", s.p50},
-                      {"p90", s.p90},
-                      {"p99", s.p99},
-                      {"p999", s.p999},
-                      {"seconds", s.seconds}})
-    f[std::string("lat.") + k] = num(v);
-}
-LatSummary get_lat(const Fields& f) {
-  LatSummary s;
-  s.count = to_u64(f, "lat.count");
-  s.min = to_double(f, "lat.min");
-  s.max = to_double(f, "lat.max");
-  s.mean = to_double(f, "lat.mean");
-  s.stdev = to_double(f, "lat.stdev");
-  s.p50 = to_double(f, "lat.p50");
-  s.p90 = to_double(f, "lat.p90");
-  s.p99 = to_double(f, "lat.p99");
-  s.p999 = to_double(f, "lat.p999");
-  s.seconds = to_double(f, "lat.seconds");
-  return s;
+
+// ---- set-up -----------------------------------------------------------------------------
+
+void Session::refuse_what_perftest_cannot_do() {
+  if (ext_) return;
+  const std::string who = o_.dont_xchg_versions
+                              ? std::string("an unknown peer (--dont_xchg_versions)")
+                              : "perftest " + ch_->peer().version;
+  if (o_.check) fatal("--check needs uroce-perf on both sides; the peer is %s", who.c_str());
+  // A duration run needs the two sides to stop together; only a passive target need not.
+  const bool passive_server = fam_ == Family::kRdmaBw && !o_.bidirectional;
+  if (o_.duration && !passive_server)
+    fatal("-D with %s works for write_bw, read_bw and atomic_bw (without -b) only", who.c_str());
+  if (o_.latency() && o_.qps > 1) fatal("%s runs latency tests on one QP; drop -q", who.c_str());
 }
 
-class Session {
- public:
-  explicit Session(const Options& o)
-      : o_(o), res_(o), fam_(family_of(o)), client_(!o.is_server()) {}
-
-  int run() {
-    if (!o_.json && !client_) print_waiting_banner();
-    ch_ = std::make_unique<Channel>(o_.server, o_.tcp_port);
-    ch_->exchange_versions(o_.dont_xchg_versions);
-    ext_ = ch_->peer().uroce_perf;
-    refuse_what_perftest_cannot_do();
-    cycle_ = static_cast<uint32_t>(std::max(4096L, sysconf(_SC_PAGESIZE)));
-    long line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
-    line_ = line > 0 ? static_cast<uint32_t>(line) : 64;
-    ch_->exchange_sys_data(&cycle_, &line_);
-    mtu_ = res_.local_mtu();
-    ch_->exchange_mtu(&mtu_);
-    if (ext_) exchange_parameters();
-    choose_sizes();
-    res_.create(sizes_.back(), cycle_, line_);
-    prepare_buffers();
-
-    ctx_.o = &o_;
-    ctx_.dev = &res_.info();
-    ctx_.mtu = mtu_;
-    ctx_.out_reads = res_.out_reads();
-    ctx_.new_api = res_.new_post_api();
-    ctx_.client = client_;
-    ctx_.peer = &ch_->peer();
-    if (!o_.json) print_test_info(ctx_);
-
-    connect_qps();
-    if (!o_.json) print_table_header(ctx_);
-
-    cpu0_ = cpu_now();
-    ctr0_ = read_own_counters(res_.info().name);
-    switch (fam_) {
-      case Family::kRdmaBw:
-        rdma_bw();
-        break;
-      case Family::kSendBw:
-        send_bw();
-        break;
-      case Family::kSendLat:
-        send_lat();
-        break;
-      case Family::kWriteLat:
-        write_lat();
-        break;
-      case Family::kRdmaLat:
-        rdma_lat();
-        break;
-    }
-    return finish();
+void Session::exchange_parameters() {
+  Fields mine{{"test", o_.test},
+              {"connection", conn_name(o_.conn)},
+              {"size", o_.all_sizes ? "all" : std::to_string(o_.size)},
+              {"iterations", std::to_string(o_.iters)},
+              {"duration", std::to_string(o_.duration)},
+              {"qps", std::to_string(o_.qps)},
+              {"bidirectional", o_.bidirectional ? "yes" : "no"},
+              {"check", o_.check ? "yes" : "no"},
+              {"atomic_type", atomic_name(o_.atomic_op)}};
+  Fields theirs = ch_->exchange_fields(mine);
+  std::string diff;
+  for (const auto& [k, v] : mine) {
+    const std::string t = to_str(theirs, k);
+    if (t != v)
+      diff += "\n  " + k + ": " + (client_ ? "client " : "server ") + v + ", " +
+              (client_ ? "server " : "client ") + (t.empty() ? "(none)" : t);
   }
+  if (!diff.empty())
+    fatal("the server and the client were started for different runs:%s", diff.c_str());
+}
 
- private:
-  // ---- set-up ------------------------------------------------------------------------------
-
-  void refuse_what_perftest_cannot_do() {
-    if (ext_) return;
-    const std::string who = o_.dont_xchg_versions
-                                ? std::string("an unknown peer (--dont_xchg_versions)")
-                                : "perftest " + ch_->peer().version;
-    if (o_.check) fatal("--check needs uroce-perf on both sides; the peer is %s", who.c_str());
-    // A duration run needs the two sides to stop together; only a passive target need not.
-    const bool passive_server = fam_ == Family::kRdmaBw && !o_.bidirectional;
-    if (o_.duration && !passive_server)
-      fatal("-D with %s works for write_bw, read_bw and atomic_bw (without -b) only", who.c_str());
-    if (o_.latency() && o_.qps > 1) fatal("%s runs latency tests on one QP; drop -q", who.c_str());
+void Session::choose_sizes() {
+  const uint64_t mtu_bytes = 128ull << static_cast<int>(mtu_);
+  if (o_.verb == Verb::kAtomic) {
+    sizes_ = {8};
+    return;
   }
-
-  // P: both sides must run the same test, or the handshake counts and buffers disagree.
-  void exchange_parameters() {
-    Fields mine{{"test", o_.test},
-                {"connection", conn_name(o_.conn)},
-                {"size", o_.all_sizes ? "all" : std::to_string(o_.size)},
-                {"iterations", std::to_string(o_.iters)},
-                {"duration", std::to_string(o_.duration)},
-                {"qps", std::to_string(o_.qps)},
-                {"bidirectional", o_.bidirectional ? "yes" : "no"},
-                {"check", o_.check ? "yes" : "no"},
-                {"atomic_type", atomic_name(o_.atomic_op)}};
-    Fields theirs = ch_->exchange_fields(mine);
-    std::string diff;
-    for (const auto& [k, v] : mine) {
-      const std::string t = to_str(theirs, k);
-      if (t != v)
-        diff += "\n  " + k + ": " + (client_ ? "client " : "server ") + v + ", " +
-                (client_ ? "server " : "client ") + (t.empty() ? "(none)" : t);
-    }
-    if (!diff.empty())
-      fatal("the server and the client were started for different runs:%s", diff.c_str());
+  if (!o_.all_sizes) {
+    if (o_.conn == Conn::kUD && o_.size > mtu_bytes)
+      fatal("UD messages are at most one MTU: -s %" PRIu64 " is above %" PRIu64, o_.size,
+            mtu_bytes);
+    sizes_ = {o_.size};
+    return;
   }
+  const uint64_t top = o_.conn == Conn::kUD ? mtu_bytes : kMaxAllSize;
+  for (uint64_t s = 2; s <= top; s *= 2) sizes_.push_back(s);
+}
 
-  void choose_sizes() {
-    const uint64_t mtu_bytes = 128ull << static_cast<int>(mtu_);
-    if (o_.verb == Verb::kAtomic) {
-      sizes_ = {8};
-      return;
+void Session::prepare_buffers() {
+  const uint64_t max = sizes_.back();
+  for (int i = 0; i < res_.num_qps(); ++i) {
+    QpCtx& q = res_.qp(i);
+    if (o_.check) {
+      // This side's data: what it SENDs or WRITEs from, or what a peer READs.
+      if (o_.verb == Verb::kSend || o_.verb == Verb::kWrite) fill_pattern(q.src, max, client_, i);
+      if (o_.verb == Verb::kRead) fill_pattern(q.target, max, client_, i);
     }
-    if (!o_.all_sizes) {
-      if (o_.conn == Conn::kUD && o_.size > mtu_bytes)
-        fatal("UD messages are at most one MTU: -s %" PRIu64 " is above %" PRIu64, o_.size,
-              mtu_bytes);
-      sizes_ = {o_.size};
-      return;
-    }
-    const uint64_t top = o_.conn == Conn::kUD ? mtu_bytes : kMaxAllSize;
-    for (uint64_t s = 2; s <= top; s *= 2) sizes_.push_back(s);
+    if (o_.verb == Verb::kSend)
+      for (int j = 0; j < q.rq_depth; ++j)
+        if (int rc = res_.post_recv(q, j % q.recv_slots))
+          fatal("QP %d: posting receive %d failed: %s", i, j, std::strerror(rc));
   }
+}
 
-  void prepare_buffers() {
-    const uint64_t max = sizes_.back();
-    for (int i = 0; i < res_.num_qps(); ++i) {
-      QpCtx& q = res_.qp(i);
-      if (o_.check) {
-        // This side's data: what it SENDs or WRITEs from, or what a peer READs.
-        if (o_.verb == Verb::kSend || o_.verb == Verb::kWrite) fill_pattern(q.src, max, client_, i);
-        if (o_.verb == Verb::kRead) fill_pattern(q.target, max, client_, i);
-      }
-      if (o_.verb == Verb::kSend)
-        for (int j = 0; j < q.rq_depth; ++j)
-          if (int rc = res_.post_recv(q, j % q.recv_slots))
-            fatal("QP %d: posting receive %d failed: %s", i, j, std::strerror(rc));
-    }
-  }
-
-  Dest k0() { return ch_->handshake(res_.qp(0).local, res_.uses_gid()); }
-
-  void connect_qps() {
-    const int q = res_.num_qps();
-    const bool gid = res_.uses_gid();
-    std::vector<Dest> remote(static_cast<size_t>(q));
-    const bool lead_k0 = fam_ == Family::kWriteLat || fam_ == Family::kRdmaLat;
-    if (lead_k0) k0();
-    for (int i = 0; i < q; ++i)
-      remote[static_cast<size_t>(i)] = ch_->handshake(res_.qp(i).local, gid);
-    if (gid) {
-      auto v4 = [](const ibv_gid& g) {
-        static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        return std::memcmp(g.raw, prefix, 12) == 0;
-      };
-      if (v4(res_.qp(0).local.gid) != v4(remote[0].gid))
-        fatal(
-            "the two GIDs are of different IP versions (IPv4-mapped and not): pick another "
-            "GID with -x");
-    }
-    res_.connect(remote, mtu_);
-    if (!o_.json)
-      for (int i = 0; i < q; ++i) print_dest(ctx_, res_.qp(i).local, true);
-    // After RTR: the handshakes that tell both sides the other is ready.
-    const bool send_order = fam_ == Family::kSendBw || fam_ == Family::kSendLat;
-    if (send_order) k0();
-    for (int i = 0; i < q; ++i) {
-      ch_->handshake(res_.qp(i).local, gid);
-      if (!o_.json) print_dest(ctx_, res_.qp(i).remote, false);
-    }
-    if (!send_order) k0();
-  }
-
-  // ---- one run -----------------------------------------------------------------------------
-
-  bool target_side() const { return !client_ || o_.bidirectional; }
-
-  SizeResult run_size(uint64_t size) {
-    const int q = res_.num_qps();
-    SizeResult r;
-    r.size = size;
-    RunControl ctl;
-    ctl.peer_sent.assign(static_cast<size_t>(q), 0);
-    RunSpec s;
-    s.o = &o_;
-    s.res = &res_;
-    s.size = size;
-    s.iters = o_.iters;
-    s.check = o_.check;
-    s.client = client_;
-    s.ctl = &ctl;
-    switch (fam_) {
-      case Family::kRdmaBw:
-        s.initiator = client_ || o_.bidirectional;
-        break;
-      case Family::kSendBw:
-        s.initiator = client_ || o_.bidirectional;
-        s.responder = !client_ || o_.bidirectional;
-        break;
-      case Family::kSendLat:
-        s.initiator = client_;
-        s.responder = !client_;
-        break;
-      case Family::kWriteLat:
-        // perftest's write_lat starts on the server: it writes first, the client answers.
-        s.initiator = !client_;
-        s.responder = client_;
-        break;
-      case Family::kRdmaLat:
-        s.initiator = client_;
-        break;
-    }
-    // A receiver of unreliable SENDs cannot count on every message: it learns the count (S).
-    const bool lossy = fam_ == Family::kSendBw && o_.conn != Conn::kRC;
-    s.exact_counts = o_.duration == 0 && !(ext_ && lossy);
-
-    std::vector<WorkerResult> wr(static_cast<size_t>(o_.threads));
-    for (WorkerResult& w : wr) {
-      w.sent.assign(static_cast<size_t>(q), 0);
-      w.received.assign(static_cast<size_t>(q), 0);
-    }
-    std::vector<std::thread> threads;
-    if (s.initiator || s.responder) {
-      ctl.initiators_running.store(s.initiator ? o_.threads : 0);
-      if (o_.duration) s.deadline = now_ns() + static_cast<uint64_t>(o_.duration) * 1000000000ull;
-      for (int t = 0; t < o_.threads; ++t)
-        threads.emplace_back([&, t] {
-          if (o_.latency())
-            run_latency_worker(s, t, &wr[static_cast<size_t>(t)]);
-          else
-            run_bandwidth_worker(s, t, &wr[static_cast<size_t>(t)]);
-        });
-    }
-    auto wait_initiators = [&] {
-      for (int v; (v = ctl.initiators_running.load(std::memory_order_acquire)) != 0;)
-        ctl.initiators_running.wait(v, std::memory_order_acquire);
+void Session::connect_qps() {
+  const int q = res_.num_qps();
+  const bool gid = res_.uses_gid();
+  std::vector<Dest> remote(static_cast<size_t>(q));
+  const bool lead_k0 = fam_ == Family::kWriteLat || fam_ == Family::kRdmaLat;
+  if (lead_k0) k0();
+  for (int i = 0; i < q; ++i)
+    remote[static_cast<size_t>(i)] = ch_->handshake(res_.qp(i).local, gid);
+  if (gid) {
+    auto v4 = [](const ibv_gid& g) {
+      static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+      return std::memcmp(g.raw, prefix, 12) == 0;
     };
-    // What this side's initiators sent; a responder's counts are not final (nor safe to read)
-    // before its worker ends, and nobody needs them: it answers what the initiator sent.
-    auto sent_fields = [&] {
-      Fields f;
-      for (int i = 0; i < q; ++i) {
-        uint64_t n = 0;
-        if (s.initiator)
-          for (const WorkerResult& w : wr) n += w.sent[static_cast<size_t>(i)];
-        f["sent." + std::to_string(i)] = std::to_string(n);
-      }
-      return f;
-    };
-    auto peer_done = [&](const Fields& f) {
-      for (int i = 0; i < q; ++i)
-        ctl.peer_sent[static_cast<size_t>(i)] = to_u64(f, "sent." + std::to_string(i));
-      ctl.peer_done.store(true, std::memory_order_release);
-    };
-    if (ext_) {
-      // S, first half: each side's initiators are done; receivers may stop once they have what
-      // the peer sent.
-      if (client_) {
-        wait_initiators();
-        ch_->send_fields(sent_fields());
-        peer_done(ch_->receive_fields());
-      } else {
-        peer_done(ch_->receive_fields());
-        wait_initiators();
-        ch_->send_fields(sent_fields());
-      }
-    }
-    for (std::thread& t : threads) t.join();
-    for (const WorkerResult& w : wr)
-      if (!w.error.empty()) fatal("%s%s", w.error.c_str(), counters_hint().c_str());
-
-    collect(r, wr, s);
-    if (!r.iters) {  // a side that initiated nothing (-D): the peer's count
-      uint64_t n = 0;
-      for (uint64_t v : ctl.peer_sent) n += v;
-      r.iters = n / static_cast<uint64_t>(q);
-    }
-    if (o_.check) verify(r, wr, s, ctl.peer_sent);
-    if (ext_) {
-      // S, second half: the figures and verdicts.
-      Fields f;
-      put_bw(f, "tx", r.tx);
-      put_bw(f, "rx", r.rx);
-      put_lat(f, r.lat);
-      f["lost"] = std::to_string(r.lost);
-      f["check.done"] = r.check.done ? "1" : "0";
-      f["check.bytes"] = std::to_string(r.check.bytes);
-      f["check.failures"] = std::to_string(r.check.failures);
-      f["check.first"] = one_line(r.check.first);
-      Fields t = ch_->exchange_fields(f);
-      r.have_remote = true;
-      r.remote_tx = get_bw(t, "tx");
-      r.remote_rx = get_bw(t, "rx");
-      r.remote_lat = get_lat(t);
-      r.remote_lost = to_u64(t, "lost");
-      r.remote_check.done = to_str(t, "check.done") == "1";
-      r.remote_check.bytes = to_u64(t, "check.bytes");
-      r.remote_check.failures = to_u64(t, "check.failures");
-      r.remote_check.first = to_str(t, "check.first");
-    }
-    return r;
+    if (v4(res_.qp(0).local.gid) != v4(remote[0].gid))
+      fatal(
+          "the two GIDs are of different IP versions (IPv4-mapped and not): pick another "
+          "GID with -x");
   }
-
-  // This side's figures from its workers.
-  void collect(SizeResult& r, const std::vector<WorkerResult>& wr, const RunSpec& s) {
-    const uint64_t op = o_.verb == Verb::kAtomic ? 8 : r.size;
-    uint64_t tx0 = 0, tx1 = 0, rx0 = 0, rx1 = 0, sent = 0, received = 0;
-    std::vector<std::pair<uint64_t, uint32_t>> txm, rxm;
-    for (const WorkerResult& w : wr) {
-      if (w.tx_first && (!tx0 || w.tx_first < tx0)) tx0 = w.tx_first;
-      tx1 = std::max(tx1, w.tx_last);
-      if (w.rx_first && (!rx0 || w.rx_first < rx0)) rx0 = w.rx_first;
-      rx1 = std::max(rx1, w.rx_last);
-      txm.insert(txm.end(), w.tx_marks.begin(), w.tx_marks.end());
-      rxm.insert(rxm.end(), w.rx_marks.begin(), w.rx_marks.end());
-      for (uint64_t n : w.sent) sent += n;
-      for (uint64_t n : w.received) received += n;
-      r.hist.merge(w.latency);
-    }
-    r.iters = o_.iters ? o_.iters : sent / static_cast<uint64_t>(o_.qps);
-    if (!o_.latency()) {
-      r.tx = summarize_bw(op, tx0, tx1, std::move(txm), !o_.no_peak);
-      r.rx = summarize_bw(op, rx0, rx1, std::move(rxm), !o_.no_peak);
-    } else {
-      const bool initiator = s.initiator;
-      const uint64_t a = initiator ? tx0 : rx0, b = initiator ? tx1 : rx1;
-      r.lat = summarize_lat(r.hist, b > a ? static_cast<double>(b - a) / 1e9 : 0);
-      if (!o_.iters)
-        r.iters = initiator ? sent / static_cast<uint64_t>(o_.qps)
-                            : received / static_cast<uint64_t>(o_.qps);
-    }
-    if (fam_ == Family::kSendBw && s.responder && ext_) {
-      uint64_t expected = 0;
-      for (uint64_t n : s.ctl->peer_sent) expected += n;
-      r.lost = expected > received ? expected - received : 0;
-    }
-    for (const WorkerResult& w : wr) {
-      r.check.bytes += w.checked_bytes;
-      if (w.check_failures && r.check.failures == 0) r.check.first = w.check_error;
-      r.check.failures += w.check_failures;
-      if (w.checked_bytes || w.check_failures) r.check.done = true;
-    }
+  res_.connect(remote, mtu_);
+  if (!o_.json)
+    for (int i = 0; i < q; ++i) print_dest(ctx_, res_.qp(i).local, true);
+  // After RTR: the handshakes that tell both sides the other is ready.
+  const bool send_order = fam_ == Family::kSendBw || fam_ == Family::kSendLat;
+  if (send_order) k0();
+  for (int i = 0; i < q; ++i) {
+    ch_->handshake(res_.qp(i).local, gid);
+    if (!o_.json) print_dest(ctx_, res_.qp(i).remote, false);
   }
+  if (!send_order) k0();
+}
 
-  void check_failure(SizeResult& r, const std::string& why) {
-    if (!r.check.failures++) r.check.first = why;
-  }
+// ---- the tests' sequences ---------------------------------------------------------------
 
-  // --check after a run: what landed in this side's memory. Clears what it verified, so that
-  // the next size must deliver it anew.
-  void verify(SizeResult& r, const std::vector<WorkerResult>& wr, const RunSpec& spec,
-              const std::vector<uint64_t>& peer_sent) {
-    const uint64_t size = r.size;
-    const bool peer_data = !client_;  // what the peer sent was written with its own pattern key
-    for (int i = 0; i < res_.num_qps(); ++i) {
-      QpCtx& q = res_.qp(i);
-      const std::string qp = "QP " + std::to_string(i) + ": ";
-      uint64_t my_sent = 0, my_received = 0;
-      for (const WorkerResult& w : wr) {
-        my_sent += w.sent[static_cast<size_t>(i)];
-        my_received += w.received[static_cast<size_t>(i)];
-      }
-      const uint64_t theirs = peer_sent[static_cast<size_t>(i)];
-      switch (fam_) {
-        case Family::kSendBw:
-          if (target_side() && o_.conn == Conn::kRC && my_received != theirs)
-            check_failure(r, qp + std::to_string(my_received) + " of " + std::to_string(theirs) +
-                                 " messages arrived over RC");
-          break;
-        case Family::kSendLat:
-          break;  // every message was verified as it arrived
-        case Family::kWriteLat: {
-          if (size > 1) verify_region(r, q.target, size - 1, peer_data, i, qp + "written data");
-          // Both directions end with the initiator's last round: every ping has its pong.
-          const uint8_t want = static_cast<uint8_t>(spec.initiator ? my_sent : theirs);
-          if (q.target[size - 1] != want)
-            check_failure(r, qp + "the last written byte is " + std::to_string(q.target[size - 1]) +
-                                 ", expected round " + std::to_string(want));
-          else
-            r.check.bytes += 1;
-          r.check.done = true;
-          std::memset(q.target, 0, size);
-          q.src[size - 1] = pattern_byte(client_, i, size - 1);
-          break;
-        }
-        case Family::kRdmaBw:
-        case Family::kRdmaLat:
-          if (o_.verb == Verb::kWrite && target_side()) {
-            if (o_.conn != Conn::kRC) await_region(q.target, size, peer_data, i);
-            verify_region(r, q.target, size, peer_data, i, qp + "written data");
-            std::memset(q.target, 0, size);
-          } else if (o_.verb == Verb::kRead && (client_ || o_.bidirectional)) {
-            verify_region(r, q.src, size, peer_data, i, qp + "read data");
-            std::memset(q.src, 0, size);
-          } else if (o_.verb == Verb::kAtomic) {
-            uint64_t v;
-            if (target_side()) {
-              std::memcpy(&v, q.target, 8);
-              if (v != theirs)
-                check_failure(r, qp + "the target holds " + std::to_string(v) + " after " +
-                                     std::to_string(theirs) + " atomic operations");
-              else
-                r.check.bytes += 8;
-              r.check.done = true;
-              std::memset(q.target, 0, 8);
-            }
-            if ((client_ || o_.bidirectional) && !o_.latency() && my_sent) {
-              std::memcpy(&v, q.src, 8);
-              if (v != my_sent - 1)
-                check_failure(r, qp + "the last atomic returned " + std::to_string(v) +
-                                     ", expected " + std::to_string(my_sent - 1));
-              else
-                r.check.bytes += 8;
-              r.check.done = true;
-            }
-          }
-          break;
-      }
-    }
-  }
+void Session::print_size(const SizeResult& r, const BwSummary& local) {
+  if (o_.json) return;
+  BwReport mine = bw_report(ctx_, r.size, local);
+  mine.iters = o_.iters ? o_.iters * static_cast<uint64_t>(o_.qps) : local.msgs;
+  print_bw_row(ctx_, mine);
+}
 
-  void verify_region(SizeResult& r, const uint8_t* p, uint64_t n, bool client_data, int qp,
-                     const std::string& what) {
-    r.check.done = true;
-    const uint64_t bad = find_mismatch(p, n, client_data, qp);
-    if (bad < n)
-      check_failure(r,
-                    what + " differs at byte " + std::to_string(bad) + " of " + std::to_string(n));
-    else
-      r.check.bytes += n;
-  }
-
-  // UC: the sender's completion says the data left, not that it landed; give it until the
-  // stall timeout to arrive before judging.
-  void await_region(const uint8_t* p, uint64_t n, bool client_data, int qp) {
-    const uint64_t give_up = now_ns() + static_cast<uint64_t>(o_.stall_timeout * 1e9);
-    while (find_mismatch(p, n, client_data, qp) < n && now_ns() < give_up)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-
-  // ---- the tests' sequences ----------------------------------------------------------------
-
-  void print_size(const SizeResult& r, const BwSummary& local) {
-    if (o_.json) return;
-    BwReport mine = bw_report(ctx_, r.size, local);
-    mine.iters = o_.iters ? o_.iters * static_cast<uint64_t>(o_.qps) : local.msgs;
+void Session::print_bidir(SizeResult& r, const BwSummary& local) {
+  BwReport mine = bw_report(ctx_, r.size, local);
+  mine.iters = o_.iters ? o_.iters * static_cast<uint64_t>(o_.qps) : local.msgs;
+  BwReport theirs = ch_->exchange_bw_report(mine);
+  r.perftest_report = theirs;
+  if (o_.json) return;
+  BwReport sum = mine;
+  sum.bw_peak += theirs.bw_peak;
+  sum.bw_avg += theirs.bw_avg;
+  sum.msg_rate += theirs.msg_rate;
+  print_bw_row(ctx_, sum);
+  if (o_.report_both) {
+    std::printf(" local:\n");
     print_bw_row(ctx_, mine);
+    std::printf(" remote:\n");
+    print_bw_row(ctx_, theirs);
   }
+}
 
-  // A bidirectional size: exchange perftest's reports and print the sum of both sides.
-  void print_bidir(SizeResult& r, const BwSummary& local) {
-    BwReport mine = bw_report(ctx_, r.size, local);
-    mine.iters = o_.iters ? o_.iters * static_cast<uint64_t>(o_.qps) : local.msgs;
-    BwReport theirs = ch_->exchange_bw_report(mine);
-    r.perftest_report = theirs;
-    if (o_.json) return;
-    BwReport sum = mine;
-    sum.bw_peak += theirs.bw_peak;
-    sum.bw_avg += theirs.bw_avg;
-    sum.msg_rate += theirs.msg_rate;
-    print_bw_row(ctx_, sum);
-    if (o_.report_both) {
-      std::printf(" local:\n");
-      print_bw_row(ctx_, mine);
-      std::printf(" remote:\n");
-      print_bw_row(ctx_, theirs);
-    }
-  }
-
-  void rdma_bw() {
-    if (!client_ && !o_.bidirectional) {
-      // The passive target: the client's figures arrive at the end (and per size from a
-      // uroce-perf client).
-      if (ext_)
-        for (uint64_t size : sizes_) {
-          SizeResult r = run_size(size);
-          print_size(r, r.remote_tx);
-          results_.push_back(std::move(r));
-        }
-      k0();
-      BwReport theirs = ch_->exchange_bw_report(BwReport{});
-      end_run();  // the client is done: this side's CPU and counters cover its whole run
-      if (!ext_) {
-        SizeResult r;
-        r.size = theirs.size;
-        r.iters = theirs.iters;
-        r.perftest_report = theirs;
-        if (!o_.json) print_bw_row(ctx_, theirs);
+void Session::rdma_bw() {
+  if (!client_ && !o_.bidirectional) {
+    // The passive target: the client's figures arrive at the end (and per size from a
+    // uroce-perf client).
+    if (ext_)
+      for (uint64_t size : sizes_) {
+        SizeResult r = run_size(size);
+        print_size(r, r.remote_tx);
         results_.push_back(std::move(r));
       }
-      exchange_totals();
-      ch_->close_connection(res_.qp(0).local, res_.uses_gid());
-      return;
-    }
-    BwReport last;
-    for (uint64_t size : sizes_) {
-      if (o_.bidirectional) k0();
-      SizeResult r = run_size(size);
-      if (o_.bidirectional && o_.all_sizes) k0();
-      if (o_.bidirectional)
-        print_bidir(r, r.tx);
-      else
-        print_size(r, r.tx);
-      last = bw_report(ctx_, size, r.tx);
-      last.iters = o_.iters ? o_.iters * static_cast<uint64_t>(o_.qps) : r.tx.msgs;
+    k0();
+    BwReport theirs = ch_->exchange_bw_report(BwReport{});
+    end_run();  // the client is done: this side's CPU and counters cover its whole run
+    if (!ext_) {
+      SizeResult r;
+      r.size = theirs.size;
+      r.iters = theirs.iters;
+      r.perftest_report = theirs;
+      if (!o_.json) print_bw_row(ctx_, theirs);
       results_.push_back(std::move(r));
-    }
-    end_run();
-    if (client_ && !o_.bidirectional) {
-      k0();
-      ch_->exchange_bw_report(last);
     }
     exchange_totals();
     ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+    return;
   }
-
-  void send_bw() {
-    for (uint64_t size : sizes_) {
-      k0();
-      SizeResult r = run_size(size);
-      const BwSummary& mine = client_ || o_.bidirectional ? r.tx : r.rx;
-      if (o_.bidirectional)
-        print_bidir(r, mine);
-      else
-        print_size(r, mine);
-      if (o_.all_sizes) k0();
-      results_.push_back(std::move(r));
-    }
-    end_run();
-    exchange_totals();
-    ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+  BwReport last;
+  for (uint64_t size : sizes_) {
+    if (o_.bidirectional) k0();
+    SizeResult r = run_size(size);
+    if (o_.bidirectional && o_.all_sizes) k0();
+    if (o_.bidirectional)
+      print_bidir(r, r.tx);
+    else
+      print_size(r, r.tx);
+    last = bw_report(ctx_, size, r.tx);
+    last.iters = o_.iters ? o_.iters * static_cast<uint64_t>(o_.qps) : r.tx.msgs;
+    results_.push_back(std::move(r));
   }
-
-  void print_lat(const SizeResult& r, const LatSummary& s) {
-    if (!o_.json && s.count) print_lat_row(ctx_, r.size, r.iters, s);
+  end_run();
+  if (client_ && !o_.bidirectional) {
+    k0();
+    ch_->exchange_bw_report(last);
   }
+  exchange_totals();
+  ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+}
 
-  void send_lat() {
-    for (uint64_t size : sizes_) {
-      k0();
-      SizeResult r = run_size(size);
-      print_lat(r, r.lat);
-      results_.push_back(std::move(r));
-    }
-    end_run();
-    exchange_totals();
-    ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+void Session::send_bw() {
+  for (uint64_t size : sizes_) {
+    k0();
+    SizeResult r = run_size(size);
+    const BwSummary& mine = client_ || o_.bidirectional ? r.tx : r.rx;
+    if (o_.bidirectional)
+      print_bidir(r, mine);
+    else
+      print_size(r, mine);
+    if (o_.all_sizes) k0();
+    results_.push_back(std::move(r));
   }
+  end_run();
+  exchange_totals();
+  ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+}
 
-  void write_lat() {
-    for (uint64_t size : sizes_) {
-      SizeResult r = run_size(size);
-      print_lat(r, r.lat);
-      results_.push_back(std::move(r));
-    }
-    end_run();
-    exchange_totals();  // perftest's write_lat ends without a closing handshake
+void Session::print_lat(const SizeResult& r, const LatSummary& s) {
+  if (!o_.json && s.count) print_lat_row(ctx_, r.size, r.iters, s);
+}
+
+void Session::send_lat() {
+  for (uint64_t size : sizes_) {
+    k0();
+    SizeResult r = run_size(size);
+    print_lat(r, r.lat);
+    results_.push_back(std::move(r));
   }
+  end_run();
+  exchange_totals();
+  ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+}
 
-  void rdma_lat() {
-    for (uint64_t size : sizes_) {
-      if (!client_ && !ext_) break;  // a passive server of a perftest client just waits
-      SizeResult r = run_size(size);
-      print_lat(r, client_ ? r.lat : r.remote_lat);
-      results_.push_back(std::move(r));
-    }
-    end_run();
-    exchange_totals();
-    ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+void Session::write_lat() {
+  for (uint64_t size : sizes_) {
+    SizeResult r = run_size(size);
+    print_lat(r, r.lat);
+    results_.push_back(std::move(r));
   }
+  end_run();
+  exchange_totals();  // perftest's write_lat ends without a closing handshake
+}
 
-  // ---- totals ------------------------------------------------------------------------------
-
-  // For a failed run: what uroce counted that tells why (drops, errors, retransmissions), or "".
-  std::string counters_hint() {
-    if (!ctr0_.ok) return "";
-    CounterDelta d = counter_delta(ctr0_, read_own_counters(res_.info().name));
-    std::string moved;
-    for (const auto& [name, v] : d.values) {
-      const bool telling =
-          name.find("drop") != std::string::npos || name.find("err") != std::string::npos ||
-          name.find("retrans") != std::string::npos || name.find("out_of") != std::string::npos ||
-          name.find("rnr") != std::string::npos;
-      if (v && telling) moved += (moved.empty() ? "" : ", ") + name + " " + std::to_string(v);
-    }
-    return moved.empty() ? "" : "\nuroce counters of this side so far: " + moved;
+void Session::rdma_lat() {
+  for (uint64_t size : sizes_) {
+    if (!client_ && !ext_) break;  // a passive server of a perftest client just waits
+    SizeResult r = run_size(size);
+    print_lat(r, client_ ? r.lat : r.remote_lat);
+    results_.push_back(std::move(r));
   }
+  end_run();
+  exchange_totals();
+  ch_->close_connection(res_.qp(0).local, res_.uses_gid());
+}
 
-  void end_run() {
-    CpuSample cpu1 = cpu_now();
-    totals_.cpu = cpu_between(cpu0_, cpu1);
-    CounterSnapshot after = ctr0_.ok ? read_own_counters(res_.info().name, cpu1.wall_ns, 0.25)
-                                     : CounterSnapshot{false, ctr0_.why_not, 0, {}};
-    totals_.counters = counter_delta(ctr0_, after);
-    totals_.peer_version = ch_->peer().version;
+// ---- totals -----------------------------------------------------------------------------
+
+std::string Session::counters_hint() {
+  if (!ctr0_.ok) return "";
+  CounterDelta d = counter_delta(ctr0_, read_own_counters(res_.info().name));
+  std::string moved;
+  for (const auto& [name, v] : d.values) {
+    const bool telling =
+        name.find("drop") != std::string::npos || name.find("err") != std::string::npos ||
+        name.find("retrans") != std::string::npos || name.find("out_of") != std::string::npos ||
+        name.find("rnr") != std::string::npos;
+    if (v && telling) moved += (moved.empty() ? "" : ", ") + name + " " + std::to_string(v);
   }
+  return moved.empty() ? "" : "\nuroce counters of this side so far: " + moved;
+}
 
-  // T: CPU time and counters of both sides.
-  void exchange_totals() {
-    if (!ext_) return;
-    Fields f;
-    f["cpu.user"] = num(totals_.cpu.user);
-    f["cpu.sys"] = num(totals_.cpu.sys);
-    f["cpu.wall"] = num(totals_.cpu.wall);
-    f["counters.known"] = totals_.counters.known ? "1" : "0";
-    f["counters.why"] = one_line(totals_.counters.why_not);
-    std::string list;
-    for (const auto& [name, v] : totals_.counters.values)
-      list += (list.empty() ? "" : ",") + name + ":" + std::to_string(v);
-    f["counters"] = list;
-    Fields t = ch_->exchange_fields(f);
-    totals_.remote_known = true;
-    totals_.remote_cpu.known = true;
-    totals_.remote_cpu.user = to_double(t, "cpu.user");
-    totals_.remote_cpu.sys = to_double(t, "cpu.sys");
-    totals_.remote_cpu.wall = to_double(t, "cpu.wall");
-    totals_.remote_counters.known = to_str(t, "counters.known") == "1";
-    totals_.remote_counters.why_not = to_str(t, "counters.why");
-    const std::string l = to_str(t, "counters");
-    size_t start = 0;
-    while (start < l.size()) {
-      size_t comma = l.find(',', start);
-      std::string item =
-          l.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      size_t colon = item.rfind(':');
-      if (colon != std::string::npos)
-        totals_.remote_counters.values.emplace_back(
-            item.substr(0, colon), std::strtoull(item.c_str() + colon + 1, nullptr, 10));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
+void Session::end_run() {
+  CpuSample cpu1 = cpu_now();
+  totals_.cpu = cpu_between(cpu0_, cpu1);
+  CounterSnapshot after = ctr0_.ok ? read_own_counters(res_.info().name, cpu1.wall_ns, 0.25)
+                                   : CounterSnapshot{false, ctr0_.why_not, 0, {}};
+  totals_.counters = counter_delta(ctr0_, after);
+  totals_.peer_version = ch_->peer().version;
+}
+
+void Session::exchange_totals() {
+  if (!ext_) return;
+  Fields f;
+  f["cpu.user"] = num(totals_.cpu.user);
+  f["cpu.sys"] = num(totals_.cpu.sys);
+  f["cpu.wall"] = num(totals_.cpu.wall);
+  f["counters.known"] = totals_.counters.known ? "1" : "0";
+  f["counters.why"] = one_line(totals_.counters.why_not);
+  std::string list;
+  for (const auto& [name, v] : totals_.counters.values)
+    list += (list.empty() ? "" : ",") + name + ":" + std::to_string(v);
+  f["counters"] = list;
+  Fields t = ch_->exchange_fields(f);
+  totals_.remote_known = true;
+  totals_.remote_cpu.known = true;
+  totals_.remote_cpu.user = to_double(t, "cpu.user");
+  totals_.remote_cpu.sys = to_double(t, "cpu.sys");
+  totals_.remote_cpu.wall = to_double(t, "cpu.wall");
+  totals_.remote_counters.known = to_str(t, "counters.known") == "1";
+  totals_.remote_counters.why_not = to_str(t, "counters.why");
+  const std::string l = to_str(t, "counters");
+  size_t start = 0;
+  while (start < l.size()) {
+    size_t comma = l.find(',', start);
+    std::string item =
+        l.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t colon = item.rfind(':');
+    if (colon != std::string::npos)
+      totals_.remote_counters.values.emplace_back(
+          item.substr(0, colon), std::strtoull(item.c_str() + colon + 1, nullptr, 10));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
   }
+}
 
-  int finish() {
-    bool check_failed = false;
-    for (const SizeResult& r : results_)
-      if (!r.check.ok() || !r.remote_check.ok()) check_failed = true;
-    // perftest's -w/-y verifier: the average of the last row (what perftest checks).
-    bool below = false;
-    if ((o_.limit_bw > 0 || o_.limit_msgrate > 0) && !results_.empty() && !o_.latency()) {
-      const SizeResult& r = results_.back();
-      BwReport rep = r.perftest_report && !r.tx.msgs ? *r.perftest_report
-                                                     : bw_report(ctx_, r.size,
-                                                                 r.tx.msgs   ? r.tx
-                                                                 : r.rx.msgs ? r.rx
-                                                                             : r.remote_tx);
-      if (o_.limit_bw > 0 && rep.bw_avg < o_.limit_bw) below = true;
-      if (o_.limit_msgrate > 0 && rep.msg_rate < o_.limit_msgrate) below = true;
-    }
-    const std::string status = check_failed ? "check failed" : below ? "below limit" : "ok";
-    if (!o_.json) {
-      print_rule();
-      print_extras(ctx_, results_, totals_);
-      if (below) std::printf(" limits: the average is below -w/-y\n");
-    }
-    const std::string doc = json_report(ctx_, results_, totals_, status);
-    if (o_.json) std::fputs(doc.c_str(), stdout);
-    if (!o_.json_file.empty()) {
-      std::ofstream f(o_.json_file, std::ios::trunc);
-      f << doc;
-      if (!f) std::fprintf(stderr, "uroce-perf: cannot write %s\n", o_.json_file.c_str());
-    }
-    if (!o_.plot_file.empty()) {
-      std::string err;
-      const std::string title = "uroce-perf " + o_.test + " " + conn_name(o_.conn) + " on " +
-                                res_.info().name + (client_ ? " (client)" : " (server)");
-      if (!write_plot(o_, results_, title, &err))
-        std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
-    }
-    std::fflush(stdout);
-    return check_failed || below ? 1 : 0;
+int Session::finish() {
+  bool check_failed = false;
+  for (const SizeResult& r : results_)
+    if (!r.check.ok() || !r.remote_check.ok()) check_failed = true;
+  // perftest's -w/-y verifier: the average of the last row (what perftest checks).
+  bool below = false;
+  if ((o_.limit_bw > 0 || o_.limit_msgrate > 0) && !results_.empty() && !o_.latency()) {
+    const SizeResult& r = results_.back();
+    BwReport rep = r.perftest_report && !r.tx.msgs ? *r.perftest_report
+                                                   : bw_report(ctx_, r.size,
+                                                               r.tx.msgs   ? r.tx
+                                                               : r.rx.msgs ? r.rx
+                                                                           : r.remote_tx);
+    if (o_.limit_bw > 0 && rep.bw_avg < o_.limit_bw) below = true;
+    if (o_.limit_msgrate > 0 && rep.msg_rate < o_.limit_msgrate) below = true;
   }
+  const std::string status = check_failed ? "check failed" : below ? "below limit" : "ok";
+  if (!o_.json) {
+    print_rule();
+    print_extras(ctx_, results_, totals_);
+    if (below) std::printf(" limits: the average is below -w/-y\n");
+  }
+  const std::string doc = json_report(ctx_, results_, totals_, status);
+  if (o_.json) std::fputs(doc.c_str(), stdout);
+  if (!o_.json_file.empty()) {
+    std::ofstream f(o_.json_file, std::ios::trunc);
+    f << doc;
+    if (!f) std::fprintf(stderr, "uroce-perf: cannot write %s\n", o_.json_file.c_str());
+  }
+  if (!o_.plot_file.empty()) {
+    std::string err;
+    const std::string title = "uroce-perf " + o_.test + " " + conn_name(o_.conn) + " on " +
+                              res_.info().name + (client_ ? " (client)" : " (server)");
+    if (!write_plot(o_, results_, title, &err))
+      std::fprintf(stderr, "uroce-perf: %s\n", err.c_str());
+  }
+  std::fflush(stdout);
+  return check_failed || below ? 1 : 0;
+}
 
-  const Options& o_;
-  Resources res_;
-  const Family fam_;
-  const bool client_;
-  std::unique_ptr<Channel> ch_;
-  bool ext_ = false;
-  uint32_t cycle_ = 4096, line_ = 64;
-  ibv_mtu mtu_ = IBV_MTU_1024;
-  std::vector<uint64_t> sizes_;
-  ReportContext ctx_;
-  std::vector<SizeResult> results_;
-  RunTotals totals_;
-  CpuSample cpu0_;
-  CounterSnapshot ctr0_;
-};
-
-}  // namespace
+}  // namespace session_detail
 
 int run_session(const Options& o) {
-  return Session(o).run();
+  return session_detail::Session(o).run();
 }
 
 }  // namespace uroce::perf
