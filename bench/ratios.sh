@@ -12,6 +12,9 @@
 #   event mode   2-byte RC SEND, ibv_rc_pingpong -e (sleeps on its completion channel), against a
 #                blocking kernel TCP ping-pong (udp_pingpong --tcp); qperf's rc_lat (its default
 #                event mode) and rc_rdma_write_lat against qperf's tcp_lat, when qperf is installed
+#   UCX sleep    UCX's tag_lat in its sleep mode (ucx_perftest -E sleep: ucp_worker_wait, epoll on
+#                the completion channel's fd), 8 bytes, over rc_verbs on uroce against the same
+#                over UCX's own TCP transport, when ucx_perftest is installed
 #   bandwidth    64 KiB RDMA WRITE and READ, one QP (uroce-perf write_bw / read_bw), against one
 #                kernel TCP stream of 64 KiB writes (udp_bulk --tcp); 8 QPs against 1 QP
 #   message rate 64-byte RDMA WRITE against UDP datagrams of 64 bytes sent with sendmmsg in
@@ -28,7 +31,7 @@ build=${1:-$root/build}
 repeats=${2:-5}
 run=$build/bin/uroce-run
 perf=$build/bin/uroce-perf
-srv=127.0.0.1 cli=127.0.0.2 mtu=4096 port=18970 bport=19170 qport=19171
+srv=127.0.0.1 cli=127.0.0.2 mtu=4096 port=18970 bport=19170 qport=19171 uport=19172
 tmp=$(mktemp -d /tmp/uroce-ratios.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export UROCE_LOG=error
@@ -75,6 +78,18 @@ qperf_lat() {
            END { if (!NR) print "" }' || echo
   done
   kill $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+}
+
+# ucx_lat TLS NET_DEVICE: µs of ucx_perftest's tag_lat in sleep mode (its one-way latency, the
+# median "50.0%ile" of the Final row), 8-byte messages, server on $srv.
+ucx_lat() {
+  UCX_TLS=$1 UCX_NET_DEVICES=$2 UROCE_DEVICES=uroce0=$srv "$run" ucx_perftest -p $uport \
+    >/dev/null 2>&1 &
+  local pid=$!
+  wait_tcp $uport
+  UCX_TLS=$1 UCX_NET_DEVICES=$2 UROCE_DEVICES=uroce0=$cli "$run" ucx_perftest $srv -p $uport \
+    -t tag_lat -E sleep -n 20000 -s 8 2>/dev/null | awk '$1 == "Final:" { print $3 }' || echo
   wait $pid 2>/dev/null || true
 }
 
@@ -135,6 +150,11 @@ for r in $(seq "$repeats"); do
     add q_tcp "$c"
   fi
 
+  if command -v ucx_perftest >/dev/null; then
+    add ucx_rc "$(ucx_lat rc_verbs,ud_verbs uroce0:1)"
+    add ucx_tcp "$(ucx_lat tcp lo)"
+  fi
+
   uroce_perf "$tmp/w.json" write_bw -s 65536 -n 20000
   add write "$(jq "$MBPS" "$tmp/w.json")"
   add write_eff "$(jq "d['results'][0]['local']['tx']['bytes'] / 2**20 / ($CPU)" "$tmp/w.json")"
@@ -186,6 +206,7 @@ row "round-trip stability: max/min of the $repeats medians" "$(spread rc)" "" "$
 row "2-byte RC SEND round trip, event mode (µs) / blocking TCP" "$(m rc_ev)" "$(m tcp_blk)" "$(ratio "$(m rc_ev)" "$(m tcp_blk)")" "<=" 1.0
 row "qperf rc_lat (µs, event mode) / qperf tcp_lat" "$(m q_rc)" "$(m q_tcp)" "$(ratio "$(m q_rc)" "$(m q_tcp)")" "<=" 1.2
 row "qperf rc_rdma_write_lat (µs) / qperf tcp_lat" "$(m q_write)" "$(m q_tcp)" "$(ratio "$(m q_write)" "$(m q_tcp)")" "<=" 1.5
+row "UCX tag_lat, sleep mode (µs): rc_verbs on uroce / UCX's tcp" "$(m ucx_rc)" "$(m ucx_tcp)" "$(ratio "$(m ucx_rc)" "$(m ucx_tcp)")" "" ""
 row "64 KiB RDMA WRITE, 1 QP (MB/s) / TCP stream" "$(m write)" "$(m tcp_bw)" "$(ratio "$(m write)" "$(m tcp_bw)")" ">=" 1.0
 row "64 KiB RDMA READ, 1 QP (MB/s) / TCP stream" "$(m read)" "$(m tcp_bw)" "$(ratio "$(m read)" "$(m tcp_bw)")" ">=" 0.9
 row "64 KiB RDMA WRITE, 8 QPs / 1 QP (MB/s)" "$(m write8)" "$(m write)" "$(ratio "$(m write8)" "$(m write)")" ">=" 1.0

@@ -17,10 +17,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <cstdlib>
 #include <ctime>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -269,6 +273,7 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   memif_server_ = driver == "net_memif" && opt_.dev.find("role=client") == std::string::npos &&
                   opt_.dev.find("role=slave") == std::string::npos;
   for (const auto& n : opt_.neighbours) neigh_.add_static(n.ip, n.mac);
+  find_pause_stats();
   check_link(0);
   log().info("dpdk {}: port {} mac {} ip {}/{} mtu {}{}{}", name_, port_id_, format_mac(mac_),
              format_ip(opt_.ipv4), opt_.prefix_len, mtu,
@@ -366,7 +371,84 @@ void DpdkPort::check_link(transport::Time now) {
   // A PAUSE quantum is 512 bit times (IEEE 802.3 31B.2); unknown speeds count as 10 Gb/s.
   if (l.link_speed != 0 && l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN)
     quantum_ns_ = 512.0 * 1000.0 / l.link_speed;
+  read_nic(l);
   next_link_check_ = now + 1'000'000'000;  // once a second while the engine runs
+}
+
+void DpdkPort::find_pause_stats() {
+  // Drivers name their PAUSE counters differently (mlx5 rx_pause_ctrl_phy and rx_prioN_pause,
+  // ixgbe/i40e rx_xoff_packets and rx_priorityN_xoff_packets, ice rx_xoff…): every statistic of
+  // frames received or sent whose name says pause or XOFF, not the durations or transitions
+  // some drivers count beside them.
+  const int n = rte_eth_xstats_get_names(port_id_, nullptr, 0);
+  if (n <= 0) return;
+  std::vector<rte_eth_xstat_name> names(static_cast<size_t>(n));
+  const int got = rte_eth_xstats_get_names(port_id_, names.data(), static_cast<unsigned>(n));
+  for (int i = 0; i < std::min(n, got); ++i) {
+    std::string s = names[static_cast<size_t>(i)].name;
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (s.find("pause") == std::string::npos && s.find("xoff") == std::string::npos) continue;
+    if (s.find("duration") != std::string::npos || s.find("transition") != std::string::npos ||
+        s.find("time") != std::string::npos)
+      continue;
+    if (s.rfind("rx", 0) == 0) pause_ids_rx_.push_back(static_cast<uint64_t>(i));
+    if (s.rfind("tx", 0) == 0) pause_ids_tx_.push_back(static_cast<uint64_t>(i));
+    log().debug("dpdk {}: counting PAUSE frames from statistic {}", name_,
+                names[static_cast<size_t>(i)].name);
+  }
+}
+
+void DpdkPort::read_nic(const rte_eth_link& l) {
+  NicInfo n;
+  if (l.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN) n.link_speed_mbps = l.link_speed;
+  n.link_full_duplex = l.link_duplex == RTE_ETH_LINK_FULL_DUPLEX;
+  rte_eth_stats st{};
+  if (rte_eth_stats_get(port_id_, &st) == 0) {
+    n.rx_errors = st.ierrors;
+    n.rx_missed = st.imissed;
+    n.rx_nombuf = st.rx_nombuf;
+    n.tx_errors = st.oerrors;
+  }
+  auto sum = [this](std::vector<uint64_t>& ids) -> uint64_t {
+    if (ids.empty()) return 0;
+    std::vector<uint64_t> v(ids.size());
+    if (rte_eth_xstats_get_by_id(port_id_, ids.data(), v.data(),
+                                 static_cast<unsigned>(ids.size())) != static_cast<int>(ids.size()))
+      return 0;
+    uint64_t t = 0;
+    for (uint64_t x : v) t += x;
+    return t;
+  };
+  n.rx_pause = sum(pause_ids_rx_);
+  n.tx_pause = sum(pause_ids_tx_);
+  n.pause_stats = pause_ids_rx_.size() + pause_ids_tx_.size();
+  // 802.3x flow control; DPDK has no query for PFC's per-priority setting (only setters), so
+  // PFC on the NIC is seen through its counters alone.
+  rte_eth_fc_conf fc{};
+  if (rte_eth_dev_flow_ctrl_get(port_id_, &fc) == 0) {
+    switch (fc.mode) {
+      case RTE_ETH_FC_NONE:
+        n.flow_ctrl = NicInfo::kFcNone;
+        break;
+      case RTE_ETH_FC_RX_PAUSE:
+        n.flow_ctrl = NicInfo::kFcRxPause;
+        break;
+      case RTE_ETH_FC_TX_PAUSE:
+        n.flow_ctrl = NicInfo::kFcTxPause;
+        break;
+      case RTE_ETH_FC_FULL:
+        n.flow_ctrl = NicInfo::kFcFull;
+        break;
+    }
+  }
+  std::lock_guard g(nic_mu_);
+  nic_ = n;
+}
+
+bool DpdkPort::nic_info(NicInfo* out) const {
+  std::lock_guard g(nic_mu_);
+  *out = nic_;
+  return true;
 }
 
 }  // namespace uroce::dpdk

@@ -33,6 +33,7 @@
 #include "dpdk_port/neighbours.h"
 #include "ports/port.h"
 
+struct rte_eth_link;
 struct rte_mbuf;
 struct rte_mempool;
 
@@ -88,6 +89,7 @@ class DpdkPort : public Port {
   bool wants_poll() const override { return ctl_dirty_.load(std::memory_order_acquire); }
   bool poll(transport::Time now) override;
   bool link_up() const override { return link_up_.load(std::memory_order_acquire); }
+  bool nic_info(NicInfo* out) const override;
   int join_group(uint32_t group) override;
   void leave_group(uint32_t group) override;
 
@@ -132,6 +134,10 @@ class DpdkPort : public Port {
                       transport::Time now);
   void release_held(transport::Time now);  // device lock held
   void check_link(transport::Time now);
+  // The extended statistics that count PAUSE / PFC frames (setup), and nic_ from the NIC's
+  // statistics, flow control and the link just read (check_link).
+  void find_pause_stats();
+  void read_nic(const rte_eth_link& l);
 
   DpdkPortOptions opt_;
   PortCounters& counters_;
@@ -154,6 +160,10 @@ class DpdkPort : public Port {
   bool memif_server_ = false;         // net_memif in the server role (the default role)
   bool seen_link_up_ = false;
   transport::Time next_link_check_ = 0;
+  // The NIC's own view (nic_info): refreshed with the link, read from any thread.
+  mutable std::mutex nic_mu_;
+  NicInfo nic_;
+  std::vector<uint64_t> pause_ids_rx_, pause_ids_tx_;  // xstat ids
 
   // Receive side: mbufs of the last burst (freed at the next), frames handed up, and copies of
   // frames that came in several segments.

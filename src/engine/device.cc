@@ -38,9 +38,10 @@ constexpr transport::Time kPublishInterval = 100'000'000;  // ns
 
 // The published file of a device, its device counters bound into it (they are then live there).
 // Never fails the open: without /dev/shm the device works, unobserved, and says so.
-std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, uint16_t mtu,
-                                                     DeviceCounters& counters, size_t* qp_slot_base,
-                                                     size_t* cc_slot_base) {
+std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, const Port& port,
+                                                     uint16_t mtu, DeviceCounters& counters,
+                                                     size_t* qp_slot_base, size_t* cc_slot_base,
+                                                     size_t* nic_slot_base) {
   std::string why;
   if (!stats_shm::publishing_enabled(&why)) {
     if (!why.empty()) log().warn("{}", why);
@@ -65,6 +66,11 @@ std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, ui
   for (size_t s = 0; s < stats_shm::kCcQpSlots; ++s)
     for (size_t f = 0; f < stats_shm::kCcQpFieldCount; ++f)
       names.push_back(stats_shm::cc_slot_name(s, f));
+  // A port with a NIC of its own (DPDK) publishes what the NIC says of itself (ports/port.h).
+  if (NicInfo nic; port.nic_info(&nic)) {
+    *nic_slot_base = names.size();
+    NicInfo::for_each(nic, [&names](const char* name, uint64_t) { names.emplace_back(name); });
+  }
   // Files of this user's processes that died without closing their devices (SIGKILL) go first.
   stats_shm::remove_dead_files();
   auto pub = stats_shm::Publisher::create(id, names, &why);
@@ -100,7 +106,8 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   }
   d->mtu_ = ib_mtu_for(port->caps().ip_mtu);
   // Before anything can count: binding moves the counters into the file.
-  d->publisher_ = make_publisher(cfg, d->mtu_, d->counters_, &d->qp_slot_base_, &d->cc_slot_base_);
+  d->publisher_ = make_publisher(cfg, *port, d->mtu_, d->counters_, &d->qp_slot_base_,
+                                 &d->cc_slot_base_, &d->nic_slot_base_);
   DatapathOptions dopt;
   dopt.faults = cfg.faults;
   dopt.pcap_path = cfg.pcap_path;
@@ -387,6 +394,10 @@ transport::Time Device::publish(transport::Time now, bool force) {
                     .counters = q.counters()});
   }
   publisher_->set_qps(rows);
+  if (NicInfo nic; nic_slot_base_ != kNoSlot && dp_->port().nic_info(&nic)) {
+    size_t at = nic_slot_base_;
+    NicInfo::for_each(nic, [&](const char*, uint64_t v) { publisher_->set(at++, v); });
+  }
   publisher_->set_port_active(port_active());
   publisher_->set_snapshot_ns(now);
   next_publish_ = now + kPublishInterval;

@@ -220,8 +220,10 @@ class Device : private Engine::Client, private transport::EventSink {
   // The shared-memory file `uroce stats` reads; null when not publishing. Declared before
   // counters_ and the port: the counters live in its mapping, so it must outlive their writers.
   std::unique_ptr<stats_shm::Publisher> publisher_;
-  size_t qp_slot_base_ = 0;           // index of the first QP-total entry
-  size_t cc_slot_base_ = 0;           // index of the first ccqpNN_* entry (stats_shm::kCcQpSlots)
+  size_t qp_slot_base_ = 0;  // index of the first QP-total entry
+  size_t cc_slot_base_ = 0;  // index of the first ccqpNN_* entry (stats_shm::kCcQpSlots)
+  static constexpr size_t kNoSlot = ~size_t{0};
+  size_t nic_slot_base_ = kNoSlot;  // index of the first nic_* entry (NicInfo), if the port has one
   transport::Time next_publish_ = 0;  // earliest time of the next QP snapshot (mu_)
   // publish()'s scratch, kept between calls (mu_): the live QPs, the lowest QPNs first.
   std::vector<const transport::Qp*> publish_order_;

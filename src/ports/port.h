@@ -60,6 +60,46 @@ struct PortCaps {
   uint32_t tx_gather_min = 0;
 };
 
+// What a NIC reports of itself, for a port that drives one (DPDK): its link speed, its own error
+// and PAUSE counters, and its flow-control setting — what `ethtool`, `ethtool -S` and `ethtool -a`
+// show of a kernel interface. The port refreshes it on its poll(), about once a second; the
+// device publishes it (entries "nic_*", docs/troubleshooting.md) so that `uroce doctor` and
+// `uroce stats` read it without taking the port from the process that owns it.
+struct NicInfo {
+  // 802.3x flow control as the driver reports it (rte_eth_fc_conf mode).
+  enum FlowCtrl : uint64_t {
+    kFcUnknown = 0,
+    kFcNone = 1,
+    kFcRxPause = 2,
+    kFcTxPause = 3,
+    kFcFull = 4
+  };
+  uint64_t link_speed_mbps = 0;  // 0: the driver does not say
+  uint64_t link_full_duplex = 0;
+  // Frames the NIC received in error (bad FCS, length), dropped for lack of receive descriptors
+  // (the engine did not take them fast enough) or of buffers, and frames it failed to send.
+  uint64_t rx_errors = 0, rx_missed = 0, rx_nombuf = 0, tx_errors = 0;
+  // PAUSE and PFC frames the NIC itself counted, the sum of the driver's extended statistics
+  // whose names say pause or XOFF (their number: pause_stats; 0 when the driver has none).
+  uint64_t rx_pause = 0, tx_pause = 0, pause_stats = 0;
+  uint64_t flow_ctrl = kFcUnknown;
+
+  // Visits every field with its published name.
+  template <typename Self, typename F>
+  static void for_each(Self& self, F&& f) {
+    f("nic_link_speed_mbps", self.link_speed_mbps);
+    f("nic_link_full_duplex", self.link_full_duplex);
+    f("nic_rx_errors", self.rx_errors);
+    f("nic_rx_missed", self.rx_missed);
+    f("nic_rx_nombuf", self.rx_nombuf);
+    f("nic_tx_errors", self.tx_errors);
+    f("nic_rx_pause", self.rx_pause);
+    f("nic_tx_pause", self.tx_pause);
+    f("nic_pause_stats", self.pause_stats);
+    f("nic_flow_ctrl", self.flow_ctrl);
+  }
+};
+
 // One received RoCE datagram: the UDP payload (IB packet, then the ICRC) and what the port knows
 // of the headers it came in.
 struct RxFrame {
@@ -224,6 +264,15 @@ class Port {
   // time. A port that learns nothing of the kind (DPDK, which drops ICMP errors as non-RoCE
   // frames; the simulator) ignores it.
   virtual void set_event_sink(PortEventSink* sink) { (void)sink; }
+
+  // --- the NIC ---
+  // What the NIC under the port reports (NicInfo), as of the port's last poll(); false for a
+  // port without a NIC of its own (the kernel's UDP socket: the interface is the kernel's, seen
+  // in /sys/class/net; the simulator). Any thread.
+  virtual bool nic_info(NicInfo* out) const {
+    (void)out;
+    return false;
+  }
 
   // --- sharing ---
   // The port's share when several processes use it at once; nullptr when this process has it

@@ -215,6 +215,27 @@ TEST_F(DpdkRingTest, ArpResolvesThenRocePacketsArriveWithAnExactIcrc) {
   EXPECT_TRUE(a_.port->caps().exact_icrc);
 }
 
+// What the NIC says of itself (Port::nic_info, published for `uroce doctor`): net_ring reports a
+// fixed 10 Gb/s full-duplex link, no flow-control setting and no PAUSE statistics; the traffic
+// above leaves no error.
+TEST_F(DpdkRingTest, ReportsItsNicsSpeedErrorsAndFlowControl) {
+  make();
+  send(a_, kIpB, 100);
+  pass(a_);
+  pass(b_);
+  pass(a_);
+  EXPECT_EQ(pass(b_), (std::vector<uint32_t>{100}));
+  NicInfo n;
+  n.link_speed_mbps = 1;
+  n.flow_ctrl = NicInfo::kFcFull;
+  ASSERT_TRUE(b_.port->nic_info(&n));
+  EXPECT_EQ(n.link_speed_mbps, 10000u);
+  EXPECT_EQ(n.link_full_duplex, 1u);
+  EXPECT_EQ(n.flow_ctrl, uint64_t{NicInfo::kFcUnknown});
+  EXPECT_EQ(n.pause_stats, 0u);
+  EXPECT_EQ(n.rx_errors + n.rx_missed + n.rx_nombuf + n.tx_errors, 0u);
+}
+
 // A receive burst takes at most DpdkPort::kRxBurst frames, in order; frames it does not hand up
 // (one for another MAC here) go back to their pool at once, the rest with the next burst, and the
 // frames handed up stay valid until then.

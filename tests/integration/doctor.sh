@@ -16,6 +16,10 @@
 #   ecn      a tc rule on the way clears ECN: ✗ ECN kept, exit 1
 #   loss     an RC pingpong whose client injects 5% loss (UROCE_FAULTS): ✗ loss, with
 #            retransmitted_pkts and the injected drops named
+#   dpdk     a DPDK device (net_af_packet on the first veth, 10.93.INDEX.3) held open by a
+#            waiting ibv_rc_pingpong: doctor reads the NIC figures its process publishes (link
+#            speed and duplex, the NIC's errors, its flow-control setting — af_packet reports
+#            10 Gb/s full duplex and no setting)
 set -uo pipefail
 uroce=$1 run=$2 idx=$3 mode=$4
 skip() {
@@ -112,7 +116,9 @@ case $mode in
     expect "✓ UDP 4791: a RoCE CM at $ip_b answered the SIDR REQ on QP1 (SIDR REP: service ID not supported)" \
       "✓ reachable: $ip_b answers ICMP echo (5/5)" \
       "✓ path MTU: echo requests of 4160 bytes with DF come back" \
-      "✓ DSCP kept" "✓ ECN kept" "✓ MTU: $veth_a MTU 9000: the device reports active MTU 4096"
+      "✓ DSCP kept" "✓ ECN kept" "✓ MTU: $veth_a MTU 9000: the device reports active MTU 4096" \
+      "✓ link speed: $veth_a: 10 Gb/s, full duplex" "✓ NIC errors: $veth_a: no receive or transmit errors" \
+      "– PAUSE / PFC on the NIC: $veth_a: the driver does not report its flow-control setting"
     expect_rc 0
     # The same for scripts: one JSON document, every check with its id and status.
     doctor --json "$ip_b" >/dev/null
@@ -167,6 +173,27 @@ case $mode in
     expect "✗ loss: packets are lost between the two devices: retransmitted_pkts" \
       "UROCE_FAULTS dropped" "fix: the loss is injected: unset UROCE_FAULTS"
     expect_rc 1
+    ;;
+  dpdk)
+    # At the port's default MTU (DPDK 22.11's af_packet carries no jumbo frames).
+    spec="$dev=dpdk(dev=net_af_packet0,iface=$veth_a;ip=10.93.$idx.3/24;"
+    spec+="mac=02:00:5d:00:$(printf %02x "$idx"):03)"
+    UROCE_DEVICES=$spec ip netns exec "$ns_a" timeout 60 "$run" ibv_rc_pingpong -d "$dev" -g 0 \
+      -p 7473 >"$work/holder.out" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 300); do  # the device is open (its counters published) once it listens
+      ip netns exec "$ns_a" ss -ltnH "sport = :7473" | grep -q . && break
+      sleep 0.05
+    done
+    out=$(UROCE_DEVICES=$spec ip netns exec "$ns_a" "$uroce" doctor -d "$dev" 2>&1)
+    rc=$?
+    echo "--- uroce doctor (DPDK, exit $rc)"
+    echo "$out"
+    expect "✓ link speed: the DPDK port net_af_packet0 as process" "reads it: 10 Gb/s, full duplex" \
+      "✓ NIC errors: the DPDK port net_af_packet0" "no receive or transmit errors" \
+      "– PAUSE / PFC on the NIC: the DPDK port net_af_packet0" \
+      "the driver does not report its flow-control setting"
+    [[ -n $fail ]] && cat "$work/holder.out"
     ;;
   *)
     echo "unknown mode $mode"

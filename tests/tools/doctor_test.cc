@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cm/mad.h"
 #include "tools/doctor/counter_rules.h"
 #include "tools/doctor/device_checks.h"
+#include "tools/doctor/nic_checks.h"
 #include "tools/doctor/path_checks.h"
 #include "tools/doctor/report.h"
 #include "tools/doctor/roce_probe.h"
@@ -211,6 +215,116 @@ TEST(DoctorDevice, InterfaceMtuBelowRoce4096Warns) {
 }
 
 // ---- the SIDR probe ------------------------------------------------------------------------
+
+// ---- the physical link (nic_checks.h) --------------------------------------------------------
+
+TEST(DoctorNic, AHealthyLinkPassesWithItsSpeedAndSetting) {
+  NicInfo n;
+  n.link_speed_mbps = 25000;
+  n.link_full_duplex = 1;
+  n.flow_ctrl = NicInfo::kFcFull;
+  n.pause_stats = 2;
+  n.rx_pause = 7;
+  const auto checks = nic_checks(n, "eth0");
+  for (const Check& c : checks) EXPECT_EQ(c.status, Status::kPass) << c.id << ": " << c.evidence;
+  EXPECT_TRUE(contains(find(checks, "device.speed").evidence, "eth0: 25 Gb/s, full duplex"));
+  EXPECT_TRUE(
+      contains(find(checks, "device.pause").evidence, "7 PAUSE/PFC frames received, 0 sent"));
+}
+
+TEST(DoctorNic, HalfDuplexFailsAndASlowLinkWarns) {
+  NicInfo n;
+  n.link_speed_mbps = 1000;
+  n.link_full_duplex = 0;
+  Check k = find(nic_checks(n, "eth0"), "device.speed");
+  EXPECT_EQ(k.status, Status::kFail);
+  EXPECT_TRUE(contains(k.evidence, "HALF duplex"));
+  EXPECT_TRUE(contains(k.fix, "autonegotiation"));
+  n.link_full_duplex = 1;
+  k = find(nic_checks(n, "eth0"), "device.speed");
+  EXPECT_EQ(k.status, Status::kWarn);
+  EXPECT_TRUE(contains(k.evidence, "1 Gb/s"));
+  n.link_speed_mbps = 0;  // a virtual device's driver
+  EXPECT_EQ(find(nic_checks(n, "eth0"), "device.speed").status, Status::kSkip);
+}
+
+TEST(DoctorNic, EachErrorCounterIsNamedWithTheFixForItsCause) {
+  NicInfo n;
+  n.link_speed_mbps = 100000;
+  n.link_full_duplex = 1;
+  n.rx_errors = 12;
+  Check k = find(nic_checks(n, "p"), "device.nic_errors");
+  EXPECT_EQ(k.status, Status::kWarn);
+  EXPECT_TRUE(contains(k.evidence, "12 frames received in error (rx_errors"));
+  EXPECT_TRUE(contains(k.fix, "cable"));
+  n.rx_errors = 0;
+  n.rx_missed = 3;
+  n.rx_nombuf = 4;
+  k = find(nic_checks(n, "p"), "device.nic_errors");
+  EXPECT_TRUE(contains(k.evidence, "3 frames the NIC dropped for lack of receive descriptors"));
+  EXPECT_TRUE(contains(k.evidence, "4 frames dropped for lack of receive buffers (rx_nombuf)"));
+  EXPECT_TRUE(contains(k.fix, "did not keep up"));
+  n = {};
+  n.tx_errors = 1;
+  EXPECT_TRUE(contains(find(nic_checks(n, "p"), "device.nic_errors").evidence,
+                       "1 frames the NIC failed to send"));
+}
+
+TEST(DoctorNic, PauseOffWarnsAndAnUnreportedSettingIsSkipped) {
+  NicInfo n;
+  n.flow_ctrl = NicInfo::kFcNone;
+  Check k = find(nic_checks(n, "p"), "device.pause");
+  EXPECT_EQ(k.status, Status::kWarn);
+  EXPECT_TRUE(contains(k.evidence, "PAUSE off"));
+  EXPECT_TRUE(contains(k.fix, "PFC"));
+  n.flow_ctrl = NicInfo::kFcRxPause;
+  EXPECT_EQ(find(nic_checks(n, "p"), "device.pause").status, Status::kPass);
+  n.flow_ctrl = NicInfo::kFcUnknown;
+  k = find(nic_checks(n, "p"), "device.pause");
+  EXPECT_EQ(k.status, Status::kSkip);
+  EXPECT_TRUE(contains(k.evidence, "does not report"));
+}
+
+TEST(DoctorNic, ReadsAPublishedDevicesNicEntriesAndNoneFromAFileWithout) {
+  stats_shm::Snapshot s;
+  s.counters = {{"sent_pkts", 5},
+                {"nic_link_speed_mbps", 10000},
+                {"nic_rx_missed", 9},
+                {"nic_flow_ctrl", NicInfo::kFcTxPause}};
+  auto n = nic_from_snapshot(s);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->link_speed_mbps, 10000u);
+  EXPECT_EQ(n->rx_missed, 9u);
+  EXPECT_EQ(n->flow_ctrl, uint64_t{NicInfo::kFcTxPause});
+  s.counters = {{"sent_pkts", 5}};
+  EXPECT_FALSE(nic_from_snapshot(s));
+}
+
+TEST(DoctorNic, ReadsAKernelInterfaceFromSysfs) {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/uroce-sysfs.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const fs::path root = tmpl;
+  fs::create_directories(root / "eth9" / "statistics");
+  fs::create_directories(root / "veth9" / "statistics");
+  auto put = [](const fs::path& p, const std::string& v) { std::ofstream(p) << v << "\n"; };
+  put(root / "eth9" / "speed", "40000");
+  put(root / "eth9" / "duplex", "full");
+  put(root / "eth9" / "statistics" / "rx_errors", "17");
+  put(root / "eth9" / "statistics" / "rx_missed_errors", "2");
+  put(root / "eth9" / "statistics" / "tx_errors", "0");
+  put(root / "veth9" / "speed", "-1");  // what a driver without a speed (or a down link) shows
+  NicInfo n = nic_from_netdev("eth9", root, /*ask_driver=*/false);
+  EXPECT_EQ(n.link_speed_mbps, 40000u);
+  EXPECT_EQ(n.link_full_duplex, 1u);
+  EXPECT_EQ(n.rx_errors, 17u);
+  EXPECT_EQ(n.rx_missed, 2u);
+  EXPECT_EQ(n.flow_ctrl, uint64_t{NicInfo::kFcUnknown});
+  n = nic_from_netdev("veth9", root, false);
+  EXPECT_EQ(n.link_speed_mbps, 0u);
+  EXPECT_EQ(n.rx_errors, 0u);
+  fs::remove_all(root);
+}
 
 TEST(DoctorRoceProbe, SidrReqIsAValidRoceV2DatagramToQp1) {
   const uint32_t src = 0x0a000001, dst = 0x0a000002;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ports/link_watch.h"
+#include "tools/doctor/nic_checks.h"
 #include "tools/doctor/path_checks.h"
 #include "tools/netdev.h"
 
@@ -141,10 +142,22 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
             std::to_string(d.data_dscp);
   }
   out.push_back(q);
-  out.push_back({"device.nic", "NIC counters", Status::kSkip,
-                 "link speed, rx/tx errors and the NIC's PFC/PAUSE configuration are "
-                 "the DPDK port's, owned by the process that runs it: not read (its "
-                 "published counters are checked below)"});
+  // The NIC's own figures, as the process that runs the port publishes them.
+  const std::string port = d.dev.substr(0, d.dev.find(','));
+  for (const auto& [path, s] : published) {
+    if (s.id.device != c.name || s.id.ipv4 != c.ipv4) continue;
+    if (auto nic = nic_from_snapshot(s)) {
+      for (Check& k : nic_checks(*nic, "the DPDK port " + port + " as process " +
+                                           std::to_string(s.id.pid) + " reads it"))
+        out.push_back(std::move(k));
+      return out;
+    }
+  }
+  out.push_back({"device.nic", "NIC", Status::kSkip,
+                 pids.empty() ? "link speed, errors and PAUSE are the DPDK port's: no running "
+                                "process has it open, and doctor does not take the port to look"
+                              : "the process that runs the port publishes no NIC figures (an "
+                                "older uroce)"});
   return out;
 }
 
@@ -210,6 +223,11 @@ std::vector<Check> check_device(const DeviceConfig& c, const tools::Published& p
                      " (RoCE v2, the IPv4-mapped address; pass -g 0 to the pingpong "
                      "programs)"});
   out.push_back(port_check(c, pids_of(c, published, nullptr, nullptr)));
+  if (is_loopback(c.netdev)) {
+    out.push_back({"device.nic", "NIC", Status::kSkip, "loopback: no physical link to look at"});
+  } else {
+    for (Check& k : nic_checks(nic_from_netdev(c.netdev), c.netdev)) out.push_back(std::move(k));
+  }
   return out;
 }
 

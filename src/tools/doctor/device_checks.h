@@ -1,9 +1,10 @@
 // The device half of `uroce doctor`: is the configuration sane (UROCE_DEVICES through the one
 // parser every uroce process uses, engine/config.h), and for each device the checks a RoCE
 // engineer makes of an RNIC's port — address on an interface, link, MTU, GID, UDP 4791 free or
-// held by uroce. A DPDK port is seen only through its configuration and, when a process runs
-// it, through what that process publishes: doctor never takes a port from its process, so the
-// NIC's own speed, error and PFC counters are not read (the output says so).
+// held by uroce, and the physical link (nic_checks.h: speed, the NIC's errors, PAUSE). A DPDK
+// port is seen only through its configuration and, when a process runs it, through what that
+// process publishes (its link, and its NIC's figures): doctor never takes a port from its
+// process.
 #pragma once
 
 #include <optional>
