@@ -50,10 +50,9 @@ int take_token(int fd) {
   return r < 0 ? errno : EIO;
 }
 
-void give_token(int fd) {
-  uint64_t one = 1;
+void give_token(int fd, uint64_t n = 1) {
   // Cannot fail short of 2^64-2 unread events.
-  ssize_t r = write(fd, &one, sizeof one);
+  ssize_t r = write(fd, &n, sizeof n);
   (void)r;
 }
 
@@ -80,21 +79,56 @@ void CompChannel::watch_port(std::span<const int> wait_fds, bool on) {
   watching_.store(on, std::memory_order_relaxed);
 }
 
+thread_local const CompChannel* CompChannel::taking_ = nullptr;
+thread_local uint64_t CompletionPass::current_ = 0;
+
+namespace {
+std::atomic<uint64_t> next_pass{1};
+}
+
+CompletionPass::CompletionPass() : outer_(current_) {
+  if (current_ == 0) current_ = next_pass.fetch_add(1, std::memory_order_relaxed);
+}
+
+CompletionPass::~CompletionPass() {
+  current_ = outer_;
+}
+
 void CompChannel::notify(void* cq_cookie) {
   std::lock_guard<std::mutex> g(mu_);
   events_.push_back(cq_cookie);
-  give_token(event_fd_);
+  if (taking_ == this)
+    ++silent_;  // this thread takes it next (Taking): no token to write and read back
+  else
+    give_token(event_fd_);
 }
 
 int CompChannel::try_get_event(void** cq_cookie) {
   std::lock_guard<std::mutex> g(mu_);
   if (events_.empty()) return EAGAIN;
-  // A token was written with the event and every reader takes one only here, with its event:
-  // the read finds it and does not block.
-  if (int rc = take_token(event_fd_); rc != 0) return rc;
+  // The eventfd holds a token for each queued event but the silent ones; every reader takes one
+  // only here, with its event: the read finds it and does not block.
+  if (silent_ > 0) {
+    --silent_;
+  } else if (int rc = take_token(event_fd_); rc != 0) {
+    return rc;
+  }
   *cq_cookie = events_.front();
   events_.pop_front();
   return 0;
+}
+
+CompChannel::Taking::Taking(CompChannel& ch) : ch_(ch), outer_(taking_) {
+  taking_ = &ch;
+}
+
+CompChannel::Taking::~Taking() {
+  taking_ = outer_;
+  // Events this thread raised and left queued get their tokens now: the fd is readable again
+  // exactly while an event is queued, for the program's poll() and other threads' gets.
+  std::lock_guard<std::mutex> g(ch_.mu_);
+  if (ch_.silent_ > 0) give_token(ch_.event_fd_, ch_.silent_);
+  ch_.silent_ = 0;
 }
 
 bool CompChannel::nonblocking() const {
@@ -156,13 +190,15 @@ void Cq::push(const ibv_wc& wc, bool solicited) {
     // completion or for any unsuccessful completion; otherwise for any new completion. Arming is
     // one-shot (IBTA C11-?: the CQ is re-armed by the consumer after each event).
     const bool wakes_solicited = solicited || wc.status != IBV_WC_SUCCESS;
+    const uint64_t pass = CompletionPass::current();
     if (arm_ == Arm::kNext || (arm_ == Arm::kSolicited && wakes_solicited)) {
       arm_ = Arm::kNone;
       fire = channel_ != nullptr;
-    } else {
+      fired_pass_ = pass;
+    } else if (pass == 0 || pass != fired_pass_) {
       missed_ = true;
       missed_solicited_ |= wakes_solicited;
-    }
+    }  // else queued in the pass whose event is on its way: that event covers it
   }
   if (fire) channel_->notify(cookie_);
 }

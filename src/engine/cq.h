@@ -20,7 +20,8 @@ namespace uroce {
 // notification fired, in order, for ibv_get_cq_event.
 //
 // fd() is an epoll fd. Its set always holds the channel's eventfd, which carries one token per
-// queued event, so fd() is readable while an event is queued. While an application that polls
+// queued event (but those a thread raises for itself to take, Taking), so fd() is readable while
+// an event is queued. While an application that polls
 // fd() in its own loop (non-blocking, as ibv_get_cq_event(3) advises) also has the receive side
 // of the device — the engine thread is not watching the port — the set holds the port's wait fds
 // too (watch_port, decided by Engine::apply): the datagram that completes its work then wakes the
@@ -45,6 +46,24 @@ class CompChannel {
   // is readable exactly while an event is queued and a reader never blocks on a token another
   // took.
   int try_get_event(void** cq_cookie);
+  // A thread that takes this channel's events right after the receive pass it runs itself (in
+  // ibv_get_cq_event) holds a Taking meanwhile: the events its own pass raises on this channel
+  // are queued without a token on the eventfd — no write(2) when raised and no read(2) when
+  // taken, two system calls per message of a program sleeping on its channel. When the Taking
+  // ends, any such event still queued gets its token, so outside it the eventfd is readable
+  // exactly while an event is queued (another thread may take a silent event meanwhile; it is
+  // counted). One per thread at a time (nested: the inner one wins until it ends).
+  class Taking {
+   public:
+    explicit Taking(CompChannel& ch);
+    ~Taking();
+    Taking(const Taking&) = delete;
+    Taking& operator=(const Taking&) = delete;
+
+   private:
+    CompChannel& ch_;
+    const CompChannel* outer_;
+  };
   // Whether the application made fd() non-blocking (O_NONBLOCK): its gets must not sleep.
   bool nonblocking() const;
   size_t pending();  // events queued and not yet taken
@@ -64,9 +83,30 @@ class CompChannel {
   std::atomic<bool> listed_{false};
   std::mutex mu_;
   std::deque<void*> events_;
+  size_t silent_ = 0;  // queued events without an eventfd token (Taking); mu_
+  static thread_local const CompChannel* taking_;
 };
 
 class AsyncEventQueue;
+
+// One receive-and-progress pass (Engine::pass), on the thread that runs it: the completions a
+// pass queues reach the application together, as an RNIC's burst of CQEs behind one interrupt,
+// so a completion queued after the one that fired its CQ's event in the same pass is covered by
+// that event — arming the CQ again does not fire for it (Cq::req_notify). Without this a program
+// that arms before it polls (ibv_rc_pingpong -e: its pong and its ping's ACK arrive together)
+// got a second, empty event for every message. Nested scopes keep the outer pass.
+class CompletionPass {
+ public:
+  CompletionPass();
+  ~CompletionPass();
+  CompletionPass(const CompletionPass&) = delete;
+  CompletionPass& operator=(const CompletionPass&) = delete;
+  static uint64_t current() { return current_; }  // 0 outside any pass
+
+ private:
+  uint64_t outer_;
+  static thread_local uint64_t current_;
+};
 
 // A CQ: a bounded ring of ibv_wc. push() is called by the engine with the device lock held.
 // An empty poll — the loop a busy-polling application spins in — takes no lock: it reads an
@@ -121,6 +161,7 @@ class Cq : public transport::CompletionSink {
   // Completions queued that raised no event and have not all been polled since: any, and
   // solicited or unsuccessful ones (req_notify says why).
   bool missed_ = false, missed_solicited_ = false;
+  uint64_t fired_pass_ = 0;           // the CompletionPass whose completion fired the last event
   std::atomic<bool> overrun_{false};  // written under mu_; read without it (overrun())
 };
 

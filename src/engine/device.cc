@@ -503,6 +503,8 @@ void Device::send_held_before_sleep() {
 int Device::get_cq_event(CompChannel& ch, void** cq_cookie) {
   // An event already waits (the fd is readable): no receive pass, no sleep.
   if (int rc = ch.try_get_event(cq_cookie); rc != EAGAIN) return rc;
+  // This thread takes what its own passes below raise on the channel at once (Taking).
+  CompChannel::Taking taking(ch);
   if (ch.nonblocking()) {
     // A program polling the fd in its own loop: what has arrived may complete its work. Without
     // an event it goes back to sleep in its poll(), and what its pass held leaves first (below).

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "engine/cq.h"
 #include "util/signals.h"
 #include "util/log.h"
 
@@ -203,6 +204,7 @@ void Engine::fold_polls() {
 
 transport::Time Engine::pass(std::span<const RxPacket> rx, transport::Time now, bool* again,
                              bool* link_changed) {
+  const CompletionPass completions;  // what this pass completes reaches the program together
   if (!rx.empty()) client_.on_packets(rx, now);
   *again = false;
   if (dp_.port().poll(now)) *link_changed = true;

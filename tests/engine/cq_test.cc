@@ -180,6 +180,88 @@ TEST(CqTest, AnArmingFiresAtOnceForACompletionThatRaisedNoEvent) {
   EXPECT_EQ(ch.get_event(&got), 0);
 }
 
+// A receive pass's completions reach the program together (CompletionPass): one that a pass
+// queues after the one that fired the event is covered by it, so the arming that follows the
+// event (ibv_rc_pingpong -e arms, then polls: its pong and its ping's ACK came in one pass) does
+// not fire a second, empty event. Outside a pass, or in another pass, it is missed as before.
+TEST(CqTest, CompletionsOfThePassThatFiredTheEventAreCoveredByIt) {
+  CompChannel ch;
+  set_nonblock(ch.fd());
+  Cq cq(16, &ch, &ch);
+  void* got;
+  ibv_wc wc[4];
+  ASSERT_EQ(cq.req_notify(false), 0);
+  {
+    const CompletionPass pass;
+    EXPECT_NE(CompletionPass::current(), 0u);
+    cq.push(make_wc(1));  // fires
+    cq.push(make_wc(2));  // covered by that event
+  }
+  EXPECT_EQ(CompletionPass::current(), 0u);
+  EXPECT_EQ(ch.get_event(&got), 0);
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), EAGAIN) << "no second event for the covered completion";
+  EXPECT_EQ(cq.poll(4, wc), 2);
+
+  // The next pass: its completion fires the arming above; one queued in a later pass is not
+  // covered by that event, and fires the next arming at once.
+  {
+    const CompletionPass pass;
+    cq.push(make_wc(3));
+  }
+  EXPECT_EQ(ch.get_event(&got), 0);
+  {
+    const CompletionPass pass;
+    cq.push(make_wc(4));
+  }
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), 0) << "missed in a pass of its own";
+  EXPECT_EQ(cq.poll(4, wc), 2);
+
+  // Without a pass (a completion queued by a post: a flush), as before.
+  ASSERT_EQ(cq.req_notify(false), 0);
+  cq.push(make_wc(5));
+  cq.push(make_wc(6));
+  EXPECT_EQ(ch.get_event(&got), 0);
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), 0);
+}
+
+// A thread that takes its channel's events right after its own pass (CompChannel::Taking) raises
+// them without an eventfd token — and the fd stays readable exactly while an event is queued
+// once the Taking ends; other threads' events keep their tokens all along.
+TEST(CqTest, EventsAThreadRaisesForItselfSkipTheEventfdUntilItStopsTaking) {
+  CompChannel ch;
+  set_nonblock(ch.fd());
+  Cq cq(16, &ch, &ch);
+  void* got;
+  {
+    CompChannel::Taking taking(ch);
+    ASSERT_EQ(cq.req_notify(false), 0);
+    cq.push(make_wc(1));
+    EXPECT_FALSE(readable(ch.event_fd())) << "no token for an event this thread takes";
+    EXPECT_EQ(ch.pending(), 1u);
+    EXPECT_EQ(ch.try_get_event(&got), 0);
+    EXPECT_EQ(ch.try_get_event(&got), EAGAIN);
+    // Another thread's event has its token.
+    std::thread([&] {
+      ASSERT_EQ(cq.req_notify(false), 0);
+      cq.push(make_wc(2));
+    }).join();
+    EXPECT_TRUE(readable(ch.event_fd()));
+    // One raised here and left queued: the fd says nothing while the Taking lasts…
+    ASSERT_EQ(cq.req_notify(false), 0);
+    cq.push(make_wc(3));
+    EXPECT_EQ(ch.pending(), 2u);
+  }
+  // …and is readable once it ends, for both events, each taken with its token.
+  EXPECT_TRUE(readable(ch.event_fd()));
+  EXPECT_EQ(ch.try_get_event(&got), 0);
+  EXPECT_EQ(ch.try_get_event(&got), 0);
+  EXPECT_FALSE(readable(ch.event_fd()));
+  EXPECT_EQ(ch.try_get_event(&got), EAGAIN);
+}
+
 TEST(CqTest, ChannelServesSeveralCqsInOrder) {
   CompChannel ch;
   set_nonblock(ch.fd());
