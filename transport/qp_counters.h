@@ -4,8 +4,8 @@
 // sums over QPs (operator+=) are derived, as Linux rxe keeps one name list for its hw_counters.
 // Names follow rxe's hw_counters where one exists (the "qp_" prefix keeps five apart from the
 // device counters of the same name) and mlx5's otherwise (congestion control, out_of_sequence,
-// implied_nak_seq_err). The rows are in the order they are listed; docs/tools.md maps each to
-// the rxe and mlx5 counter it corresponds to.
+// implied_nak_seq_err). The rows are in the order they are listed; docs/troubleshooting.md ("Per
+// QP") maps each to the rxe and mlx5 counter it corresponds to.
 //
 // Writers: the QP's roles, under the device lock (the QP's caller serialises them). Each is a
 // plain increment of a field of the QP the writer already works on.

@@ -89,7 +89,8 @@ static_assert(sizeof(Entry) == 40);
 static_assert(sizeof(Header) % alignof(uint64_t) == 0, "entry values stay 8-byte aligned");
 
 // The QP table: every live QP of the device, one row each, so that `uroce stats --qp` and
-// `uroce top` see per-QP counters (docs/tools.md) as `rdma statistic qp` shows an RNIC's.
+// `uroce top` see per-QP counters (docs/troubleshooting.md, "Per QP") as `rdma statistic qp`
+// shows an RNIC's.
 //   char column[qp_columns][kNameLen]   the counter names of transport/qp_counters.h, in order
 //   row[qp_capacity]                    qp_row_size bytes each, 8-byte words:
 //     word 0: QPN (bits 0..23; 0: an empty row) | ibv_qp_type << 32 | ibv_qp_state << 40

@@ -3,7 +3,8 @@
 //   uroce stats --qp [-w N] [--json]   every QP of every process: identity, peer, counters, rates
 //   uroce top [--once] [--sort …]      a live per-process, per-QP view, one line per QP, refreshed
 //                                      every interval, sorted by traffic or by errors
-// What the counters mean, and the rxe/mlx5 counter each corresponds to: docs/tools.md.
+// What the counters mean, and the rxe/mlx5 counter each corresponds to: docs/troubleshooting.md,
+// "Per QP: uroce stats --qp and uroce top".
 #pragma once
 
 #include <sys/types.h>
