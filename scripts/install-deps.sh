@@ -16,6 +16,9 @@ packages=(
   ucx-utils libucx0                                  # UCX 1.13: ucx_info, ucx_perftest, io_demo (tests/integration/ucx.sh)
   libfabric-bin libfabric1                           # libfabric 1.17: fi_info, fi_pingpong (verbs provider)
   openmpi-bin libopenmpi-dev                         # Open MPI 4.1 over UCX (tests/integration/mpi.sh)
+  # MPICH 4.0 (ch4:ucx) over UCX, the same test. Open MPI stays the default `mpirun`/`mpicc`
+  # (alternatives priority 50 against MPICH's 40); the tests name each by its own wrapper.
+  mpich libmpich-dev
   fio qperf                                          # fio's rdma engine (bench/fio_send.sh), qperf (bench/ratios.sh)
   clang libclang-rt-14-dev                           # libFuzzer and its sanitizers (tests/fuzz, scripts/fuzz.sh)
 )
