@@ -219,6 +219,9 @@ int Cq::poll(int n, ibv_wc* out, uint64_t* ts_ns) {
     ring_.pop_front();
   }
   if (ring_.empty()) missed_ = missed_solicited_ = false;  // the application has seen them all
+  // The application has looked since the last event: a completion its pass queues from now on is
+  // not covered by that event (CompletionPass) — it may have polled before that completion came.
+  if (k > 0) fired_pass_ = 0;
   count_.store(ring_.size(), std::memory_order_relaxed);
   return k;
 }

@@ -91,10 +91,12 @@ class AsyncEventQueue;
 
 // One receive-and-progress pass (Engine::pass), on the thread that runs it: the completions a
 // pass queues reach the application together, as an RNIC's burst of CQEs behind one interrupt,
-// so a completion queued after the one that fired its CQ's event in the same pass is covered by
-// that event — arming the CQ again does not fire for it (Cq::req_notify). Without this a program
-// that arms before it polls (ibv_rc_pingpong -e: its pong and its ping's ACK arrive together)
-// got a second, empty event for every message. Nested scopes keep the outer pass.
+// so a completion queued after the one that fired its CQ's event in the same pass, before the
+// application polled the CQ, is covered by that event — arming the CQ again does not fire for it
+// (Cq::req_notify): the application's poll after the event sees it. One queued after a poll is
+// not (the poll may have come before it), and an arming fires for it at once, as ConnectX's does.
+// Without this a program that arms before it polls (ibv_rc_pingpong -e: its pong and its ping's ACK
+// arrive together) got a second, empty event for every message. Nested scopes keep the outer pass.
 class CompletionPass {
  public:
   CompletionPass();

@@ -218,6 +218,20 @@ TEST(CqTest, CompletionsOfThePassThatFiredTheEventAreCoveredByIt) {
   EXPECT_EQ(ch.get_event(&got), 0) << "missed in a pass of its own";
   EXPECT_EQ(cq.poll(4, wc), 2);
 
+  // The application polls between the two (another thread's pass ran beside it): the second is
+  // not covered — that poll came before it — and the next arming fires at once for it.
+  ASSERT_EQ(cq.req_notify(false), 0);
+  {
+    const CompletionPass pass;
+    cq.push(make_wc(41));  // fires
+    EXPECT_EQ(ch.get_event(&got), 0);
+    EXPECT_EQ(cq.poll(4, wc), 1);
+    cq.push(make_wc(42));
+  }
+  ASSERT_EQ(cq.req_notify(false), 0);
+  EXPECT_EQ(ch.get_event(&got), 0) << "queued after the application's poll";
+  EXPECT_EQ(cq.poll(4, wc), 1);
+
   // Without a pass (a completion queued by a post: a flush), as before.
   ASSERT_EQ(cq.req_notify(false), 0);
   cq.push(make_wc(5));
