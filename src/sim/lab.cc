@@ -134,17 +134,22 @@ std::string plot(const std::string& csv, PlotSpec spec) {
   return svg;
 }
 
-// A time series of both runs: `patterns` summed, against time in ms.
-std::string plot_series(const LabResult& r, const std::vector<std::string>& patterns,
-                        const std::string& title, const std::string& ylabel) {
+// A lab's plot as a time series of each run: the columns `patterns` match (fnmatch), summed,
+// against time in ms.
+struct Series {
+  std::vector<std::string> patterns;
+  std::string title, ylabel;
+};
+
+std::string plot_series(const LabResult& r, const Series& series) {
   PlotSpec s;
-  s.title = title;
+  s.title = series.title;
   s.x = "t_us";
   s.y = {"before", "after"};
   s.x_scale = 0.001;
   s.xlabel = "time [ms]";
-  s.ylabel = ylabel;
-  return plot(merge_series(r.before.run.series, r.after.run.series, patterns), s);
+  s.ylabel = series.ylabel;
+  return plot(merge_series(r.before.run.series, r.after.run.series, series.patterns), s);
 }
 
 // A lab's two set-up lines, as the report prints them: the failure's, then the fix's.
@@ -166,17 +171,11 @@ LabResult both(const Setups& setup, F run_one) {
   return r;
 }
 
-// A lab's plot as a time series of each run (plot_series).
-struct Series {
-  std::vector<std::string> patterns;
-  std::string title, ylabel;
-};
-
 // Both runs, plotted as `plot` says.
 template <typename F>
 LabResult both(const Setups& setup, const Series& plot, F run_one) {
   LabResult r = both(setup, run_one);
-  r.svg = plot_series(r, plot.patterns, plot.title, plot.ylabel);
+  r.svg = plot_series(r, plot);
   return r;
 }
 
