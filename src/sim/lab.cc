@@ -1,3 +1,5 @@
+// The labs themselves (lab.h): each lab's two runs on the simulator's scenarios (scenario.h)
+// and its plot, and the list of labs. How their numbers are shown: lab_report.cc.
 #include "sim/lab.h"
 
 #include <fnmatch.h>
@@ -8,7 +10,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "sim/json.h"
 #include "sim/plot.h"
 
 namespace uroce::sim {
@@ -133,34 +134,70 @@ std::string plot(const std::string& csv, PlotSpec spec) {
   return svg;
 }
 
-// A time series of both runs: `patterns` summed, against time in ms.
-std::string plot_series(const LabResult& r, const std::vector<std::string>& patterns,
-                        const std::string& title, const std::string& ylabel) {
+// A lab's plot as a time series of each run: the columns `patterns` match (fnmatch), summed,
+// against time in ms.
+struct Series {
+  std::vector<std::string> patterns;
+  std::string title, ylabel;
+};
+
+std::string plot_series(const LabResult& r, const Series& series) {
   PlotSpec s;
-  s.title = title;
+  s.title = series.title;
   s.x = "t_us";
   s.y = {"before", "after"};
   s.x_scale = 0.001;
   s.xlabel = "time [ms]";
-  s.ylabel = ylabel;
-  return plot(merge_series(r.before.run.series, r.after.run.series, patterns), s);
+  s.ylabel = series.ylabel;
+  return plot(merge_series(r.before.run.series, r.after.run.series, series.patterns), s);
 }
 
+// A lab's two set-up lines, as the report prints them: the failure's, then the fix's.
+struct Setups {
+  std::string before, after;
+};
+
+// Both runs of a lab, timed together: run_one(fixed, x) sets up and runs the failure (fixed
+// false), then the fix, into x (its run and extras; x.setup is already the set-up's line).
 template <typename F>
-LabResult both(F run_one) {
+LabResult both(const Setups& setup, F run_one) {
   LabResult r;
   const double t0 = now_s();
-  r.before = run_one(false);
-  r.after = run_one(true);
+  r.before.setup = setup.before;
+  run_one(false, r.before);
+  r.after.setup = setup.after;
+  run_one(true, r.after);
   r.wall_s = now_s() - t0;
   return r;
+}
+
+// Both runs, plotted as `plot` says.
+template <typename F>
+LabResult both(const Setups& setup, const Series& plot, F run_one) {
+  LabResult r = both(setup, run_one);
+  r.svg = plot_series(r, plot);
+  return r;
+}
+
+// The victim's goodput and the time its host's NIC (h1, on leaf 0) was paused: what the
+// leaf-spine labs' victim suffers.
+void add_victim(LabRun& x, const FlowResult& victim) {
+  x.extra.emplace_back("victim_gbps", victim.goodput_gbps);
+  x.extra.emplace_back("victim_host_paused_us", paused_us(x.run, "h1->leaf0"));
 }
 
 // --- the labs ---------------------------------------------------------------------------------
 
 // pfc-storm: experiment 3's pfc-spread scenario (docs/congestion-control.md), PFC alone.
 LabResult pfc_storm(bool quick) {
-  LabResult r = both([&](bool fixed) {
+  const Setups setup = {
+      "4 leaves x 4 spines x 4 hosts, PFC on priority 3, no ECN, no DCQCN; "
+      "three elephants from leaves 0, 2, 3 to leaf 1 hash onto spine0",
+      "the same, the elephants' UDP source ports spread over the spines (entropy)"};
+  const Series plot = {{"victim_gbps"},
+                       "pfc-storm: the victim's goodput (it never crosses the congested port)",
+                       "Gb/s"};
+  return both(setup, plot, [&](bool fixed, LabRun& x) {
     LeafSpineOptions o;
     o.fabric = base();
     o.fabric.cc = cc("none");
@@ -171,28 +208,23 @@ LabResult pfc_storm(bool quick) {
     o.entropy = fixed;
     o.duration = quick ? 4 * kMs : 10 * kMs;
     o.window_begin = 0;
-    LabRun x;
-    x.setup = fixed ? "the same, the elephants' UDP source ports spread over the spines (entropy)"
-                    : "4 leaves x 4 spines x 4 hosts, PFC on priority 3, no ECN, no DCQCN; "
-                      "three elephants from leaves 0, 2, 3 to leaf 1 hash onto spine0";
     const LeafSpineResult res = run_leafspine(o);
     x.run = res.run;
-    x.extra.emplace_back("victim_gbps", x.run.flows[size_t(res.victim)].goodput_gbps);
-    x.extra.emplace_back("victim_host_paused_us", paused_us(x.run, "h1->leaf0"));
-    return x;
+    add_victim(x, x.run.flows[size_t(res.victim)]);
   });
-  r.svg = plot_series(r, {"victim_gbps"},
-                      "pfc-storm: the victim's goodput (it never crosses the "
-                      "congested port)",
-                      "Gb/s");
-  return r;
 }
 
 // ecn-off: a congestion tree. Five elephants from leaves 0, 2 and 3 stream to one host of leaf 1;
 // the victim streams from leaf 0 to leaf 3 and shares only leaf 0's uplink with one elephant.
 // DCQCN runs on every NIC, but the switches do not mark.
 LabResult ecn_off(bool quick) {
-  LabResult r = both([&](bool fixed) {
+  const Setups setup = {
+      "4 leaves x 1 spine, PFC on priority 3, DCQCN on every NIC, ECN marking off; "
+      "5 elephants -> h4, victim h1 -> h14",
+      "the same with ECN marking on every switch port (RED at dequeue: Kmin 5 KiB, "
+      "Kmax 200 KiB, Pmax 1%)"};
+  const Series plot = {{"victim_gbps"}, "ecn-off: the victim's goodput (h1 -> h14)", "Gb/s"};
+  return both(setup, plot, [&](bool fixed, LabRun& x) {
     LeafSpineOptions o;
     o.fabric = base();
     o.fabric.red.enabled = fixed;
@@ -214,24 +246,21 @@ LabResult ecn_off(bool quick) {
     v.src = 1;
     v.dst = 14;
     o.flows.push_back(v);
-    LabRun x;
-    x.setup = fixed ? "the same with ECN marking on every switch port (RED at dequeue: Kmin 5 KiB, "
-                      "Kmax 200 KiB, Pmax 1%)"
-                    : "4 leaves x 1 spine, PFC on priority 3, DCQCN on every NIC, ECN marking off; "
-                      "5 elephants -> h4, victim h1 -> h14";
     x.run = run_leafspine(o).run;
-    x.extra.emplace_back("victim_gbps", flow(x.run, "victim")->goodput_gbps);
-    x.extra.emplace_back("victim_host_paused_us", paused_us(x.run, "h1->leaf0"));
-    return x;
+    add_victim(x, *flow(x.run, "victim"));
   });
-  r.svg = plot_series(r, {"victim_gbps"}, "ecn-off: the victim's goodput (h1 -> h14)", "Gb/s");
-  return r;
 }
 
 // no-lossless: eight long flows through one bottleneck of a routed fabric with a 256 KiB buffer,
 // neither PFC nor ECN.
 LabResult no_lossless(bool quick) {
-  LabResult r = both([&](bool fixed) {
+  const Setups setup = {
+      "8 senders -> s0 -> s1 -> rx, 256 KiB switch buffer, no PFC, no ECN "
+      "(DCQCN on the NICs, but nothing marks)",
+      "the same with PFC on priority 3 (XOFF 20 KiB, XON 10 KiB per ingress port) "
+      "and ECN marking (DCQCN acts)"};
+  const Series plot = {{"f?_gbps"}, "no-lossless: goodput of the 8 flows together", "Gb/s"};
+  return both(setup, plot, [&](bool fixed, LabRun& x) {
     DumbbellOptions o;
     o.fabric = base();
     o.fabric.buffer_bytes = 256 * 1024;
@@ -239,39 +268,32 @@ LabResult no_lossless(bool quick) {
     if (fixed) lossless(o.fabric, 20, 10);  // 8 ports x (20 + 13) KiB < 256 KiB
     o.flows = 8;
     o.duration = quick ? 10 * kMs : 20 * kMs;  // measured over the second half
-    LabRun x;
-    x.setup = fixed ? "the same with PFC on priority 3 (XOFF 20 KiB, XON 10 KiB per ingress port) "
-                      "and ECN marking (DCQCN acts)"
-                    : "8 senders -> s0 -> s1 -> rx, 256 KiB switch buffer, no PFC, no ECN "
-                      "(DCQCN on the NICs, but nothing marks)";
     const DumbbellResult res = run_dumbbell(o);
     x.run = res.run;
     x.extra.emplace_back("jain", res.jain);
     x.extra.emplace_back("min_flow_gbps",
                          *std::min_element(res.flow_gbps.begin(), res.flow_gbps.end()));
-    return x;
   });
-  r.svg = plot_series(r, {"f?_gbps"}, "no-lossless: goodput of the 8 flows together", "Gb/s");
-  return r;
 }
 
 // incast: 16 senders write 256 KiB each to one receiver at once, through a 512 KiB buffer, with
 // ECN and DCQCN but no PFC.
 LabResult incast(bool quick) {
-  LabResult r = both([&](bool fixed) {
+  const uint32_t senders = quick ? 8 : 16;
+  const Setups setup = {
+      std::to_string(senders) +
+          " senders x 256 KiB -> one receiver, 512 KiB switch buffer, ECN + DCQCN, no PFC",
+      "the same with PFC on priority 3 (XOFF 16 KiB, XON 8 KiB per ingress port)"};
+  const Series plot = {{"f?_gbps", "f??_gbps"}, "incast: goodput into the receiver", "Gb/s"};
+  return both(setup, plot, [&](bool fixed, LabRun& x) {
     IncastOptions o;
     o.fabric = base();
     o.fabric.buffer_bytes = 512 * 1024;
     if (fixed) lossless(o.fabric, 16, 8);  // 16 ports x (16 + 13) KiB < 512 KiB
-    o.senders = quick ? 8 : 16;
+    o.senders = senders;
     o.msg_bytes = 256 * 1024;
     o.limit = 1000 * kMs;
     o.fabric.sample = 20 * kUs;  // the plot's resolution (the default follows the ideal time)
-    LabRun x;
-    x.setup = fixed ? "the same with PFC on priority 3 (XOFF 16 KiB, XON 8 KiB per ingress port)"
-                    : std::to_string(o.senders) +
-                          " senders x 256 KiB -> one receiver, 512 KiB switch buffer, ECN + "
-                          "DCQCN, no PFC";
     const IncastResult res = run_incast(o);
     x.run = res.run;
     add_fct(x);
@@ -279,16 +301,17 @@ LabResult incast(bool quick) {
     x.extra.emplace_back("fct_max_over_ideal",
                          res.ideal_us > 0 ? res.fct_max_us / res.ideal_us : 0);
     x.extra.emplace_back("completed", res.completed ? 1 : 0);
-    return x;
   });
-  r.svg = plot_series(r, {"f?_gbps", "f??_gbps"}, "incast: goodput into the receiver", "Gb/s");
-  return r;
 }
 
 // mtu-mismatch: a leaf-spine at jumbo MTU, but one link left at 1500; QPs at path MTU 4096.
 LabResult mtu_mismatch(bool) {
   const uint32_t L = 2, S = 2, H = 4;
-  LabResult r = both([&](bool fixed) {
+  const Setups setup = {
+      "2 leaves x 2 spines x 4 hosts, IP MTU 9216 everywhere but leaf0-spine1 (1500); "
+      "QPs at path MTU 4096 (4156-byte IP packets)",
+      "the same with leaf0-spine1 at MTU 9216 like every other link"};
+  LabResult r = both(setup, [&](bool fixed, LabRun& x) {
     LeafSpineOptions o;
     o.fabric = base();
     o.fabric.mtu = IBV_MTU_4096;
@@ -327,10 +350,6 @@ LabResult mtu_mismatch(bool) {
       ping.depth = 1;
       o.flows.push_back(ping);
     }
-    LabRun x;
-    x.setup = fixed ? "the same with leaf0-spine1 at MTU 9216 like every other link"
-                    : "2 leaves x 2 spines x 4 hosts, IP MTU 9216 everywhere but leaf0-spine1 "
-                      "(1500); QPs at path MTU 4096 (4156-byte IP packets)";
     x.run = run_leafspine(o).run;
     uint64_t failed = 0, msgs = 0;
     for (const FlowResult& f : x.run.flows) {
@@ -340,7 +359,6 @@ LabResult mtu_mismatch(bool) {
     x.extra.emplace_back("flows_failed", double(failed));
     x.extra.emplace_back("messages", double(msgs));
     add_fct(x);
-    return x;
   });
   std::string csv = "flow,before,after\n";
   for (size_t i = 0; i < r.before.run.flows.size(); ++i) {
@@ -348,39 +366,38 @@ LabResult mtu_mismatch(bool) {
     const FlowResult& a = r.after.run.flows[i];
     csv += b.name + "," + std::to_string(b.messages) + "," + std::to_string(a.messages) + "\n";
   }
-  PlotSpec s;
-  s.title = "mtu-mismatch: messages completed per flow (bulk: 16 x 64 KiB; ping: 100 x 64 B)";
-  s.x = "flow";
-  s.y = {"before", "after"};
-  s.bars = true;
-  s.xlabel = "flow";
-  s.ylabel = "messages";
-  r.svg = plot(csv, s);
+  r.svg = plot(csv, {.title = "mtu-mismatch: messages completed per flow (bulk: 16 x 64 KiB; "
+                              "ping: 100 x 64 B)",
+                     .xlabel = "flow",
+                     .ylabel = "messages",
+                     .x = "flow",
+                     .y = {"before", "after"},
+                     .bars = true});
   return r;
 }
 
 // pfc-wrong-priority: PFC is on for priority 3, but the hosts send RoCE with DSCP 0 (the
 // traffic class was never set), which the switches map to priority 0: lossy.
 LabResult pfc_wrong_priority(bool quick) {
-  LabResult r = both([&](bool fixed) {
+  const uint64_t msg_bytes = quick ? 256 * 1024 : 1024 * 1024;
+  const Setups setup = {
+      "8 senders x " + std::to_string(msg_bytes / 1024) +
+          " KiB -> one receiver, 512 KiB buffer, PFC on priority 3, ECN + DCQCN; RoCE sent with "
+          "DSCP 0 (priority 0)",
+      "the same with RoCE marked DSCP 26, which the switches map to priority 3"};
+  LabResult r = both(setup, [&](bool fixed, LabRun& x) {
     IncastOptions o;
     o.fabric = base();
     o.fabric.buffer_bytes = 512 * 1024;
     lossless(o.fabric, 16, 8);
     o.fabric.dscp = uint8_t(fixed ? kRoceDscp : 0);
     o.senders = 8;
-    o.msg_bytes = quick ? 256 * 1024 : 1024 * 1024;
+    o.msg_bytes = msg_bytes;
     o.limit = 1000 * kMs;
-    LabRun x;
-    x.setup = fixed ? "the same with RoCE marked DSCP 26, which the switches map to priority 3"
-                    : "8 senders x " + std::to_string(o.msg_bytes / 1024) +
-                          " KiB -> one receiver, 512 KiB buffer, PFC on priority 3, ECN + "
-                          "DCQCN; RoCE sent with DSCP 0 (priority 0)";
     const IncastResult res = run_incast(o);
     x.run = res.run;
     add_fct(x);
     x.extra.emplace_back("ideal_us", res.ideal_us);
-    return x;
   });
   std::string csv = "priority,drops before,drops after,PAUSEs before,PAUSEs after\n";
   for (int k : {0, 3}) {
@@ -399,14 +416,12 @@ LabResult pfc_wrong_priority(bool quick) {
     }
     csv += "\n";
   }
-  PlotSpec s;
-  s.title = "pfc-wrong-priority: drops and PAUSE frames sent, by priority";
-  s.x = "priority";
-  s.y = {"drops before", "drops after", "PAUSEs before", "PAUSEs after"};
-  s.bars = true;
-  s.xlabel = "priority (traffic class)";
-  s.ylabel = "frames";
-  r.svg = plot(csv, s);
+  r.svg = plot(csv, {.title = "pfc-wrong-priority: drops and PAUSE frames sent, by priority",
+                     .xlabel = "priority (traffic class)",
+                     .ylabel = "frames",
+                     .x = "priority",
+                     .y = {"drops before", "drops after", "PAUSEs before", "PAUSEs after"},
+                     .bars = true});
   return r;
 }
 
@@ -474,274 +489,6 @@ std::string lab_list() {
     out += "\n";
   }
   return out;
-}
-
-std::vector<LabMetric> lab_metrics(const LabRun& r) {
-  const RunResult& x = r.run;
-  std::vector<LabMetric> m;
-  for (const auto& [k, v] : r.extra) {
-    static const std::pair<const char*, const char*> labels[] = {
-        {"victim_gbps", "victim goodput, Gb/s"},
-        {"victim_host_paused_us", "victim's host paused, µs"},
-        {"jain", "fairness (Jain's index)"},
-        {"min_flow_gbps", "slowest flow's goodput, Gb/s"},
-        {"fct_max_us", "completion time of complete flows, max µs"},
-        {"fct_mean_us", "completion time of complete flows, mean µs"},
-        {"ideal_us", "ideal completion (payload at line rate), µs"},
-        {"fct_max_over_ideal", "max completion / ideal"},
-        {"completed", "every message completed (1 = yes)"},
-        {"flows_failed", "flows failed (QP in error)"},
-        {"messages", "messages completed"},
-    };
-    std::string label = k;
-    for (const auto& [key, text] : labels)
-      if (k == key) label = text;
-    m.push_back({k, label, v});
-  }
-  double goodput = 0, qmax = 0;
-  bool streams = false;  // transfers are measured by their completion times instead
-  for (const FlowResult& f : x.flows) {
-    goodput += f.goodput_gbps;
-    streams = streams || f.wanted == 0;
-  }
-  for (const PortReport& p : x.ports) qmax = std::max(qmax, p.queue_max_kib);
-  if (streams) m.push_back({"goodput_gbps", "goodput of all flows, Gb/s", goodput});
-  m.push_back({"pause_frames", "PAUSE frames sent by switches", double(x.pfc_pause_frames)});
-  m.push_back({"pause_us", "time ports were paused, µs", x.pfc_pause_time_us});
-  m.push_back({"drops", "drops (no buffer, or MTU)", double(x.drops)});
-  m.push_back({"mtu_drops", "drops: longer than a port's MTU", double(x.mtu_drops)});
-  m.push_back({"ecn_marks", "ECN marks (CE) by switches", double(x.marks)});
-  m.push_back({"cnps", "CNPs sent by receivers", double(x.cnps)});
-  m.push_back({"retransmitted_packets", "packets retransmitted", double(x.retransmitted_packets)});
-  m.push_back({"timeouts", "local ACK timeouts", double(x.timeouts)});
-  m.push_back({"completion_errors", "completions in error", double(x.errors)});
-  m.push_back({"queue_max_kib", "deepest queue, KiB", qmax});
-  for (int k = 0; k < kPriorities; ++k) {
-    uint64_t pauses = 0, drops = 0;
-    for (const PortReport& p : x.ports) {
-      pauses += p.prio[k].tx_pause;
-      drops += p.prio[k].drops;
-    }
-    m.push_back({"pause_frames_p" + std::to_string(k),
-                 "PAUSE frames sent, priority " + std::to_string(k), double(pauses)});
-    m.push_back({"drops_p" + std::to_string(k), "drops (no buffer), priority " + std::to_string(k),
-                 double(drops)});
-  }
-  return m;
-}
-
-namespace {
-
-std::string fmt(double v) {
-  char buf[32];
-  if (v == double(int64_t(v)) && v < 1e15 && v > -1e15)
-    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-  else if (v >= 100 || v <= -100)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
-std::string pad(const std::string& s, size_t w, bool right = true) {
-  // Width in characters, not bytes: µ is two bytes.
-  size_t chars = 0;
-  for (unsigned char c : s) chars += (c & 0xc0) != 0x80;
-  if (chars >= w) return s;
-  return right ? std::string(w - chars, ' ') + s : s + std::string(w - chars, ' ');
-}
-
-// "x3.2" (3.2 times more) or "/12" (12 times less) from a before to an after value; "to 0" or
-// "from 0" when one of them is 0, nothing when they are equal.
-std::string change(double b, double a) {
-  if (b == a) return "";
-  if (b <= 0 || a <= 0) return a == 0 ? "to 0" : "from 0";
-  char buf[32];
-  if (a >= b)
-    std::snprintf(buf, sizeof buf, "x%.3g", a / b);
-  else
-    std::snprintf(buf, sizeof buf, "/%.3g", b / a);
-  return buf;
-}
-
-std::string window_text(const RunResult& r) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%s-%s ms of %s ms", fmt(r.window_begin_us / 1000).c_str(),
-                fmt(r.window_end_us / 1000).c_str(), fmt(r.duration_us / 1000).c_str());
-  return buf;
-}
-
-}  // namespace
-
-std::string lab_report(const Lab& lab, const LabResult& r) {
-  const RunResult& B = r.before.run;
-  const RunResult& A = r.after.run;
-  std::string o;
-  o += std::string("lab ") + lab.name + ": " + lab.title + "\n";
-  o += "  before  " + r.before.setup + "\n";
-  o += "  after   " + r.after.setup + "\n";
-  o += std::string("  look at ") + lab.look + "\n";
-  o += std::string("  the fix ") + lab.fix + "\n";
-  o += "  counters over " + window_text(B) + " (before), " + window_text(A) + " (after)\n\n";
-
-  // The headline, then every other metric that is not zero in both runs.
-  const std::vector<LabMetric> mb = lab_metrics(r.before), ma = lab_metrics(r.after);
-  auto row = [&](size_t i) {
-    return "  " + pad(mb[i].label, 46, false) + pad(fmt(mb[i].value), 12) +
-           pad(fmt(ma[i].value), 12) + "   " + change(mb[i].value, ma[i].value) + "\n";
-  };
-  o += "  " + pad("", 46, false) + pad("before", 12) + pad("after", 12) + "\n";
-  std::vector<bool> shown(mb.size());
-  for (const char* key : lab.headline)
-    for (size_t i = 0; i < mb.size(); ++i)
-      if (mb[i].key == key) {
-        o += row(i);
-        shown[i] = true;
-      }
-  o += "  " + std::string(70, '-') + "\n";
-  for (size_t i = 0; i < mb.size(); ++i) {
-    if (shown[i] || (mb[i].value == 0 && ma[i].value == 0)) continue;
-    if (mb[i].key.rfind("pause_frames_p", 0) == 0 || mb[i].key.rfind("drops_p", 0) == 0) continue;
-    o += row(i);
-  }
-
-  // PFC per port and priority, both runs side by side.
-  o += "\npriority-flow-control per port and priority: a switch's ports as `show interface … "
-       "priority-flow-control`\nlists them, a host's NIC (h1->leaf0) as `ethtool -S` does "
-       "(rx_prio3_pause); priorities without PAUSE are left out:\n";
-  o += "  " + pad("", 24, false) + pad("", 5) + "   " + pad("---------- before ----------", 30) +
-       "   " + pad("----------- after ----------", 30) + "\n";
-  o += "  " + pad("port", 24, false) + pad("prio", 5);
-  for (int s = 0; s < 2; ++s)
-    o += "   " + pad("RxPause", 9) + pad("TxPause", 9) + pad("paused µs", 12);
-  o += "\n";
-  bool any = false;
-  for (size_t i = 0; i < B.ports.size() && i < A.ports.size(); ++i) {
-    for (int k = 0; k < kPriorities; ++k) {
-      const auto& b = B.ports[i].prio[k];
-      const auto& a = A.ports[i].prio[k];
-      if (b.tx_pause + b.rx_pause + a.tx_pause + a.rx_pause == 0 && b.pause_us + a.pause_us == 0)
-        continue;
-      any = true;
-      o += "  " + pad(B.ports[i].port, 24, false) + pad(std::to_string(k), 5);
-      for (const auto* c : {&b, &a})
-        o += "   " + pad(fmt(double(c->rx_pause)), 9) + pad(fmt(double(c->tx_pause)), 9) +
-             pad(fmt(c->pause_us), 12);
-      o += "\n";
-    }
-  }
-  if (!any) o += "  (no PAUSE frame in either run)\n";
-
-  // Queues, ECN marks and drops per port: the ports where something happened.
-  o += "\nqueues, ECN marks and drops per port (switch ports with a queue of 10 KiB or more, a "
-       "mark or a drop; drops as count/priority):\n";
-  o += "  " + pad("", 24, false) + "   " + pad("------------- before -------------", 36) + "   " +
-       pad("-------------- after -------------", 36) + "\n";
-  o += "  " + pad("port", 24, false);
-  for (int s = 0; s < 2; ++s)
-    o += "   " + pad("max KiB", 9) + pad("ECN", 8) + pad("drops", 10) + pad("MTU drops", 10);
-  o += "\n";
-  any = false;
-  auto drops = [](const PortReport& p) {
-    std::string d;
-    uint64_t total = 0;
-    for (int k = 0; k < kPriorities; ++k) {
-      if (p.prio[k].drops == 0) continue;
-      total += p.prio[k].drops;
-      d = std::to_string(p.prio[k].drops) + "/p" + std::to_string(k);
-    }
-    return total == 0 ? std::string("0") : d;
-  };
-  auto busy = [](const PortReport& p) {
-    uint64_t d = p.mtu_drops;
-    for (const auto& c : p.prio) d += c.drops;
-    return (!p.host && p.queue_max_kib >= 10) || p.ecn_marks != 0 || d != 0;
-  };
-  for (size_t i = 0; i < B.ports.size() && i < A.ports.size(); ++i) {
-    if (!busy(B.ports[i]) && !busy(A.ports[i])) continue;
-    any = true;
-    o += "  " + pad(B.ports[i].port, 24, false);
-    for (const PortReport* p : {&B.ports[i], &A.ports[i]})
-      o += "   " + pad(fmt(p->queue_max_kib), 9) + pad(fmt(double(p->ecn_marks)), 8) +
-           pad(drops(*p), 10) + pad(fmt(double(p->mtu_drops)), 10);
-    o += "\n";
-  }
-  if (!any) o += "  (none)\n";
-
-  // The flows: before / after in each cell.
-  o += "\nflows (before / after):\n";
-  o += "  " + pad("flow", 11, false) + pad("goodput Gb/s", 16) + pad("messages", 12) +
-       pad("FCT µs", 18) + pad("resent", 14) + pad("timeouts", 10) + pad("CNPs", 12) +
-       pad("errors", 8) + "   path (before)\n";
-  auto pair = [](double b, double a) { return fmt(b) + " / " + fmt(a); };
-  // A stream's goodput over the window (a transfer's figure is its completion time, "-" there);
-  // a flow's completion time: of its last message, once it has completed them all ("-" for a
-  // stream, "never" for a flow that did not).
-  auto fct = [](const FlowResult& f) {
-    return f.wanted == 0 ? std::string("-") : f.messages == f.wanted ? fmt(f.fct_us) : "never";
-  };
-  for (size_t i = 0; i < B.flows.size() && i < A.flows.size(); ++i) {
-    const FlowResult& b = B.flows[i];
-    const FlowResult& a = A.flows[i];
-    std::string path;
-    for (const std::string& p : b.path) path += (path.empty() ? "" : " ") + p;
-    o += "  " + pad(b.name, 11, false) +
-         pad(b.wanted ? std::string("-") : pair(b.goodput_gbps, a.goodput_gbps), 16) +
-         pad(pair(double(b.messages), double(a.messages)), 12) + pad(fct(b) + " / " + fct(a), 18) +
-         pad(pair(double(b.retransmitted), double(a.retransmitted)), 14) +
-         pad(pair(double(b.timeouts), double(a.timeouts)), 10) +
-         pad(pair(double(b.cnps_handled), double(a.cnps_handled)), 12) +
-         pad(pair(double(b.errors), double(a.errors)), 8) + "   " + path + "\n";
-    if (a.path != b.path) {
-      std::string pa;
-      for (const std::string& p : a.path) pa += (pa.empty() ? "" : " ") + p;
-      o += "  " + pad("", 11 + 16 + 12 + 18 + 14 + 10 + 12 + 8, false) + "   after: " + pa + "\n";
-    }
-  }
-  return o;
-}
-
-std::string lab_json(const Lab& lab, const LabResult& r, bool quick) {
-  JsonWriter j;
-  j.begin_object();
-  j.key("lab").str(lab.name);
-  j.key("quick").boolean(quick);
-  j.key("wall_s").num(r.wall_s);
-  for (int side = 0; side < 2; ++side) {
-    const LabRun& x = side ? r.after : r.before;
-    j.key(side ? "after" : "before").begin_object();
-    j.key("setup").str(x.setup);
-    j.key("duration_us").num(x.run.duration_us);
-    j.key("window_us")
-        .begin_array()
-        .num(x.run.window_begin_us)
-        .num(x.run.window_end_us)
-        .end_array();
-    for (const LabMetric& m : lab_metrics(x)) j.key(m.key).num(m.value);
-    j.key("ports").begin_array();
-    for (const PortReport& p : x.run.ports) {
-      j.begin_object().key("port").str(p.port);
-      j.key("queue_max_kib").num(p.queue_max_kib).key("ecn_marks").num(double(p.ecn_marks));
-      j.key("mtu_drops").num(double(p.mtu_drops));
-      for (const char* what : {"tx_pause", "rx_pause", "pause_us", "drops"}) {
-        j.key(what).begin_array();
-        for (const auto& c : p.prio) {
-          const std::string_view w = what;
-          j.num(w == "tx_pause"   ? double(c.tx_pause)
-                : w == "rx_pause" ? double(c.rx_pause)
-                : w == "pause_us" ? c.pause_us
-                                  : double(c.drops));
-        }
-        j.end_array();
-      }
-      j.end_object();
-    }
-    j.end_array();
-    flows_json(j, x.run);
-    j.end_object();
-  }
-  j.end_object();
-  return j.str();
 }
 
 }  // namespace uroce::sim

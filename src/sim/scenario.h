@@ -2,7 +2,10 @@
 // leaf-spine — built from the fabric flags every subcommand shares, a workload, a run, and the
 // results: a summary (JSON), time series (CSV) and a capture of one link (pcap). The CLI
 // (main.cc) parses flags into these options; the CI's small experiment variants
-// (tests/sim/experiments_test.cc) call the same functions.
+// (tests/sim/experiments.sh) and the labs (lab.h) run the same functions. The set-up and the run,
+// the dumbbell and the incast: scenario.cc; the leaf-spine and its workloads:
+// scenario_leafspine.cc; a run's results: scenario_collect.cc; the summaries' JSON:
+// scenario_json.cc.
 #pragma once
 
 #include <cstdint>

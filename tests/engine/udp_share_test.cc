@@ -276,7 +276,8 @@ TEST(UdpShareTest, AJoinerRemovesTheRegistriesOfDeadGroups) {
 // the new socket before its engine reads it, and passes on what another member owns; dropping it
 // lost a pair's traffic for as long as the round took (shared_device.sh churn).
 TEST(UdpShareTest, AJoinersRoundPassesOnOtherMembersDatagrams) {
-  const uint32_t ip = loopback(50, 5, 1);
+  // A constant: the stream below reads it without capturing it (clang: -Wunused-lambda-capture).
+  constexpr uint32_t ip = loopback(50, 5, 1);
   std::vector<std::unique_ptr<Member>> m;
   for (int i = 0; i < 2; ++i) {
     m.push_back(std::make_unique<Member>());
@@ -296,7 +297,7 @@ TEST(UdpShareTest, AJoinersRoundPassesOnOtherMembersDatagrams) {
   std::atomic<bool> joined{false};
   std::atomic<int> sent{0};
   const uint32_t qpn = m[0]->share->slot() << share::kQpnSlotShift | 0x11;
-  std::thread stream([&sent, &joined, ip, qpn] {
+  std::thread stream([&sent, &joined, qpn] {
     test::RawSender sender(loopback(50, 5, 2));
     if (!sender.ok()) return;
     uint8_t pkt[64];

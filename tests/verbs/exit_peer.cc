@@ -35,7 +35,10 @@ int main(int argc, char** argv) {
   if (!ctx) die("open");
   ibv_pd* pd = ibv_alloc_pd(ctx);
   std::vector<char> buf(1 << 16);
-  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  // int(…): rdma-core's ibv_reg_mr macro ANDs the access flags with IBV_ACCESS_OPTIONAL_RANGE, an
+  // enumerator of another enum, which C++20 deprecates for an enumerator (clang:
+  // -Wdeprecated-enum-enum-conversion); a combination of flags is an int already.
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), int(IBV_ACCESS_LOCAL_WRITE));
   ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   ibv_cq* cq = ibv_create_cq(ctx, count + 1, nullptr, ch, 0);
   if (!pd || !mr || !ch || !cq) die("resources");
