@@ -58,7 +58,7 @@ std::unique_ptr<Pinger> Pinger::open(uint32_t src_ip, uint32_t dst_ip, std::stri
     close(fd);
     return nullptr;
   }
-  auto p = std::unique_ptr<Pinger>(new Pinger(fd, raw, dst_ip));
+  auto p = std::unique_ptr<Pinger>(new Pinger(fd, raw));
   std::random_device rd;
   p->id_ = static_cast<uint16_t>(rd());
   return p;

@@ -39,10 +39,9 @@ class Pinger {
   bool raw() const { return raw_; }
 
  private:
-  Pinger(int fd, bool raw, uint32_t dst_ip) : fd_(fd), raw_(raw), dst_ip_(dst_ip) {}
+  Pinger(int fd, bool raw) : fd_(fd), raw_(raw) {}  // fd is connected to the peer (open)
   int fd_;
   bool raw_;
-  uint32_t dst_ip_;
   uint16_t id_ = 0;  // raw sockets: our echo identifier (datagram sockets: the kernel's)
   uint16_t seq_ = 0;
 };
