@@ -126,8 +126,9 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
       {"device.gid", "GID table", Status::kPass,
        "index 0: ::ffff:" + format_ipv4(c.ipv4) + " (RoCE v2)" +
            (d.roce_v1 ? "; index 1: the same address as RoCE v1 (EtherType 0x8915)" : "")});
-  out.push_back(mtu_verdict_device("the DPDK port " + d.dev.substr(0, d.dev.find(',')),
-                                   d.mtu ? d.mtu : 1500, "mtu=9000 in its dpdk(…) entry"));
+  const std::string port = d.dev.substr(0, d.dev.find(','));  // the PMD's name, without its args
+  out.push_back(mtu_verdict_device("the DPDK port " + port, d.mtu ? d.mtu : 1500,
+                                   "mtu=9000 in its dpdk(…) entry"));
   if (d.mtu == 0) out.back().evidence += " (mtu= not given: the port's default, taken as 1500)";
   Check q{"device.qos", "VLAN, PCP, DSCP"};
   if (d.vlan != 0) {
@@ -143,7 +144,6 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
   }
   out.push_back(q);
   // The NIC's own figures, as the process that runs the port publishes them.
-  const std::string port = d.dev.substr(0, d.dev.find(','));
   for (const auto& [path, s] : published) {
     if (s.id.device != c.name || s.id.ipv4 != c.ipv4) continue;
     if (auto nic = nic_from_snapshot(s)) {

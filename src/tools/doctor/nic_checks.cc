@@ -113,15 +113,11 @@ Check pause_check(const NicInfo& n, const std::string& source) {
   return k;
 }
 
-uint64_t read_u64(const std::string& path, bool* ok = nullptr) {
+// A sysfs number; 0 when absent, unreadable or negative ("speed" is -1 without a link).
+uint64_t read_u64(const std::string& path) {
   std::ifstream f(path);
   long long v = 0;
-  if (!(f >> v) || v < 0) {
-    if (ok) *ok = false;
-    return 0;
-  }
-  if (ok) *ok = true;
-  return static_cast<uint64_t>(v);
+  return (f >> v) && v > 0 ? static_cast<uint64_t>(v) : 0;
 }
 
 }  // namespace
