@@ -178,13 +178,17 @@ case $mode in
     # At the port's default MTU (DPDK 22.11's af_packet carries no jumbo frames).
     spec="$dev=dpdk(dev=net_af_packet0,iface=$veth_a;ip=10.93.$idx.3/24;"
     spec+="mac=02:00:5d:00:$(printf %02x "$idx"):03)"
-    UROCE_DEVICES=$spec ip netns exec "$ns_a" timeout 60 "$run" ibv_rc_pingpong -d "$dev" -g 0 \
+    UROCE_DEVICES=$spec ip netns exec "$ns_a" timeout 100 "$run" ibv_rc_pingpong -d "$dev" -g 0 \
       -p 7473 >"$work/holder.out" 2>&1 &
     pids+=($!)
-    for _ in $(seq 300); do  # the device is open (its counters published) once it listens
+    # The device is open and its counters published (ibv_rc_pingpong modifies its QP first)
+    # once it listens; DPDK's start-up takes seconds on a loaded machine: up to a minute.
+    for _ in $(seq 1200); do
       ip netns exec "$ns_a" ss -ltnH "sport = :7473" | grep -q . && break
       sleep 0.05
     done
+    ip netns exec "$ns_a" ss -ltnH "sport = :7473" | grep -q . ||
+      { cat "$work/holder.out"; echo "FAIL: the DPDK device's ibv_rc_pingpong never listened"; exit 1; }
     out=$(UROCE_DEVICES=$spec ip netns exec "$ns_a" "$uroce" doctor -d "$dev" 2>&1)
     rc=$?
     echo "--- uroce doctor (DPDK, exit $rc)"
