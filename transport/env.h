@@ -143,6 +143,9 @@ enum class MemStatus : uint8_t {
   kBadPd,   // key belongs to another protection domain
   kOutOfBounds,
   kNoAccess,  // the region lacks the requested access flag
+  // An on-demand (ODP) region's pages are not mapped, or not with the access asked for, at the
+  // moment the transport reaches them: what an RNIC's failed ODP page fault reports.
+  kNotMapped,
 };
 
 struct MemRef {

@@ -1,6 +1,9 @@
 // The memory-access rules. See memory_table.h.
 #include "transport/memory_table.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -165,14 +168,52 @@ MemoryTable::Access MemoryTable::resolve_window(uint32_t rkey, uint32_t pd, uint
   return within(mit->second, w.addr, w.len, w.access, true, addr, len, access);
 }
 
+bool TableMemory::on_demand_supported() {
+  // Asked once of the kernel on a page of our own: EINVAL from a kernel before 5.14.
+  static const bool supported = [] {
+    static uint8_t probe[1];
+    return populate(probe, sizeof probe, true) == MemStatus::kOk;
+  }();
+  return supported;
+}
+
+MemStatus TableMemory::populate(const uint8_t* p, uint64_t len, bool write) {
+  if (len == 0) return MemStatus::kOk;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // madvise wants a page-aligned start; the length it rounds up itself. The range was resolved
+  // inside a region, so it does not wrap.
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t start = first & ~(page - 1);
+  const size_t span = static_cast<size_t>(first - start + len);
+  // Unmapped: ENOMEM; mapped without the access: EINVAL (or EFAULT); a page that would raise
+  // SIGBUS (a file mapping past its end): EFAULT. EINTR and EAGAIN are not about the range.
+  for (int tries = 0; tries < 8; ++tries) {
+    if (madvise(reinterpret_cast<void*>(start), span,
+                write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0)
+      return MemStatus::kOk;
+    if (errno != EINTR && errno != EAGAIN) break;
+  }
+  return MemStatus::kNotMapped;
+}
+
+MemRef TableMemory::checked(const MemoryTable::Access& a, uint64_t len, int access) {
+  MemRef r = a.ref();
+  if (r.status != MemStatus::kOk || len == 0 || !a.region->on_demand()) return r;
+  constexpr int kWrite =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+  const MemStatus st = fault_in(r.ptr, len, (access & kWrite) != 0);
+  if (st != MemStatus::kOk) return MemRef{st, nullptr};
+  return r;
+}
+
 MemRef TableMemory::resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
                                   int access) {
-  return table_.resolve(lkey, pd, addr, len, access, false).ref();
+  return checked(table_.resolve(lkey, pd, addr, len, access, false), len, access);
 }
 
 MemRef TableMemory::resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
                                    int access) {
-  return table_.resolve(rkey, pd, addr, len, access, true).ref();
+  return checked(table_.resolve(rkey, pd, addr, len, access, true), len, access);
 }
 
 MemStatus TableMemory::bind_mw(const MwBind& b, uint32_t qp_pd) {

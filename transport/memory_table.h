@@ -41,6 +41,9 @@ class MemoryTable {
     uint64_t len = 0;
     int access = 0;          // IBV_ACCESS_* given at registration
     uint32_t bound_mws = 0;  // windows bound to it: it can neither go nor change while > 0
+    // IBV_ACCESS_ON_DEMAND (on-demand paging): nothing was checked of its pages at
+    // registration; TableMemory checks them each time the transport reaches them.
+    bool on_demand() const { return (access & IBV_ACCESS_ON_DEMAND) != 0; }
   };
 
   // What resolve() found: on kOk the region holding the range and the range's offset in it.
@@ -48,10 +51,12 @@ class MemoryTable {
     MemStatus status = MemStatus::kBadKey;
     const Region* region = nullptr;
     uint64_t offset = 0;
-    // The range in this process, for a region with bytes.
+    // The range in this process, for a region with bytes. Integer arithmetic: an implicit
+    // on-demand region (the whole address space) starts at address 0, a null `host`.
     MemRef ref() const {
       if (status != MemStatus::kOk) return MemRef{status, nullptr};
-      return MemRef{status, region->host + offset};
+      return MemRef{status,
+                    reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(region->host) + offset)};
     }
   };
 
@@ -131,8 +136,25 @@ class MemoryTable {
 // engine's key table, the transport tests' fake memory, which differ only in how they hand out keys
 // and, the engine, in how atomics are made atomic); the simulator's memory, whose regions have no
 // bytes, places them itself (resolve_local/remote).
+//
+// On-demand regions (IBV_ACCESS_ON_DEMAND, ibv_reg_mr(3)): the application may register memory it
+// has not mapped yet, or the whole address space (implicit ODP), and unmap or protect pages while
+// the region lives; an RNIC faults such pages in when it reaches them and fails the access
+// (a remote access or local protection error) when it cannot. Here every range of an on-demand
+// region the transport resolves is first faulted in with the access it needs (fault_in): the
+// range reaches the transport only once its pages are mapped with that access, so a bad access
+// becomes kNotMapped instead of SIGSEGV. What this cannot cover: the application unmapping the
+// very pages while the transport copies them (between the check and the copy, microseconds) — a
+// program that unmaps memory a transfer is using races with that transfer by its own design.
 class TableMemory : public MemoryAccess {
  public:
+  // Whether this host can fault pages in without touching them (MADV_POPULATE_READ/WRITE,
+  // Linux 5.14): on-demand regions need it, and the device offers ODP only when it is there.
+  static bool on_demand_supported();
+  // Faults [p, p + len) in for reading or for writing without reading or writing a byte: kOk, or
+  // kNotMapped where a load (a store, with `write`) would raise SIGSEGV or SIGBUS.
+  static MemStatus populate(const uint8_t* p, uint64_t len, bool write);
+
   MemRef resolve_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t len,
                        int access) override;
   MemRef resolve_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t len,
@@ -146,7 +168,16 @@ class TableMemory : public MemoryAccess {
   void atomic_store(uint8_t* ptr, uint64_t value) override;
 
  protected:
+  // An on-demand region's range that resolved: populate() it (the engine's key table also counts
+  // the failures).
+  virtual MemStatus fault_in(const uint8_t* p, uint64_t len, bool write) {
+    return populate(p, len, write);
+  }
+
   MemoryTable table_;
+
+ private:
+  MemRef checked(const MemoryTable::Access& a, uint64_t len, int access);
 };
 
 inline MemoryTable::Access MemoryTable::within(const Region& g, uint64_t lo, uint64_t span,

@@ -113,8 +113,12 @@ struct Table {
 };
 constexpr Table kTable;
 
+// IBV_ACCESS_ON_DEMAND is a region's flag with no meaning for a QP, but programs that build one
+// access mask for both pass it here (rdma-core's own test_odp does); mlx5 and rxe ignore it, so
+// it is accepted and ignored.
 constexpr int kAllowedQpAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                 IBV_ACCESS_ON_DEMAND;
 // One physical port, one P_Key (the default 0xffff at index 0), as the device reports.
 constexpr uint8_t kPortNum = 1;
 constexpr uint16_t kNumPkeys = 1;

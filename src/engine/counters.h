@@ -91,6 +91,11 @@ struct DeviceCounters {
   // Port state transitions seen on the netdev (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE).
   Counter port_down_events, port_up_events;
 
+  // Accesses to on-demand (ODP) regions refused because their pages were not mapped with the
+  // access needed when the transport reached them: each became a remote access error NAK, or a
+  // local protection error completion (transport::TableMemory, "On-demand regions").
+  Counter odp_faults;
+
   // Visits every counter with its name and value, for listings.
   template <typename F>
   void for_each(F&& f) const {
@@ -147,6 +152,7 @@ struct DeviceCounters {
     f("engine_handoff_lapses", s.engine_handoff_lapses);
     f("port_down_events", s.port_down_events);
     f("port_up_events", s.port_up_events);
+    f("odp_faults", s.odp_faults);
   }
 };
 

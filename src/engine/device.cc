@@ -13,6 +13,7 @@
 #include <new>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 #include "engine/port_factory.h"
 #include "engine/stats_shm.h"
@@ -121,6 +122,7 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
   lim.max_qp = DeviceLimits::kMaxQp;
   lim.max_mcast_grp = DeviceLimits::kMaxMcastGrp;
   lim.max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
+  d->keys_.set_odp_fault_counter(&d->counters_.odp_faults);
   d->dispatch_ = std::make_unique<Dispatch>(*d->dp_, d->keys_, d->counters_, lim);
   // A device several processes share numbers its QPs in this process's part of the QPN space.
   if (PortShare* sh = d->dp_->port().share())
@@ -245,7 +247,9 @@ int Device::reg_mr(uint32_t pd, void* addr, size_t len, int access, uint32_t* lk
 
 int Device::reg_mr_iova(uint32_t pd, void* addr, size_t len, uint64_t iova, int access,
                         uint32_t* lkey, uint32_t* rkey) {
-  if (len > DeviceLimits::kMaxMrSize) return EINVAL;
+  // The implicit on-demand region (the whole address space) is the one beyond max_mr_size.
+  const bool implicit = (access & IBV_ACCESS_ON_DEMAND) && !addr && len == SIZE_MAX && iova == 0;
+  if (len > DeviceLimits::kMaxMrSize && !implicit) return EINVAL;
   auto g = app_call();
   if (keys_.mr_count() >= DeviceLimits::kMaxMr) return ENOMEM;
   return keys_.reg_mr(pd, addr, len, iova, access, lkey, rkey);
@@ -254,6 +258,28 @@ int Device::reg_mr_iova(uint32_t pd, void* addr, size_t len, uint64_t iova, int 
 int Device::dereg_mr(uint32_t lkey) {
   auto g = app_call();
   return keys_.dereg_mr(lkey);
+}
+
+int Device::prefetch_mr(uint32_t pd, bool write, bool populate, const ibv_sge* sges, uint32_t n) {
+  std::vector<const uint8_t*> host(n);
+  {
+    auto g = app_call();
+    for (uint32_t i = 0; i < n; ++i) {
+      if (int rc =
+              keys_.prefetch_range(pd, sges[i].lkey, sges[i].addr, sges[i].length, write, &host[i]))
+        return rc;
+    }
+  }
+  // Faulting pages in may take long (a large range, pages to read from swap): not under the
+  // device lock. A region deregistered meanwhile only means the pages were faulted in for nothing.
+  if (populate) {
+    for (uint32_t i = 0; i < n; ++i) {
+      if (transport::TableMemory::populate(host[i], sges[i].length, write) !=
+          transport::MemStatus::kOk)
+        return EFAULT;
+    }
+  }
+  return 0;
 }
 
 int Device::rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, size_t len, uint64_t iova,

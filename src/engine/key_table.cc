@@ -106,6 +106,23 @@ int KeyTable::reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int a
   return 0;
 }
 
+int KeyTable::prefetch_range(uint32_t pd, uint32_t lkey, uint64_t addr, uint64_t len, bool write,
+                             const uint8_t** host) const {
+  const transport::MemoryTable::Region* r = table_.region(lkey);
+  if (r == nullptr || !r->on_demand()) return EFAULT;
+  const int access = write ? IBV_ACCESS_LOCAL_WRITE : 0;
+  const transport::MemoryTable::Access a = table_.resolve(lkey, pd, addr, len, access, false);
+  if (a.status != transport::MemStatus::kOk) return EFAULT;
+  *host = a.ref().ptr;
+  return 0;
+}
+
+transport::MemStatus KeyTable::fault_in(const uint8_t* p, uint64_t len, bool write) {
+  const transport::MemStatus st = populate(p, len, write);
+  if (st != transport::MemStatus::kOk && odp_faults_) odp_faults_->add();
+  return st;
+}
+
 int KeyTable::dereg_mr(uint32_t lkey) {
   return table_.remove_region(lkey);
 }

@@ -16,6 +16,7 @@
 
 #include "transport/env.h"
 #include "transport/memory_table.h"
+#include "util/counter.h"
 
 namespace uroce {
 
@@ -58,8 +59,19 @@ class KeyTable : public transport::TableMemory {
   // (ibv_reg_mr uses iova == addr; ibv_reg_mr_iova2 another value). lkey == rkey, like rxe; keys
   // are unique and never reused while the table lives. 0, or EINVAL (unknown PD, len 0, bad
   // access combination: remote write or atomic without local write, IBTA o10-?/ibv_reg_mr(3)).
+  // With IBV_ACCESS_ON_DEMAND the pages need not be mapped (transport::TableMemory checks them
+  // when reached); addr nullptr, len SIZE_MAX and iova 0 is the implicit on-demand region, the
+  // whole address space.
   int reg_mr(uint32_t pd, void* addr, uint64_t len, uint64_t iova, int access, uint32_t* lkey,
              uint32_t* rkey);
+  // ibv_advise_mr(3): may [addr, addr+len) under `lkey` of PD `pd` be prefetched (for writing,
+  // with `write`)? 0 and *host, where its bytes are in this process; or EFAULT as the man page
+  // lists it: the key is unknown, of another PD or not an on-demand region (mlx5 prefetches only
+  // those), the range is outside it, or write is asked of a region without local write.
+  int prefetch_range(uint32_t pd, uint32_t lkey, uint64_t addr, uint64_t len, bool write,
+                     const uint8_t** host) const;
+  // Where refused on-demand accesses are counted (DeviceCounters::odp_faults); nullptr: nowhere.
+  void set_odp_fault_counter(Counter* c) { odp_faults_ = c; }
   int dereg_mr(uint32_t lkey);  // 0, EINVAL, or EBUSY while memory windows are bound to it
   // ibv_rereg_mr: gives the region `lkey` a new PD, translation ([addr, addr+len) addressed at
   // `iova`) and/or access, as `flags` (IBV_REREG_MR_CHANGE_*) select; the other properties stay.
@@ -92,7 +104,11 @@ class KeyTable : public transport::TableMemory {
   // polling the word with an acquire load sees every byte the QP placed before it.
   void atomic_store(uint8_t* ptr, uint64_t value) override;
 
+ protected:
+  transport::MemStatus fault_in(const uint8_t* p, uint64_t len, bool write) override;
+
  private:
+  Counter* odp_faults_ = nullptr;
   std::unordered_map<uint32_t, uint32_t> pds_;  // PD → QPs using it (MRs, windows: table_)
   uint32_t next_pd_ = 1;
   // MR keys: mr_perm_(mr_count_) for the next counter value whose image is a valid MR key

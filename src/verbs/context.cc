@@ -13,6 +13,7 @@
 #include "util/log.h"
 #include "objects.h"
 #include "provider.h"
+#include "transport/memory_table.h"
 
 namespace uroce::verbs {
 namespace {
@@ -66,6 +67,9 @@ void fill_ops(VContext* c) {
   v.create_cq_ex = create_cq_ex;
   v.query_rt_values = op_errno<query_rt_values, ibv_context*, ibv_values_ex*>;
   v.modify_qp_rate_limit = op_errno<modify_qp_rate_limit, ibv_qp*, ibv_qp_rate_limit_attr*>;
+  // Prefetching on-demand regions, where the host has on-demand paging (memory.cc).
+  if (transport::TableMemory::on_demand_supported())
+    v.advise_mr = op_errno<advise_mr, ibv_pd*, ibv_advise_mr_advice, uint32_t, ibv_sge*, uint32_t>;
 }
 
 }  // namespace

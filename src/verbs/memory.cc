@@ -7,17 +7,32 @@
 
 #include "objects.h"
 #include "provider.h"
+#include "transport/memory_table.h"
 
 namespace uroce::verbs {
 namespace {
 
 // Access flags a uroce MR accepts. IBV_ACCESS_RELAXED_ORDERING and the rest of the optional
 // range may be ignored by any provider (ibv_reg_mr(3)). IBV_ACCESS_MW_BIND lets memory windows
-// be bound to the region (mw.cc). On-demand paging, zero-based MRs and the flush/atomic-write
-// extensions are not implemented.
-constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                      IBV_ACCESS_MW_BIND;
+// be bound to the region (mw.cc). IBV_ACCESS_ON_DEMAND (on-demand paging) where the host can
+// fault pages in without touching them (transport::TableMemory::on_demand_supported), with
+// IBV_ACCESS_HUGETLB as the hint it is (pages the kernel maps are whatever they are). Zero-based
+// MRs and the flush extensions are not implemented.
+constexpr unsigned kBaseAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                 IBV_ACCESS_MW_BIND;
+
+// The flags outside those accepted (ignoring the optional range): 0 when the request is fine.
+unsigned unsupported_access(unsigned access) {
+  unsigned required = access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  unsigned ok = kBaseAccess;
+  if (transport::TableMemory::on_demand_supported()) {
+    ok |= IBV_ACCESS_ON_DEMAND;
+    // ibv_reg_mr(3): HUGETLB applies to explicit on-demand regions only.
+    if (access & IBV_ACCESS_ON_DEMAND) ok |= IBV_ACCESS_HUGETLB;
+  }
+  return required & ~ok;
+}
 
 }  // namespace
 
@@ -59,8 +74,7 @@ int dealloc_pd(ibv_pd* ibpd) {
 ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova, unsigned access) {
   VPd* pd = to_v(ibpd);
   VContext* c = pd->ctx;
-  unsigned required = access & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-  if (required & ~kSupportedAccess) {
+  if (unsupported_access(access)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -70,7 +84,14 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova, unsigned 
     errno = EINVAL;
     return nullptr;
   }
-  if (length == 0 || length > DeviceLimits::kMaxMrSize || (!addr && length)) {
+  // Implicit on-demand paging (ibv_reg_mr(3)): addr NULL and length SIZE_MAX register the whole
+  // address space; its SGEs and peers use plain virtual addresses.
+  const bool implicit = (access & IBV_ACCESS_ON_DEMAND) && !addr && length == SIZE_MAX;
+  if (implicit && ((access & IBV_ACCESS_HUGETLB) || iova != 0)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (!implicit && (length == 0 || length > DeviceLimits::kMaxMrSize || !addr)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -121,11 +142,8 @@ int rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* ibpd, void* addr, size_t length, i
   if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return input_error(EINVAL);
   if ((flags & IBV_REREG_MR_CHANGE_PD) && (!ibpd || ibpd->context != ibmr->context))
     return input_error(EINVAL);
-  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
-    unsigned required =
-        static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-    if (required & ~kSupportedAccess) return input_error(EOPNOTSUPP);
-  }
+  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && unsupported_access(static_cast<unsigned>(access)))
+    return input_error(EOPNOTSUPP);
   const uint32_t pd_handle = (flags & IBV_REREG_MR_CHANGE_PD) ? to_v(ibpd)->handle : 0;
   // ibv_rereg_mr has no iova: a new translation is addressed at its own virtual address, as
   // ibv_reg_mr's.
@@ -145,6 +163,32 @@ int rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* ibpd, void* addr, size_t length, i
   }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = access;
   return 0;
+}
+
+int advise_mr(ibv_pd* ibpd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+              uint32_t num_sge) {
+  // The prefetch is done before the call returns, with or without IBV_ADVISE_MR_FLAG_FLUSH:
+  // stronger than the asynchronous prefetch a program asks for without it, which any provider
+  // may do at any time before the access.
+  if (!ibpd || (flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) || (num_sge && !sg_list))
+    return EINVAL;
+  bool write = false, populate = true;
+  switch (advice) {
+    case IBV_ADVISE_MR_ADVICE_PREFETCH:
+      break;
+    case IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE:
+      write = true;
+      break;
+    case IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT:
+      // Only pages already present: the device sees the process's own page tables, so what is
+      // present to the CPU is present to it.
+      populate = false;
+      break;
+    default:
+      return EOPNOTSUPP;  // ENOTSUP: an advice this provider does not know
+  }
+  VPd* pd = to_v(ibpd);
+  return pd->ctx->dev->prefetch_mr(pd->handle, write, populate, sg_list, num_sge);
 }
 
 int dereg_mr(ibv_mr* ibmr) {

@@ -78,6 +78,9 @@ ibv_pd* alloc_pd(ibv_context* ctx);
 int dealloc_pd(ibv_pd* pd);
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
 int dereg_mr(ibv_mr* mr);
+// ibv_advise_mr(3) on on-demand regions: 0 or an errno value.
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+              uint32_t num_sge);
 // 0 or an enum ibv_rereg_mr_err_code value (errno set); keys are kept.
 int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access);
 

@@ -13,6 +13,7 @@
 
 #include "objects.h"
 #include "provider.h"
+#include "transport/memory_table.h"
 #include "transport/qp_state.h"
 #include "transport/wr_opcode.h"
 
@@ -151,7 +152,20 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_d
   full.packet_pacing_caps.qp_rate_limit_min = transport::kMinRateLimitKbps;
   full.packet_pacing_caps.qp_rate_limit_max = transport::kMaxRateLimitKbps;
   full.packet_pacing_caps.supported_qpts = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_UD;
-  // Everything else (ODP, TSO, RSS, DM, tag matching…) is absent: zero.
+  // On-demand paging (IBV_ACCESS_ON_DEMAND; implicit, the whole address space, too) for every
+  // operation of every QP type uroce has, where the host can fault pages in for it
+  // (transport::TableMemory, "On-demand regions"). No XRC: xrc_odp_caps stays 0.
+  if (transport::TableMemory::on_demand_supported()) {
+    full.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+    constexpr uint32_t kRecv = IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+    full.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | kRecv |
+                                                   IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                                   IBV_ODP_SUPPORT_ATOMIC;
+    full.odp_caps.per_transport_caps.uc_odp_caps =
+        IBV_ODP_SUPPORT_SEND | kRecv | IBV_ODP_SUPPORT_WRITE;
+    full.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | kRecv;
+  }
+  // Everything else (TSO, RSS, DM, tag matching…) is absent: zero.
   // Write no more than the caller's struct holds: older binaries pass a smaller one.
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;

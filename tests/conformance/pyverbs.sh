@@ -42,7 +42,7 @@ fi
 # per line, matched against the reason in unittest's "skipped '…'".
 allowed_skips=(
   "Device memory is not supported"
-  "ODP is not supported"
+  "ODP is not supported"                                  # a kernel before 5.14 (docs/verbs.md)
   "Create XRCD is not supported"
   "Parent Domain is not supported on this device"
   "Importing a device is not supported"

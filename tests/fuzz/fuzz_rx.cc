@@ -77,6 +77,20 @@ void write_seeds(const std::string& dir) {
     inv.ieth_rkey = QpWorld::kKeyRw;
     one(role, inv, p64);
   }
+  // The on-demand region: each of its pages (mapped, a hole, read-only, mapped) written, read
+  // and reached by an atomic, and a WRITE across the hole.
+  for (uint64_t page = 0; page < QpWorld::kOdpPages; ++page) {
+    const uint64_t va = QpWorld::kOdpBase + page * QpWorld::kPage;
+    one(QpWorld::kRcRts, with_reth(hdr(O::kRcWriteOnly, rq), va, QpWorld::kKeyOdp, 64), p64);
+    one(QpWorld::kRcRts, with_reth(hdr(O::kRcReadRequest, rq), va, QpWorld::kKeyOdp, 2048));
+    wire::Packet faa = hdr(O::kRcFetchAdd, rq);
+    faa.atomic = {va + 8, QpWorld::kKeyOdp, 3, 0};
+    one(QpWorld::kRcRts, faa);
+  }
+  one(QpWorld::kRcRts,
+      with_reth(hdr(O::kRcWriteOnly, rq), QpWorld::kOdpBase + QpWorld::kPage - 512,
+                QpWorld::kKeyOdp, 1024),
+      p1k);
   one(QpWorld::kUcRts, hdr(O::kUcSendOnly, rq), p64);
   one(QpWorld::kUcRts, with_reth(hdr(O::kUcWriteOnlyImm, rq), base, QpWorld::kKeyRw, 64), p64);
   {

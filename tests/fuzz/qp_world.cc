@@ -12,15 +12,21 @@ using transport::SendWqe;
 namespace t = transport::test;
 
 uint8_t* fuzz_memory() {
+  constexpr size_t kPage = QpWorld::kPage;
   static uint8_t* mem = [] {
-    constexpr size_t kBytes = QpWorld::kRwBytes + QpWorld::kRoBytes;
+    constexpr size_t kBytes = QpWorld::kRwBytes + QpWorld::kRoBytes + QpWorld::kOdpPages * kPage;
     void* p = mmap(reinterpret_cast<void*>(QpWorld::kMemBase), kBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (p != reinterpret_cast<void*>(QpWorld::kMemBase)) fail("cannot map the fuzz memory");
+    // The on-demand region's hole and read-only page.
+    auto* odp = reinterpret_cast<uint8_t*>(QpWorld::kOdpBase);
+    if (munmap(odp + kPage, kPage) != 0 || mprotect(odp + 2 * kPage, kPage, PROT_READ) != 0)
+      fail("cannot shape the on-demand region");
     return static_cast<uint8_t*>(p);
   }();
   // (A loop here would be instrumented and cost more than the rest of an input.)
-  std::memset(mem, 0x5a, QpWorld::kRwBytes + QpWorld::kRoBytes);
+  std::memset(mem, 0x5a, QpWorld::kRwBytes + QpWorld::kRoBytes + kPage);
+  std::memset(reinterpret_cast<uint8_t*>(QpWorld::kOdpBase + 3 * kPage), 0x5a, kPage);
   return mem;
 }
 
@@ -64,7 +70,9 @@ QpWorld::QpWorld(Transmitter& tx, RingSink* sink)
                        IBV_ACCESS_REMOTE_ATOMIC;
   if (mem_.reg(kPd, m, kRwBytes, kAll) != kKeyRw ||
       mem_.reg(kPd, m + kRwBytes, kRoBytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ) !=
-          kKeyRo)
+          kKeyRo ||
+      mem_.reg(kPd, reinterpret_cast<void*>(kOdpBase), kOdpPages * kPage,
+               kAll | IBV_ACCESS_ON_DEMAND) != kKeyOdp)
     fail("FakeMemory numbers keys differently");
   transport::SrqInit si;
   si.max_wr = 16;

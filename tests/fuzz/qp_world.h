@@ -65,8 +65,13 @@ class QpWorld {
   // key_rw()), then kRoBytes (local write, remote read only, key key_ro()).
   static constexpr uint64_t kMemBase = 0x500000000000ull;  // clear of ASan's allocator (0x6000…)
   static constexpr size_t kRwBytes = 65536, kRoBytes = 4096;
+  // Then an on-demand (ODP) region of kOdpPages pages, every right granted, whose second page is
+  // not mapped and whose third is read-only: the transport must answer an access there with a
+  // NAK or an error completion (TableMemory's fault-in), never touch it.
+  static constexpr uint64_t kOdpBase = kMemBase + kRwBytes + kRoBytes;
+  static constexpr size_t kPage = 4096, kOdpPages = 4;
   // FakeMemory numbers its keys from 0x100 in registration order.
-  static constexpr uint32_t kKeyRw = 0x100, kKeyRo = 0x101;
+  static constexpr uint32_t kKeyRw = 0x100, kKeyRo = 0x101, kKeyOdp = 0x102;
   // The READ kRcReads has outstanding, and the PSNs of its requests: READ kSqPsn..+2,
   // CMP_SWAP +3, FETCH_ADD +4, WRITE +5..+6, SEND +7.
   static constexpr uint32_t kReadBytes = 3000;

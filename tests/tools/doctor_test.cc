@@ -111,6 +111,7 @@ TEST(DoctorCounters, EachDropCauseIsItsOwnSentenceAndADownPortFails) {
   DeviceCounterView v;
   v.port_active = false;
   v.counters = {{"rx_unknown_qp", 3},
+                {"odp_faults", 2},
                 {"rx_socket_overflow", 9},
                 {"rx_prio3_pause", 5},
                 {"rx_pause_frames", 5}};
@@ -119,6 +120,8 @@ TEST(DoctorCounters, EachDropCauseIsItsOwnSentenceAndADownPortFails) {
   EXPECT_TRUE(contains(find(checks, "counters.drops.rx_unknown_qp").evidence,
                        "QPs that do not exist on this device"));
   EXPECT_TRUE(contains(find(checks, "counters.drops.rx_unknown_qp").evidence, "(rx_unknown_qp 3)"));
+  EXPECT_EQ(find(checks, "counters.drops.odp_faults").status, Status::kWarn);
+  EXPECT_TRUE(contains(find(checks, "counters.drops.odp_faults").evidence, "on-demand (ODP)"));
   EXPECT_EQ(find(checks, "counters.drops.rx_socket_overflow").status, Status::kFail);
   EXPECT_TRUE(contains(find(checks, "counters.pfc").evidence, "rx_prio3_pause 5"));
   EXPECT_THROW(find(checks, "counters.drops"), std::runtime_error);  // no "no drops" line

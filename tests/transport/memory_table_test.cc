@@ -5,6 +5,7 @@
 #include "transport/memory_table.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
@@ -247,6 +248,138 @@ TEST(MemoryTableTest, WindowsHoldTheirRegionWhileBound) {
   EXPECT_EQ(t.window_count(), 0u);
   EXPECT_EQ(t.remove_region(0x100), 0);
   EXPECT_EQ(t.pd_users(1), 0u);
+}
+
+// On-demand regions (IBV_ACCESS_ON_DEMAND): four pages of which none is touched before the
+// transport reaches it, the second unmapped and the third read-only. Each access is faulted in
+// with the access it needs (TableMemory::populate) or refused with kNotMapped — never a pointer
+// to a page a load or store would fault on — and nothing is remembered: a page unmapped after a
+// good access is refused at the next. A region without the flag is not checked (its pages were
+// vouched for at registration, as pinned memory is).
+class OnDemandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!TableMemory::on_demand_supported())
+      GTEST_SKIP() << "this kernel cannot fault pages in without touching them (MADV_POPULATE_*)";
+    void* p = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    base_ = static_cast<uint8_t*>(p);
+    ASSERT_EQ(munmap(base_ + kPage, kPage), 0);
+    ASSERT_EQ(mprotect(base_ + 2 * kPage, kPage, PROT_READ), 0);
+  }
+  void TearDown() override {
+    if (!base_) return;
+    munmap(base_, kPage);
+    munmap(base_ + 2 * kPage, 2 * kPage);
+  }
+  uint64_t page(int i) const { return addr_of(base_ + i * kPage); }
+
+  static constexpr size_t kPage = 4096;
+  static constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  uint8_t* base_ = nullptr;
+};
+
+TEST_F(OnDemandTest, PagesAreFaultedInWithTheAccessAskedOrRefused) {
+  test::FakeMemory fake;
+  const uint32_t pd = 1;
+  const uint32_t odp = fake.reg(pd, base_, 4 * kPage, kAll | IBV_ACCESS_ON_DEMAND);
+  auto remote = [&](uint64_t a, uint64_t len, int access) {
+    return fake.resolve_remote(odp, pd, a, len, access);
+  };
+  // Mapped, never touched: faulted in, then usable.
+  MemRef w = remote(page(0) + 64, 64, IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(w.status, MemStatus::kOk);
+  EXPECT_EQ(w.ptr, base_ + 64);
+  std::memset(w.ptr, 0x11, 64);
+  EXPECT_EQ(fake.resolve_local(odp, pd, page(3), kPage, IBV_ACCESS_LOCAL_WRITE).status,
+            MemStatus::kOk);
+  // The hole: nothing, whatever the access; a range that only reaches into it too.
+  for (int access : {IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_ATOMIC}) {
+    MemRef r = remote(page(1) + 8, 8, access);
+    EXPECT_EQ(r.status, MemStatus::kNotMapped) << access;
+    EXPECT_EQ(r.ptr, nullptr);
+  }
+  EXPECT_EQ(remote(page(1) - 16, 32, IBV_ACCESS_REMOTE_READ).status, MemStatus::kNotMapped);
+  EXPECT_EQ(fake.resolve_local(odp, pd, page(1), 1, 0).status, MemStatus::kNotMapped);
+  // A length of zero names no byte (IBTA 9.4.3): nothing to fault in.
+  EXPECT_EQ(remote(page(1), 0, IBV_ACCESS_REMOTE_WRITE).status, MemStatus::kOk);
+  // Read-only: read, never written or reached by an atomic.
+  EXPECT_EQ(remote(page(2), 128, IBV_ACCESS_REMOTE_READ).status, MemStatus::kOk);
+  EXPECT_EQ(remote(page(2), 128, IBV_ACCESS_REMOTE_WRITE).status, MemStatus::kNotMapped);
+  EXPECT_EQ(remote(page(2) + 8, 8, IBV_ACCESS_REMOTE_ATOMIC).status, MemStatus::kNotMapped);
+  EXPECT_EQ(fake.resolve_local(odp, pd, page(2), 8, IBV_ACCESS_LOCAL_WRITE).status,
+            MemStatus::kNotMapped);
+  // The rules before the pages: another PD, out of bounds, a right not granted.
+  EXPECT_EQ(fake.resolve_remote(odp, pd + 1, page(0), 8, IBV_ACCESS_REMOTE_READ).status,
+            MemStatus::kBadPd);
+  EXPECT_EQ(remote(page(3), kPage + 1, IBV_ACCESS_REMOTE_READ).status, MemStatus::kOutOfBounds);
+  // Nothing is cached: a page unmapped after a good access is refused at the next.
+  ASSERT_EQ(remote(page(3), 8, IBV_ACCESS_REMOTE_WRITE).status, MemStatus::kOk);
+  ASSERT_EQ(munmap(base_ + 3 * kPage, kPage), 0);
+  EXPECT_EQ(remote(page(3), 8, IBV_ACCESS_REMOTE_WRITE).status, MemStatus::kNotMapped);
+  // The same bytes registered without the flag are not checked.
+  const uint32_t pinned = fake.reg(pd, base_, 4 * kPage, kAll);
+  MemRef p = fake.resolve_remote(pinned, pd, page(1), 8, IBV_ACCESS_REMOTE_READ);
+  EXPECT_EQ(p.status, MemStatus::kOk);
+  EXPECT_EQ(p.ptr, base_ + kPage);
+}
+
+// The engine's key table: the implicit region (the whole address space at iova 0), the
+// refusals counted in odp_faults, and ibv_advise_mr's check of its keys and ranges.
+TEST_F(OnDemandTest, EngineImplicitRegionCountsFaultsAndChecksPrefetches) {
+  KeyTable keys(5);
+  Counter faults;
+  keys.set_odp_fault_counter(&faults);
+  const uint32_t pd = keys.alloc_pd();
+  uint32_t implicit = 0, rkey = 0, explicit_ro = 0, pinned = 0;
+  ASSERT_EQ(keys.reg_mr(pd, nullptr, SIZE_MAX, 0, kAll | IBV_ACCESS_ON_DEMAND, &implicit, &rkey),
+            0);
+  ASSERT_EQ(
+      keys.reg_mr(pd, base_, 4 * kPage, addr_of(base_), IBV_ACCESS_ON_DEMAND, &explicit_ro, &rkey),
+      0);
+  ASSERT_EQ(keys.reg_mr(pd, base_, kPage, addr_of(base_), kAll, &pinned, &rkey), 0);
+  // Any mapped address is its own iova.
+  MemRef r = keys.resolve_remote(implicit, pd, page(0) + 100, 8, IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(r.status, MemStatus::kOk);
+  EXPECT_EQ(r.ptr, base_ + 100);
+  alignas(8) static uint64_t word = 41;
+  r = keys.resolve_remote(implicit, pd, addr_of(&word), 8, IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_EQ(r.status, MemStatus::kOk);
+  EXPECT_EQ(keys.atomic_fetch_add(r.ptr, 1), 41u);
+  EXPECT_EQ(word, 42u);
+  EXPECT_EQ(faults.get(), 0u);
+  // Address 0, the hole, the read-only page written: refused and counted.
+  EXPECT_EQ(keys.resolve_remote(implicit, pd, 0, 8, IBV_ACCESS_REMOTE_READ).status,
+            MemStatus::kNotMapped);
+  EXPECT_EQ(keys.resolve_remote(implicit, pd, page(1), 8, IBV_ACCESS_REMOTE_READ).status,
+            MemStatus::kNotMapped);
+  EXPECT_EQ(keys.resolve_local(implicit, pd, page(2), 8, IBV_ACCESS_LOCAL_WRITE).status,
+            MemStatus::kNotMapped);
+  EXPECT_EQ(faults.get(), 3u);
+  // The top of the address space is out of the region's bounds, not a fault.
+  EXPECT_EQ(keys.resolve_remote(implicit, pd, ~0ull - 3, 8, IBV_ACCESS_REMOTE_READ).status,
+            MemStatus::kOutOfBounds);
+  EXPECT_EQ(faults.get(), 3u);
+
+  const uint8_t* host = nullptr;
+  EXPECT_EQ(keys.prefetch_range(pd, implicit, page(0), kPage, true, &host), 0);
+  EXPECT_EQ(host, base_);
+  EXPECT_EQ(keys.prefetch_range(pd, explicit_ro, page(2), kPage, false, &host), 0);
+  EXPECT_EQ(host, base_ + 2 * kPage);
+  // Write asked of a region without local write, out of bounds, another PD, an unknown key, a
+  // region that is not on demand: EFAULT, as ibv_advise_mr(3) lists them.
+  EXPECT_EQ(keys.prefetch_range(pd, explicit_ro, page(0), 8, true, &host), EFAULT);
+  EXPECT_EQ(keys.prefetch_range(pd, explicit_ro, page(3), kPage + 1, false, &host), EFAULT);
+  EXPECT_EQ(keys.prefetch_range(pd + 1, implicit, page(0), 8, false, &host), EFAULT);
+  EXPECT_EQ(keys.prefetch_range(pd, 0x12345, page(0), 8, false, &host), EFAULT);
+  EXPECT_EQ(keys.prefetch_range(pd, pinned, page(0), 8, false, &host), EFAULT);
+  // populate() is what a prefetch then runs: the hole cannot be faulted in.
+  EXPECT_EQ(TableMemory::populate(base_, kPage, true), MemStatus::kOk);
+  EXPECT_EQ(TableMemory::populate(base_ + kPage, 8, false), MemStatus::kNotMapped);
+  EXPECT_EQ(keys.dereg_mr(implicit), 0);
+  EXPECT_EQ(keys.dereg_mr(explicit_ro), 0);
+  EXPECT_EQ(keys.dereg_mr(pinned), 0);
 }
 
 }  // namespace

@@ -122,6 +122,26 @@ inline void close_rc(RcSide& s) {
   close_dev(s);
 }
 
+// Gives `s` its send and receive CQs (`depth` entries each) and an RC QP on them of `depth` WRs
+// and one SGE per queue, every send signaled.
+inline void create_rc_qp(RcSide& s, int depth = 32) {
+  s.scq = ibv_create_cq(s.ctx, depth, nullptr, nullptr, 0);
+  s.rcq = ibv_create_cq(s.ctx, depth, nullptr, nullptr, 0);
+  ASSERT_NE(s.scq, nullptr);
+  ASSERT_NE(s.rcq, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = s.scq;
+  ia.recv_cq = s.rcq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = static_cast<uint32_t>(depth);
+  ia.cap.max_recv_wr = static_cast<uint32_t>(depth);
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  ia.sq_sig_all = 1;
+  s.qp = ibv_create_qp(s.pd, &ia);
+  ASSERT_NE(s.qp, nullptr) << std::strerror(errno);
+}
+
 // Posts one receive of buf[off, off + len) of `d` on `qp`.
 inline void post_recv_at(ibv_qp* qp, const Dev& d, uint64_t wr_id, size_t off, uint32_t len) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(d.buf.data() + off), len, d.mr->lkey};

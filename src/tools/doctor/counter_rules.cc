@@ -204,6 +204,12 @@ constexpr DropRule kDropRules[] = {
      "or a wrong QPN exchanged",
      "check that both sides exchange the QPNs of live QPs; a peer's retries after this side "
      "exits are harmless"},
+    {"odp_faults", Status::kWarn,
+     "accesses to on-demand (ODP) memory were refused: its pages were not mapped, or not "
+     "writable, when reached (the peer got a remote access error, or a local SGE a protection "
+     "error)",
+     "keep on-demand buffers mapped while peers may reach them (or ibv_advise_mr them first), and "
+     "check the addresses and lengths the peer was given"},
     {"tx_errors", Status::kFail, "the kernel refused sends: no route to the peer, or no buffer",
      "check the route to the peer (ip route get PEER) and net.core.wmem_max"},
     {"rx_socket_overflow", Status::kFail,
