@@ -34,6 +34,20 @@ unsigned unsupported_access(unsigned access) {
   return required & ~ok;
 }
 
+// A region that is not on demand must be there when it is registered, as an RNIC's registration
+// pins its pages (the kernel's ib_umem_get fails with EFAULT otherwise): every page mapped, and
+// writable if the region may be written. Without this check a region over unmapped or read-only
+// memory registered fine and the first receive or remote WRITE into it was a SIGSEGV in the
+// process; now the program learns at ibv_reg_mr. Faulting the pages in is what pinning does too.
+// Only where the kernel has MADV_POPULATE_* (the same test as on-demand paging); elsewhere, as
+// before, the region is trusted.
+bool mapped_for(const void* addr, size_t length, unsigned access) {
+  if (!transport::TableMemory::on_demand_supported()) return true;
+  return transport::TableMemory::populate(static_cast<const uint8_t*>(addr), length,
+                                          (access & IBV_ACCESS_LOCAL_WRITE) != 0) ==
+         transport::MemStatus::kOk;
+}
+
 }  // namespace
 
 ibv_pd* alloc_pd(ibv_context* ctx) {
@@ -95,6 +109,10 @@ ibv_mr* reg_mr(ibv_pd* ibpd, void* addr, size_t length, uint64_t iova, unsigned 
     errno = EINVAL;
     return nullptr;
   }
+  if (!(access & IBV_ACCESS_ON_DEMAND) && !mapped_for(addr, length, access)) {
+    errno = EFAULT;
+    return nullptr;
+  }
   try {
     auto* mr = new VMr();
     uint32_t lkey = 0, rkey = 0;
@@ -144,6 +162,17 @@ int rereg_mr(ibv_mr* ibmr, int flags, ibv_pd* ibpd, void* addr, size_t length, i
     return input_error(EINVAL);
   if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && unsupported_access(static_cast<unsigned>(access)))
     return input_error(EOPNOTSUPP);
+  // The region it becomes must be there, as at registration (mapped_for); refused as the kernel
+  // refuses a translation it cannot pin: the command fails, the region is unchanged.
+  const bool new_translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  const unsigned next_access =
+      static_cast<unsigned>((flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : mr->access);
+  if (!(next_access & IBV_ACCESS_ON_DEMAND) &&
+      !mapped_for(new_translation ? addr : ibmr->addr, new_translation ? length : ibmr->length,
+                  next_access)) {
+    errno = EFAULT;
+    return IBV_REREG_MR_ERR_CMD;
+  }
   const uint32_t pd_handle = (flags & IBV_REREG_MR_CHANGE_PD) ? to_v(ibpd)->handle : 0;
   // ibv_rereg_mr has no iova: a new translation is addressed at its own virtual address, as
   // ibv_reg_mr's.

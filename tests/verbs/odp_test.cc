@@ -217,6 +217,36 @@ TEST_F(OdpTest, RegistrationFlags) {
   EXPECT_NE(errno, 0);
 }
 
+// A region without ON_DEMAND must be there when registered, as an RNIC pins it: mapped, and
+// writable if it may be written. Else EFAULT at once, instead of a signal at the first receive or
+// remote WRITE into it.
+TEST_F(OdpTest, RegionsNotOnDemandMustBeMappedWhenRegistered) {
+  for (size_t off : {kPage, kPage - 64}) {  // the hole; a range that reaches into it
+    errno = 0;
+    EXPECT_EQ(ibv_reg_mr(b_.pd, mem_ + off, 128, IBV_ACCESS_LOCAL_WRITE), nullptr) << off;
+    EXPECT_EQ(errno, EFAULT);
+  }
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(b_.pd, mem_ + 2 * kPage, kPage, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  // Read-only memory may be registered for reading (a SEND's source, a remote READ).
+  ibv_mr* ro = ibv_reg_mr(b_.pd, mem_ + 2 * kPage, kPage, IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(ro, nullptr) << std::strerror(errno);
+  // Nor can a region be moved onto the hole, or given write access to read-only pages; it stays
+  // as it was.
+  EXPECT_EQ(ibv_rereg_mr(ro, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
+            IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(errno, EFAULT);
+  EXPECT_EQ(ibv_rereg_mr(ro, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, mem_ + kPage, kPage, 0),
+            IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(errno, EFAULT);
+  EXPECT_EQ(ro->addr, mem_ + 2 * kPage);
+  ibv_wc wc = rdma(IBV_WR_RDMA_READ, addr_of(mem_ + 2 * kPage), ro->rkey, 64);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(ibv_dereg_mr(ro), 0);
+}
+
 TEST_F(OdpTest, AdviseMrPrefetchesOnDemandRangesAndSaysWhatItCannot) {
   ibv_sge first{addr_of(mem_), static_cast<uint32_t>(kPage), odp_->lkey};
   EXPECT_EQ(ibv_advise_mr(b_.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
