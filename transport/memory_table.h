@@ -36,8 +36,10 @@ class MemoryTable {
 
   struct Region {
     uint32_t pd = 0;
-    uint8_t* host = nullptr;  // first byte in this process; null for a region without bytes
-    uint64_t iova = 0;        // address of the first byte as work requests and peers name it
+    // First byte in this process; null for a region without bytes (the simulator's), and for
+    // the implicit on-demand region, whose first byte is address 0.
+    uint8_t* host = nullptr;
+    uint64_t iova = 0;  // address of the first byte as work requests and peers name it
     uint64_t len = 0;
     int access = 0;          // IBV_ACCESS_* given at registration
     uint32_t bound_mws = 0;  // windows bound to it: it can neither go nor change while > 0

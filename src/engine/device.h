@@ -89,7 +89,7 @@ class Device : private Engine::Client, private transport::EventSink {
                   uint32_t* rkey);
   int dereg_mr(uint32_t lkey);  // EBUSY while memory windows are bound to it
   // ibv_advise_mr(3) PREFETCH (`write` false) / PREFETCH_WRITE, or PREFETCH_NO_FAULT (`populate`
-  // false), of each SGE, done before it returns: 0 or EFAULT (KeyTable::prefetch).
+  // false), of each SGE, done before it returns: 0 or EFAULT (KeyTable::prefetch_range).
   int prefetch_mr(uint32_t pd, bool write, bool populate, const ibv_sge* sges, uint32_t n);
   // ibv_rereg_mr, atomically under the device lock (see KeyTable::rereg_mr); keys are kept.
   int rereg_mr(uint32_t lkey, int flags, uint32_t pd, void* addr, size_t len, uint64_t iova,
