@@ -222,14 +222,24 @@ int get_async_event(ibv_context* ctx, ibv_async_event* ev) {
   }
 }
 
+namespace {
+
+// Counts an acknowledged event on the object it names and wakes a destroy waiting for it
+// (ibv_destroy_cq/qp/srq wait until every event they had is acknowledged).
+template <class Obj>
+void count_acked(Obj* obj, uint32_t Obj::*completed) {
+  pthread_mutex_lock(&obj->mutex);
+  ++(obj->*completed);
+  pthread_cond_signal(&obj->cond);
+  pthread_mutex_unlock(&obj->mutex);
+}
+
+}  // namespace
+
 void ack_async_event(ibv_async_event* ev) {
   switch (ev->event_type) {
     case IBV_EVENT_CQ_ERR: {
-      ibv_cq* cq = ev->element.cq;
-      pthread_mutex_lock(&cq->mutex);
-      ++cq->async_events_completed;
-      pthread_cond_signal(&cq->cond);
-      pthread_mutex_unlock(&cq->mutex);
+      count_acked(ev->element.cq, &ibv_cq::async_events_completed);
       return;
     }
     case IBV_EVENT_QP_FATAL:
@@ -240,20 +250,12 @@ void ack_async_event(ibv_async_event* ev) {
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
     case IBV_EVENT_QP_LAST_WQE_REACHED: {
-      ibv_qp* qp = ev->element.qp;
-      pthread_mutex_lock(&qp->mutex);
-      ++qp->events_completed;
-      pthread_cond_signal(&qp->cond);
-      pthread_mutex_unlock(&qp->mutex);
+      count_acked(ev->element.qp, &ibv_qp::events_completed);
       return;
     }
     case IBV_EVENT_SRQ_ERR:
     case IBV_EVENT_SRQ_LIMIT_REACHED: {
-      ibv_srq* srq = ev->element.srq;
-      pthread_mutex_lock(&srq->mutex);
-      ++srq->events_completed;
-      pthread_cond_signal(&srq->cond);
-      pthread_mutex_unlock(&srq->mutex);
+      count_acked(ev->element.srq, &ibv_srq::events_completed);
       return;
     }
     default:
