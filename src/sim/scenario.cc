@@ -44,10 +44,6 @@ std::unique_ptr<LinkCapture> open_capture(Fabric& f, const FabricOptions& o,
   return c;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 HostConfig host_config(const FabricOptions& o) {
@@ -124,6 +120,10 @@ RunResult run_fabric(Fabric& f, Sampler& sampler, const FabricOptions& o,
 }
 
 }  // namespace scenario_detail
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 using namespace scenario_detail;
 
