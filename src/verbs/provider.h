@@ -56,6 +56,10 @@ int get_async_event(ibv_context* ctx, ibv_async_event* ev);
 // uroce_query_counters (uroce/uroce.h): fills up to `max`, returns the number of counters.
 int query_counters(ibv_context* ctx, uroce_counter* out, int max);
 void ack_async_event(ibv_async_event* ev);
+// The object an async event names: which member of ibv_async_event's `element` is set, by the
+// event's type (ibv_get_async_event(3)); kNone for port and device events.
+enum class EventElement { kNone, kCq, kQp, kSrq, kWq };
+EventElement event_element(ibv_event_type type);
 
 // ---- query.cc ----
 int query_device(ibv_context* ctx, ibv_device_attr* attr);
