@@ -110,6 +110,20 @@ int req_notify_cq(ibv_cq* cq, int solicited_only);
 // ---- qp.cc ----
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+// The fields ibv_qp_init_attr and ibv_qp_init_attr_ex share, copied from one to the other (the
+// rest of `To` zero): ibv_create_qp served by the _ex path, and back.
+template <class To, class From>
+To shared_init_attr(const From& f) {
+  To t{};
+  t.qp_context = f.qp_context;
+  t.send_cq = f.send_cq;
+  t.recv_cq = f.recv_cq;
+  t.srq = f.srq;
+  t.cap = f.cap;
+  t.qp_type = f.qp_type;
+  t.sq_sig_all = f.sq_sig_all;
+  return t;
+}
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
 int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init);

@@ -366,14 +366,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  ibv_qp_init_attr_ex ex{};
-  ex.qp_context = attr->qp_context;
-  ex.send_cq = attr->send_cq;
-  ex.recv_cq = attr->recv_cq;
-  ex.srq = attr->srq;
-  ex.cap = attr->cap;
-  ex.qp_type = attr->qp_type;
-  ex.sq_sig_all = attr->sq_sig_all;
+  auto ex = shared_init_attr<ibv_qp_init_attr_ex>(*attr);
   ex.comp_mask = IBV_QP_INIT_ATTR_PD;
   ex.pd = pd;
   ibv_qp* qp = create_qp_ex(pd->context, &ex);
