@@ -58,10 +58,7 @@ void Agent::on_sidr_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Ti
   s.listen_cookie = l->second;
   sidrs_.emplace(id, s);
   sidr_index_[{src, req.request_id}] = id;
-  Event ev{Event::Type::kSidrReq};
-  ev.id = id;
-  ev.listen_cookie = l->second;
-  ev.peer_ip = src;
+  Event ev{Event::Type::kSidrReq, id, l->second, src};
   ev.sidr_req = std::move(req);
   emit(std::move(ev));
   (void)now;
