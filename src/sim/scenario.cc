@@ -58,13 +58,11 @@ HostConfig host_config(const FabricOptions& o) {
 }
 
 SwitchConfig switch_config(const FabricOptions& o) {
-  SwitchConfig s;
-  s.buffer_bytes = o.buffer_bytes;
-  s.buffer_mode = o.buffer_mode;
-  s.red = o.red;
-  s.pfc = o.pfc;
-  s.hash = o.hash;
-  return s;
+  return SwitchConfig{.buffer_bytes = o.buffer_bytes,
+                      .buffer_mode = o.buffer_mode,
+                      .red = o.red,
+                      .pfc = o.pfc,
+                      .hash = o.hash};
 }
 
 void apply_link_mtus(Fabric& f, const FabricOptions& o) {
