@@ -28,6 +28,17 @@ inline constexpr size_t kIcrcBytes = 4;
 inline constexpr uint32_t kQpnMask = 0x00ffffff;
 inline constexpr uint16_t kDefaultPkey = 0xffff;
 
+// Big-endian stores, byte by byte, for the fields of headers built in place (the GRH area of a
+// UD receive, the ICRC's pseudo-headers).
+inline void put_be16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+inline void put_be32(uint8_t* p, uint32_t v) {
+  put_be16(p, uint16_t(v >> 16));
+  put_be16(p + 2, uint16_t(v));
+}
+
 // Opcodes, IBTA Table 38. The high 3 bits select the transport, the low 5 the operation.
 enum class Opcode : uint8_t {
   // RC
