@@ -12,13 +12,6 @@ namespace uroce::transport {
 namespace {
 
 // RFC 791 header checksum: one's complement of the one's complement sum of the 16-bit words.
-uint16_t ipv4_checksum(const uint8_t* h, size_t len) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < len; i += 2) sum += uint32_t(h[i]) << 8 | h[i + 1];
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
 // IPv4 (20) + UDP (8) around an IB packet and its ICRC.
 constexpr uint32_t kIpUdpBytes = 28;
 
@@ -49,7 +42,7 @@ void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]) {
   ip[9] = 17;                      // UDP
   wire::put_be32(ip + 12, rx.src_ip);
   wire::put_be32(ip + 16, rx.dst_ip);
-  wire::put_be16(ip + 10, ipv4_checksum(ip, 20));
+  wire::put_be16(ip + 10, wire::ipv4_checksum(ip, 20));
 }
 
 UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx,
