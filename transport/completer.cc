@@ -258,19 +258,7 @@ CompleterOutcome Completer::on_read_response(const wire::Packet& pkt, Time now,
     ++ctx.counters.dropped_pkts;  // malformed: the timer resends what it should have carried
     return out;
   }
-  // A READ response implicitly acknowledges every request before the READ (9.7.5.1.1).
-  bool progress = advance(w->first_psn, now, ctx, sq);
-  w = find(sq, psn);  // advance() may have popped entries before it
-  if (want != 0 && scatter(ctx.mem, ctx.init.pd, w->wqe.sge.data(), w->wqe.num_sge, off,
-                           pkt.payload.data(), want) != MemStatus::kOk) {
-    if (progress) out.acked = AckedThrough{unacked_};
-    CompleterOutcome f = fail_front(Error::kLocalProtection, ctx, sq);
-    f.acked = out.acked;
-    return f;
-  }
-  progress |= advance(psn + 1, now, ctx, sq);
-  if (progress) out.acked = AckedThrough{unacked_};
-  return out;
+  return place_response(w->first_psn, psn, off, pkt.payload.data(), want, now, ctx, sq);
 }
 
 CompleterOutcome Completer::on_atomic_ack(const wire::Packet& pkt, Time now, const QpContext& ctx,
@@ -288,12 +276,21 @@ CompleterOutcome Completer::on_atomic_ack(const wire::Packet& pkt, Time now, con
     implicit_nak(limit, now, ctx, out);
     return out;
   }
-  bool progress = advance(w->first_psn, now, ctx, sq);
-  w = find(sq, psn);
   // The original remote value, in host order, goes to the 8-byte SGE (ibv_post_send(3)).
   const uint64_t orig = pkt.atomic_ack;
-  if (scatter(ctx.mem, ctx.init.pd, w->wqe.sge.data(), w->wqe.num_sge, 0,
-              reinterpret_cast<const uint8_t*>(&orig), sizeof orig) != MemStatus::kOk) {
+  return place_response(w->first_psn, psn, 0, reinterpret_cast<const uint8_t*>(&orig), sizeof orig,
+                        now, ctx, sq);
+}
+
+CompleterOutcome Completer::place_response(Psn first_psn, Psn psn, uint64_t off,
+                                           const uint8_t* data, uint32_t len, Time now,
+                                           const QpContext& ctx, SendQueue& sq) {
+  CompleterOutcome out;
+  // A response implicitly acknowledges every request before its READ/ATOMIC (9.7.5.1.1).
+  bool progress = advance(first_psn, now, ctx, sq);
+  SendEntry* w = find(sq, psn);  // advance() may have popped entries before it
+  if (len != 0 && scatter(ctx.mem, ctx.init.pd, w->wqe.sge.data(), w->wqe.num_sge, off, data,
+                          len) != MemStatus::kOk) {
     if (progress) out.acked = AckedThrough{unacked_};
     CompleterOutcome f = fail_front(Error::kLocalProtection, ctx, sq);
     f.acked = out.acked;

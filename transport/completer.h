@@ -62,6 +62,11 @@ class Completer {
                                     SendQueue& sq);
   CompleterOutcome on_atomic_ack(const wire::Packet& pkt, Time now, const QpContext& ctx,
                                  SendQueue& sq);
+  // The awaited READ response or atomic ACK at `psn`, of the WQE that starts at `first_psn`: it
+  // acknowledges every request before that WQE, places `len` bytes of `data` at `off` in the
+  // WQE's SGEs (a bad SGE fails the WQE), then acknowledges through `psn`.
+  CompleterOutcome place_response(Psn first_psn, Psn psn, uint64_t off, const uint8_t* data,
+                                  uint32_t len, Time now, const QpContext& ctx, SendQueue& sq);
   // Everything before `next_unacked` is acknowledged: completes the WQEs it covers. Returns true
   // on forward progress (which resets the retry counters, as rxe does).
   bool advance(Psn next_unacked, Time now, const QpContext& ctx, SendQueue& sq);

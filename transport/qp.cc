@@ -79,21 +79,11 @@ double Qp::cc_alpha(Time now) const {
 }
 
 void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
+  // The attributes taken as they are, then those the QP's context or its pacer follow.
   if (mask & IBV_QP_PKEY_INDEX) attr.pkey_index = a.pkey_index;
   if (mask & IBV_QP_PORT) attr.port_num = a.port_num;
   if (mask & IBV_QP_ACCESS_FLAGS) attr.qp_access_flags = a.qp_access_flags;
   if (mask & IBV_QP_QKEY) attr.qkey = a.qkey;
-  if (mask & IBV_QP_AV) {
-    attr.ah_attr = a.ah_attr;
-    gid_to_ipv4(a.ah_attr.grh.dgid, &ctx.remote_ip);  // validated by check_modify
-    ctx.dscp = dscp_of_traffic_class(a.ah_attr.grh.traffic_class);
-    ctx.roce_v1 = a.ah_attr.grh.sgid_index == kRoceV1GidIndex;
-    sync_pacer();  // ah_attr.static_rate
-  }
-  if (mask & IBV_QP_PATH_MTU) {
-    attr.path_mtu = a.path_mtu;
-    ctx.mtu = mtu_bytes(a.path_mtu);
-  }
   if (mask & IBV_QP_DEST_QPN) attr.dest_qp_num = a.dest_qp_num;
   if (mask & IBV_QP_RQ_PSN) attr.rq_psn = a.rq_psn & kPsnMask;
   if (mask & IBV_QP_SQ_PSN) attr.sq_psn = a.sq_psn & kPsnMask;
@@ -105,6 +95,17 @@ void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_RNR_RETRY) attr.rnr_retry = a.rnr_retry;
   if (mask & IBV_QP_PATH_MIG_STATE) attr.path_mig_state = a.path_mig_state;
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) attr.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & IBV_QP_AV) {
+    attr.ah_attr = a.ah_attr;
+    gid_to_ipv4(a.ah_attr.grh.dgid, &ctx.remote_ip);  // validated by check_modify
+    ctx.dscp = dscp_of_traffic_class(a.ah_attr.grh.traffic_class);
+    ctx.roce_v1 = a.ah_attr.grh.sgid_index == kRoceV1GidIndex;
+    sync_pacer();  // ah_attr.static_rate
+  }
+  if (mask & IBV_QP_PATH_MTU) {
+    attr.path_mtu = a.path_mtu;
+    ctx.mtu = mtu_bytes(a.path_mtu);
+  }
   if (mask & IBV_QP_RATE_LIMIT) {
     attr.rate_limit = a.rate_limit;
     sync_pacer();

@@ -419,21 +419,31 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, Re
   const uint64_t orig = pkt.bth.opcode == uint8_t(Opcode::kRcCompareSwap)
                             ? ctx.mem.atomic_cmp_swap(m.ptr, a.compare, a.swap_add)
                             : ctx.mem.atomic_fetch_add(m.ptr, a.swap_add);
-  Resource res;
-  res.kind = Resource::Kind::kAtomic;
-  res.first_psn = res.last_psn = psn;
-  res.va = a.va;
-  res.rkey = a.rkey;
-  res.orig = orig;
+  answer_single({.kind = Resource::Kind::kAtomic,
+                 .first_psn = psn,
+                 .last_psn = psn,
+                 .va = a.va,
+                 .rkey = a.rkey,
+                 .orig = orig},
+                ctx);
+}
+
+Responder::Response Responder::single_response(const Resource& res, bool replay) const {
+  Response r;
+  r.kind =
+      res.kind == Resource::Kind::kAtomic ? Response::Kind::kAtomic : Response::Kind::kAtomicWrite;
+  r.replay = replay;
+  r.psn = res.first_psn;
+  r.orig = res.orig;
+  r.msn = msn_;
+  return r;
+}
+
+void Responder::answer_single(const Resource& res, const QpContext& ctx) {
   remember(res, ctx);
   ++epsn_;
   msn_ = (msn_ + 1) & kPsnMask;
-  Response r;
-  r.kind = Response::Kind::kAtomic;
-  r.psn = psn;
-  r.orig = orig;
-  r.msn = msn_;
-  responses_.push_back(r);
+  responses_.push_back(single_response(res, /*replay=*/false));
   ++rd_atomic_queued_;
 }
 
@@ -448,14 +458,7 @@ void Responder::duplicate_single(const wire::Packet& pkt, const QpContext& ctx,
     // Answered again from what was saved, never executed again (9.7.4.1.3.2): an ATOMIC would
     // add twice; an ATOMIC WRITE could undo a later write to the word (rxe's duplicate_request
     // replays its resource likewise).
-    Response r;
-    r.kind =
-        kind == Resource::Kind::kAtomic ? Response::Kind::kAtomic : Response::Kind::kAtomicWrite;
-    r.replay = true;
-    r.psn = psn;
-    r.orig = res.orig;
-    r.msn = msn_;
-    responses_.push_back(r);
+    responses_.push_back(single_response(res, /*replay=*/true));
     return;
   }
   // Older than the resources kept: silently dropped (Class D, 9.9.3.1.4), as rxe does.
@@ -493,20 +496,12 @@ void Responder::execute_atomic_write(const wire::Packet& pkt, const QpContext& c
   uint64_t value;
   std::memcpy(&value, pkt.payload.data(), sizeof value);
   ctx.mem.atomic_store(m.ptr, value);
-  Resource res;
-  res.kind = Resource::Kind::kAtomicWrite;
-  res.first_psn = res.last_psn = psn;
-  res.va = reth.va;
-  res.rkey = reth.rkey;
-  remember(res, ctx);
-  ++epsn_;
-  msn_ = (msn_ + 1) & kPsnMask;
-  Response r;
-  r.kind = Response::Kind::kAtomicWrite;
-  r.psn = psn;
-  r.msn = msn_;
-  responses_.push_back(r);
-  ++rd_atomic_queued_;
+  answer_single({.kind = Resource::Kind::kAtomicWrite,
+                 .first_psn = psn,
+                 .last_psn = psn,
+                 .va = reth.va,
+                 .rkey = reth.rkey},
+                ctx);
 }
 
 void Responder::complete_recv(const QpContext& ctx, RecvQueue& rq, ibv_wc_status status,

@@ -140,6 +140,11 @@ class Responder {
   void duplicate_single(const wire::Packet& pkt, const QpContext& ctx, Resource::Kind kind);
   // Keeps `r` as the newest responder resource, dropping the oldest beyond max_dest_rd_atomic.
   void remember(const Resource& r, const QpContext& ctx);
+  // A single-packet request (ATOMIC, ATOMIC WRITE) was executed: its resource is kept to answer
+  // a duplicate, the request consumed, and its response queued.
+  void answer_single(const Resource& res, const QpContext& ctx);
+  // The response to the ATOMIC or ATOMIC WRITE of `res`; a replay answers a duplicate of it.
+  Response single_response(const Resource& res, bool replay) const;
   // Removes the front response, keeping rd_atomic_queued_ in step.
   void pop_response();
   // Completes the receive WQE at the front of `rq` and pops it.

@@ -11,23 +11,7 @@
 namespace uroce::transport {
 namespace {
 
-void put16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v >> 8);
-  p[1] = uint8_t(v);
-}
-void put32(uint8_t* p, uint32_t v) {
-  put16(p, uint16_t(v >> 16));
-  put16(p + 2, uint16_t(v));
-}
-
 // RFC 791 header checksum: one's complement of the one's complement sum of the 16-bit words.
-uint16_t ipv4_checksum(const uint8_t* h, size_t len) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < len; i += 2) sum += uint32_t(h[i]) << 8 | h[i + 1];
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
 // IPv4 (20) + UDP (8) around an IB packet and its ICRC.
 constexpr uint32_t kIpUdpBytes = 28;
 
@@ -39,26 +23,26 @@ void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]) {
     // RoCE v1 carried a real GRH (IBTA 8.3.1): version 6, the traffic class (its ECN bits are
     // what the port reports), PayLen (what followed the GRH, ICRC included), NxtHdr 0x1B (the
     // BTH), a hop limit, and the GIDs — uroce's v1 GIDs are IPv4-mapped (::ffff:a.b.c.d).
-    put32(out, 6u << 28 | uint32_t(rx.ecn & 3) << 20);
-    put16(out + 4, static_cast<uint16_t>(ib_len + wire::kIcrcBytes));
+    wire::put_be32(out, 6u << 28 | uint32_t(rx.ecn & 3) << 20);
+    wire::put_be16(out + 4, static_cast<uint16_t>(ib_len + wire::kIcrcBytes));
     out[6] = 0x1b;
     out[7] = 64;
     out[18] = out[19] = 0xff;
-    put32(out + 20, rx.src_ip);
+    wire::put_be32(out + 20, rx.src_ip);
     out[34] = out[35] = 0xff;
-    put32(out + 36, rx.dst_ip);
+    wire::put_be32(out + 36, rx.dst_ip);
     return;
   }
   uint8_t* ip = out + kGrhIpv4Offset;
   ip[0] = 0x45;        // version 4, 5 words
   ip[1] = rx.ecn & 3;  // DSCP is not visible on the socket datapath; ECN is
-  put16(ip + 2, static_cast<uint16_t>(kIpUdpBytes + ib_len + wire::kIcrcBytes));
-  put16(ip + 6, 0x4000);  // DF, ID 0: what RoCEv2 senders put there (design.md)
-  ip[8] = 64;             // TTL: not visible either; the Linux default
-  ip[9] = 17;             // UDP
-  put32(ip + 12, rx.src_ip);
-  put32(ip + 16, rx.dst_ip);
-  put16(ip + 10, ipv4_checksum(ip, 20));
+  wire::put_be16(ip + 2, static_cast<uint16_t>(kIpUdpBytes + ib_len + wire::kIcrcBytes));
+  wire::put_be16(ip + 6, 0x4000);  // DF, ID 0: what RoCEv2 senders put there (design.md)
+  ip[8] = 64;                      // TTL: not visible either; the Linux default
+  ip[9] = 17;                      // UDP
+  wire::put_be32(ip + 12, rx.src_ip);
+  wire::put_be32(ip + 16, rx.dst_ip);
+  wire::put_be16(ip + 10, wire::ipv4_checksum(ip, 20));
 }
 
 UnreliableOutcome UdSender::pump(const QpContext& ctx, SendQueue& sq, PacketSink& tx,

@@ -365,10 +365,7 @@ void Agent::on_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Time no
   c.peer_response_timeout = req.local_cm_response_timeout;
   conns_.emplace(id, c);
   remote_index_[{src, req.local_comm_id}] = id;
-  Event ev{Event::Type::kReq};
-  ev.id = id;
-  ev.listen_cookie = l->second;
-  ev.peer_ip = src;
+  Event ev{Event::Type::kReq, id, l->second, src};
   ev.req = std::move(req);
   emit(std::move(ev));
   (void)now;

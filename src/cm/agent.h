@@ -94,6 +94,9 @@ struct Event {
     kSidrTimeout,   // active: SIDR REQ retries exhausted
   };
   explicit Event(Type t) : type(t) {}
+  // A request for a listener (kReq, kSidrReq) from `peer_ip`, handled under `id`.
+  Event(Type t, uint32_t id, uint64_t listen_cookie, uint32_t peer_ip)
+      : type(t), id(id), listen_cookie(listen_cookie), peer_ip(peer_ip) {}
   Type type;
   uint32_t id = 0;             // local communication ID (or SIDR handle / request ID)
   uint64_t listen_cookie = 0;  // kReq/kSidrReq: what listen() was given

@@ -51,17 +51,12 @@ void Agent::on_sidr_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Ti
     return;
   }
   const uint32_t id = alloc_id();
-  Sidr s;
-  s.peer_ip = src;
-  s.remote_request_id = req.request_id;
-  s.tid = h.tid;
-  s.listen_cookie = l->second;
-  sidrs_.emplace(id, s);
+  sidrs_.emplace(id, Sidr{.peer_ip = src,
+                          .remote_request_id = req.request_id,
+                          .tid = h.tid,
+                          .listen_cookie = l->second});
   sidr_index_[{src, req.request_id}] = id;
-  Event ev{Event::Type::kSidrReq};
-  ev.id = id;
-  ev.listen_cookie = l->second;
-  ev.peer_ip = src;
+  Event ev{Event::Type::kSidrReq, id, l->second, src};
   ev.sidr_req = std::move(req);
   emit(std::move(ev));
   (void)now;

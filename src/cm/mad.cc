@@ -1,7 +1,9 @@
 #include "cm/mad.h"
 
 #include <algorithm>
+#include <concepts>
 #include <cstring>
+#include <type_traits>
 
 namespace uroce::cm {
 
@@ -81,28 +83,6 @@ uint8_t* begin(Mad& out, AttrId attr, uint64_t tid) {
   return w->msg;
 }
 
-bool fits(const std::vector<uint8_t>& v, Bytes b) {
-  return v.size() <= b.len;
-}
-
-void put_bytes(uint8_t* msg, Bytes b, const std::vector<uint8_t>& v) {
-  if (!v.empty()) std::memcpy(msg + b.byte, v.data(), std::min<size_t>(v.size(), b.len));
-}
-
-std::vector<uint8_t> get_bytes(const uint8_t* msg, Bytes b) {
-  return std::vector<uint8_t>(msg + b.byte, msg + b.byte + b.len);
-}
-
-void put_gid(uint8_t* msg, Bytes b, const Gid& g) {
-  std::memcpy(msg + b.byte, g.data(), 16);
-}
-
-Gid get_gid(const uint8_t* msg, Bytes b) {
-  Gid g;
-  std::memcpy(g.data(), msg + b.byte, 16);
-  return g;
-}
-
 }  // namespace
 
 bool parse_header(std::span<const uint8_t> mad, MadHeader* out) {
@@ -122,261 +102,258 @@ bool parse_header(std::span<const uint8_t> mad, MadHeader* out) {
          h.class_version == kCmClassVersion && h.method == kMadMethodSend;
 }
 
+namespace {
+
+// The two walks over a message's field table (`fields` below): `Writer` puts each member into
+// its field (a value wider than its field is masked: the IBTA leaves it no room), `Reader` takes
+// it back out.
+struct Writer {
+  Mad& out;
+  uint64_t tid;
+  bool fits = true;  // false once a variable part was longer than its field
+  uint8_t* msg() { return reinterpret_cast<CmMadWire*>(out.data())->msg; }
+
+  void operator()(AttrId attr) { begin(out, attr, tid); }
+  void operator()(Field f, const auto& member) { f.set(msg(), static_cast<uint64_t>(member)); }
+  void operator()(Bytes b, const Gid& gid) { std::memcpy(msg() + b.byte, gid.data(), b.len); }
+  // Variable-length data (private data): up to its field's length; the rest stays zero.
+  void operator()(Bytes b, const std::vector<uint8_t>& v) {
+    if (v.size() > b.len) {
+      fits = false;
+    } else if (!v.empty()) {
+      std::memcpy(msg() + b.byte, v.data(), v.size());
+    }
+  }
+  // Variable-length data whose length has a field of its own (REJ's ARI).
+  void operator()(Field len, Bytes b, const std::vector<uint8_t>& v) {
+    (*this)(b, v);
+    len.set(msg(), v.size());
+  }
+};
+
+struct Reader {
+  const uint8_t* msg;
+
+  void operator()(AttrId) const {}  // the header was parsed by parse_header
+  template <class T>
+  void operator()(Field f, T& member) const {
+    member = static_cast<T>(f.get(msg));
+  }
+  void operator()(Bytes b, Gid& gid) const { std::memcpy(gid.data(), msg + b.byte, b.len); }
+  // Private data comes back at its field's full length, as the kernel's CM reports it.
+  void operator()(Bytes b, std::vector<uint8_t>& v) const {
+    v.assign(msg + b.byte, msg + b.byte + b.len);
+  }
+  void operator()(Field len, Bytes b, std::vector<uint8_t>& v) const {
+    const size_t n = std::min<size_t>(len.get(msg), b.len);
+    v.assign(msg + b.byte, msg + b.byte + n);
+  }
+};
+
+// `m` is the message, const to encode, not to decode.
+template <class M, class Msg>
+concept MessageOf = std::same_as<std::remove_const_t<M>, Msg>;
+
+// Each message's field table: its attribute ID, then the IBTA table in order — `{byte, bits,
+// shift}` (see `Field`) or a byte range, and the member it holds. Fields the struct has no member
+// for are zero and named in comments.
+
+// REQ, IBTA 12.6.5 (table 109).
+void fields(MessageOf<Req> auto& m, auto& io) {
+  io(AttrId::kReq);
+  io({0, 32, 0}, m.local_comm_id);
+  io({8, 64, 0}, m.service_id);
+  io({16, 64, 0}, m.local_ca_guid);
+  io({28, 32, 0}, m.local_qkey);
+  io({32, 24, 8}, m.local_qpn);
+  io({35, 8, 0}, m.responder_resources);
+  // 36..38: Local EECN; 40..42: Remote EECN.
+  io({39, 8, 0}, m.initiator_depth);
+  io({43, 5, 3}, m.remote_cm_response_timeout);
+  io({43, 2, 1}, m.transport_service_type);
+  io({43, 1, 0}, m.end_to_end_flow_control);
+  io({44, 24, 8}, m.starting_psn);
+  io({47, 5, 3}, m.local_cm_response_timeout);
+  io({47, 3, 0}, m.retry_count);
+  io({48, 16, 0}, m.pkey);
+  io({50, 4, 4}, m.path_mtu);
+  // {50, 1, 3}: RDC Exists.
+  io({50, 3, 0}, m.rnr_retry_count);
+  io({51, 4, 4}, m.max_cm_retries);
+  io({51, 1, 3}, m.srq);
+  // {51, 3, 0}: Extended Transport Type. Then the primary path, 52..95; the alternate path
+  // (96..139, the same shape) stays zero: uroce offers none.
+  auto& a = m.primary;
+  io({52, 16, 0}, a.local_lid);
+  io({54, 16, 0}, a.remote_lid);
+  io(Bytes{56, 16}, a.local_gid);
+  io(Bytes{72, 16}, a.remote_gid);
+  io({88, 20, 12}, a.flow_label);
+  io({91, 6, 0}, a.packet_rate);
+  io({92, 8, 0}, a.traffic_class);
+  io({93, 8, 0}, a.hop_limit);
+  io({94, 4, 4}, a.sl);
+  io({94, 1, 3}, a.subnet_local);
+  io({95, 5, 3}, a.local_ack_timeout);
+  io(req::kPrivateData, m.private_data);
+}
+
+// MRA, 12.6.6 (table 110).
+void fields(MessageOf<Mra> auto& m, auto& io) {
+  io(AttrId::kMra);
+  io({0, 32, 0}, m.local_comm_id);
+  io({4, 32, 0}, m.remote_comm_id);
+  io({8, 2, 6}, m.message_mraed);
+  io({9, 5, 3}, m.service_timeout);
+  io(mra::kPrivateData, m.private_data);
+}
+
+// REJ, 12.6.7 (table 111): the ARI's length is the Reject Info Length, {9, 7, 1}.
+void fields(MessageOf<Rej> auto& m, auto& io) {
+  io(AttrId::kRej);
+  io({0, 32, 0}, m.local_comm_id);
+  io({4, 32, 0}, m.remote_comm_id);
+  io({8, 2, 6}, m.message_rejected);
+  io({10, 16, 0}, m.reason);
+  io({9, 7, 1}, rej::kAri, m.ari);
+  io(rej::kPrivateData, m.private_data);
+}
+
+// REP, 12.6.8 (table 113).
+void fields(MessageOf<Rep> auto& m, auto& io) {
+  io(AttrId::kRep);
+  io({0, 32, 0}, m.local_comm_id);
+  io({4, 32, 0}, m.remote_comm_id);
+  io({8, 32, 0}, m.local_qkey);
+  io({12, 24, 8}, m.local_qpn);
+  // 16..18: Local EECN.
+  io({20, 24, 8}, m.starting_psn);
+  io({24, 8, 0}, m.responder_resources);
+  io({25, 8, 0}, m.initiator_depth);
+  io({26, 5, 3}, m.target_ack_delay);
+  io({26, 2, 1}, m.failover_accepted);
+  io({26, 1, 0}, m.end_to_end_flow_control);
+  io({27, 3, 5}, m.rnr_retry_count);
+  io({27, 1, 4}, m.srq);
+  io({28, 64, 0}, m.local_ca_guid);
+  io(rep::kPrivateData, m.private_data);
+}
+
+// RTU 12.6.9, DREQ 12.6.10 and DREP 12.6.11: the two communication IDs; DREQ adds the QPN.
+void fields(MessageOf<Rtu> auto& m, auto& io) {
+  io(AttrId::kRtu);
+  io({0, 32, 0}, m.local_comm_id);
+  io({4, 32, 0}, m.remote_comm_id);
+  io(rtu::kPrivateData, m.private_data);
+}
+void fields(MessageOf<Dreq> auto& m, auto& io) {
+  io(AttrId::kDreq);
+  io({0, 32, 0}, m.local_comm_id);
+  io({4, 32, 0}, m.remote_comm_id);
+  io({8, 24, 8}, m.remote_qpn);
+  io(dreq::kPrivateData, m.private_data);
+}
+void fields(MessageOf<Drep> auto& m, auto& io) {
+  io(AttrId::kDrep);
+  io({0, 32, 0}, m.local_comm_id);
+  io({4, 32, 0}, m.remote_comm_id);
+  io(drep::kPrivateData, m.private_data);
+}
+
+// SIDR REQ, 12.11.1 (table 119).
+void fields(MessageOf<SidrReq> auto& m, auto& io) {
+  io(AttrId::kSidrReq);
+  io({0, 32, 0}, m.request_id);
+  io({4, 16, 0}, m.pkey);
+  io({8, 64, 0}, m.service_id);
+  io(sidr_req::kPrivateData, m.private_data);
+}
+
+// SIDR REP, 12.11.2 (table 120). {5, 8, 0}, Additional Information Length, and the ClassPortInfo
+// of a redirect (24..95) stay zero: uroce does not redirect.
+void fields(MessageOf<SidrRep> auto& m, auto& io) {
+  io(AttrId::kSidrRep);
+  io({0, 32, 0}, m.request_id);
+  io({4, 8, 0}, m.status);
+  io({8, 24, 8}, m.qpn);
+  io({12, 64, 0}, m.service_id);
+  io({20, 32, 0}, m.qkey);
+  io(sidr_rep::kPrivateData, m.private_data);
+}
+
+template <class Msg>
+bool encode_as(const Msg& m, uint64_t tid, Mad& out) {
+  Mad mad;  // `out` is untouched when a variable part does not fit
+  Writer w{mad, tid};
+  fields(m, w);
+  if (w.fits) out = mad;
+  return w.fits;
+}
+
+template <class Msg>
+Msg decode_as(const uint8_t* msg) {
+  Msg m;
+  Reader r{msg};
+  fields(m, r);
+  return m;
+}
+
+}  // namespace
+
 bool encode(const Req& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, req::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kReq, tid);
-  using namespace req;
-  kLocalCommId.set(p, m.local_comm_id);
-  kServiceId.set(p, m.service_id);
-  kLocalCaGuid.set(p, m.local_ca_guid);
-  kLocalQkey.set(p, m.local_qkey);
-  kLocalQpn.set(p, m.local_qpn);
-  kResponderResources.set(p, m.responder_resources);
-  kInitiatorDepth.set(p, m.initiator_depth);
-  kRemoteCmResponseTimeout.set(p, m.remote_cm_response_timeout);
-  kTransportServiceType.set(p, m.transport_service_type);
-  kEndToEndFlowControl.set(p, m.end_to_end_flow_control);
-  kStartingPsn.set(p, m.starting_psn);
-  kLocalCmResponseTimeout.set(p, m.local_cm_response_timeout);
-  kRetryCount.set(p, m.retry_count);
-  kPartitionKey.set(p, m.pkey);
-  kPathMtu.set(p, m.path_mtu);
-  kRnrRetryCount.set(p, m.rnr_retry_count);
-  kMaxCmRetries.set(p, m.max_cm_retries);
-  kSrq.set(p, m.srq);
-  const PathInfo& a = m.primary;
-  kPrimaryLocalLid.set(p, a.local_lid);
-  kPrimaryRemoteLid.set(p, a.remote_lid);
-  put_gid(p, kPrimaryLocalGid, a.local_gid);
-  put_gid(p, kPrimaryRemoteGid, a.remote_gid);
-  kPrimaryFlowLabel.set(p, a.flow_label);
-  kPrimaryPacketRate.set(p, a.packet_rate);
-  kPrimaryTrafficClass.set(p, a.traffic_class);
-  kPrimaryHopLimit.set(p, a.hop_limit);
-  kPrimarySl.set(p, a.sl);
-  kPrimarySubnetLocal.set(p, a.subnet_local);
-  kPrimaryLocalAckTimeout.set(p, a.local_ack_timeout);
-  put_bytes(p, kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-Req decode_req(const uint8_t* p) {
-  using namespace req;
-  Req m;
-  m.local_comm_id = static_cast<uint32_t>(kLocalCommId.get(p));
-  m.service_id = kServiceId.get(p);
-  m.local_ca_guid = kLocalCaGuid.get(p);
-  m.local_qkey = static_cast<uint32_t>(kLocalQkey.get(p));
-  m.local_qpn = static_cast<uint32_t>(kLocalQpn.get(p));
-  m.responder_resources = static_cast<uint8_t>(kResponderResources.get(p));
-  m.initiator_depth = static_cast<uint8_t>(kInitiatorDepth.get(p));
-  m.remote_cm_response_timeout = static_cast<uint8_t>(kRemoteCmResponseTimeout.get(p));
-  m.transport_service_type = static_cast<uint8_t>(kTransportServiceType.get(p));
-  m.end_to_end_flow_control = kEndToEndFlowControl.get(p);
-  m.starting_psn = static_cast<uint32_t>(kStartingPsn.get(p));
-  m.local_cm_response_timeout = static_cast<uint8_t>(kLocalCmResponseTimeout.get(p));
-  m.retry_count = static_cast<uint8_t>(kRetryCount.get(p));
-  m.pkey = static_cast<uint16_t>(kPartitionKey.get(p));
-  m.path_mtu = static_cast<uint8_t>(kPathMtu.get(p));
-  m.rnr_retry_count = static_cast<uint8_t>(kRnrRetryCount.get(p));
-  m.max_cm_retries = static_cast<uint8_t>(kMaxCmRetries.get(p));
-  m.srq = kSrq.get(p);
-  PathInfo& a = m.primary;
-  a.local_lid = static_cast<uint16_t>(kPrimaryLocalLid.get(p));
-  a.remote_lid = static_cast<uint16_t>(kPrimaryRemoteLid.get(p));
-  a.local_gid = get_gid(p, kPrimaryLocalGid);
-  a.remote_gid = get_gid(p, kPrimaryRemoteGid);
-  a.flow_label = static_cast<uint32_t>(kPrimaryFlowLabel.get(p));
-  a.packet_rate = static_cast<uint8_t>(kPrimaryPacketRate.get(p));
-  a.traffic_class = static_cast<uint8_t>(kPrimaryTrafficClass.get(p));
-  a.hop_limit = static_cast<uint8_t>(kPrimaryHopLimit.get(p));
-  a.sl = static_cast<uint8_t>(kPrimarySl.get(p));
-  a.subnet_local = kPrimarySubnetLocal.get(p);
-  a.local_ack_timeout = static_cast<uint8_t>(kPrimaryLocalAckTimeout.get(p));
-  m.private_data = get_bytes(p, kPrivateData);
-  return m;
-}
-
 bool encode(const Mra& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, mra::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kMra, tid);
-  mra::kLocalCommId.set(p, m.local_comm_id);
-  mra::kRemoteCommId.set(p, m.remote_comm_id);
-  mra::kMessageMraed.set(p, static_cast<uint8_t>(m.message_mraed));
-  mra::kServiceTimeout.set(p, m.service_timeout);
-  put_bytes(p, mra::kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-Mra decode_mra(const uint8_t* p) {
-  Mra m;
-  m.local_comm_id = static_cast<uint32_t>(mra::kLocalCommId.get(p));
-  m.remote_comm_id = static_cast<uint32_t>(mra::kRemoteCommId.get(p));
-  m.message_mraed = static_cast<MsgRef>(mra::kMessageMraed.get(p));
-  m.service_timeout = static_cast<uint8_t>(mra::kServiceTimeout.get(p));
-  m.private_data = get_bytes(p, mra::kPrivateData);
-  return m;
-}
-
 bool encode(const Rej& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, rej::kPrivateData) || !fits(m.ari, rej::kAri)) return false;
-  uint8_t* p = begin(out, AttrId::kRej, tid);
-  rej::kLocalCommId.set(p, m.local_comm_id);
-  rej::kRemoteCommId.set(p, m.remote_comm_id);
-  rej::kMessageRejected.set(p, static_cast<uint8_t>(m.message_rejected));
-  rej::kRejectInfoLength.set(p, m.ari.size());
-  rej::kReason.set(p, m.reason);
-  put_bytes(p, rej::kAri, m.ari);
-  put_bytes(p, rej::kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-Rej decode_rej(const uint8_t* p) {
-  Rej m;
-  m.local_comm_id = static_cast<uint32_t>(rej::kLocalCommId.get(p));
-  m.remote_comm_id = static_cast<uint32_t>(rej::kRemoteCommId.get(p));
-  m.message_rejected = static_cast<MsgRef>(rej::kMessageRejected.get(p));
-  m.reason = static_cast<uint16_t>(rej::kReason.get(p));
-  size_t ari_len = std::min<size_t>(rej::kRejectInfoLength.get(p), rej::kAri.len);
-  m.ari.assign(p + rej::kAri.byte, p + rej::kAri.byte + ari_len);
-  m.private_data = get_bytes(p, rej::kPrivateData);
-  return m;
-}
-
 bool encode(const Rep& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, rep::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kRep, tid);
-  using namespace rep;
-  kLocalCommId.set(p, m.local_comm_id);
-  kRemoteCommId.set(p, m.remote_comm_id);
-  kLocalQkey.set(p, m.local_qkey);
-  kLocalQpn.set(p, m.local_qpn);
-  kStartingPsn.set(p, m.starting_psn);
-  kResponderResources.set(p, m.responder_resources);
-  kInitiatorDepth.set(p, m.initiator_depth);
-  kTargetAckDelay.set(p, m.target_ack_delay);
-  kFailoverAccepted.set(p, m.failover_accepted);
-  kEndToEndFlowControl.set(p, m.end_to_end_flow_control);
-  kRnrRetryCount.set(p, m.rnr_retry_count);
-  kSrq.set(p, m.srq);
-  kLocalCaGuid.set(p, m.local_ca_guid);
-  put_bytes(p, kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-Rep decode_rep(const uint8_t* p) {
-  using namespace rep;
-  Rep m;
-  m.local_comm_id = static_cast<uint32_t>(kLocalCommId.get(p));
-  m.remote_comm_id = static_cast<uint32_t>(kRemoteCommId.get(p));
-  m.local_qkey = static_cast<uint32_t>(kLocalQkey.get(p));
-  m.local_qpn = static_cast<uint32_t>(kLocalQpn.get(p));
-  m.starting_psn = static_cast<uint32_t>(kStartingPsn.get(p));
-  m.responder_resources = static_cast<uint8_t>(kResponderResources.get(p));
-  m.initiator_depth = static_cast<uint8_t>(kInitiatorDepth.get(p));
-  m.target_ack_delay = static_cast<uint8_t>(kTargetAckDelay.get(p));
-  m.failover_accepted = static_cast<uint8_t>(kFailoverAccepted.get(p));
-  m.end_to_end_flow_control = kEndToEndFlowControl.get(p);
-  m.rnr_retry_count = static_cast<uint8_t>(kRnrRetryCount.get(p));
-  m.srq = kSrq.get(p);
-  m.local_ca_guid = kLocalCaGuid.get(p);
-  m.private_data = get_bytes(p, kPrivateData);
-  return m;
-}
-
 bool encode(const Rtu& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, rtu::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kRtu, tid);
-  rtu::kLocalCommId.set(p, m.local_comm_id);
-  rtu::kRemoteCommId.set(p, m.remote_comm_id);
-  put_bytes(p, rtu::kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-Rtu decode_rtu(const uint8_t* p) {
-  Rtu m;
-  m.local_comm_id = static_cast<uint32_t>(rtu::kLocalCommId.get(p));
-  m.remote_comm_id = static_cast<uint32_t>(rtu::kRemoteCommId.get(p));
-  m.private_data = get_bytes(p, rtu::kPrivateData);
-  return m;
-}
-
 bool encode(const Dreq& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, dreq::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kDreq, tid);
-  dreq::kLocalCommId.set(p, m.local_comm_id);
-  dreq::kRemoteCommId.set(p, m.remote_comm_id);
-  dreq::kRemoteQpn.set(p, m.remote_qpn);
-  put_bytes(p, dreq::kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-Dreq decode_dreq(const uint8_t* p) {
-  Dreq m;
-  m.local_comm_id = static_cast<uint32_t>(dreq::kLocalCommId.get(p));
-  m.remote_comm_id = static_cast<uint32_t>(dreq::kRemoteCommId.get(p));
-  m.remote_qpn = static_cast<uint32_t>(dreq::kRemoteQpn.get(p));
-  m.private_data = get_bytes(p, dreq::kPrivateData);
-  return m;
-}
-
 bool encode(const Drep& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, drep::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kDrep, tid);
-  drep::kLocalCommId.set(p, m.local_comm_id);
-  drep::kRemoteCommId.set(p, m.remote_comm_id);
-  put_bytes(p, drep::kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-Drep decode_drep(const uint8_t* p) {
-  Drep m;
-  m.local_comm_id = static_cast<uint32_t>(drep::kLocalCommId.get(p));
-  m.remote_comm_id = static_cast<uint32_t>(drep::kRemoteCommId.get(p));
-  m.private_data = get_bytes(p, drep::kPrivateData);
-  return m;
-}
-
 bool encode(const SidrReq& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, sidr_req::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kSidrReq, tid);
-  sidr_req::kRequestId.set(p, m.request_id);
-  sidr_req::kPartitionKey.set(p, m.pkey);
-  sidr_req::kServiceId.set(p, m.service_id);
-  put_bytes(p, sidr_req::kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
-
-SidrReq decode_sidr_req(const uint8_t* p) {
-  SidrReq m;
-  m.request_id = static_cast<uint32_t>(sidr_req::kRequestId.get(p));
-  m.pkey = static_cast<uint16_t>(sidr_req::kPartitionKey.get(p));
-  m.service_id = sidr_req::kServiceId.get(p);
-  m.private_data = get_bytes(p, sidr_req::kPrivateData);
-  return m;
-}
-
 bool encode(const SidrRep& m, uint64_t tid, Mad& out) {
-  if (!fits(m.private_data, sidr_rep::kPrivateData)) return false;
-  uint8_t* p = begin(out, AttrId::kSidrRep, tid);
-  sidr_rep::kRequestId.set(p, m.request_id);
-  sidr_rep::kStatus.set(p, static_cast<uint8_t>(m.status));
-  sidr_rep::kQpn.set(p, m.qpn);
-  sidr_rep::kServiceId.set(p, m.service_id);
-  sidr_rep::kQkey.set(p, m.qkey);
-  put_bytes(p, sidr_rep::kPrivateData, m.private_data);
-  return true;
+  return encode_as(m, tid, out);
 }
 
-SidrRep decode_sidr_rep(const uint8_t* p) {
-  SidrRep m;
-  m.request_id = static_cast<uint32_t>(sidr_rep::kRequestId.get(p));
-  m.status = static_cast<SidrStatus>(sidr_rep::kStatus.get(p));
-  m.qpn = static_cast<uint32_t>(sidr_rep::kQpn.get(p));
-  m.service_id = sidr_rep::kServiceId.get(p);
-  m.qkey = static_cast<uint32_t>(sidr_rep::kQkey.get(p));
-  m.private_data = get_bytes(p, sidr_rep::kPrivateData);
-  return m;
+Req decode_req(const uint8_t* msg) {
+  return decode_as<Req>(msg);
+}
+Mra decode_mra(const uint8_t* msg) {
+  return decode_as<Mra>(msg);
+}
+Rej decode_rej(const uint8_t* msg) {
+  return decode_as<Rej>(msg);
+}
+Rep decode_rep(const uint8_t* msg) {
+  return decode_as<Rep>(msg);
+}
+Rtu decode_rtu(const uint8_t* msg) {
+  return decode_as<Rtu>(msg);
+}
+Dreq decode_dreq(const uint8_t* msg) {
+  return decode_as<Dreq>(msg);
+}
+Drep decode_drep(const uint8_t* msg) {
+  return decode_as<Drep>(msg);
+}
+SidrReq decode_sidr_req(const uint8_t* msg) {
+  return decode_as<SidrReq>(msg);
+}
+SidrRep decode_sidr_rep(const uint8_t* msg) {
+  return decode_as<SidrRep>(msg);
 }
 
 uint64_t cm_timeout_ns(uint8_t value) {

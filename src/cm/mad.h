@@ -6,8 +6,9 @@
 // is named by where it lives in those 232 bytes (its first byte), its width in bits and how far
 // its least significant bit sits from the end of the big-endian integer that holds it — the way
 // the IBTA tables draw them (fields listed MSB first in 32-bit words). `Field` below reads and
-// writes such a field; each message's field table is the IBTA table, in order, with its byte
-// offsets, and static_asserts check that the private data ends exactly at byte 232.
+// writes such a field. Each message's field table (mad.cc) is the IBTA table, in order, with its
+// byte offsets, each field bound to its member of the decoded struct: the encoder and the decoder
+// walk that one list.
 #pragma once
 
 #include <array>
@@ -86,132 +87,40 @@ struct Bytes {
   uint16_t len;
 };
 
-// ---- field tables (offsets within the 232-byte message) -----------------------------------
-// REQ, IBTA 12.6.5 (table 109).
+// ---- variable parts (offsets within the 232-byte message) --------------------------------
+// Each message's private data runs from its first byte to the end of the message; the fixed
+// fields' tables are in mad.cc.
+constexpr Bytes to_message_end(uint16_t byte) {
+  return {byte, static_cast<uint16_t>(kCmMessageBytes - byte)};
+}
 namespace req {
-inline constexpr Field kLocalCommId{0, 32, 0};
-inline constexpr Field kServiceId{8, 64, 0};
-inline constexpr Field kLocalCaGuid{16, 64, 0};
-inline constexpr Field kLocalQkey{28, 32, 0};
-inline constexpr Field kLocalQpn{32, 24, 8};
-inline constexpr Field kResponderResources{35, 8, 0};
-inline constexpr Field kLocalEecn{36, 24, 8};
-inline constexpr Field kInitiatorDepth{39, 8, 0};
-inline constexpr Field kRemoteEecn{40, 24, 8};
-inline constexpr Field kRemoteCmResponseTimeout{43, 5, 3};
-inline constexpr Field kTransportServiceType{43, 2, 1};
-inline constexpr Field kEndToEndFlowControl{43, 1, 0};
-inline constexpr Field kStartingPsn{44, 24, 8};
-inline constexpr Field kLocalCmResponseTimeout{47, 5, 3};
-inline constexpr Field kRetryCount{47, 3, 0};
-inline constexpr Field kPartitionKey{48, 16, 0};
-inline constexpr Field kPathMtu{50, 4, 4};
-inline constexpr Field kRdcExists{50, 1, 3};
-inline constexpr Field kRnrRetryCount{50, 3, 0};
-inline constexpr Field kMaxCmRetries{51, 4, 4};
-inline constexpr Field kSrq{51, 1, 3};
-inline constexpr Field kExtendedTransportType{51, 3, 0};
-// The primary path (the alternate path, 96..139, has the same shape 44 bytes later).
-inline constexpr Field kPrimaryLocalLid{52, 16, 0};
-inline constexpr Field kPrimaryRemoteLid{54, 16, 0};
-inline constexpr Bytes kPrimaryLocalGid{56, 16};
-inline constexpr Bytes kPrimaryRemoteGid{72, 16};
-inline constexpr Field kPrimaryFlowLabel{88, 20, 12};
-inline constexpr Field kPrimaryPacketRate{91, 6, 0};
-inline constexpr Field kPrimaryTrafficClass{92, 8, 0};
-inline constexpr Field kPrimaryHopLimit{93, 8, 0};
-inline constexpr Field kPrimarySl{94, 4, 4};
-inline constexpr Field kPrimarySubnetLocal{94, 1, 3};
-inline constexpr Field kPrimaryLocalAckTimeout{95, 5, 3};
-inline constexpr uint16_t kAlternatePath = 96;  // 44 bytes, all zero: no alternate path
-inline constexpr Bytes kPrivateData{140, 92};
-}  // namespace req
-
-// MRA, 12.6.6 (table 110).
+inline constexpr Bytes kPrivateData = to_message_end(140);  // 92 bytes
+}
 namespace mra {
-inline constexpr Field kLocalCommId{0, 32, 0};
-inline constexpr Field kRemoteCommId{4, 32, 0};
-inline constexpr Field kMessageMraed{8, 2, 6};
-inline constexpr Field kServiceTimeout{9, 5, 3};
-inline constexpr Bytes kPrivateData{10, 222};
-}  // namespace mra
-
-// REJ, 12.6.7 (table 111).
+inline constexpr Bytes kPrivateData = to_message_end(10);  // 222 bytes
+}
 namespace rej {
-inline constexpr Field kLocalCommId{0, 32, 0};
-inline constexpr Field kRemoteCommId{4, 32, 0};
-inline constexpr Field kMessageRejected{8, 2, 6};
-inline constexpr Field kRejectInfoLength{9, 7, 1};
-inline constexpr Field kReason{10, 16, 0};
 inline constexpr Bytes kAri{12, 72};
-inline constexpr Bytes kPrivateData{84, 148};
+inline constexpr Bytes kPrivateData = to_message_end(84);  // 148 bytes
 }  // namespace rej
-
-// REP, 12.6.8 (table 113).
 namespace rep {
-inline constexpr Field kLocalCommId{0, 32, 0};
-inline constexpr Field kRemoteCommId{4, 32, 0};
-inline constexpr Field kLocalQkey{8, 32, 0};
-inline constexpr Field kLocalQpn{12, 24, 8};
-inline constexpr Field kLocalEecn{16, 24, 8};
-inline constexpr Field kStartingPsn{20, 24, 8};
-inline constexpr Field kResponderResources{24, 8, 0};
-inline constexpr Field kInitiatorDepth{25, 8, 0};
-inline constexpr Field kTargetAckDelay{26, 5, 3};
-inline constexpr Field kFailoverAccepted{26, 2, 1};
-inline constexpr Field kEndToEndFlowControl{26, 1, 0};
-inline constexpr Field kRnrRetryCount{27, 3, 5};
-inline constexpr Field kSrq{27, 1, 4};
-inline constexpr Field kLocalCaGuid{28, 64, 0};
-inline constexpr Bytes kPrivateData{36, 196};
-}  // namespace rep
-
-// RTU 12.6.9, DREQ 12.6.10, DREP 12.6.11.
+inline constexpr Bytes kPrivateData = to_message_end(36);  // 196 bytes
+}
 namespace rtu {
-inline constexpr Field kLocalCommId{0, 32, 0};
-inline constexpr Field kRemoteCommId{4, 32, 0};
-inline constexpr Bytes kPrivateData{8, 224};
-}  // namespace rtu
+inline constexpr Bytes kPrivateData = to_message_end(8);  // 224 bytes
+}
 namespace dreq {
-inline constexpr Field kLocalCommId{0, 32, 0};
-inline constexpr Field kRemoteCommId{4, 32, 0};
-inline constexpr Field kRemoteQpn{8, 24, 8};
-inline constexpr Bytes kPrivateData{12, 220};
-}  // namespace dreq
+inline constexpr Bytes kPrivateData = to_message_end(12);  // 220 bytes
+}
 namespace drep {
-inline constexpr Field kLocalCommId{0, 32, 0};
-inline constexpr Field kRemoteCommId{4, 32, 0};
-inline constexpr Bytes kPrivateData{8, 224};
-}  // namespace drep
-
-// SIDR REQ 12.11.1 (table 119), SIDR REP 12.11.2 (table 120).
+inline constexpr Bytes kPrivateData = to_message_end(8);  // 224 bytes
+}
 namespace sidr_req {
-inline constexpr Field kRequestId{0, 32, 0};
-inline constexpr Field kPartitionKey{4, 16, 0};
-inline constexpr Field kServiceId{8, 64, 0};
-inline constexpr Bytes kPrivateData{16, 216};
-}  // namespace sidr_req
+inline constexpr Bytes kPrivateData = to_message_end(16);  // 216 bytes
+}
 namespace sidr_rep {
-inline constexpr Field kRequestId{0, 32, 0};
-inline constexpr Field kStatus{4, 8, 0};
-inline constexpr Field kAddInfoLength{5, 8, 0};
-inline constexpr Field kQpn{8, 24, 8};
-inline constexpr Field kServiceId{12, 64, 0};
-inline constexpr Field kQkey{20, 32, 0};
-inline constexpr Bytes kClassPortInfo{24, 72};
-inline constexpr Bytes kPrivateData{96, 136};
-}  // namespace sidr_rep
-
-static_assert(req::kPrivateData.byte + req::kPrivateData.len == kCmMessageBytes);
-static_assert(mra::kPrivateData.byte + mra::kPrivateData.len == kCmMessageBytes);
-static_assert(rej::kPrivateData.byte + rej::kPrivateData.len == kCmMessageBytes);
-static_assert(rep::kPrivateData.byte + rep::kPrivateData.len == kCmMessageBytes);
-static_assert(rtu::kPrivateData.byte + rtu::kPrivateData.len == kCmMessageBytes);
-static_assert(dreq::kPrivateData.byte + dreq::kPrivateData.len == kCmMessageBytes);
-static_assert(drep::kPrivateData.byte + drep::kPrivateData.len == kCmMessageBytes);
-static_assert(sidr_req::kPrivateData.byte + sidr_req::kPrivateData.len == kCmMessageBytes);
-static_assert(sidr_rep::kPrivateData.byte + sidr_rep::kPrivateData.len == kCmMessageBytes);
-static_assert(req::kAlternatePath + 44 == req::kPrivateData.byte);
+inline constexpr Bytes kPrivateData = to_message_end(96);  // 136 bytes
+}
 
 // REJ reasons (IBTA table 112); the ones uroce sends or acts on.
 enum class RejReason : uint16_t {

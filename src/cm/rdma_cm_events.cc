@@ -13,6 +13,20 @@ namespace uroce::cm {
 
 namespace {
 
+// The connection parameters of an event from the peer's REQ or REP, seen from this side as the
+// kernel's CM reports them: what this side may read from the peer is the peer's responder
+// resources, so they are its initiator depth, and the other way round.
+template <class ReqOrRep>
+void set_conn_param(EventObj* e, const ReqOrRep& m) {
+  rdma_conn_param& cp = e->ev.param.conn;
+  cp.responder_resources = m.initiator_depth;
+  cp.initiator_depth = m.responder_resources;
+  cp.flow_control = m.end_to_end_flow_control;
+  cp.rnr_retry_count = m.rnr_retry_count;
+  cp.srq = m.srq;
+  cp.qp_num = m.local_qpn;
+}
+
 // The new id of a REQ or SIDR REQ for listener `l` on device `p`, in the listener's channel
 // (a synchronous listener's get synchronous channels of their own, as librdmacm migrates them).
 IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
@@ -100,14 +114,8 @@ void on_request(CmPort& p, const Event& ev) {
     c->path_mtu = std::min<uint8_t>(r.path_mtu ? r.path_mtu : uint8_t{IBV_MTU_1024}, p.mtu_enum);
     if (r.primary.local_ack_timeout) c->ack_timeout = r.primary.local_ack_timeout;
     set_conn_pd(e, pd, kIpCmHeaderBytes);
-    rdma_conn_param& cp = e->ev.param.conn;
-    cp.responder_resources = r.initiator_depth;
-    cp.initiator_depth = r.responder_resources;
-    cp.flow_control = r.end_to_end_flow_control;
-    cp.retry_count = r.retry_count;
-    cp.rnr_retry_count = r.rnr_retry_count;
-    cp.srq = r.srq;
-    cp.qp_num = r.local_qpn;
+    set_conn_param(e, r);
+    e->ev.param.conn.retry_count = r.retry_count;
   }
   post_event(c, e, l->chan);
 }
@@ -150,18 +158,10 @@ void on_sidr_answer(CmPort& p, const Event& ev) {
   post_event(o, e);
 }
 
-// The connection parameters of a CONNECT_RESPONSE or ESTABLISHED event from the REP, seen from the
-// active side (as the kernel's CM reports them: what it may read from the peer is the REP's
-// responder resources, so they are its initiator depth).
+// The connection parameters of a CONNECT_RESPONSE or ESTABLISHED event from the REP.
 void set_rep_param(EventObj* e, const Rep& r) {
   set_conn_pd(e, r.private_data);
-  rdma_conn_param& cp = e->ev.param.conn;
-  cp.responder_resources = r.initiator_depth;
-  cp.initiator_depth = r.responder_resources;
-  cp.flow_control = r.end_to_end_flow_control;
-  cp.rnr_retry_count = r.rnr_retry_count;
-  cp.srq = r.srq;
-  cp.qp_num = r.local_qpn;
+  set_conn_param(e, r);
 }
 
 // REP for the active id. Without a QP the application hears CONNECT_RESPONSE and establishes;

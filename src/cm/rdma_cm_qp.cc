@@ -180,14 +180,7 @@ int create_qp(IdObj* o, ibv_pd* pd, ibv_qp_init_attr* attr) {
 int create_qp_ex(IdObj* o, ibv_qp_init_attr_ex* attr) {
   // Only what ibv_qp_init_attr carries (and the PD) is served here.
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD)) return EOPNOTSUPP;
-  ibv_qp_init_attr a{};
-  a.qp_context = attr->qp_context;
-  a.send_cq = attr->send_cq;
-  a.recv_cq = attr->recv_cq;
-  a.srq = attr->srq;
-  a.cap = attr->cap;
-  a.qp_type = attr->qp_type;
-  a.sq_sig_all = attr->sq_sig_all;
+  auto a = uv::shared_init_attr<ibv_qp_init_attr>(*attr);
   ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
   if (int rc = create_qp(o, pd, &a)) return rc;
   attr->cap = a.cap;

@@ -15,24 +15,6 @@ constexpr uint32_t kSnapLen = 65535;
 constexpr size_t kIpv4HeaderBytes = 20;
 constexpr size_t kUdpHeaderBytes = 8;
 
-void put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-void put32(uint8_t* p, uint32_t v) {
-  put16(p, static_cast<uint16_t>(v >> 16));
-  put16(p + 2, static_cast<uint16_t>(v));
-}
-
-// RFC 791 header checksum: one's complement of the one's complement sum of the 16-bit words.
-uint16_t ipv4_checksum(const uint8_t* h) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < kIpv4HeaderBytes; i += 2)
-    sum += static_cast<uint32_t>(h[i] << 8 | h[i + 1]);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
 }  // namespace
 
 std::unique_ptr<PcapWriter> PcapWriter::open(const std::string& path, std::string* err,
@@ -68,20 +50,20 @@ void PcapWriter::ipv4_udp_headers(const wire::Ipv4UdpFraming& f, uint8_t tos, si
   uint8_t* h = out;
   h[0] = 0x45;  // IPv4, 5-word header
   h[1] = tos;   // DSCP << 2 | ECN
-  put16(h + 2, static_cast<uint16_t>(ip_len));
-  put16(h + 4, f.ip_id);
-  put16(h + 6, f.dont_fragment ? 0x4000 : 0);
+  wire::put_be16(h + 2, static_cast<uint16_t>(ip_len));
+  wire::put_be16(h + 4, f.ip_id);
+  wire::put_be16(h + 6, f.dont_fragment ? 0x4000 : 0);
   h[8] = 64;  // TTL
   h[9] = 17;  // UDP
-  put16(h + 10, 0);
-  put32(h + 12, f.src_ip);
-  put32(h + 16, f.dst_ip);
-  put16(h + 10, ipv4_checksum(h));
+  wire::put_be16(h + 10, 0);
+  wire::put_be32(h + 12, f.src_ip);
+  wire::put_be32(h + 16, f.dst_ip);
+  wire::put_be16(h + 10, wire::ipv4_checksum(h, kIpv4HeaderBytes));
   uint8_t* u = h + kIpv4HeaderBytes;
-  put16(u, f.src_port);
-  put16(u + 2, f.dst_port);
-  put16(u + 4, static_cast<uint16_t>(udp_len));
-  put16(u + 6, 0);  // no UDP checksum, as RoCEv2 senders do
+  wire::put_be16(u, f.src_port);
+  wire::put_be16(u + 2, f.dst_port);
+  wire::put_be16(u + 4, static_cast<uint16_t>(udp_len));
+  wire::put_be16(u + 6, 0);  // no UDP checksum, as RoCEv2 senders do
 }
 
 void PcapWriter::write(const wire::Ipv4UdpFraming& f, uint8_t tos, std::span<const uint8_t> ib,

@@ -43,10 +43,6 @@ void lossless(FabricOptions& o, uint64_t xoff_kib, uint64_t xon_kib) {
   o.pfc.xon = xon_kib * 1024;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // The flow completion times of the flows with a message count that completed them all.
 void add_fct(LabRun& r) {
   double max = 0, sum = 0;

@@ -44,10 +44,6 @@ std::unique_ptr<LinkCapture> open_capture(Fabric& f, const FabricOptions& o,
   return c;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 HostConfig host_config(const FabricOptions& o) {
@@ -62,13 +58,11 @@ HostConfig host_config(const FabricOptions& o) {
 }
 
 SwitchConfig switch_config(const FabricOptions& o) {
-  SwitchConfig s;
-  s.buffer_bytes = o.buffer_bytes;
-  s.buffer_mode = o.buffer_mode;
-  s.red = o.red;
-  s.pfc = o.pfc;
-  s.hash = o.hash;
-  return s;
+  return SwitchConfig{.buffer_bytes = o.buffer_bytes,
+                      .buffer_mode = o.buffer_mode,
+                      .red = o.red,
+                      .pfc = o.pfc,
+                      .hash = o.hash};
 }
 
 void apply_link_mtus(Fabric& f, const FabricOptions& o) {
@@ -125,6 +119,10 @@ RunResult run_fabric(Fabric& f, Sampler& sampler, const FabricOptions& o,
 
 }  // namespace scenario_detail
 
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 using namespace scenario_detail;
 
 std::optional<transport::cc::CcConfig> fabric_cc(const std::string& algorithm,
@@ -163,14 +161,12 @@ DumbbellResult run_dumbbell(const DumbbellOptions& o) {
   set_window(f, o.duration, o.window_begin, o.window_end);
   const Time gap = o.stagger ? (o.stagger_gap ? o.stagger_gap : o.duration / (2 * o.flows)) : 0;
   for (uint32_t i = 0; i < o.flows; ++i) {
-    FlowSpec s;
-    s.src = i;
-    s.dst = o.flows;
-    s.msg_bytes = o.msg_bytes;
-    s.depth = 2;
-    s.start = Time(i) * gap;
-    s.stop = o.duration;
-    f.add_flow(s);
+    f.add_flow({.src = i,
+                .dst = o.flows,
+                .msg_bytes = o.msg_bytes,
+                .depth = 2,
+                .start = Time(i) * gap,
+                .stop = o.duration});
   }
   EgressPort& q = *f.links()[bottleneck].a_tx;
   Sampler sampler(f, sample_interval(o.fabric, o.duration), o.duration);
@@ -203,15 +199,8 @@ IncastResult run_incast(const IncastOptions& o) {
   apply_link_mtus(f, o.fabric);
   f.window().begin = 0;
   f.window().end = o.limit;
-  for (uint32_t i = 0; i < o.senders; ++i) {
-    FlowSpec s;
-    s.src = i;
-    s.dst = o.senders;
-    s.msg_bytes = o.msg_bytes;
-    s.messages = 1;
-    s.depth = 1;
-    f.add_flow(s);
-  }
+  for (uint32_t i = 0; i < o.senders; ++i)
+    f.add_flow({.src = i, .dst = o.senders, .msg_bytes = o.msg_bytes, .messages = 1, .depth = 1});
   EgressPort& q = *f.links()[down].b_tx;  // the switch's port towards the receiver
   const Time ideal =
       Time(double(o.senders) * double(o.msg_bytes) * 8e9 / double(o.fabric.link_bps));

@@ -85,6 +85,9 @@ struct LinkUse {
   double queue_max_kib = 0;
 };
 
+// This machine's steady clock in seconds: what a run's `wall_s` is measured with.
+double now_s();
+
 // Totals over a run, the keys every subcommand reports.
 struct RunResult {
   double duration_us = 0, window_begin_us = 0, window_end_us = 0;

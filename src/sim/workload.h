@@ -18,7 +18,7 @@
 namespace uroce::sim {
 
 struct FlowSpec {
-  std::string name;           // for reports ("f0", "elephant1"…); empty: "f<index>"
+  std::string name{};         // for reports ("f0", "elephant1"…); empty: "f<index>"
   uint32_t src = 0, dst = 0;  // host indices
   uint64_t msg_bytes = 1 << 20;
   uint64_t messages = 0;  // 0: a stream, posting until `stop`

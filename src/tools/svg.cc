@@ -97,23 +97,11 @@ std::vector<double> size_ticks(const Axis& a) {
 }
 
 Axis x_axis(double lo, double hi, bool log) {
-  Axis a;
-  a.lo = lo;
-  a.hi = hi;
-  a.log = log;
-  a.p0 = kLeft;
-  a.p1 = kW - kRight;
-  return a;
+  return Axis{.lo = lo, .hi = hi, .log = log, .p0 = kLeft, .p1 = kW - kRight};
 }
 
-Axis y_axis(double lo, double hi, bool log) {
-  Axis a;
-  a.lo = lo;
-  a.hi = hi;
-  a.log = log;
-  a.p0 = kH - kBottom;
-  a.p1 = kTop;
-  return a;
+Axis y_axis(double lo, double hi, bool log) {  // upwards: lo at the bottom
+  return Axis{.lo = lo, .hi = hi, .log = log, .p0 = kH - kBottom, .p1 = kTop};
 }
 
 Svg::Svg(const std::string& title) {

@@ -107,23 +107,9 @@ int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_
     return -1;
   }
   const uint8_t* raw = reinterpret_cast<const uint8_t*>(grh);
-  if ((raw[0] >> 4) == 6) {
-    // RoCE v1: the GRH itself (IBTA 8.3.1). Answer from the v1 GID to its SGID.
-    std::memset(ah_attr, 0, sizeof *ah_attr);
-    ah_attr->dlid = wc->slid;
-    ah_attr->sl = wc->sl;
-    ah_attr->src_path_bits = wc->dlid_path_bits;
-    ah_attr->port_num = port;
-    ah_attr->is_global = 1;
-    std::memcpy(ah_attr->grh.dgid.raw, raw + 8, 16);
-    ah_attr->grh.sgid_index = transport::kRoceV1GidIndex;
-    ah_attr->grh.hop_limit = 0xff;
-    ah_attr->grh.traffic_class = static_cast<uint8_t>((raw[0] << 4) | (raw[1] >> 4));
-    ah_attr->grh.flow_label = (uint32_t(raw[1] & 0xf) << 16) | uint32_t(raw[2]) << 8 | raw[3];
-    return 0;
-  }
+  const bool v1 = (raw[0] >> 4) == 6;  // RoCE v1: the GRH itself (IBTA 8.3.1)
   const uint8_t* ip = raw + 20;
-  if (ip[0] != 0x45 || ipv4_sum(ip) != 0) {
+  if (!v1 && (ip[0] != 0x45 || ipv4_sum(ip) != 0)) {
     errno = EINVAL;
     return -1;
   }
@@ -133,10 +119,18 @@ int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_
   ah_attr->src_path_bits = wc->dlid_path_bits;
   ah_attr->port_num = port;
   ah_attr->is_global = 1;
+  ah_attr->grh.hop_limit = 0xff;  // as rdma-core answers a received GRH
+  if (v1) {
+    // Answer from the v1 GID to its SGID.
+    std::memcpy(ah_attr->grh.dgid.raw, raw + 8, 16);
+    ah_attr->grh.sgid_index = transport::kRoceV1GidIndex;
+    ah_attr->grh.traffic_class = static_cast<uint8_t>((raw[0] << 4) | (raw[1] >> 4));
+    ah_attr->grh.flow_label = (uint32_t(raw[1] & 0xf) << 16) | uint32_t(raw[2]) << 8 | raw[3];
+    return 0;
+  }
   std::memcpy(ah_attr->grh.dgid.raw, kV4MappedPrefix, sizeof kV4MappedPrefix);
   std::memcpy(ah_attr->grh.dgid.raw + 12, ip + 12, 4);  // the sender's address
   ah_attr->grh.sgid_index = 0;
-  ah_attr->grh.hop_limit = 0xff;  // as rdma-core answers a received GRH
   ah_attr->grh.traffic_class = ip[1];
   return 0;
 }

@@ -179,6 +179,52 @@ int query_counters(ibv_context* ctx, uroce_counter* out, int max) {
   return n;
 }
 
+EventElement event_element(ibv_event_type type) {
+  switch (type) {
+    case IBV_EVENT_CQ_ERR:
+      return EventElement::kCq;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      return EventElement::kQp;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      return EventElement::kSrq;
+    case IBV_EVENT_WQ_FATAL:
+      return EventElement::kWq;
+    default:
+      return EventElement::kNone;
+  }
+}
+
+namespace {
+
+// Counts an event handed out for `obj` (ibv_get_async_event); destroy waits until as many are
+// acknowledged.
+template <class Obj>
+void count_reported(Obj* obj, pthread_mutex_t* mutex) {
+  pthread_mutex_lock(mutex);
+  ++obj->async_events_reported;
+  pthread_mutex_unlock(mutex);
+}
+
+// Counts an acknowledged event on the object it names and wakes a destroy waiting for it
+// (ibv_destroy_cq/qp/srq wait until every event they had is acknowledged).
+template <class Obj>
+void count_acked(Obj* obj, uint32_t Obj::*completed) {
+  pthread_mutex_lock(&obj->mutex);
+  ++(obj->*completed);
+  pthread_cond_signal(&obj->cond);
+  pthread_mutex_unlock(&obj->mutex);
+}
+
+}  // namespace
+
 int get_async_event(ibv_context* ctx, ibv_async_event* ev) {
   VContext* c = to_v(ctx);
   for (;;) {
@@ -187,80 +233,43 @@ int get_async_event(ibv_context* ctx, ibv_async_event* ev) {
       errno = rc;
       return -1;
     }
-    switch (ev->event_type) {
-      case IBV_EVENT_CQ_ERR: {
+    // An event whose object was destroyed while it was queued is skipped.
+    switch (event_element(ev->event_type)) {
+      case EventElement::kCq: {
         VCq* cq = to_v(ev->element.cq);
-        if (!c->live_cq(cq)) continue;  // the CQ was destroyed while its event was queued
-        pthread_mutex_lock(&cq->cq.mutex);
-        ++cq->async_events_reported;
-        pthread_mutex_unlock(&cq->cq.mutex);
+        if (!c->live_cq(cq)) continue;
+        count_reported(cq, &cq->cq.mutex);
         return 0;
       }
-      case IBV_EVENT_QP_FATAL:
-      case IBV_EVENT_QP_REQ_ERR:
-      case IBV_EVENT_QP_ACCESS_ERR:
-      case IBV_EVENT_COMM_EST:
-      case IBV_EVENT_SQ_DRAINED:
-      case IBV_EVENT_PATH_MIG:
-      case IBV_EVENT_PATH_MIG_ERR:
-      case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      case EventElement::kQp: {
         VQp* qp = to_v(ev->element.qp);
         if (!c->live_qp(qp)) continue;
-        pthread_mutex_lock(&qp->qpx.qp_base.mutex);
-        ++qp->async_events_reported;
-        pthread_mutex_unlock(&qp->qpx.qp_base.mutex);
+        count_reported(qp, &qp->qpx.qp_base.mutex);
         return 0;
       }
-      case IBV_EVENT_SRQ_ERR:
-      case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      case EventElement::kSrq: {
         VSrq* srq = to_v(ev->element.srq);
-        if (!c->live_srq(srq)) continue;  // destroyed while its event was queued
-        pthread_mutex_lock(&srq->srq.mutex);
-        ++srq->async_events_reported;
-        pthread_mutex_unlock(&srq->srq.mutex);
+        if (!c->live_srq(srq)) continue;
+        count_reported(srq, &srq->srq.mutex);
         return 0;
       }
-      default:
-        return 0;  // port and device events are not tied to an object
+      case EventElement::kWq:
+      case EventElement::kNone:
+        return 0;  // port and device events are not tied to an object; uroce has no WQs
     }
   }
 }
 
 void ack_async_event(ibv_async_event* ev) {
-  switch (ev->event_type) {
-    case IBV_EVENT_CQ_ERR: {
-      ibv_cq* cq = ev->element.cq;
-      pthread_mutex_lock(&cq->mutex);
-      ++cq->async_events_completed;
-      pthread_cond_signal(&cq->cond);
-      pthread_mutex_unlock(&cq->mutex);
-      return;
-    }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
-      ibv_qp* qp = ev->element.qp;
-      pthread_mutex_lock(&qp->mutex);
-      ++qp->events_completed;
-      pthread_cond_signal(&qp->cond);
-      pthread_mutex_unlock(&qp->mutex);
-      return;
-    }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
-      ibv_srq* srq = ev->element.srq;
-      pthread_mutex_lock(&srq->mutex);
-      ++srq->events_completed;
-      pthread_cond_signal(&srq->cond);
-      pthread_mutex_unlock(&srq->mutex);
-      return;
-    }
-    default:
+  switch (event_element(ev->event_type)) {
+    case EventElement::kCq:
+      return count_acked(ev->element.cq, &ibv_cq::async_events_completed);
+    case EventElement::kQp:
+      return count_acked(ev->element.qp, &ibv_qp::events_completed);
+    case EventElement::kSrq:
+      return count_acked(ev->element.srq, &ibv_srq::events_completed);
+    case EventElement::kWq:
+    case EventElement::kNone:
       return;
   }
 }

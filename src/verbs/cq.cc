@@ -44,35 +44,11 @@ int ex_start(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   return rc;
 }
 void ex_end(ibv_cq_ex*) {}
-ibv_wc_opcode ex_opcode(ibv_cq_ex* c) {
-  return to_v(c)->cur.opcode;
-}
-uint32_t ex_vendor_err(ibv_cq_ex* c) {
-  return to_v(c)->cur.vendor_err;
-}
-uint32_t ex_byte_len(ibv_cq_ex* c) {
-  return to_v(c)->cur.byte_len;
-}
-__be32 ex_imm(ibv_cq_ex* c) {
-  return to_v(c)->cur.imm_data;
-}
-uint32_t ex_qp_num(ibv_cq_ex* c) {
-  return to_v(c)->cur.qp_num;
-}
-uint32_t ex_src_qp(ibv_cq_ex* c) {
-  return to_v(c)->cur.src_qp;
-}
-unsigned ex_wc_flags(ibv_cq_ex* c) {
-  return to_v(c)->cur.wc_flags;
-}
-uint32_t ex_slid(ibv_cq_ex* c) {
-  return to_v(c)->cur.slid;
-}
-uint8_t ex_sl(ibv_cq_ex* c) {
-  return to_v(c)->cur.sl;
-}
-uint8_t ex_dlid_path_bits(ibv_cq_ex* c) {
-  return to_v(c)->cur.dlid_path_bits;
+// ibv_cq_ex's read_* callbacks for the fields ibv_wc carries: each returns its member of the
+// completion the last ibv_start_poll/ibv_next_poll fetched, as the callback's type `R`.
+template <class R, auto Member>
+R ex_read(ibv_cq_ex* c) {
+  return to_v(c)->cur.*Member;
 }
 // The device clock is CLOCK_MONOTONIC in nanoseconds (hca_core_clock 1 GHz, query.cc).
 uint64_t ex_completion_ts(ibv_cq_ex* c) {
@@ -148,16 +124,16 @@ VCq::VCq(VContext* c, uint32_t cqe, VChannel* ch, bool timestamps)
   x.start_poll = ex_start;
   x.next_poll = ex_next;
   x.end_poll = ex_end;
-  x.read_opcode = ex_opcode;
-  x.read_vendor_err = ex_vendor_err;
-  x.read_byte_len = ex_byte_len;
-  x.read_imm_data = ex_imm;
-  x.read_qp_num = ex_qp_num;
-  x.read_src_qp = ex_src_qp;
-  x.read_wc_flags = ex_wc_flags;
-  x.read_slid = ex_slid;
-  x.read_sl = ex_sl;
-  x.read_dlid_path_bits = ex_dlid_path_bits;
+  x.read_opcode = ex_read<ibv_wc_opcode, &ibv_wc::opcode>;
+  x.read_vendor_err = ex_read<uint32_t, &ibv_wc::vendor_err>;
+  x.read_byte_len = ex_read<uint32_t, &ibv_wc::byte_len>;
+  x.read_imm_data = ex_read<__be32, &ibv_wc::imm_data>;
+  x.read_qp_num = ex_read<uint32_t, &ibv_wc::qp_num>;
+  x.read_src_qp = ex_read<uint32_t, &ibv_wc::src_qp>;
+  x.read_wc_flags = ex_read<unsigned, &ibv_wc::wc_flags>;
+  x.read_slid = ex_read<uint32_t, &ibv_wc::slid>;
+  x.read_sl = ex_read<uint8_t, &ibv_wc::sl>;
+  x.read_dlid_path_bits = ex_read<uint8_t, &ibv_wc::dlid_path_bits>;
   x.read_completion_ts = ex_completion_ts;
   x.read_completion_wallclock_ns = ex_completion_wallclock_ns;
 }

@@ -547,41 +547,34 @@ ssize_t xattr_claimed(const char* path, bool follow, bool list, Real&& real) {
   return serve(a, path, ssize_t{-1}, real, [&]() -> ssize_t { return list ? 0 : fail(ENODATA); });
 }
 
+// One of the four xattr calls: answered for a path the sysfs view claims, else libc's `Fn` (the
+// system call `sysno` when libc has none) with `args`. `follow`: the call follows a last link
+// (getxattr, listxattr), `list`: it lists names.
+template <auto Fn, typename... Args>
+ssize_t xattr_call(const char* path, bool follow, bool list, long sysno, Args... args) {
+  const Libc* c = libc();
+  auto real = [&](const char* p) {
+    return c && c->*Fn ? (c->*Fn)(p, args...) : syscall(sysno, p, args...);
+  };
+  return SysfsView::claims(path) ? xattr_claimed(path, follow, list, real) : real(path);
+}
+
 }  // namespace
 
 UROCE_EXPORT ssize_t getxattr(const char* path, const char* name, void* value,
                               size_t size) noexcept {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->getxattr ? c->getxattr(p, name, value, size)
-                            : syscall(SYS_getxattr, p, name, value, size);
-  };
-  return SysfsView::claims(path) ? xattr_claimed(path, true, false, real) : real(path);
+  return xattr_call<&Libc::getxattr>(path, true, false, SYS_getxattr, name, value, size);
 }
 
 UROCE_EXPORT ssize_t lgetxattr(const char* path, const char* name, void* value,
                                size_t size) noexcept {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->lgetxattr ? c->lgetxattr(p, name, value, size)
-                             : syscall(SYS_lgetxattr, p, name, value, size);
-  };
-  return SysfsView::claims(path) ? xattr_claimed(path, false, false, real) : real(path);
+  return xattr_call<&Libc::lgetxattr>(path, false, false, SYS_lgetxattr, name, value, size);
 }
 
 UROCE_EXPORT ssize_t listxattr(const char* path, char* list, size_t size) noexcept {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->listxattr ? c->listxattr(p, list, size) : syscall(SYS_listxattr, p, list, size);
-  };
-  return SysfsView::claims(path) ? xattr_claimed(path, true, true, real) : real(path);
+  return xattr_call<&Libc::listxattr>(path, true, true, SYS_listxattr, list, size);
 }
 
 UROCE_EXPORT ssize_t llistxattr(const char* path, char* list, size_t size) noexcept {
-  const Libc* c = libc();
-  auto real = [&](const char* p) {
-    return c && c->llistxattr ? c->llistxattr(p, list, size)
-                              : syscall(SYS_llistxattr, p, list, size);
-  };
-  return SysfsView::claims(path) ? xattr_claimed(path, false, true, real) : real(path);
+  return xattr_call<&Libc::llistxattr>(path, false, true, SYS_llistxattr, list, size);
 }

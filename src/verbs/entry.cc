@@ -182,28 +182,20 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* ctx, ibv_async_event* ev) {
 
 UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* ev) {
   const ibv_context* ctx = nullptr;
-  switch (ev->event_type) {
-    case IBV_EVENT_CQ_ERR:
+  switch (uv::event_element(ev->event_type)) {
+    case uv::EventElement::kCq:
       ctx = ev->element.cq->context;
       break;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
+    case uv::EventElement::kQp:
       ctx = ev->element.qp->context;
       break;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
+    case uv::EventElement::kSrq:
       ctx = ev->element.srq->context;
       break;
-    case IBV_EVENT_WQ_FATAL:
+    case uv::EventElement::kWq:
       ctx = ev->element.wq->context;
       break;
-    default:
+    case uv::EventElement::kNone:
       break;  // device and port events carry no object: acknowledging them touches nothing
   }
   if (ctx && uv::is_uroce(ctx)) return uv::ack_async_event(ev);

@@ -56,6 +56,10 @@ int get_async_event(ibv_context* ctx, ibv_async_event* ev);
 // uroce_query_counters (uroce/uroce.h): fills up to `max`, returns the number of counters.
 int query_counters(ibv_context* ctx, uroce_counter* out, int max);
 void ack_async_event(ibv_async_event* ev);
+// The object an async event names: which member of ibv_async_event's `element` is set, by the
+// event's type (ibv_get_async_event(3)); kNone for port and device events.
+enum class EventElement { kNone, kCq, kQp, kSrq, kWq };
+EventElement event_element(ibv_event_type type);
 
 // ---- query.cc ----
 int query_device(ibv_context* ctx, ibv_device_attr* attr);
@@ -109,6 +113,20 @@ int req_notify_cq(ibv_cq* cq, int solicited_only);
 // ---- qp.cc ----
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+// The fields ibv_qp_init_attr and ibv_qp_init_attr_ex share, copied from one to the other (the
+// rest of `To` zero): ibv_create_qp served by the _ex path, and back.
+template <class To, class From>
+To shared_init_attr(const From& f) {
+  To t{};
+  t.qp_context = f.qp_context;
+  t.send_cq = f.send_cq;
+  t.recv_cq = f.recv_cq;
+  t.srq = f.srq;
+  t.cap = f.cap;
+  t.qp_type = f.qp_type;
+  t.sq_sig_all = f.sq_sig_all;
+  return t;
+}
 int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
 int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr);
 int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init);

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ah.h"
@@ -366,14 +368,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  ibv_qp_init_attr_ex ex{};
-  ex.qp_context = attr->qp_context;
-  ex.send_cq = attr->send_cq;
-  ex.recv_cq = attr->recv_cq;
-  ex.srq = attr->srq;
-  ex.cap = attr->cap;
-  ex.qp_type = attr->qp_type;
-  ex.sq_sig_all = attr->sq_sig_all;
+  auto ex = shared_init_attr<ibv_qp_init_attr_ex>(*attr);
   ex.comp_mask = IBV_QP_INIT_ATTR_PD;
   ex.pd = pd;
   ibv_qp* qp = create_qp_ex(pd->context, &ex);
@@ -577,23 +572,15 @@ ibv_qp_ex* qp_to_qp_ex(ibv_qp* ibqp) {
 void destroy_context_objects(VContext* c) {
   // QPs first (the engine stops completing into CQs), then SRQs, CQs, channels, MRs and PDs.
   // Events the application never acknowledged do not block a close.
-  std::set<VQp*> qps;
-  std::set<VSrq*> srqs;
-  std::set<VAh*> ahs;
-  std::set<VCq*> cqs;
-  std::set<VChannel*> chs;
-  std::set<VMr*> mrs;
-  std::set<VPd*> pds;
-  {
-    std::lock_guard<std::mutex> g(c->mu);
-    qps.swap(c->qps);
-    srqs.swap(c->srqs);
-    ahs.swap(c->ahs);
-    cqs.swap(c->cqs);
-    chs.swap(c->channels);
-    mrs.swap(c->mrs);
-    pds.swap(c->pds);
-  }
+  std::unique_lock<std::mutex> g(c->mu);
+  const auto qps = std::exchange(c->qps, {});
+  const auto srqs = std::exchange(c->srqs, {});
+  const auto ahs = std::exchange(c->ahs, {});
+  const auto cqs = std::exchange(c->cqs, {});
+  const auto chs = std::exchange(c->channels, {});
+  const auto mrs = std::exchange(c->mrs, {});
+  const auto pds = std::exchange(c->pds, {});
+  g.unlock();
   for (VQp* qp : qps) {
     c->dev->destroy_qp(qp->tqp);
     delete qp;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -302,6 +303,32 @@ TEST_F(DiscoveryTest, ErrnoIsKeptOnSuccess) {
 }
 
 // Everything outside the two directories is the real file system's answer, errors included.
+// sysfs attributes carry no extended attributes on a host without SELinux: getxattr fails with
+// ENODATA and listxattr lists none, following a last link or not; other paths get the kernel's
+// answer.
+TEST_F(DiscoveryTest, ExtendedAttributesAreNone) {
+  const std::string types = std::string(kDev) + "/ports/1/gid_attrs/types/0";
+  char buf[256];
+  EXPECT_EQ(getxattr(types.c_str(), "security.selinux", buf, sizeof buf), -1);
+  EXPECT_EQ(errno, ENODATA);
+  EXPECT_EQ(lgetxattr(types.c_str(), "security.selinux", buf, sizeof buf), -1);
+  EXPECT_EQ(errno, ENODATA);
+  EXPECT_EQ(listxattr(types.c_str(), buf, sizeof buf), 0);
+  EXPECT_EQ(llistxattr(kDev, buf, sizeof buf), 0);
+
+  char want[256];
+  EXPECT_EQ(listxattr("/proc/self/exe", buf, sizeof buf),
+            syscall(SYS_listxattr, "/proc/self/exe", want, sizeof want));
+  EXPECT_EQ(llistxattr("/tmp", buf, sizeof buf),
+            syscall(SYS_llistxattr, "/tmp", want, sizeof want));
+  const ssize_t got = getxattr("/tmp", "user.uroce-none", buf, sizeof buf);
+  const int got_errno = errno;
+  EXPECT_EQ(got, syscall(SYS_getxattr, "/tmp", "user.uroce-none", want, sizeof want));
+  EXPECT_EQ(got_errno, errno);
+  EXPECT_EQ(lgetxattr("/tmp", "user.uroce-none", buf, sizeof buf),
+            syscall(SYS_lgetxattr, "/tmp", "user.uroce-none", want, sizeof want));
+}
+
 TEST(DiscoveryPassthrough, OtherPathsAreUntouched) {
   struct stat ours, theirs;
   ASSERT_EQ(stat("/proc/self/exe", &ours), 0);

@@ -165,14 +165,6 @@ uint32_t crc_head_ib(uint8_t* head, size_t head_len, std::span<const uint8_t> ib
   return crc_update(crc, ib.data() + kBthBytes, ib.size() - kBthBytes);
 }
 
-void put_be16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v >> 8);
-  p[1] = uint8_t(v);
-}
-void put_be32(uint8_t* p, uint32_t v) {
-  put_be16(p, uint16_t(v >> 16));
-  put_be16(p + 2, uint16_t(v));
-}
 // Whole-word big-endian stores (one bswap and one store where the compiler would otherwise
 // keep the byte stores of put_be16 apart).
 void store_be32(uint8_t* p, uint32_t v) {

@@ -28,6 +28,25 @@ inline constexpr size_t kIcrcBytes = 4;
 inline constexpr uint32_t kQpnMask = 0x00ffffff;
 inline constexpr uint16_t kDefaultPkey = 0xffff;
 
+// Big-endian stores, byte by byte, for the fields of headers built in place (the GRH area of a
+// UD receive, the ICRC's pseudo-headers, pcap's IPv4/UDP headers).
+inline void put_be16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+inline void put_be32(uint8_t* p, uint32_t v) {
+  put_be16(p, uint16_t(v >> 16));
+  put_be16(p + 2, uint16_t(v));
+}
+// The IPv4 header checksum (RFC 791) of the `len`-byte header at `h`: the one's complement of
+// the one's complement sum of its 16-bit words (compute it with the checksum field zero).
+inline uint16_t ipv4_checksum(const uint8_t* h, size_t len) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < len; i += 2) sum += uint32_t(h[i]) << 8 | h[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
 // Opcodes, IBTA Table 38. The high 3 bits select the transport, the low 5 the operation.
 enum class Opcode : uint8_t {
   // RC
