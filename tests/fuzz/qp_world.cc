@@ -20,7 +20,9 @@ uint8_t* fuzz_memory() {
     if (p != reinterpret_cast<void*>(QpWorld::kMemBase)) fail("cannot map the fuzz memory");
     // The on-demand region's hole and read-only page.
     auto* odp = reinterpret_cast<uint8_t*>(QpWorld::kOdpBase);
-    if (munmap(odp + kPage, kPage) != 0 || mprotect(odp + 2 * kPage, kPage, PROT_READ) != 0)
+    // (The hole is PROT_NONE, not unmapped: another mmap could take an unmapped page.)
+    if (mprotect(odp + kPage, kPage, PROT_NONE) != 0 ||
+        mprotect(odp + 2 * kPage, kPage, PROT_READ) != 0)
       fail("cannot shape the on-demand region");
     return static_cast<uint8_t*>(p);
   }();

@@ -66,8 +66,8 @@ class QpWorld {
   static constexpr uint64_t kMemBase = 0x500000000000ull;  // clear of ASan's allocator (0x6000…)
   static constexpr size_t kRwBytes = 65536, kRoBytes = 4096;
   // Then an on-demand (ODP) region of kOdpPages pages, every right granted, whose second page is
-  // not mapped and whose third is read-only: the transport must answer an access there with a
-  // NAK or an error completion (TableMemory's fault-in), never touch it.
+  // inaccessible (PROT_NONE) and whose third is read-only: the transport must answer an access
+  // there with a NAK or an error completion (TableMemory's fault-in), never touch it.
   static constexpr uint64_t kOdpBase = kMemBase + kRwBytes + kRoBytes;
   static constexpr size_t kPage = 4096, kOdpPages = 4;
   // FakeMemory numbers its keys from 0x100 in registration order.
