@@ -8,6 +8,7 @@
 
 #include "transport/env.h"
 #include "transport/qp.h"
+#include "wire/wire.h"
 
 namespace uroce::transport {
 
@@ -16,6 +17,14 @@ struct QpContext {
   const ibv_qp_attr& attr;  // attributes as last modified (masked fields only ever set)
   MemoryAccess& mem;
   QpCounters& counters;
+  // The service of its packets: RC, or XRC for XRC send and receive QPs (IBTA Table 38).
+  wire::Service service = wire::Service::kRc;
+  // The PD the responder checks memory against: the QP's, or for an XRC receive QP the PD of the
+  // XRC SRQ the current request names (IBTA 9.4, XRC: the SRQ's PD governs).
+  uint32_t pd = 0;
+  // XRC receive QPs: the request at hand names no XRC SRQ of the QP's domain (or another SRQ
+  // than its message started with). The responder refuses it (NAK invalid request).
+  bool xrc_refused = false;
   // Derived from `attr` at modify time.
   uint32_t remote_ip = 0;  // from ah_attr.grh.dgid, host byte order
   uint32_t mtu = 256;      // path MTU, bytes

@@ -128,7 +128,7 @@ void Qp::Impl::enter_error(bool transport_error) {
   state = IBV_QPS_ERR;
   flush();
   if (transport_error) raise(IBV_EVENT_QP_FATAL);
-  if (init.srq != nullptr) raise(IBV_EVENT_QP_LAST_WQE_REACHED);
+  if (init.srq != nullptr) raise(IBV_EVENT_QP_LAST_WQE_REACHED);  // not XRC's: no SRQ of its own
   // The responder keeps a pending NAK: it is still sent (pump() in ERR sends responses only), so
   // the peer learns why. Requester and completer stop: the queue they work on is gone.
 }
@@ -236,7 +236,7 @@ bool Qp::Impl::send_pending_cnp() {
 
 bool Qp::Impl::paced_work() const {
   if (!pacer.limiting()) return false;
-  if (init.type != IBV_QPT_RC) return unreliable_has_work(*this);
+  if (!reliable()) return unreliable_has_work(*this);
   const Time at = pacer.release_time();
   return responder.next_response_is_data() ||
          (sending_state() &&
@@ -250,7 +250,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
   if (c.err != 0) return c.err;
   const ibv_qp_state cur = q.state;
   q.apply_attrs(a, mask);
-  if (q.init.type != IBV_QPT_RC) unreliable_on_modify(q, cur, c.next);
+  if (!q.reliable()) unreliable_on_modify(q, cur, c.next);
   switch (c.next) {
     case IBV_QPS_RESET:
       // Back to the state of a new QP: queues emptied without completions (IBTA 10.3.1). The
@@ -270,6 +270,10 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       q.np = cc::CnpLimiter{};
       q.cnp_pending = false;
       q.cnp_to = {};
+      if (q.init.type == IBV_QPT_XRC_RECV) {
+        q.xrc_srq = nullptr;
+        q.recv_guard.retarget(nullptr);
+      }
       q.state = IBV_QPS_RESET;
       break;
     case IBV_QPS_INIT:
@@ -322,8 +326,12 @@ void Qp::query(ibv_qp_attr& a, ibv_qp_init_attr& init) const {
 int Qp::post_send(const SendWqe& wqe, Time now) {
   Impl& q = *impl_;
   CheckCqsOnReturn check{q};
-  // UD and UC carry a subset of the operations (unreliable_qp.h).
-  if (q.init.type != IBV_QPT_RC && !unreliable_wqe_ok(q.init.type, wqe)) return EINVAL;
+  // UD and UC carry a subset of the operations (unreliable_qp.h), XRC all of RC's but ATOMIC
+  // WRITE; an XRC receive QP has no send queue (ibv_create_qp_ex(3)).
+  if (q.init.type == IBV_QPT_XRC_RECV) return EINVAL;
+  if (q.init.type == IBV_QPT_XRC_SEND && !wr_opcode_info(wqe.opcode).allowed_on(q.init.type))
+    return EINVAL;
+  if (!q.reliable() && !unreliable_wqe_ok(q.init.type, wqe)) return EINVAL;
   if (q.state == IBV_QPS_RESET || q.state == IBV_QPS_INIT || q.state == IBV_QPS_RTR) return EINVAL;
   const bool local_op = is_local_op(wqe.opcode);
   if (!wr_opcode_info(wqe.opcode).supported && !local_op) return EINVAL;
@@ -376,6 +384,9 @@ int Qp::post_recv(const RecvWqe& wqe) {
   // posting side are touched (recv_queue.h says how the QP's state reaches it).
   Impl& q = *impl_;
   if (q.init.srq != nullptr) return EINVAL;  // receives go to the SRQ (ibv_post_recv(3))
+  // XRC QPs have no receive queue: an XRC send QP receives nothing, an XRC receive QP takes its
+  // WQEs from the XRC SRQs of its domain.
+  if (q.init.type == IBV_QPT_XRC_SEND || q.init.type == IBV_QPT_XRC_RECV) return EINVAL;
   if (wqe.num_sge > std::min(q.init.max_recv_sge, kMaxSge)) return EINVAL;
   return q.rq.post(wqe);
 }
@@ -391,21 +402,27 @@ bool Qp::receive_deferring_pump(const wire::Packet& pkt, const RxInfo& rx, Time 
     q.on_cnp(rx, now);
     return false;
   }
-  if (q.init.type != IBV_QPT_RC) {
+  if (!q.reliable()) {
     unreliable_receive(q, pkt, rx, now);  // UD/UC responders send nothing back but CNPs
     return q.cnp_pending;
   }
   // Cheapest checks first; each refusal is a counted drop (IBTA 9.6: silently dropped packets).
   const bool accepting = q.state == IBV_QPS_RTR || q.sending_state();
-  if (pkt.info == nullptr || !accepting || wire::service_of(pkt.bth.opcode) != wire::Service::kRc ||
-      q.init.type != IBV_QPT_RC || (pkt.bth.pkey & 0x7fff) != (wire::kDefaultPkey & 0x7fff) ||
-      rx.src_ip != q.ctx.remote_ip) {
+  if (pkt.info == nullptr || !accepting || wire::service_of(pkt.bth.opcode) != q.ctx.service ||
+      (pkt.bth.pkey & 0x7fff) != (wire::kDefaultPkey & 0x7fff) || rx.src_ip != q.ctx.remote_ip) {
+    ++q.counters.dropped_pkts;
+    return false;
+  }
+  const uint32_t flags = pkt.info->flags;
+  // XRC's halves: the send QP is only a requester (it takes responses), the receive QP only a
+  // responder (it takes requests).
+  if ((q.init.type == IBV_QPT_XRC_SEND && (flags & wire::kRequest)) ||
+      (q.init.type == IBV_QPT_XRC_RECV && !(flags & wire::kRequest))) {
     ++q.counters.dropped_pkts;
     return false;
   }
   count_rcvd(q.counters, wire::ib_length(pkt));
   if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
-  const uint32_t flags = pkt.info->flags;
   if (flags & wire::kRequest) {
     // RNR grace: behind a message that waits for a receive WQE, every request waits too (they
     // are in PSN order); the first that would find none starts the wait.
@@ -431,7 +448,7 @@ void Qp::pump(Time now) {
   if (!q.parked.empty()) q.release_parked(now);
   // A CNP first: congestion news is worth more the sooner it arrives.
   if (!q.send_pending_cnp()) return;
-  if (q.init.type != IBV_QPT_RC) {
+  if (!q.reliable()) {
     unreliable_pump(q, now);
     return;
   }
@@ -481,7 +498,7 @@ bool Qp::wants_pump() const {
   // Requests wait for a receive WQE, and one has been posted.
   if (!q.parked.empty() && q.rq.size() != 0) return true;
   // A packet held by the pacer is not something to send now (as below).
-  if (q.init.type != IBV_QPT_RC) return !q.pacer.limiting() && unreliable_has_work(q);
+  if (!q.reliable()) return !q.pacer.limiting() && unreliable_has_work(q);
   // A packet held by the pacer is not something to send now: next_deadline() says when.
   if (q.responder.has_response() && !(q.responder.next_response_is_data() && q.pacer.limiting()))
     return true;
@@ -520,7 +537,8 @@ Time Qp::Impl::rnr_grace() const {
 }
 
 bool Qp::Impl::must_wait(const wire::Packet& pkt) {
-  return init.rnr_grace_ns != 0 && init.srq == nullptr && takes_recv_wqe(pkt) &&
+  return init.rnr_grace_ns != 0 && init.srq == nullptr && init.type != IBV_QPT_XRC_RECV &&
+         takes_recv_wqe(pkt) &&
          Psn(pkt.bth.psn) == responder.expected_psn() && rq.empty();
 }
 
@@ -573,13 +591,42 @@ void Qp::Impl::drop_parked() {
   waiting.store(false, std::memory_order_release);
 }
 
+void Qp::Impl::xrc_route(const wire::Packet& pkt) {
+  Srq* s = init.xrc_srqs != nullptr ? init.xrc_srqs->find(pkt.xrc_srqn) : nullptr;
+  // The SRQ must be an XRC SRQ of this QP's domain (IBTA 9.4, XRC; 11.2.x: the XRC SRQ and the
+  // XRC target QP share a domain), and the packets of one message name one SRQ: the message
+  // scatters into the WQE it took from that SRQ, under that SRQ's PD.
+  const bool in_message = responder.in_message();
+  const bool ok = s != nullptr && s->xrcd() == init.xrcd && (!in_message || s == xrc_srq);
+  ctx.xrc_refused = !ok;
+  if (!ok || in_message) return;
+  xrc_srq = s;
+  ctx.pd = s->pd();
+  recv_guard.retarget(s->cq());
+}
+
+void Qp::xrc_srq_gone(const Srq* srq) {
+  Impl& q = *impl_;
+  if (q.xrc_srq != srq) return;
+  q.xrc_srq = nullptr;
+  q.recv_guard.retarget(nullptr);
+  // A WQE taken for a message in progress goes with its SRQ, uncompleted; the gate stays as
+  // the state set it (an XRC receive QP is never posted to).
+  const RecvQueue::Gate gate = q.rq.gate();
+  q.rq.reset();
+  if (gate == RecvQueue::Gate::kOpen) q.rq.open();
+}
+
 void Qp::Impl::request(const wire::Packet& pkt) {
+  const bool expected = Psn(pkt.bth.psn) == responder.expected_psn();
+  Srq* srq = init.srq;
+  if (init.type == IBV_QPT_XRC_RECV) {
+    xrc_route(pkt);
+    srq = ctx.xrc_refused ? nullptr : xrc_srq;
+  }
   // With an SRQ, the message takes its receive WQE from it when it starts at the expected
   // PSN; duplicates and out-of-sequence packets take none.
-  if (init.srq != nullptr && rq.empty() && takes_recv_wqe(pkt) &&
-      Psn(pkt.bth.psn) == responder.expected_psn()) {
-    init.srq->take(rq);
-  }
+  if (srq != nullptr && rq.empty() && takes_recv_wqe(pkt) && expected) srq->take(rq);
   const ResponderOutcome o = responder.on_request(pkt, ctx, rq);
   // IBTA 11.6.3: the first packet received in RTR establishes communication.
   if (o.first_packet && state == IBV_QPS_RTR) raise(IBV_EVENT_COMM_EST);

@@ -29,7 +29,14 @@ inline constexpr uint8_t kMaxRdAtomic = 128;
 // as the port's speed (ibv_query_port: 1X EDR, 25 Gb/s).
 inline constexpr uint64_t kDefaultLineRateBps = 25'000'000'000ull;
 
-class Srq;  // srq.h
+class Srq;      // srq.h
+class XrcSrqs;  // srq.h
+
+// The QP types whose transport is reliable connected: RC, and XRC's send (initiator) and receive
+// (target) halves (IBTA 9.2: XRC is RC's protocol with an XRCETH in each request).
+constexpr bool is_reliable(ibv_qp_type t) {
+  return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV;
+}
 
 struct QpInit {
   ibv_qp_type type = IBV_QPT_RC;
@@ -48,6 +55,11 @@ struct QpInit {
   // Shared receive queue (srq.h), or null. With one, post_recv is refused (EINVAL) and receive
   // WQEs come from the SRQ; the caller keeps the SRQ alive while the QP exists.
   Srq* srq = nullptr;
+  // XRC receive (target) QPs: the XRC domain they belong to, and where the SRQ each request names
+  // is looked up (its XRCETH). Such a QP has no PD, CQ or queue of its own: each message takes
+  // its WQE from the SRQ, checks memory against the SRQ's PD and completes into the SRQ's CQ.
+  uint32_t xrcd = 0;
+  XrcSrqs* xrc_srqs = nullptr;
   // RC: resend from the oldest unacknowledged PSN when no ACK progress came for a probe timeout
   // derived from the measured round trip, well before the local ACK timeout (completer.h). Off,
   // only the IBTA ACK timer retransmits. The device sets it from DeviceConfig (default on,
@@ -113,6 +125,9 @@ class Qp {
   // Whether requests wait for a receive WQE (RNR grace): a receive posted now lets them go at
   // the next pump(). Any thread, without the device lock (the poster's).
   bool waits_for_recv() const;
+  // XRC receive QPs: the XRC SRQ `srq` goes away. A message in progress into it is abandoned (its
+  // WQE dropped with the SRQ, as the SRQ's own WQEs are); its later packets are refused.
+  void xrc_srq_gone(const Srq* srq);
   // Earliest time on_timer() must run (retransmission, RNR wait, ACK coalescing), or kNever.
   Time next_deadline() const;
   void on_timer(Time now);

@@ -33,14 +33,18 @@ class CqGuard : public CompletionSink {
  public:
   explicit CqGuard(CompletionSink* cq) : cq_(cq) {}
   void push(const ibv_wc& wc) override {
+    if (cq_ == nullptr) return;  // an XRC receive QP between SRQs: it has no WQE to complete
     cq_->push(wc);
     lost_ = lost_ || cq_->overrun();
   }
   void push(const ibv_wc& wc, bool solicited) override {
+    if (cq_ == nullptr) return;
     cq_->push(wc, solicited);
     lost_ = lost_ || cq_->overrun();
   }
-  bool overrun() const override { return cq_->overrun(); }
+  bool overrun() const override { return cq_ != nullptr && cq_->overrun(); }
+  // An XRC receive QP completes into the CQ of the SRQ its current message takes from.
+  void retarget(CompletionSink* cq) { cq_ = cq; }
   bool lost() const { return lost_; }
   void clear() { lost_ = false; }
 
@@ -56,7 +60,7 @@ struct Qp::Impl {
         init(guarded(i)),
         tx(t),
         mem(m),
-        ctx{init, attr, mem, counters},
+        ctx{init, attr, mem, counters, service_for(i.type), i.pd},
         rq(i.max_recv_wr, i.recv_cq, i.qpn, RecvQueue::Gate::kClosed),
         rate(cc::make_rate_control(init.cc, init.line_rate_bps)),
         pacer(init.cc.pacer_burst) {}
@@ -81,6 +85,9 @@ struct Qp::Impl {
   Responder responder;
   Completer completer;
   UnreliableRoles unreliable;  // UD and UC QPs only (unreliable_qp.h)
+
+  // XRC receive QPs: the XRC SRQ the message in progress (or the last one) takes from.
+  Srq* xrc_srq = nullptr;
 
   bool sq_drained_reported = false;  // IBV_EVENT_SQ_DRAINED raised for the current SQD period
 
@@ -135,6 +142,9 @@ struct Qp::Impl {
   void raise(ibv_event_type ev) {
     if (init.events != nullptr) init.events->qp_event(init.qpn, ev);
   }
+  bool reliable() const { return is_reliable(init.type); }
+  // XRC receive QPs: finds the SRQ `pkt` names and points the responder's context at it.
+  void xrc_route(const wire::Packet& pkt);
   bool sending_state() const { return state == IBV_QPS_RTS || state == IBV_QPS_SQD; }
   // Congestion control steps (qp.cc).
   void on_cnp(const RxInfo& rx, Time now);
@@ -167,8 +177,13 @@ struct Qp::Impl {
  private:
   QpInit guarded(QpInit i) {
     if (i.send_cq != nullptr) i.send_cq = &send_guard;
-    if (i.recv_cq != nullptr) i.recv_cq = &recv_guard;
+    // An XRC receive QP completes through the guard too, into the CQ of each message's SRQ.
+    if (i.recv_cq != nullptr || i.type == IBV_QPT_XRC_RECV) i.recv_cq = &recv_guard;
     return i;
+  }
+  static wire::Service service_for(ibv_qp_type t) {
+    return t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV ? wire::Service::kXrc
+                                                          : wire::Service::kRc;
   }
 };
 

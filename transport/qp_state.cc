@@ -23,7 +23,13 @@ constexpr int kRtsRc =
 // kernel's table allows it there; ibv_modify_qp_rate_limit modifies RTS to RTS).
 constexpr int kPacing = IBV_QP_RATE_LIMIT;
 
-// Index of a QP type in the per-type columns below: RC, UC, UD.
+// The same for XRC's halves (the kernel's ib_modify_qp_is_ok keeps them as columns of its own):
+// the send (initiator) QP is RC's requester, the receive (target) QP RC's responder.
+constexpr int kPathXrcIni = kPathUc;
+constexpr int kPathXrcTgt = kPathRc;
+constexpr int kRtsXrcTgt = IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+
+// Index of a QP type in the per-type columns below: RC, UC, UD, XRC send, XRC receive.
 int type_index(ibv_qp_type t) {
   switch (t) {
     case IBV_QPT_RC:
@@ -32,22 +38,27 @@ int type_index(ibv_qp_type t) {
       return 1;
     case IBV_QPT_UD:
       return 2;
+    case IBV_QPT_XRC_SEND:
+      return 3;
+    case IBV_QPT_XRC_RECV:
+      return 4;
     default:
       return -1;
   }
 }
 
+constexpr int kTypes = 5;
 struct Entry {
   bool valid;
-  int required[3];  // RC, UC, UD
-  int optional[3];
+  int required[kTypes];  // RC, UC, UD, XRC send, XRC receive
+  int optional[kTypes];
 };
 
 constexpr int kNumStates = IBV_QPS_ERR + 1;  // RESET INIT RTR RTS SQD SQE ERR
 
 // kTable[cur][next].
 constexpr Entry make_table_entry(bool valid) {
-  return Entry{valid, {0, 0, 0}, {0, 0, 0}};
+  return Entry{valid, {0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}};
 }
 
 struct Table {
@@ -59,56 +70,57 @@ struct Table {
       e[s][IBV_QPS_RESET] = make_table_entry(true);
       e[s][IBV_QPS_ERR] = make_table_entry(s != IBV_QPS_RESET);
     }
-    e[IBV_QPS_RESET][IBV_QPS_INIT] = {true,
-                                      {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                                       IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                                       IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY},
-                                      {0, 0, 0}};
-    e[IBV_QPS_INIT][IBV_QPS_INIT] = {true,
-                                     {0, 0, 0},
-                                     {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                                      IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-                                      IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY}};
-    e[IBV_QPS_INIT][IBV_QPS_RTR] = {true,
-                                    {kPathRc, kPathUc, 0},
-                                    {IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
-                                     IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
-                                     IBV_QP_PKEY_INDEX | IBV_QP_QKEY}};
+    constexpr int kInit = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    constexpr int kInitUd = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+    e[IBV_QPS_RESET][IBV_QPS_INIT] = {
+        true, {kInit, kInit, kInitUd, kInit, kInit}, {0, 0, 0, 0, 0}};
+    e[IBV_QPS_INIT][IBV_QPS_INIT] = {
+        true, {0, 0, 0, 0, 0}, {kInit, kInit, kInitUd, kInit, kInit}};
+    e[IBV_QPS_INIT][IBV_QPS_RTR] = {
+        true,
+        {kPathRc, kPathUc, 0, kPathXrcIni, kPathXrcTgt},
+        {IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+         IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX, IBV_QP_PKEY_INDEX | IBV_QP_QKEY,
+         IBV_QP_ALT_PATH | IBV_QP_PKEY_INDEX,
+         IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX}};
+    constexpr int kRtsOptRc = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                              IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
+    constexpr int kRtsOptUc =
+        IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE;
     e[IBV_QPS_RTR][IBV_QPS_RTS] = {
         true,
-        {kRtsRc, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN},
-        {IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
-             IBV_QP_PATH_MIG_STATE | kPacing,
-         IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE | kPacing,
-         IBV_QP_CUR_STATE | IBV_QP_QKEY | kPacing}};
+        {kRtsRc, IBV_QP_SQ_PSN, IBV_QP_SQ_PSN, kRtsRc, kRtsXrcTgt},
+        {kRtsOptRc | kPacing, kRtsOptUc | kPacing, IBV_QP_CUR_STATE | IBV_QP_QKEY | kPacing,
+         kRtsOptUc | kPacing, kRtsOptRc}};
     const Entry to_rts = {
         true,
-        {0, 0, 0},
-        {IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
-             IBV_QP_MIN_RNR_TIMER | kPacing,
-         IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | kPacing,
-         IBV_QP_CUR_STATE | IBV_QP_QKEY | kPacing}};
+        {0, 0, 0, 0, 0},
+        {kRtsOptRc | kPacing, kRtsOptUc | kPacing, IBV_QP_CUR_STATE | IBV_QP_QKEY | kPacing,
+         kRtsOptUc | kPacing, kRtsOptRc}};
     e[IBV_QPS_RTS][IBV_QPS_RTS] = to_rts;
     e[IBV_QPS_SQD][IBV_QPS_RTS] = to_rts;
+    constexpr int kSqdNotify = IBV_QP_EN_SQD_ASYNC_NOTIFY;
     e[IBV_QPS_RTS][IBV_QPS_SQD] = {
-        true,
-        {0, 0, 0},
-        {IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_EN_SQD_ASYNC_NOTIFY}};
+        true, {0, 0, 0, 0, 0}, {kSqdNotify, kSqdNotify, kSqdNotify, kSqdNotify, kSqdNotify}};
+    constexpr int kSqdCommon = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+                               IBV_QP_PATH_MIG_STATE;
     e[IBV_QPS_SQD][IBV_QPS_SQD] = {
         true,
-        {0, 0, 0},
-        {IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-             IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH |
-             IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE,
-         IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
-             IBV_QP_PATH_MIG_STATE,
-         IBV_QP_PKEY_INDEX | IBV_QP_QKEY}};
+        {0, 0, 0, 0, 0},
+        {kSqdCommon | IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
+             IBV_QP_MIN_RNR_TIMER,
+         kSqdCommon | IBV_QP_AV, IBV_QP_PKEY_INDEX | IBV_QP_QKEY,
+         kSqdCommon | IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+         kSqdCommon | IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_MAX_DEST_RD_ATOMIC |
+             IBV_QP_MIN_RNR_TIMER}};
     // SQE exists for UC/UD only (an RC send error moves the QP to ERR); uroce never enters it,
     // but a QP told it is there may leave it as the table says.
     e[IBV_QPS_SQE][IBV_QPS_RTS] = {
         true,
-        {0, 0, 0},
-        {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, IBV_QP_CUR_STATE | IBV_QP_QKEY}};
+        {0, 0, 0, 0, 0},
+        {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS, IBV_QP_CUR_STATE | IBV_QP_QKEY, 0, 0}};
   }
 };
 constexpr Table kTable;

@@ -255,7 +255,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   const bool rd_atomic = w.flags & kWrRespResource;
   // A READ resent from mid-stream is not its first packet, but READ and the ATOMICs name their
   // one request opcode in every position.
-  const Opcode op = wire_opcode(w, wire::Service::kRc, first, last);
+  const Opcode op = wire_opcode(w, ctx.service, first, last);
   const wire::OpcodeInfo& info = wire::opcode_info(op);
 
   ++since_ack_req_;
@@ -295,6 +295,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   p.bth.ack_req = ack_req;
   p.bth.psn = cursor_psn_.value();
   if (info.flags & wire::kHasImm) p.imm_be = e.wqe.imm_be;
+  if (info.flags & wire::kHasXrceth) p.xrc_srqn = e.wqe.xrc_srqn;
   if (info.flags & wire::kHasIeth) p.ieth_rkey = e.wqe.imm_be;  // host order (qp.h)
   if (info.flags & wire::kHasReth) {
     // WRITE FIRST/ONLY: the whole message. READ: what is still missing from seg.offset on

@@ -87,7 +87,9 @@ void Responder::nak(Nak nak, Psn psn, const QpContext& ctx) {
 
 void Responder::fail(Nak n, Psn psn, const QpContext& ctx, RecvQueue& rq, ResponderOutcome& out,
                      ibv_wc_status recv_status) {
-  if (msg_ == Msg::kSend) complete_recv(ctx, rq, recv_status, IBV_WC_RECV, msg_offset_, nullptr);
+  // (An XRC message whose SRQ went away has no WQE left to complete: Qp::xrc_srq_gone.)
+  if (msg_ == Msg::kSend && !rq.empty())
+    complete_recv(ctx, rq, recv_status, IBV_WC_RECV, msg_offset_, nullptr);
   msg_ = Msg::kNone;
   nak(n, psn, ctx);
   out.fatal = QpFatal{};
@@ -137,6 +139,12 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
   }
   nak_state_ = NakState::kNone;
   dup_acked_ = false;
+  if (ctx.xrc_refused) {
+    // XRC: the XRCETH names no XRC SRQ of the QP's domain (or another SRQ mid-message): an
+    // invalid request (Class B, IBTA 9.9.3.1.2), as for an opcode the QP cannot take.
+    fail(Nak::kInvalidRequest, psn, ctx, rq, out);
+    return out;
+  }
   if (flags & wire::kSend) {
     execute_send(pkt, ctx, rq, out);
   } else if (flags & wire::kWrite) {
@@ -187,7 +195,7 @@ void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, Recv
     fail(Nak::kInvalidRequest, psn, ctx, rq, out, IBV_WC_LOC_LEN_ERR);
     return;
   }
-  if (len != 0 && scatter(ctx.mem, ctx.init.pd, w.sge.data(), w.num_sge, msg_offset_,
+  if (len != 0 && scatter(ctx.mem, ctx.pd, w.sge.data(), w.num_sge, msg_offset_,
                           pkt.payload.data(), static_cast<uint32_t>(len)) != MemStatus::kOk) {
     // The receive WQE names memory we may not write: local protection error here, remote
     // operational error for the requester (9.9.3.1.3).
@@ -201,7 +209,7 @@ void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, Recv
     // a memory region, a type 1 window) makes the request invalid, like the other responder
     // checks of Class B (9.9.3.1.2): NAK invalid request, the receive WQE completes with
     // REM_INV_REQ_ERR (rxe's status for it) and both QPs enter ERR.
-    if (ctx.mem.invalidate(pkt.ieth_rkey, ctx.init.pd) != MemStatus::kOk) {
+    if (ctx.mem.invalidate(pkt.ieth_rkey, ctx.pd) != MemStatus::kOk) {
       msg_offset_ += len;
       fail(Nak::kInvalidRequest, psn, ctx, rq, out, IBV_WC_REM_INV_REQ_ERR);
       return;
@@ -239,7 +247,7 @@ void Responder::execute_write(const wire::Packet& pkt, const QpContext& ctx, Rec
       fail(Nak::kRemoteAccess, psn, ctx, rq, out);
       return;
     }
-    if (pkt.reth.dma_len != 0 && ctx.mem.resolve_remote(pkt.reth.rkey, ctx.init.pd, pkt.reth.va,
+    if (pkt.reth.dma_len != 0 && ctx.mem.resolve_remote(pkt.reth.rkey, ctx.pd, pkt.reth.va,
                                                         pkt.reth.dma_len, IBV_ACCESS_REMOTE_WRITE)
                                          .status != MemStatus::kOk) {
       fail(Nak::kRemoteAccess, psn, ctx, rq, out);
@@ -267,7 +275,7 @@ void Responder::execute_write(const wire::Packet& pkt, const QpContext& ctx, Rec
   }
   if (len != 0) {
     // Resolved again per packet: the region may have been deregistered since FIRST.
-    const MemRef m = ctx.mem.resolve_remote(write_rkey_, ctx.init.pd, write_va_ + msg_offset_, len,
+    const MemRef m = ctx.mem.resolve_remote(write_rkey_, ctx.pd, write_va_ + msg_offset_, len,
                                             IBV_ACCESS_REMOTE_WRITE);
     if (m.status != MemStatus::kOk) {
       fail(Nak::kRemoteAccess, psn, ctx, rq, out);
@@ -343,7 +351,7 @@ void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, Recv
   if (!admit_resource_request(psn, IBV_ACCESS_REMOTE_READ, ctx, rq, out)) return;
   const wire::Reth& reth = pkt.reth;
   if (reth.dma_len != 0 &&
-      ctx.mem.resolve_remote(reth.rkey, ctx.init.pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ)
+      ctx.mem.resolve_remote(reth.rkey, ctx.pd, reth.va, reth.dma_len, IBV_ACCESS_REMOTE_READ)
               .status != MemStatus::kOk) {
     fail(Nak::kRemoteAccess, psn, ctx, rq, out);
     return;
@@ -355,6 +363,7 @@ void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, Recv
   res.va = reth.va;
   res.rkey = reth.rkey;
   res.dma_len = reth.dma_len;
+  res.pd = ctx.pd;
   remember(res, ctx);
   epsn_ += n;
   msn_ = (msn_ + 1) & kPsnMask;
@@ -365,6 +374,7 @@ void Responder::execute_read(const wire::Packet& pkt, const QpContext& ctx, Recv
   r.va = reth.va;
   r.rkey = reth.rkey;
   r.left = reth.dma_len;
+  r.pd = ctx.pd;
   r.msn = msn_;
   responses_.push_back(r);
   ++rd_atomic_queued_;
@@ -390,6 +400,7 @@ void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
     r.va = pkt.reth.va;
     r.rkey = res.rkey;
     r.left = pkt.reth.dma_len;
+    r.pd = res.pd;
     r.msn = msn_;
     responses_.push_back(r);
     return;
@@ -410,7 +421,7 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, Re
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
     return;
   }
-  const MemRef m = ctx.mem.resolve_remote(a.rkey, ctx.init.pd, a.va, 8, IBV_ACCESS_REMOTE_ATOMIC);
+  const MemRef m = ctx.mem.resolve_remote(a.rkey, ctx.pd, a.va, 8, IBV_ACCESS_REMOTE_ATOMIC);
   if (m.status != MemStatus::kOk) {
     fail(Nak::kRemoteAccess, psn, ctx, rq, out);
     return;
@@ -483,7 +494,7 @@ void Responder::execute_atomic_write(const wire::Packet& pkt, const QpContext& c
   // whatever the address (check_rkey), a good one over a misaligned target an invalid request
   // (atomic_write_reply's ERR_MISALIGNED_ATOMIC).
   const MemRef m =
-      ctx.mem.resolve_remote(reth.rkey, ctx.init.pd, reth.va, 8, IBV_ACCESS_REMOTE_WRITE);
+      ctx.mem.resolve_remote(reth.rkey, ctx.pd, reth.va, 8, IBV_ACCESS_REMOTE_WRITE);
   if (m.status != MemStatus::kOk) {
     fail(Nak::kRemoteAccess, psn, ctx, rq, out);
     return;
@@ -525,9 +536,13 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
   p.aeth.msn = r.msn;
   stamp_route(buf, data_route(ctx));  // ECN-capable like the QP's data (context.h)
   bool fatal = false;
+  // RC and XRC number their responses alike in the low five bits (IBTA Table 38).
+  const auto of_service = [&ctx](Opcode rc) {
+    return static_cast<uint8_t>(uint8_t(rc) | uint8_t(ctx.service) << 5);
+  };
   switch (r.kind) {
     case Response::Kind::kAck:
-      p.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+      p.bth.opcode = of_service(Opcode::kRcAcknowledge);
       p.aeth.syndrome = r.syndrome;
       buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
       pop_response();
@@ -535,13 +550,13 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
     case Response::Kind::kAtomicWrite:
       // rxe answers an ATOMIC WRITE with an RDMA READ RESPONSE ONLY of no data and an ACK AETH
       // (send_read_response_ack), and its completer completes the WQE on it (rxe_comp.c).
-      p.bth.opcode = uint8_t(Opcode::kRcReadResponseOnly);
+      p.bth.opcode = of_service(Opcode::kRcReadResponseOnly);
       p.aeth.syndrome = ack_syndrome();
       buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
       pop_response();
       break;
     case Response::Kind::kAtomic:
-      p.bth.opcode = uint8_t(Opcode::kRcAtomicAcknowledge);
+      p.bth.opcode = of_service(Opcode::kRcAtomicAcknowledge);
       p.aeth.syndrome = ack_syndrome();
       p.atomic_ack = r.orig;
       buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
@@ -558,10 +573,10 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
       if (len != 0) {
         // Resolved when the data leaves (as a NIC's DMA reads it then): the region may have been
         // deregistered since the request was checked.
-        m = ctx.mem.resolve_remote(r.rkey, ctx.init.pd, r.va, len, IBV_ACCESS_REMOTE_READ);
+        m = ctx.mem.resolve_remote(r.rkey, r.pd, r.va, len, IBV_ACCESS_REMOTE_READ);
       }
       if (m.status != MemStatus::kOk) {
-        p.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+        p.bth.opcode = of_service(Opcode::kRcAcknowledge);
         p.aeth.syndrome = syndrome(Nak::kRemoteAccess, 0);
         buf->len = static_cast<uint32_t>(wire::build_headers(p, buf->data));
         responses_.clear();
@@ -569,7 +584,7 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
         fatal = true;
         break;
       }
-      p.bth.opcode = uint8_t(op);
+      p.bth.opcode = of_service(op);
       p.aeth.syndrome = ack_syndrome();
       p.bth.pad = wire::pad_for(len);
       const size_t hdr = wire::build_headers(p, buf->data);

@@ -75,6 +75,8 @@ class Responder {
   bool write_response(const QpContext& ctx, uint32_t gather_min, TxBuf* buf);
 
   Psn expected_psn() const { return epsn_; }
+  // A SEND or WRITE is between its FIRST and LAST packet.
+  bool in_message() const { return msg_ != Msg::kNone; }
   NakState nak_state() const { return nak_state_; }
   // Responder resources held, and the bytes of storage reserved for them (tests, diagnostics).
   size_t resources_held() const { return resources_.size(); }
@@ -100,6 +102,7 @@ class Responder {
     uint64_t va = 0;
     uint32_t rkey = 0;
     uint32_t left = 0;
+    uint32_t pd = 0;    // kRead: the PD its memory is checked against (XRC: the SRQ's)
     uint64_t orig = 0;  // kAtomic: original remote value
   };
 
@@ -111,6 +114,7 @@ class Responder {
     uint64_t va = 0;
     uint32_t rkey = 0;
     uint32_t dma_len = 0;  // READ
+    uint32_t pd = 0;       // READ: the PD it was checked against
     uint64_t orig = 0;     // ATOMIC: the value it returned
   };
 

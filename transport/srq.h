@@ -34,6 +34,12 @@ struct SrqInit {
   uint32_t max_sge = 0;            // per WQE, 1..kMaxSge
   uint32_t srq_limit = 0;          // 0 = not armed
   SrqEventSink* events = nullptr;  // may be null
+  // XRC SRQs (IBTA 10.2.9.4, ibv_create_srq_ex(3) with IBV_SRQT_XRC): the XRC domain (nonzero),
+  // the PD the messages it receives are checked against, and the CQ they complete into. The
+  // XRC receive QPs of the domain take from it when a request's XRCETH names its number.
+  uint32_t xrcd = 0;
+  uint32_t pd = 0;
+  CompletionSink* cq = nullptr;
 };
 
 class Srq {
@@ -64,11 +70,22 @@ class Srq {
   uint32_t max_wr() const { return q_.capacity(); }
   uint32_t max_sge() const { return init_.max_sge; }
   uint32_t limit() const { return limit_; }
+  uint32_t xrcd() const { return init_.xrcd; }
+  uint32_t pd() const { return init_.pd; }
+  CompletionSink* cq() const { return init_.cq; }
 
  private:
   SrqInit init_;        // as created; the capacity (max_wr) lives in q_, which resizes change
   uint32_t limit_ = 0;  // armed limit; 0 when disarmed (also after the event fired)
   RecvQueue q_;         // oldest first
+};
+
+// Where an XRC receive QP finds the XRC SRQ a request names (its XRCETH's XRCSRQ field): the
+// device's table of XRC SRQs. Called with the device lock held.
+class XrcSrqs {
+ public:
+  virtual ~XrcSrqs() = default;
+  virtual Srq* find(uint32_t srqn) = 0;  // nullptr: no such XRC SRQ
 };
 
 // True when `pkt`, a request at the responder's expected PSN, is the packet at which the message

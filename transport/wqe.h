@@ -35,6 +35,9 @@ struct SendWqe {
   uint32_t rkey = 0;
   uint64_t compare_add = 0;  // atomic
   uint64_t swap = 0;
+  // XRC send QPs: the XRC SRQ at the destination (ibv_send_wr.qp_type.xrc.remote_srqn), carried
+  // in every request's XRCETH.
+  uint32_t xrc_srqn = 0;
   // UD address (from the AH): destination IPv4, QPN and Q_Key.
   uint32_t ud_dst_ip = 0;
   uint32_t ud_remote_qpn = 0;

@@ -50,6 +50,10 @@ enum WrFlag : uint32_t {
   // with a response of its own, yet whose completion writes nothing locally and which a later
   // ACK may complete (rxe_comp.c), so it is not kWrReadOrAtomic.
   kWrRespResource = 1u << 10,
+  // An XRC send (initiator) QP carries it (IBTA 9.4: XRC has RC's operations; ibv_post_send(3)
+  // names the XRC SRQ in qp_type.xrc.remote_srqn). Not the IBTA 1.5 ATOMIC WRITE, which is
+  // defined for RC (and RD) only, as Linux rxe and ConnectX carry it.
+  kWrOnXrc = 1u << 11,
 };
 
 struct WrOpcodeInfo {
@@ -72,6 +76,8 @@ struct WrOpcodeInfo {
         return flags & kWrOnUc;
       case IBV_QPT_UD:
         return flags & kWrOnUd;
+      case IBV_QPT_XRC_SEND:
+        return flags & kWrOnXrc;
       default:
         return false;
     }
@@ -93,8 +99,9 @@ constexpr WrOpcodeInfo row(const char* name, uint32_t flags, ibv_wc_opcode wc, u
 inline constexpr size_t kSize = 16;
 
 constexpr std::array<WrOpcodeInfo, kSize> make() {
-  constexpr uint32_t kAll = kWrOnRc | kWrOnUc | kWrOnUd;
-  constexpr uint32_t kRcUc = kWrOnRc | kWrOnUc;
+  constexpr uint32_t kAll = kWrOnRc | kWrOnUc | kWrOnUd | kWrOnXrc;
+  constexpr uint32_t kRcUc = kWrOnRc | kWrOnUc | kWrOnXrc;  // and XRC, which has all of RC's
+  constexpr uint32_t kRc = kWrOnRc | kWrOnXrc;
   std::array<WrOpcodeInfo, kSize> t{};
   // RETH travels in the first packet of a WRITE, its immediate in the last (9.4.3, 9.4.4).
   t[IBV_WR_RDMA_WRITE] = row("IBV_WR_RDMA_WRITE", kRcUc | kWrInline | kWrRdma, IBV_WC_RDMA_WRITE,
@@ -112,27 +119,27 @@ constexpr std::array<WrOpcodeInfo, kSize> make() {
       "IBV_WR_SEND_WITH_IMM", kAll | kWrInline | kWrImm, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM,
       Opcode::kRcSendFirst, Opcode::kRcSendMiddle, Opcode::kRcSendLastImm, Opcode::kRcSendOnlyImm);
   constexpr uint32_t kRdAtomic = kWrReadOrAtomic | kWrRespResource;
-  t[IBV_WR_RDMA_READ] = row("IBV_WR_RDMA_READ", kWrOnRc | kWrRdma | kRdAtomic, IBV_WC_RDMA_READ,
+  t[IBV_WR_RDMA_READ] = row("IBV_WR_RDMA_READ", kRc | kWrRdma | kRdAtomic, IBV_WC_RDMA_READ,
                             IBV_QP_EX_WITH_RDMA_READ, Opcode::kRcReadRequest,
                             Opcode::kRcReadRequest, Opcode::kRcReadRequest, Opcode::kRcReadRequest);
   t[IBV_WR_ATOMIC_CMP_AND_SWP] =
-      row("IBV_WR_ATOMIC_CMP_AND_SWP", kWrOnRc | kWrAtomic | kRdAtomic, IBV_WC_COMP_SWAP,
+      row("IBV_WR_ATOMIC_CMP_AND_SWP", kRc | kWrAtomic | kRdAtomic, IBV_WC_COMP_SWAP,
           IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, Opcode::kRcCompareSwap, Opcode::kRcCompareSwap,
           Opcode::kRcCompareSwap, Opcode::kRcCompareSwap);
   t[IBV_WR_ATOMIC_FETCH_AND_ADD] =
-      row("IBV_WR_ATOMIC_FETCH_AND_ADD", kWrOnRc | kWrAtomic | kRdAtomic, IBV_WC_FETCH_ADD,
+      row("IBV_WR_ATOMIC_FETCH_AND_ADD", kRc | kWrAtomic | kRdAtomic, IBV_WC_FETCH_ADD,
           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, Opcode::kRcFetchAdd, Opcode::kRcFetchAdd,
           Opcode::kRcFetchAdd, Opcode::kRcFetchAdd);
-  // Memory windows and invalidation act on the key table (IBTA 10.6.7): RC QPs only here.
-  t[IBV_WR_LOCAL_INV] = row("IBV_WR_LOCAL_INV", kWrOnRc | kWrLocal | kWrInvalidate,
+  // Memory windows and invalidation act on the key table (IBTA 10.6.7): RC and XRC QPs here.
+  t[IBV_WR_LOCAL_INV] = row("IBV_WR_LOCAL_INV", kRc | kWrLocal | kWrInvalidate,
                             IBV_WC_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV);
   t[IBV_WR_BIND_MW] =
-      row("IBV_WR_BIND_MW", kWrOnRc | kWrLocal, IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
+      row("IBV_WR_BIND_MW", kRc | kWrLocal, IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
   // SEND with invalidate: the IETH travels in its LAST/ONLY packet (9.4.1.1). The verbs layer
   // has refused IBV_SEND_INLINE on it from the start (ibv_post_send(3) names Send and RDMA Write;
   // ibv_wr_set_inline_data on ibv_wr_send_inv is taken).
   t[IBV_WR_SEND_WITH_INV] = row(
-      "IBV_WR_SEND_WITH_INV", kWrOnRc | kWrInvalidate, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_INV,
+      "IBV_WR_SEND_WITH_INV", kRc | kWrInvalidate, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_INV,
       Opcode::kRcSendFirst, Opcode::kRcSendMiddle, Opcode::kRcSendLastInv, Opcode::kRcSendOnlyInv);
   // IBTA 1.5 ATOMIC WRITE, RC only (as rxe's rxe_wr_opcode_info): one request packet with a RETH
   // (ibv_send_wr.wr.rdma names the target) and the 8 bytes to place, taken from the WR's data —

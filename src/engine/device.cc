@@ -307,12 +307,21 @@ transport::MemoryAccess& Device::memory() {
 transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   int dummy;
   if (!err) err = &dummy;
-  if (!init.send_cq || !init.recv_cq) {
+  // An XRC send QP has no receive side, an XRC receive QP neither CQ nor PD of its own: it
+  // takes its SRQ's (ibv_create_qp_ex(3)).
+  const bool xrc_recv = init.type == IBV_QPT_XRC_RECV;
+  const bool needs_recv_cq = init.type != IBV_QPT_XRC_SEND && !xrc_recv;
+  if ((!init.send_cq && !xrc_recv) || (!init.recv_cq && needs_recv_cq) ||
+      (xrc_recv && init.xrcd == 0)) {
     *err = EINVAL;
     return nullptr;
   }
   auto g = app_call();
-  if (keys_.pd_ref(init.pd) != 0) {
+  if (xrc_recv) {
+    init.pd = 0;
+    init.send_cq = init.recv_cq = nullptr;
+    init.xrc_srqs = &xrc_srqs_;
+  } else if (keys_.pd_ref(init.pd) != 0) {
     *err = EINVAL;
     return nullptr;
   }
@@ -341,6 +350,34 @@ int Device::destroy_qp(transport::Qp* qp) {
   if (publisher_) publisher_->drop_qp(qpn);  // its row goes now, not at the next snapshot
   keys_.pd_unref(pd);
   return 0;
+}
+
+uint32_t Device::alloc_xrcd() {
+  auto g = app_call();
+  return next_xrcd_++;
+}
+
+uint32_t Device::add_xrc_srq(transport::Srq* srq) {
+  auto g = app_call();
+  // 24-bit numbers (XRCETH's XRCSRQ field), 0 never: handed out in order, wrapping past those
+  // still in use.
+  for (uint32_t tries = 0; tries <= wire::kQpnMask; ++tries) {
+    const uint32_t n = xrc_srqs_.next;
+    xrc_srqs_.next = n >= wire::kQpnMask ? 1 : n + 1;
+    if (xrc_srqs_.by_num.emplace(n, srq).second) return n;
+  }
+  return 0;
+}
+
+void Device::remove_xrc_srq(uint32_t srqn) {
+  auto g = app_call();
+  auto it = xrc_srqs_.by_num.find(srqn);
+  if (it == xrc_srqs_.by_num.end()) return;
+  const transport::Srq* srq = it->second;
+  xrc_srqs_.by_num.erase(it);
+  dispatch_->for_each_qp([srq](transport::Qp& qp) {
+    if (qp.type() == IBV_QPT_XRC_RECV) qp.xrc_srq_gone(srq);
+  });
 }
 
 int Device::attach_mcast(transport::Qp* qp, uint32_t group) {

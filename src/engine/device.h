@@ -33,6 +33,7 @@
 #include "engine/engine.h"
 #include "engine/key_table.h"
 #include "transport/qp.h"
+#include "transport/srq.h"
 
 namespace uroce {
 
@@ -125,6 +126,15 @@ class Device : private Engine::Client, private transport::EventSink {
   // the group reached), or the port's error joining the group. detach: 0, or EINVAL when not
   // attached. Destroying a QP detaches it from its groups.
   int attach_mcast(transport::Qp* qp, uint32_t group);
+
+  // XRC (IBTA 9.4, 10.2.9.4). Domains are numbers the device hands out (the verbs layer shares
+  // them between the ibv_open_xrcd calls that name one file). XRC SRQs are numbered here, on the
+  // device (ibv_get_srq_num), and found by number when a request's XRCETH names one: add returns
+  // the SRQ's number (nonzero, 24 bits), or 0 when all are taken. remove drops a message in
+  // progress into it at every XRC receive QP (transport::Qp::xrc_srq_gone).
+  uint32_t alloc_xrcd();
+  uint32_t add_xrc_srq(transport::Srq* srq);
+  void remove_xrc_srq(uint32_t srqn);
   int detach_mcast(transport::Qp* qp, uint32_t group);
 
   // Asynchronous events (IBV_EVENT_*) for ibv_get_async_event; fd() is readable while any wait.
@@ -238,6 +248,17 @@ class Device : private Engine::Client, private transport::EventSink {
   uint16_t mtu_ = 1024;                 // IB path MTU in bytes the port carries (PortCaps::ip_mtu)
   std::unique_ptr<Datapath> dp_;        // owns the port
   std::unique_ptr<Dispatch> dispatch_;  // device lock
+  // XRC SRQs by number (device lock): what XRC receive QPs look requests' SRQs up in.
+  class XrcSrqTable : public transport::XrcSrqs {
+   public:
+    transport::Srq* find(uint32_t srqn) override {
+      auto it = by_num.find(srqn);
+      return it == by_num.end() ? nullptr : it->second;
+    }
+    std::map<uint32_t, transport::Srq*> by_num;
+    uint32_t next = 1;
+  } xrc_srqs_;
+  uint32_t next_xrcd_ = 1;  // device lock
   // QPs a receive was posted to while messages waited for one (post_recv, without the device
   // lock); the next progress pass runs them (on_progress).
   std::mutex recv_posted_mu_;

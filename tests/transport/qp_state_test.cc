@@ -130,7 +130,7 @@ TEST(QpState, TransitionsNotInTheTableAreRefused) {
   EXPECT_FALSE(transition_masks(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_ERR).valid);
   EXPECT_FALSE(transition_masks(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_RTR).valid);
   EXPECT_FALSE(transition_masks(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTS).valid);
-  EXPECT_FALSE(transition_masks(IBV_QPT_XRC_SEND, IBV_QPS_RESET, IBV_QPS_INIT).valid);
+  EXPECT_FALSE(transition_masks(IBV_QPT_RAW_PACKET, IBV_QPS_RESET, IBV_QPS_INIT).valid);
 }
 
 TEST(QpState, NoStateBitMeansSameState) {

@@ -112,6 +112,7 @@ class ResourceStorage : public ::testing::Test {
     attr.qp_access_flags = kRemoteAll;
     attr.max_dest_rd_atomic = kMaxRdAtomic;
     ctx.mtu = 1024;
+    ctx.pd = init.pd;  // what a Qp sets from its QpInit
     target.assign(1 << 16, 0x5a);
     rkey = mem.reg(init.pd, target.data(), target.size(), kRemoteAll);
     r.reset(Psn(0));

@@ -15,12 +15,13 @@
 namespace uroce::transport {
 namespace {
 
-constexpr ibv_qp_type kQpTypes[] = {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
+constexpr ibv_qp_type kQpTypes[] = {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_XRC_SEND};
 
 wire::Service service_of(ibv_qp_type t) {
-  return t == IBV_QPT_RC   ? wire::Service::kRc
-         : t == IBV_QPT_UC ? wire::Service::kUc
-                           : wire::Service::kUd;
+  return t == IBV_QPT_RC         ? wire::Service::kRc
+         : t == IBV_QPT_UC       ? wire::Service::kUc
+         : t == IBV_QPT_XRC_SEND ? wire::Service::kXrc
+                                 : wire::Service::kUd;
 }
 
 std::string name_of(size_t i) {
@@ -79,6 +80,11 @@ TEST(WrOpcodeTest, EveryPacketOfACarriedOperationHasTheWireOpcodeTheRowImplies) 
         EXPECT_EQ((f & wire::kHasReth) != 0, p.first && (w.flags & kWrRdma)) << where;
         EXPECT_EQ((f & wire::kHasAtomicEth) != 0, (w.flags & kWrAtomic) != 0) << where;
         EXPECT_EQ((f & wire::kHasDeth) != 0, t == IBV_QPT_UD) << where;
+        // Every XRC request names the XRC SRQ (IBTA 9.3.9), right after BTH.
+        EXPECT_EQ((f & wire::kHasXrceth) != 0, t == IBV_QPT_XRC_SEND) << where;
+        if (t == IBV_QPT_XRC_SEND) {
+          EXPECT_EQ(info.xrceth_off, wire::kBthBytes) << where;
+        }
         // Data of its own (what IBV_SEND_INLINE may carry) is what a SEND or WRITE sends.
         if (w.flags & kWrInline) {
           EXPECT_TRUE(f & wire::kHasPayload) << where;
@@ -88,8 +94,9 @@ TEST(WrOpcodeTest, EveryPacketOfACarriedOperationHasTheWireOpcodeTheRowImplies) 
     }
   }
   // SEND and SEND_WITH_IMM on RC and UC (4 positions) and UD (1); the two WRITEs on RC and UC;
-  // SEND_WITH_INV on RC; READ, the two ATOMICs and ATOMIC WRITE, one packet each.
-  EXPECT_EQ(checked, 2 * 9 + 2 * 8 + 4 + 4);
+  // SEND_WITH_INV on RC; READ, the two ATOMICs and ATOMIC WRITE, one packet each. XRC again
+  // all of RC's but ATOMIC WRITE: 3 SENDs and 2 WRITEs × 4 positions, READ and 2 ATOMICs.
+  EXPECT_EQ(checked, 2 * 9 + 2 * 8 + 4 + 4 + 5 * 4 + 3);
 }
 
 TEST(WrOpcodeTest, RowsAgreeWithIbvPostSend) {
@@ -98,9 +105,13 @@ TEST(WrOpcodeTest, RowsAgreeWithIbvPostSend) {
     const WrOpcodeInfo& w = wr_table::kRows[i];
     const std::string where = name_of(i);
     EXPECT_EQ(w.supported, (w.flags & (kWrOnRc | kWrOnUc | kWrOnUd)) != 0) << where;
-    // Every operation of a UD or UC QP is one of RC's too (IBTA Table 38).
-    if (w.flags & (kWrOnUc | kWrOnUd)) {
+    // Every operation of a UD, UC or XRC QP is one of RC's too (IBTA Table 38).
+    if (w.flags & (kWrOnUc | kWrOnUd | kWrOnXrc)) {
       EXPECT_TRUE(w.flags & kWrOnRc) << where;
+    }
+    // XRC carries every RC operation but the IBTA 1.5 ATOMIC WRITE.
+    if (w.flags & kWrOnRc) {
+      EXPECT_EQ((w.flags & kWrOnXrc) != 0, i != IBV_WR_ATOMIC_WRITE) << where;
     }
     // Not implemented: no flags at all, so nothing derived claims anything of it.
     if (!w.supported) {
@@ -176,7 +187,10 @@ TEST(WrOpcodeTest, DerivedQuestionsFollowTheRows) {
   EXPECT_TRUE(wr_opcode_info(IBV_WR_RDMA_WRITE_WITH_IMM).allowed_on(IBV_QPT_UC));
   EXPECT_FALSE(wr_opcode_info(IBV_WR_RDMA_WRITE).allowed_on(IBV_QPT_UD));
   EXPECT_FALSE(wr_opcode_info(IBV_WR_RDMA_READ).allowed_on(IBV_QPT_UC));
-  EXPECT_FALSE(wr_opcode_info(IBV_WR_SEND).allowed_on(IBV_QPT_XRC_SEND));
+  EXPECT_TRUE(wr_opcode_info(IBV_WR_SEND).allowed_on(IBV_QPT_XRC_SEND));
+  EXPECT_TRUE(wr_opcode_info(IBV_WR_ATOMIC_FETCH_AND_ADD).allowed_on(IBV_QPT_XRC_SEND));
+  EXPECT_FALSE(wr_opcode_info(IBV_WR_ATOMIC_WRITE).allowed_on(IBV_QPT_XRC_SEND));
+  EXPECT_FALSE(wr_opcode_info(IBV_WR_SEND).allowed_on(IBV_QPT_XRC_RECV));
 }
 
 }  // namespace

@@ -76,6 +76,7 @@ constexpr OpcodeInfo entry(const char* name, uint32_t flags) {
       off = uint8_t(off + bytes);
     }
   };
+  place(kHasXrceth, i.xrceth_off, kXrcethBytes);  // XRCETH follows BTH (IBTA 9.3.9)
   place(kHasReth, i.reth_off, kRethBytes);
   place(kHasDeth, i.deth_off, kDethBytes);
   place(kHasAeth, i.aeth_off, kAethBytes);
@@ -125,8 +126,48 @@ constexpr const char* kUcNames[] = {
     "UC RDMA WRITE ONLY",  "UC RDMA WRITE ONLY WITH IMMEDIATE",
 };
 
-// RD (0x40-0x5f), XRC (0xa0-0xbf) and the IBTA 1.5 RC FLUSH (0x1c) are not implemented and
-// stay invalid, so parse() drops them as kBadOpcode. IBTA 1.5's RC ATOMIC WRITE (0x1d) is a
+// XRC's operations, by their low five bits (IBTA Table 38: 0xa0 | the RC operation). No XRC
+// ATOMIC WRITE or FLUSH: IBTA 1.5 defines them for RC (and RD) as rxe and ConnectX carry them.
+constexpr std::array<const char*, 32> kXrcNames = {
+    "XRC SEND FIRST",
+    "XRC SEND MIDDLE",
+    "XRC SEND LAST",
+    "XRC SEND LAST WITH IMMEDIATE",
+    "XRC SEND ONLY",
+    "XRC SEND ONLY WITH IMMEDIATE",
+    "XRC RDMA WRITE FIRST",
+    "XRC RDMA WRITE MIDDLE",
+    "XRC RDMA WRITE LAST",
+    "XRC RDMA WRITE LAST WITH IMMEDIATE",
+    "XRC RDMA WRITE ONLY",
+    "XRC RDMA WRITE ONLY WITH IMMEDIATE",
+    "XRC RDMA READ REQUEST",
+    "XRC RDMA READ RESPONSE FIRST",
+    "XRC RDMA READ RESPONSE MIDDLE",
+    "XRC RDMA READ RESPONSE LAST",
+    "XRC RDMA READ RESPONSE ONLY",
+    "XRC ACKNOWLEDGE",
+    "XRC ATOMIC ACKNOWLEDGE",
+    "XRC CMP SWAP",
+    "XRC FETCH ADD",
+    nullptr,
+    "XRC SEND LAST WITH INVALIDATE",
+    "XRC SEND ONLY WITH INVALIDATE",
+};
+
+// XRC (IBTA 9.4, Table 38): each RC operation again, every request packet with an XRCETH right
+// after BTH (it names the XRC SRQ that receives, and whose PD checks the memory it reaches);
+// responses — ACKs, READ responses, ATOMIC ACKs — carry none and are laid out as RC's.
+constexpr void add_xrc(std::array<OpcodeInfo, 256>& t) {
+  for (uint8_t op = 0; op < kXrcNames.size(); ++op) {
+    if (kXrcNames[op] == nullptr || t[op].name == nullptr) continue;
+    const uint32_t f = t[op].flags;
+    t[0xa0 | op] = entry(kXrcNames[op], (f & kRequest) ? f | kHasXrceth : f);
+  }
+}
+
+// RD (0x40-0x5f) and the IBTA 1.5 RC FLUSH (0x1c) are not implemented and stay invalid, so
+// parse() drops them as kBadOpcode. IBTA 1.5's RC ATOMIC WRITE (0x1d) is a
 // single-packet request laid out as rxe lays out IB_OPCODE_RC_ATOMIC_WRITE (rxe_opcode.c): BTH,
 // RETH, then its 8-byte payload.
 constexpr std::array<OpcodeInfo, 256> make_table() {
@@ -148,6 +189,7 @@ constexpr std::array<OpcodeInfo, 256> make_table() {
   t[0x64] = entry("UD SEND ONLY", kSendReq | kOnly | kHasDeth);
   t[0x65] = entry("UD SEND ONLY WITH IMMEDIATE", kSendReq | kOnly | kHasDeth | kHasImm);
   t[0x81] = entry("CNP", kCnpFlag);
+  add_xrc(t);
   return t;
 }
 
@@ -166,6 +208,16 @@ static_assert(kTable[0x65].deth_off == 12 && kTable[0x65].imm_off == 20 &&
 static_assert(kTable[0x81].header_len == 28);
 static_assert(kTable[0x1d].reth_off == 12 && kTable[0x1d].header_len == 28 &&
               (kTable[0x1d].flags & kHasPayload));
+// XRC: XRCETH after BTH, before RETH/AtomicETH/ImmDt (IBTA Table 38; as rxe's proposed XRC
+// opcode table lays them out); responses as RC's.
+static_assert(kTable[0xab].xrceth_off == 12 && kTable[0xab].reth_off == 16 &&
+              kTable[0xab].imm_off == 32 && kTable[0xab].header_len == 36);
+static_assert(kTable[0xa4].xrceth_off == 12 && kTable[0xa4].header_len == 16);
+static_assert(kTable[0xb3].atomic_eth_off == 16 && kTable[0xb3].header_len == 44);
+static_assert(kTable[0xb7].ieth_off == 16 && kTable[0xb7].header_len == 20);
+static_assert(kTable[0xb1].xrceth_off == 0 && kTable[0xb1].aeth_off == 12 &&
+              kTable[0xad].aeth_off == 12 && kTable[0xae].header_len == 12);
+static_assert(kTable[0xb5].name == nullptr && kTable[0xbd].name == nullptr);
 static_assert(kTable[0x15].name == nullptr && kTable[0x1c].name == nullptr &&
               kTable[0x40].name == nullptr);
 
@@ -187,8 +239,10 @@ Service service_of(uint8_t opcode) {
       return Service::kUd;
     case 4:
       return Service::kCnp;
+    case 5:
+      return Service::kXrc;
     default:
-      return Service::kInvalid;  // 5 = XRC, 6-7 = manufacturer specific
+      return Service::kInvalid;  // 6-7 = manufacturer specific
   }
 }
 
@@ -265,6 +319,7 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out) {
     out.atomic = {load_be64(h), load_be32(h + 8), load_be64(h + 12), load_be64(h + 20)};
   }
   if (info.atomic_ack_off) out.atomic_ack = load_be64(p + info.atomic_ack_off);
+  if (info.xrceth_off) out.xrc_srqn = load_be24(p + info.xrceth_off + 1);
   out.payload = ib.subspan(info.header_len, rest - pad);
   return ParseError::kOk;
 }
@@ -324,6 +379,10 @@ size_t build_headers(const Packet& p, uint8_t* out) {
     store_be64(h + 20, p.atomic.compare);
   }
   if (info.atomic_ack_off) store_be64(out + info.atomic_ack_off, p.atomic_ack);
+  if (info.xrceth_off) {
+    out[info.xrceth_off] = 0;  // reserved
+    store_be24(out + info.xrceth_off + 1, p.xrc_srqn & kQpnMask);
+  }
   if (info.flags & kCnpFlag) std::memset(out + info.header_len - kCnpPadBytes, 0, kCnpPadBytes);
   return info.header_len;
 }

@@ -23,6 +23,7 @@ inline constexpr size_t kImmBytes = 4;
 inline constexpr size_t kIethBytes = 4;
 inline constexpr size_t kAtomicEthBytes = 28;
 inline constexpr size_t kAtomicAckEthBytes = 8;
+inline constexpr size_t kXrcethBytes = 4;  // XRCETH: reserved(1) XRCSRQ(3), IBTA 9.3.9
 inline constexpr size_t kCnpPadBytes = 16;  // CNP: 16 reserved bytes after BTH (Annex A17.9.3).
 inline constexpr size_t kIcrcBytes = 4;
 inline constexpr uint32_t kQpnMask = 0x00ffffff;
@@ -92,6 +93,10 @@ enum class Opcode : uint8_t {
   // UD
   kUdSendOnly = 0x64,
   kUdSendOnlyImm = 0x65,
+  // XRC (IBTA Table 38, 101xxxxx): numbered as RC in the low five bits (wire_opcode()); named
+  // here where the transport compares against them.
+  kXrcSendFirst = 0xa0,
+  kXrcAcknowledge = 0xb1,
   // RoCEv2 Congestion Notification Packet (Annex A17.9.3).
   kCnp = 0x81,
 };
@@ -121,17 +126,29 @@ enum OpFlag : uint32_t {
   // IBTA 1.5 ATOMIC WRITE: BTH + RETH (DMA length 8) + an 8-byte payload the responder places
   // with one 8-byte store; answered like a READ of no data (transport/responder.h).
   kAtomicWrite = 1u << 19,
+  // XRC requests: an XRCETH right after BTH names the XRC SRQ at the responder (IBTA 9.3.9,
+  // 9.4: every XRC request packet carries it; XRC responses are laid out as RC's).
+  kHasXrceth = 1u << 20,
 };
 
 // Transport service of an opcode (its top 3 bits).
-enum class Service : uint8_t { kRc = 0, kUc = 1, kRd = 2, kUd = 3, kCnp = 4, kInvalid = 0xff };
+enum class Service : uint8_t {
+  kRc = 0,
+  kUc = 1,
+  kRd = 2,
+  kUd = 3,
+  kCnp = 4,
+  kXrc = 5,
+  kInvalid = 0xff
+};
 
 struct OpcodeInfo {
   const char* name;    // Wireshark-style name, e.g. "RC SEND FIRST"; nullptr for invalid opcodes
   uint32_t flags;      // OpFlag bits
   uint8_t header_len;  // BTH + all extended headers, bytes
   // Offsets from the start of BTH of each extended header it carries (0 = absent).
-  uint8_t reth_off, aeth_off, deth_off, imm_off, ieth_off, atomic_eth_off, atomic_ack_off;
+  uint8_t reth_off, aeth_off, deth_off, imm_off, ieth_off, atomic_eth_off, atomic_ack_off,
+      xrceth_off;
 };
 
 // The 256-entry table; invalid opcodes have name == nullptr.
@@ -207,6 +224,7 @@ struct Packet {
   uint32_t ieth_rkey = 0;  // IETH (SEND with invalidate)
   AtomicEth atomic;
   uint64_t atomic_ack = 0;  // AtomicAckETH: original remote data
+  uint32_t xrc_srqn = 0;    // XRCETH: the XRC SRQ at the responder, 24 bits
   std::span<const uint8_t> payload;
 };
 
