@@ -359,14 +359,11 @@ uint32_t Device::alloc_xrcd() {
 
 uint32_t Device::add_xrc_srq(transport::Srq* srq) {
   auto g = app_call();
-  // 24-bit numbers (XRCETH's XRCSRQ field), 0 never: handed out in order, wrapping past those
-  // still in use.
-  for (uint32_t tries = 0; tries <= wire::kQpnMask; ++tries) {
-    const uint32_t n = xrc_srqs_.next;
-    xrc_srqs_.next = n >= wire::kQpnMask ? 1 : n + 1;
-    if (xrc_srqs_.by_num.emplace(n, srq).second) return n;
-  }
-  return 0;
+  // XRCETH's 24-bit XRCSRQ field: numbered from the QPN space, unique on the device among all
+  // the processes that share it (Dispatch::reserve_number).
+  const uint32_t n = dispatch_->reserve_number();
+  if (n != 0) xrc_srqs_.by_num.emplace(n, srq);
+  return n;
 }
 
 void Device::remove_xrc_srq(uint32_t srqn) {
@@ -375,6 +372,7 @@ void Device::remove_xrc_srq(uint32_t srqn) {
   if (it == xrc_srqs_.by_num.end()) return;
   const transport::Srq* srq = it->second;
   xrc_srqs_.by_num.erase(it);
+  dispatch_->release_number(srqn);
   dispatch_->for_each_qp([srq](transport::Qp& qp) {
     if (qp.type() == IBV_QPT_XRC_RECV) qp.xrc_srq_gone(srq);
   });

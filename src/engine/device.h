@@ -128,9 +128,10 @@ class Device : private Engine::Client, private transport::EventSink {
   int attach_mcast(transport::Qp* qp, uint32_t group);
 
   // XRC (IBTA 9.4, 10.2.9.4). Domains are numbers the device hands out (the verbs layer shares
-  // them between the ibv_open_xrcd calls that name one file). XRC SRQs are numbered here, on the
-  // device (ibv_get_srq_num), and found by number when a request's XRCETH names one: add returns
-  // the SRQ's number (nonzero, 24 bits), or 0 when all are taken. remove drops a message in
+  // them between the ibv_open_xrcd calls that name one file). XRC SRQs are numbered here, from
+  // the QPN space (ibv_get_srq_num; unique among the processes sharing the device), and found by
+  // number when a request's XRCETH names one: add returns the SRQ's number (nonzero, 24 bits),
+  // or 0 when the device has no number left (max_qp QPs and SRQs). remove drops a message in
   // progress into it at every XRC receive QP (transport::Qp::xrc_srq_gone).
   uint32_t alloc_xrcd();
   uint32_t add_xrc_srq(transport::Srq* srq);
@@ -256,7 +257,6 @@ class Device : private Engine::Client, private transport::EventSink {
       return it == by_num.end() ? nullptr : it->second;
     }
     std::map<uint32_t, transport::Srq*> by_num;
-    uint32_t next = 1;
   } xrc_srqs_;
   uint32_t next_xrcd_ = 1;  // device lock
   // QPs a receive was posted to while messages waited for one (post_recv, without the device

@@ -43,8 +43,15 @@ uint32_t Dispatch::alloc_qpn() {
     const uint32_t n =
         space_.cursor ? std::atomic_ref<uint32_t>(*space_.cursor).fetch_add(1) : next_qpn_++;
     const uint32_t q = (space_.base + (n & (space_.count - 1))) & wire::kQpnMask;
-    if (q >= 2 && q != kMulticastQpn && !qps_.contains(q)) return q;
+    if (q >= 2 && q != kMulticastQpn && !qps_.contains(q) && !reserved_.contains(q)) return q;
   }
+}
+
+uint32_t Dispatch::reserve_number() {
+  if (qps_.size() + reserved_.size() >= limits_.max_qp) return 0;
+  const uint32_t n = alloc_qpn();
+  reserved_.insert(n);
+  return n;
 }
 
 transport::Qp* Dispatch::create_qp(transport::QpInit init, int* err) {

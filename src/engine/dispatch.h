@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <array>
 #include <map>
+#include <set>
 #include <memory>
 #include <span>
 #include <utility>
@@ -77,6 +78,12 @@ class Dispatch {
   // counters join the totals of destroyed QPs. *pd (if given) gets the PD it was created in.
   int destroy_qp(transport::Qp* qp, uint32_t* pd = nullptr);
   transport::Qp* find(uint32_t qpn);
+  // A number from the QPN space that no QP will have until release_number: what XRC SRQs are
+  // numbered with, so that their numbers are unique on a device shared by processes as QPNs are
+  // (a request naming another process's SRQ finds none here, never one of ours). 0 when the
+  // space is exhausted.
+  uint32_t reserve_number();
+  void release_number(uint32_t n) { reserved_.erase(n); }
   // An opaque value kept with a QP (the device keeps its ibv_qp handle there for async events).
   void set_cookie(transport::Qp* qp, void* cookie);
   void* cookie(uint32_t qpn) const;
@@ -176,6 +183,7 @@ class Dispatch {
   transport::QpCounters retired_;                     // of destroyed QPs
   QpnSpace space_;
   uint32_t next_qpn_ = 0x11;  // the counter when space_.cursor is null
+  std::set<uint32_t> reserved_;  // reserve_number()'s, kept from alloc_qpn
 };
 
 }  // namespace uroce

@@ -63,7 +63,11 @@ void fill_ops(VContext* c) {
   v.query_device_ex = op_errno<query_device_ex, ibv_context*, const ibv_query_device_ex_input*,
                                ibv_device_attr_ex*, size_t>;
   v.create_qp_ex = create_qp_ex;
-  v.create_srq_ex = create_srq_ex;  // basic SRQs; XRC/TM report EOPNOTSUPP
+  v.create_srq_ex = create_srq_ex;  // basic and XRC SRQs; tag matching reports EOPNOTSUPP
+  v.open_xrcd = open_xrcd;          // xrc.cc
+  v.close_xrcd = close_xrcd;
+  v.get_srq_num = get_srq_num;
+  v.open_qp = open_qp;
   v.create_cq_ex = create_cq_ex;
   v.query_rt_values = op_errno<query_rt_values, ibv_context*, ibv_values_ex*>;
   v.modify_qp_rate_limit = op_errno<modify_qp_rate_limit, ibv_qp*, ibv_qp_rate_limit_attr*>;

@@ -18,9 +18,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -45,6 +47,7 @@ static_assert(offsetof(ibv_port_attr, port_cap_flags2) == kCompatPortAttrBytes);
 
 class VContext;
 class VCq;
+struct XrcDomain;
 class VQp;
 class VSrq;
 class VAh;
@@ -77,6 +80,11 @@ class VDevice : public DeviceAbi {
   // lock it needs is held (a signal handler's _exit may interrupt a thread inside a verb): it
   // never waits, and sends nothing.
   void at_quick_exit();
+
+  // XRC domains opened on a file (ibv_open_xrcd with an fd), by the file's identity: every open
+  // of the same file on this device, from any context of the process, shares the domain (xrc.cc).
+  std::mutex xrc_mu;
+  std::map<std::pair<dev_t, ino_t>, std::weak_ptr<XrcDomain>> xrc_files;
 
  private:
   std::mutex mu_;
@@ -114,6 +122,7 @@ class VContext : public ContextAbi {
   std::set<VSrq*> srqs;
   std::set<VAh*> ahs;
   std::set<class VMw*> mws;  // mw.cc
+  std::set<class VXrcd*> xrcds;  // xrc.cc
 
   bool live_cq(VCq* cq);
   bool live_qp(VQp* qp);
@@ -193,6 +202,50 @@ class VCq : public CqAbi {
   uint64_t cur_ts = 0;
 };
 
+// ---- XRC (xrc.cc) -----------------------------------------------------------------------------
+class VQp;
+// An XRC domain (IBTA 10.2.9.4 ff.; ibv_open_xrcd(3)): the engine's number for it and what uses
+// it. Held by every handle that opened it, by its XRC SRQs and XRC receive QPs; gone with the
+// last of them.
+struct XrcDomain {
+  uint32_t id = 0;  // Device::alloc_xrcd
+  std::shared_ptr<Device> dev;
+  bool on_file = false;  // opened on a file: shared by every open of that file (VDevice)
+  std::pair<dev_t, ino_t> file{};
+  VDevice* udev = nullptr;
+  std::mutex mu;  // the counts and the QP list
+  int handles = 0;  // ibv_open_xrcd handles open
+  int users = 0;    // XRC SRQs and XRC receive QPs in it
+  // XRC receive QPs by number, for ibv_open_qp: the shared QP each handle stands for.
+  std::map<uint32_t, std::weak_ptr<struct TgtQp>> tgt_qps;
+  ~XrcDomain();  // forgets the file (xrc.cc)
+};
+
+struct XrcdAbi {
+  ibv_xrcd xrcd;
+};
+static_assert(std::is_standard_layout_v<XrcdAbi>);
+class VXrcd : public XrcdAbi {
+ public:
+  VContext* ctx = nullptr;
+  std::shared_ptr<XrcDomain> dom;
+};
+inline VXrcd* to_v(ibv_xrcd* x) {
+  return static_cast<VXrcd*>(reinterpret_cast<XrcdAbi*>(x));
+}
+
+// An XRC receive QP: one transport QP that any number of ibv_qp handles stand for — the one
+// ibv_create_qp_ex made, and those ibv_open_qp opened on it (ibv_open_qp(3)). Destroying a handle
+// closes it; the QP goes with the last. Its affiliated events reach every handle.
+struct TgtQp : transport::EventSink {
+  std::shared_ptr<XrcDomain> dom;
+  transport::Qp* tqp = nullptr;  // owned by dom->dev until the last handle goes
+  std::mutex mu;                 // handles
+  std::set<VQp*> handles;
+  void qp_event(uint32_t qpn, ibv_event_type type) override;
+  ~TgtQp();  // destroys the transport QP (xrc.cc)
+};
+
 // ---- QP -------------------------------------------------------------------------------------
 struct QpAbi {
   ibv_qp_ex qpx;  // also an ibv_qp
@@ -208,6 +261,8 @@ class VQp : public QpAbi, public transport::EventSink {
   ibv_qp_cap cap{};  // enforced by post_send / post_recv
   // Receives come from this SRQ (then post_recv is EINVAL); it outlives the QP (qp_refs).
   VSrq* srq = nullptr;
+  // XRC receive QPs: the shared QP this handle stands for (xrc.cc); scq and rcq are null.
+  std::shared_ptr<TgtQp> tgt;
   bool sq_sig_all = false;
   uint32_t async_events_reported = 0;  // qpx.qp_base.mutex
 
@@ -271,6 +326,11 @@ static_assert(std::is_standard_layout_v<SrqAbi>);
 class VSrq : public SrqAbi, public transport::SrqEventSink {
  public:
   VContext* ctx = nullptr;
+  // XRC SRQs (IBV_SRQT_XRC): the domain, the CQ its messages complete into (holding a reference
+  // on it), and the number requests name it by (ibv_get_srq_num; 0 for a basic SRQ).
+  std::shared_ptr<XrcDomain> xrcd;
+  VCq* cq = nullptr;
+  uint32_t srq_num = 0;
   // The queue the responders of its QPs take from; every call on it holds ctx->dev->lock().
   std::unique_ptr<transport::Srq> impl;
   int qp_refs = 0;                     // QPs using this SRQ (ctx->mu): destroy is EBUSY while > 0

@@ -12,6 +12,10 @@
 
 #include "uroce/uroce.h"
 
+namespace uroce::transport {
+struct SrqInit;
+}
+
 namespace uroce::verbs {
 
 class VDevice;
@@ -137,17 +141,35 @@ ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp);
 
 // ---- srq.cc: shared receive queues ----
 // Each returns what the public verb returns: NULL with errno, or a positive errno.
-ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
+// `xrc`: the domain, PD and CQ of an XRC SRQ (create_srq_ex), else null.
+ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr, const transport::SrqInit* xrc = nullptr);
 ibv_srq* create_srq_ex(ibv_context* ctx, ibv_srq_init_attr_ex* attr);  // verbs_context op
 int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask);
 int query_srq(ibv_srq* srq, ibv_srq_attr* attr);
 int destroy_srq(ibv_srq* srq);
+// Frees an SRQ its context still has when it closes (destroy_context_objects).
+void destroy_srq_object(class VSrq* srq);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);  // ibv_context_ops
+
+// ---- xrc.cc: XRC domains, XRC SRQ numbers, XRC receive QPs ----
+// The verbs_context ops: NULL with errno, or a positive errno.
+ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr);
+int close_xrcd(ibv_xrcd* xrcd);
+int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
+// ibv_create_qp_ex of an IBV_QPT_XRC_RECV QP (qp.cc hands it over).
+ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+// Closes an XRC receive QP's handle (ibv_destroy_qp); the QP goes with its last handle.
+void close_tgt_handle(class VQp* qp);
+// Closes the XRC domain handles a context still has (close_device).
+void destroy_context_xrcds(class VContext* ctx);
 
 // ---- wr_api.cc: the ibv_wr_* send interface ----
 // 0 when every operation in `send_ops_flags` (IBV_QP_EX_WITH_*) can be posted (its row in
 // transport/wr_opcode.h is supported), else EOPNOTSUPP.
-int check_send_ops(uint64_t send_ops_flags);
+int check_send_ops(uint64_t send_ops_flags, ibv_qp_type type = IBV_QPT_RC);
+// ibv_wr_set_xrc_srqn for XRC send QPs created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.
+void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn);
 // Installs the wr_* function pointers of the operations asked for.
 void init_send_ops(class VQp* qp, uint64_t send_ops_flags);
 

@@ -97,8 +97,10 @@ void log_refused_modify(VQp* qp, ibv_qp_state cur, const ibv_qp_attr& a, int mas
 // transport produces none, so nothing can arrive after the cleaning.
 void clean_cqs(VQp* qp) {
   const uint32_t qpn = qp->qpx.qp_base.qp_num;
-  qp->scq->impl.clean(qpn);
-  if (qp->rcq != qp->scq) qp->rcq->impl.clean(qpn);
+  // An XRC send QP has no receive CQ; an XRC receive QP completes into its SRQs' CQs, which
+  // other receive QPs share: what it completed there stays, as on an RNIC.
+  if (qp->scq) qp->scq->impl.clean(qpn);
+  if (qp->rcq && qp->rcq != qp->scq) qp->rcq->impl.clean(qpn);
 }
 
 // A work request refused before it reaches the queue: UROCE_LOG=debug names the field.
@@ -133,6 +135,8 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   w.rkey = 0;
   w.compare_add = 0;
   w.swap = 0;
+  // XRC: the SRQ at the destination, named in every request (ibv_post_send(3)).
+  w.xrc_srqn = qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND ? wr.qp_type.xrc.remote_srqn : 0;
   w.ud_dst_ip = w.ud_remote_qpn = w.ud_remote_qkey = 0;
   w.ud_traffic_class = 0;
   w.ud_roce_v1 = false;
@@ -234,26 +238,39 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     return refuse(EINVAL, "comp_mask has unknown bits");
   // Creation flags and a TSO header size are accepted when they ask for nothing: no creation
   // flag (scatter FCS, CVLAN stripping, source QPN, self-multicast blocking…) is implemented, and
-  // TSO is for raw packet QPs. XRC and RSS are not implemented.
+  // TSO is for raw packet QPs. RSS is not implemented.
   if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags != 0)
     return refuse(EOPNOTSUPP, "create_flags: no creation flag is supported");
   if ((a->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && a->max_tso_header != 0)
     return refuse(EOPNOTSUPP, "max_tso_header: TSO is not supported");
   constexpr uint32_t kImplemented = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                                    IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+                                    IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                    IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_XRCD;
   if (a->comp_mask & ~kImplemented)
-    return refuse(EOPNOTSUPP, "comp_mask: XRC and RSS are not supported");
+    return refuse(EOPNOTSUPP, "comp_mask: RSS is not supported");
+  // An XRC receive QP has neither PD, CQs nor queues: made apart (xrc.cc).
+  if (transport::stored_int(a->qp_type) == IBV_QPT_XRC_RECV) return create_xrc_recv_qp(ctx, a);
+  if (a->comp_mask & IBV_QP_INIT_ATTR_XRCD)
+    return refuse(EINVAL, "comp_mask: an XRC domain is for XRC receive QPs");
+  const bool xrc_send = transport::stored_int(a->qp_type) == IBV_QPT_XRC_SEND;
   const bool send_ops = a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (send_ops) {
-    if (int rc = check_send_ops(a->send_ops_flags))
+    if (int rc = check_send_ops(a->send_ops_flags, xrc_send ? IBV_QPT_XRC_SEND : IBV_QPT_RC))
       return refuse(rc, "send_ops_flags asks for an operation not implemented");
   }
   if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx)
     return refuse(EINVAL, "no PD of this context");
-  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
-      a->qp_type != IBV_QPT_UD)  // XRC and raw packet QPs: not yet
-    return refuse(EOPNOTSUPP, "qp_type: only RC, UC and UD are implemented");
+  if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD &&
+      !xrc_send)  // raw packet QPs: not implemented
+    return refuse(EOPNOTSUPP, "qp_type: only RC, UC, UD and XRC are implemented");
   VSrq* srq = nullptr;
+  if (xrc_send) {
+    // The send half receives nothing (ibv_create_qp_ex(3)): no receive CQ, SRQ or queue.
+    if (a->srq) return refuse(EINVAL, "srq: an XRC send QP receives nothing");
+    a->recv_cq = nullptr;
+    a->cap.max_recv_wr = 0;
+    a->cap.max_recv_sge = 0;
+  }
   if (a->srq) {
     // SRQs feed RC and UD QPs (IBTA 10.2.9.1); UC QPs take from their own receive queue.
     if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UD)
@@ -276,7 +293,8 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
       --s->qp_refs;
     }
   } srq_ref{c, srq};
-  if (!a->send_cq || !a->recv_cq || a->send_cq->context != ctx || a->recv_cq->context != ctx)
+  if (!a->send_cq || a->send_cq->context != ctx ||
+      (!xrc_send && (!a->recv_cq || a->recv_cq->context != ctx)))
     return refuse(EINVAL, "send_cq or recv_cq missing or of another context");
   ibv_qp_cap& cap = a->cap;
   if (cap.max_send_wr > transport::kMaxQpWr || cap.max_recv_wr > transport::kMaxQpWr)
@@ -290,11 +308,11 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   cap.max_recv_sge = std::max<uint32_t>(cap.max_recv_sge, 1);
   cap.max_inline_data = transport::kMaxInlineData;
-  if (srq) cap.max_recv_sge = 0;  // the SRQ's max_sge applies
+  if (srq || xrc_send) cap.max_recv_sge = 0;  // the SRQ's max_sge applies; XRC send: none
 
   VPd* pd = to_v(a->pd);
   VCq* scq = to_v(a->send_cq);
-  VCq* rcq = to_v(a->recv_cq);
+  VCq* rcq = a->recv_cq ? to_v(a->recv_cq) : nullptr;
   VQp* qp = nullptr;
   try {
     qp = new VQp();
@@ -320,7 +338,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   init.max_inline_data = cap.max_inline_data;
   init.sq_sig_all = qp->sq_sig_all;
   init.send_cq = &scq->impl;
-  init.recv_cq = &rcq->impl;
+  init.recv_cq = rcq ? &rcq->impl : nullptr;
   init.srq = srq ? srq->impl.get() : nullptr;
   init.events = qp;
   int err = 0;
@@ -353,10 +371,11 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   qp->qpx.comp_mask = 0;
   if (send_ops) init_send_ops(qp, a->send_ops_flags);
   if (send_ops && a->qp_type == IBV_QPT_UD) qp->qpx.wr_set_ud_addr = wr_set_ud_addr;
+  if (send_ops && xrc_send) qp->qpx.wr_set_xrc_srqn = wr_set_xrc_srqn;
 
   std::lock_guard<std::mutex> g(c->mu);
   ++scq->qp_refs;
-  ++rcq->qp_refs;
+  if (rcq) ++rcq->qp_refs;
   qp->srq = srq;
   srq_ref.s = nullptr;  // the QP holds the reference (released by destroy_qp)
   c->qps.insert(qp);
@@ -439,14 +458,19 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
 int destroy_qp(ibv_qp* ibqp) {
   VQp* qp = to_v(ibqp);
   VContext* c = qp->ctx;
-  int rc = c->dev->destroy_qp(qp->tqp);
-  if (rc) return rc;
-  clean_cqs(qp);
+  if (qp->tgt) {
+    // An XRC receive QP's handle: closed; the QP goes with the last one (xrc.cc).
+    close_tgt_handle(qp);
+  } else {
+    int rc = c->dev->destroy_qp(qp->tqp);
+    if (rc) return rc;
+    clean_cqs(qp);
+  }
   {
     std::lock_guard<std::mutex> g(c->mu);
     c->qps.erase(qp);
-    --qp->scq->qp_refs;
-    --qp->rcq->qp_refs;
+    if (qp->scq) --qp->scq->qp_refs;
+    if (qp->rcq) --qp->rcq->qp_refs;
     if (qp->srq) --qp->srq->qp_refs;
   }
   // Affiliated async events handed out must be acknowledged first (ibv_destroy_qp(3)).
@@ -582,10 +606,14 @@ void destroy_context_objects(VContext* c) {
   const auto pds = std::exchange(c->pds, {});
   g.unlock();
   for (VQp* qp : qps) {
-    c->dev->destroy_qp(qp->tqp);
+    if (qp->tgt)
+      close_tgt_handle(qp);
+    else
+      c->dev->destroy_qp(qp->tqp);
     delete qp;
   }
-  for (VSrq* srq : srqs) delete srq;
+  for (VSrq* srq : srqs) destroy_srq_object(srq);
+  destroy_context_xrcds(c);  // after the SRQs and QPs that use the domains
   for (VAh* ah : ahs) delete ah;
   for (VCq* cq : cqs) delete cq;
   for (VChannel* ch : chs) delete ch;

@@ -58,6 +58,8 @@ unsigned device_cap_flags() {
   // associated with their PD only (type 2B, as mlx5), not with the QP that bound them.
   if (transport::wr_opcode_info(IBV_WR_BIND_MW).supported)
     caps |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  // XRC domains, SRQs and QPs (xrc.cc) once an XRC send QP carries SENDs.
+  if (transport::wr_opcode_info(IBV_WR_SEND).allowed_on(IBV_QPT_XRC_SEND)) caps |= IBV_DEVICE_XRC;
   return caps;
 }
 ibv_atomic_cap atomic_cap() {
@@ -154,7 +156,8 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_d
   full.packet_pacing_caps.supported_qpts = 1u << IBV_QPT_RC | 1u << IBV_QPT_UC | 1u << IBV_QPT_UD;
   // On-demand paging (IBV_ACCESS_ON_DEMAND; implicit, the whole address space, too) for every
   // operation of every QP type uroce has, where the host can fault pages in for it
-  // (transport::TableMemory, "On-demand regions"). No XRC: xrc_odp_caps stays 0.
+  // (transport::TableMemory, "On-demand regions"); XRC's the same as RC's (its messages reach
+  // memory through the same key table).
   if (transport::TableMemory::on_demand_supported()) {
     full.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
     constexpr uint32_t kRecv = IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
@@ -164,6 +167,7 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in, ibv_d
     full.odp_caps.per_transport_caps.uc_odp_caps =
         IBV_ODP_SUPPORT_SEND | kRecv | IBV_ODP_SUPPORT_WRITE;
     full.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | kRecv;
+    full.xrc_odp_caps = full.odp_caps.per_transport_caps.rc_odp_caps;
   }
   // Everything else (TSO, RSS, DM, tag matching…) is absent: zero.
   // Write no more than the caller's struct holds: older binaries pass a smaller one.

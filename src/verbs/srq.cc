@@ -13,6 +13,8 @@
 
 #include "objects.h"
 #include "provider.h"
+#include "transport/qp_state.h"
+#include "util/log.h"
 
 namespace uroce::verbs {
 namespace {
@@ -49,7 +51,7 @@ void VSrq::srq_limit_reached() {
   ctx->async.push(ev);
 }
 
-ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr) {
+ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr, const transport::SrqInit* xrc) {
   if (!ibpd || !attr) {
     errno = EINVAL;
     return nullptr;
@@ -63,6 +65,7 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr) {
     }
   }
   transport::SrqInit init;
+  if (xrc) init = *xrc;  // an XRC SRQ's domain, PD and CQ
   // At least what was asked for (ibv_create_srq(3)); srq_limit is irrelevant at creation.
   init.max_wr = attr->attr.max_wr;
   init.max_sge = std::max<uint32_t>(attr->attr.max_sge, 1);
@@ -97,17 +100,71 @@ ibv_srq* create_srq(ibv_pd* ibpd, ibv_srq_init_attr* attr) {
   return &q;
 }
 
+// An XRC SRQ (IBV_SRQT_XRC; IBTA 10.2.9.4): a basic SRQ that also has a domain, a CQ of its own
+// and a number on the device that XRC requests name it by.
+ibv_srq* create_xrc_srq(ibv_context* ctx, ibv_srq_init_attr_ex* attr) {
+  const auto refuse = [](const char* why) -> ibv_srq* {
+    log().debug("ibv_create_srq_ex(XRC): EINVAL: {}", why);
+    errno = EINVAL;
+    return nullptr;
+  };
+  constexpr uint32_t kNeeded = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD;
+  if ((attr->comp_mask & kNeeded) != kNeeded || !attr->xrcd || !attr->cq || !attr->pd)
+    return refuse("an XRC SRQ needs an XRC domain, a CQ and a PD");
+  if (attr->xrcd->context != ctx || attr->cq->context != ctx || attr->pd->context != ctx)
+    return refuse("xrcd, cq or pd of another context");
+  VContext* c = to_v(ctx);
+  VXrcd* x = to_v(attr->xrcd);
+  VCq* cq = to_v(attr->cq);
+  {
+    std::lock_guard<std::mutex> g(c->mu);
+    if (!c->xrcds.count(x)) return refuse("xrcd is not an open XRC domain");
+    if (!c->cqs.count(cq)) return refuse("cq is not a CQ of this context");
+    ++cq->qp_refs;  // the CQ cannot go while the SRQ completes into it
+  }
+  ibv_srq_init_attr base{};
+  base.srq_context = attr->srq_context;
+  base.attr = attr->attr;
+  transport::SrqInit extra;
+  extra.xrcd = x->dom->id;
+  extra.pd = to_v(attr->pd)->handle;
+  extra.cq = &cq->impl;
+  ibv_srq* s = create_srq(attr->pd, &base, &extra);
+  if (!s) {
+    std::lock_guard<std::mutex> g(c->mu);
+    --cq->qp_refs;
+    return nullptr;
+  }
+  VSrq* v = to_v(s);
+  v->srq_num = c->dev->add_xrc_srq(v->impl.get());
+  if (v->srq_num == 0) {
+    destroy_srq(s);  // every number in use: as out of SRQs
+    errno = ENOMEM;
+    return nullptr;
+  }
+  v->xrcd = x->dom;
+  v->cq = cq;
+  {
+    std::lock_guard<std::mutex> g(x->dom->mu);
+    ++x->dom->users;
+  }
+  attr->attr = base.attr;
+  return s;
+}
+
 ibv_srq* create_srq_ex(ibv_context* ctx, ibv_srq_init_attr_ex* attr) {
   if (!attr || (attr->comp_mask & ~kSrqInitKnownMask)) {
     errno = EINVAL;
     return nullptr;
   }
-  // XRC and tag-matching SRQs need XRC domains and the tag-matching engine: not implemented.
-  const bool basic =
-      !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) || attr->srq_type == IBV_SRQT_BASIC;
-  if (!basic ||
+  const int type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)
+                       ? transport::stored_int(attr->srq_type)
+                       : int(IBV_SRQT_BASIC);
+  if (type == IBV_SRQT_XRC) return create_xrc_srq(ctx, attr);
+  // Tag-matching SRQs need the tag-matching engine: not implemented.
+  if (type != IBV_SRQT_BASIC ||
       (attr->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM))) {
-    errno = EOPNOTSUPP;
+    errno = type == IBV_SRQT_TM || (attr->comp_mask & IBV_SRQ_INIT_ATTR_TM) ? EOPNOTSUPP : EINVAL;
     return nullptr;
   }
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd || attr->pd->context != ctx) {
@@ -137,6 +194,27 @@ int query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
   return 0;
 }
 
+// What an SRQ holds beyond itself: an XRC SRQ's number on the device (a message in progress
+// into it at an XRC receive QP is dropped there), its CQ reference and its place in the domain.
+static void release_xrc(VSrq* s, bool cq_ref) {
+  if (s->srq_num == 0) return;
+  s->ctx->dev->remove_xrc_srq(s->srq_num);
+  s->srq_num = 0;
+  if (cq_ref && s->cq) {
+    std::lock_guard<std::mutex> g(s->ctx->mu);
+    --s->cq->qp_refs;
+  }
+  if (s->xrcd) {
+    std::lock_guard<std::mutex> g(s->xrcd->mu);
+    --s->xrcd->users;
+  }
+}
+
+void destroy_srq_object(VSrq* s) {
+  release_xrc(s, /*cq_ref=*/false);  // the context's CQs go right after
+  delete s;
+}
+
 int destroy_srq(ibv_srq* ibsrq) {
   VSrq* s = to_v(ibsrq);
   VContext* c = s->ctx;
@@ -145,6 +223,7 @@ int destroy_srq(ibv_srq* ibsrq) {
     if (s->qp_refs > 0) return EBUSY;  // QPs still take from it (ibv_destroy_srq(3))
     c->srqs.erase(s);
   }
+  release_xrc(s, /*cq_ref=*/true);
   // Limit events handed out must be acknowledged first, as for QPs and CQs.
   pthread_mutex_lock(&ibsrq->mutex);
   while (ibsrq->events_completed != s->async_events_reported)

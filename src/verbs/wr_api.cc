@@ -186,11 +186,18 @@ void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
 
 }  // namespace
 
-int check_send_ops(uint64_t flags) {
+void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
+  if (auto* w = current(qpx)) w->xrc_srqn = remote_srqn;
+}
+
+int check_send_ops(uint64_t flags, ibv_qp_type type) {
   uint64_t known = 0;
   for (const transport::WrOpcodeInfo& op : transport::wr_table::kRows) {
     known |= op.qp_ex_flag;
     if ((flags & op.qp_ex_flag) && !op.supported) return EOPNOTSUPP;
+    // XRC carries RC's operations but ATOMIC WRITE (transport/wr_opcode.h).
+    if ((flags & op.qp_ex_flag) && type == IBV_QPT_XRC_SEND && !op.allowed_on(type))
+      return EOPNOTSUPP;
   }
   return (flags & ~known) ? EOPNOTSUPP : 0;
 }

@@ -5,7 +5,9 @@
 #   pingpong.sh UROCE_RUN SERVER_IP CLIENT_IP TCP_PORT [pingpong options…]
 # Environment: FAULTS (UROCE_FAULTS for both sides), TIMEOUT (seconds, default 120),
 #              PROGRAM (default /usr/bin/ibv_rc_pingpong; any *_pingpong of ibverbs-utils),
-#              CAPTURE (pcap file: capture the run on lo with dumpcap).
+#              CAPTURE (pcap file: capture the run on lo with dumpcap),
+#              DONE (what each side prints when it completed; default "bytes in", the
+#              pingpongs' "N bytes in S seconds"; ibv_xsrq_pingpong prints "success").
 set -uo pipefail
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -65,6 +67,6 @@ fail=
 # status; the pingpong programs report a completed run as "N bytes in S seconds".
 grep -q "invalid data" "$log/server.out" "$log/client.out" && fail="data validation failed"
 for side in server client; do
-  grep -q "bytes in" "$log/$side.out" || fail="${fail:-$side reported no transfer}"
+  grep -q "${DONE:-bytes in}" "$log/$side.out" || fail="${fail:-$side reported no transfer}"
 done
 verdict "$fail"
