@@ -60,7 +60,8 @@ ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr) {
   constexpr uint32_t kNeeded = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
   if ((attr->comp_mask & ~kNeeded) || (attr->comp_mask & kNeeded) != kNeeded)
     return refuse(EINVAL, "comp_mask must be IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS");
-  if (attr->oflags & ~(O_CREAT | O_EXCL)) return refuse(EINVAL, "oflags other than O_CREAT, O_EXCL");
+  if (attr->oflags & ~(O_CREAT | O_EXCL))
+    return refuse(EINVAL, "oflags other than O_CREAT, O_EXCL");
   VContext* c = to_v(ctx);
   VDevice* udev = c->udev;
   std::shared_ptr<XrcDomain> dom;

@@ -112,7 +112,7 @@ TEST_F(OdpTest, DeviceReportsOnDemandPagingForEveryOperation) {
     EXPECT_TRUE(rc & cap) << cap;
   EXPECT_EQ(ex.odp_caps.per_transport_caps.ud_odp_caps,
             uint32_t{IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV});
-  EXPECT_EQ(ex.xrc_odp_caps, 0u);  // no XRC
+  EXPECT_EQ(ex.xrc_odp_caps, rc);  // XRC reaches memory as RC does
 }
 
 TEST_F(OdpTest, WriteReadAndAtomicReachPagesNeverTouched) {
