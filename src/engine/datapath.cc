@@ -238,7 +238,7 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
 bool Datapath::only_acks(size_t from, size_t to) const {
   return std::all_of(queue_.begin() + static_cast<ptrdiff_t>(from),
                      queue_.begin() + static_cast<ptrdiff_t>(to), [](const transport::TxBuf* b) {
-                       return b->data[0] == uint8_t(wire::Opcode::kRcAcknowledge);
+                       return wire::is_acknowledge(b->data[0]);
                      });
 }
 
@@ -266,6 +266,10 @@ bool continues_message(const transport::TxBuf& b) {
     case wire::Opcode::kUcSendMiddle:
     case wire::Opcode::kUcWriteFirst:
     case wire::Opcode::kUcWriteMiddle:
+    case wire::Opcode::kXrcSendFirst:
+    case wire::Opcode::kXrcSendMiddle:
+    case wire::Opcode::kXrcWriteFirst:
+    case wire::Opcode::kXrcWriteMiddle:
       return true;
     default:
       return false;
@@ -312,7 +316,7 @@ size_t Datapath::tx_flush(transport::Time now) {
   if (!post_.empty()) {
     const auto last_data =
         std::find_if(queue_.rbegin(), queue_.rend(), [](const transport::TxBuf* b) {
-          return b->data[0] != uint8_t(wire::Opcode::kRcAcknowledge);
+          return !wire::is_acknowledge(b->data[0]);
         });
     const bool mid_message = last_data != queue_.rend() && continues_message(**last_data);
     if (mid_message) replying_ = true;
@@ -343,7 +347,7 @@ size_t Datapath::tx_flush(transport::Time now) {
   for (transport::TxBuf* b : queue_) {
     const std::span<const uint8_t> ext{b->ext, b->ext_len};  // empty unless by reference
     gathered += b->ext_len != 0;
-    sent_data_ = sent_data_ || b->data[0] != uint8_t(wire::Opcode::kRcAcknowledge);
+    sent_data_ = sent_data_ || !wire::is_acknowledge(b->data[0]);
     if (b->roce_v1) {
       wire::store_le32(b->data + b->len,
                        wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}, ext));

@@ -45,12 +45,13 @@ constexpr transport::Time kMaxBackoffNs = 1'000'000;
 // times a second.
 static_assert(Progress::Tunables{}.max_guard == 4'000'000);
 
-// Whether `rx` holds an RC WRITE that ends a message without immediate data: one whose target
-// learns of it only by watching memory (Datapath::Hold::kUntilPost).
+// Whether `rx` holds an RC (or XRC) WRITE that ends a message without immediate data: one whose
+// target learns of it only by watching memory (Datapath::Hold::kUntilPost).
 bool ends_silent_write(std::span<const RxPacket> rx) {
   return std::any_of(rx.begin(), rx.end(), [](const RxPacket& p) {
-    return p.pkt.bth.opcode == uint8_t(wire::Opcode::kRcWriteOnly) ||
-           p.pkt.bth.opcode == uint8_t(wire::Opcode::kRcWriteLast);
+    const auto op = wire::Opcode(p.pkt.bth.opcode);
+    return op == wire::Opcode::kRcWriteOnly || op == wire::Opcode::kRcWriteLast ||
+           op == wire::Opcode::kXrcWriteOnly || op == wire::Opcode::kXrcWriteLast;
   });
 }
 

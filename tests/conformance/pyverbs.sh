@@ -43,7 +43,6 @@ fi
 allowed_skips=(
   "Device memory is not supported"
   "ODP is not supported"                                  # a kernel before 5.14 (docs/verbs.md)
-  "Create XRCD is not supported"
   "Parent Domain is not supported on this device"
   "Importing a device is not supported"
   "Create QP type 8 is not supported"                     # IBV_QPT_RAW_PACKET

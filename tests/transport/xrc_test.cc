@@ -225,6 +225,26 @@ TEST_F(XrcTest, WriteReadAndAtomicsUseTheSrqsPd) {
   EXPECT_EQ(now, 42u);
 }
 
+TEST_F(XrcTest, CompareAndSwapSwapsOnEqual) {
+  // XRC CMP SWAP (0xb3) is a compare-and-swap, not a FETCH ADD: the responder tells them apart by
+  // the operation bits alone.
+  const uint64_t target = at(dst, 64);
+  uint64_t v = 42;
+  std::memcpy(dst.data() + 64, &v, 8);
+  ASSERT_EQ(ini.qp->post_send(xrc(test::atomic_wqe(1, IBV_WR_ATOMIC_CMP_AND_SWP, at(src, 0), lkey,
+                                                   target, dst_key, 42, 7),
+                                  1),
+                              0),
+            0);
+  ASSERT_TRUE(run(1));
+  EXPECT_EQ(ini.scq.wcs[0].status, IBV_WC_SUCCESS);
+  uint64_t orig = 0, now = 0;
+  std::memcpy(&orig, src.data(), 8);
+  std::memcpy(&now, dst.data() + 64, 8);
+  EXPECT_EQ(orig, 42u);
+  EXPECT_EQ(now, 7u);
+}
+
 TEST_F(XrcTest, MemoryOfAnotherPdIsARemoteAccessError) {
   std::vector<uint8_t> other(256, 0);
   const uint32_t other_key = tgt.mem.reg(kSrqPd + 1, other.data(), other.size(),

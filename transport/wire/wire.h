@@ -96,10 +96,20 @@ enum class Opcode : uint8_t {
   // XRC (IBTA Table 38, 101xxxxx): numbered as RC in the low five bits (wire_opcode()); named
   // here where the transport compares against them.
   kXrcSendFirst = 0xa0,
+  kXrcSendMiddle = 0xa1,
+  kXrcWriteFirst = 0xa6,
+  kXrcWriteMiddle = 0xa7,
+  kXrcWriteLast = 0xa8,
+  kXrcWriteOnly = 0xaa,
   kXrcAcknowledge = 0xb1,
   // RoCEv2 Congestion Notification Packet (Annex A17.9.3).
   kCnp = 0x81,
 };
+
+// An RC or XRC ACKNOWLEDGE: what the engine's batching treats as "only ACKs".
+inline constexpr bool is_acknowledge(uint8_t opcode) {
+  return opcode == uint8_t(Opcode::kRcAcknowledge) || opcode == uint8_t(Opcode::kXrcAcknowledge);
+}
 
 // What an opcode carries and means. Bit flags of OpcodeInfo::flags.
 enum OpFlag : uint32_t {
