@@ -20,6 +20,7 @@ namespace {
 struct Layout {
   uint8_t op, hlen, reth, aeth, deth, imm, ieth, atomic_eth, atomic_ack;
   bool payload;
+  uint8_t xrceth = 0;
 };
 constexpr Layout kLayouts[] = {
     // RC and UC SEND / RDMA WRITE (same layout, service in the top 3 bits)
@@ -65,6 +66,31 @@ constexpr Layout kLayouts[] = {
     {0x65, 24, 0, 0, 12, 20, 0, 0, 0, true},  // SEND ONLY IMM
     // RoCEv2 CNP: BTH + 16 reserved bytes
     {0x81, 28, 0, 0, 0, 0, 0, 0, 0, false},
+    // XRC: every request with an XRCETH right after BTH, the rest behind it; responses as RC's
+    // (IBTA Table 38; as rxe's proposed XRC opcode table lays them out).
+    {0xa0, 16, 0, 0, 0, 0, 0, 0, 0, true, 12},    // SEND FIRST
+    {0xa1, 16, 0, 0, 0, 0, 0, 0, 0, true, 12},    // SEND MIDDLE
+    {0xa2, 16, 0, 0, 0, 0, 0, 0, 0, true, 12},    // SEND LAST
+    {0xa3, 20, 0, 0, 0, 16, 0, 0, 0, true, 12},   // SEND LAST IMM
+    {0xa4, 16, 0, 0, 0, 0, 0, 0, 0, true, 12},    // SEND ONLY
+    {0xa5, 20, 0, 0, 0, 16, 0, 0, 0, true, 12},   // SEND ONLY IMM
+    {0xa6, 32, 16, 0, 0, 0, 0, 0, 0, true, 12},   // WRITE FIRST
+    {0xa7, 16, 0, 0, 0, 0, 0, 0, 0, true, 12},    // WRITE MIDDLE
+    {0xa8, 16, 0, 0, 0, 0, 0, 0, 0, true, 12},    // WRITE LAST
+    {0xa9, 20, 0, 0, 0, 16, 0, 0, 0, true, 12},   // WRITE LAST IMM
+    {0xaa, 32, 16, 0, 0, 0, 0, 0, 0, true, 12},   // WRITE ONLY
+    {0xab, 36, 16, 0, 0, 32, 0, 0, 0, true, 12},  // WRITE ONLY IMM
+    {0xac, 32, 16, 0, 0, 0, 0, 0, 0, false, 12},  // READ REQUEST
+    {0xad, 16, 0, 12, 0, 0, 0, 0, 0, true},       // READ RESPONSE FIRST
+    {0xae, 12, 0, 0, 0, 0, 0, 0, 0, true},        // READ RESPONSE MIDDLE
+    {0xaf, 16, 0, 12, 0, 0, 0, 0, 0, true},       // READ RESPONSE LAST
+    {0xb0, 16, 0, 12, 0, 0, 0, 0, 0, true},       // READ RESPONSE ONLY
+    {0xb1, 16, 0, 12, 0, 0, 0, 0, 0, false},      // ACKNOWLEDGE
+    {0xb2, 24, 0, 12, 0, 0, 0, 0, 16, false},     // ATOMIC ACKNOWLEDGE
+    {0xb3, 44, 0, 0, 0, 0, 0, 16, 0, false, 12},  // CMP SWAP
+    {0xb4, 44, 0, 0, 0, 0, 0, 16, 0, false, 12},  // FETCH ADD
+    {0xb6, 20, 0, 0, 0, 0, 16, 0, 0, true, 12},   // SEND LAST WITH INVALIDATE
+    {0xb7, 20, 0, 0, 0, 0, 16, 0, 0, true, 12},   // SEND ONLY WITH INVALIDATE
 };
 
 TEST(OpcodeTable, MatchesIbtaTable38) {
@@ -82,6 +108,8 @@ TEST(OpcodeTable, MatchesIbtaTable38) {
     EXPECT_EQ(i.ieth_off, l.ieth);
     EXPECT_EQ(i.atomic_eth_off, l.atomic_eth);
     EXPECT_EQ(i.atomic_ack_off, l.atomic_ack);
+    EXPECT_EQ(i.xrceth_off, l.xrceth);
+    EXPECT_EQ(bool(i.flags & kHasXrceth), l.xrceth != 0);
     EXPECT_EQ(bool(i.flags & kHasPayload), l.payload);
     // Each presence flag agrees with its offset.
     EXPECT_EQ(bool(i.flags & kHasReth), l.reth != 0);
@@ -92,13 +120,14 @@ TEST(OpcodeTable, MatchesIbtaTable38) {
     EXPECT_EQ(bool(i.flags & kHasAtomicEth), l.atomic_eth != 0);
     EXPECT_EQ(bool(i.flags & kHasAtomicAckEth), l.atomic_ack != 0);
   }
-  // Every other opcode (RD, XRC, reserved, manufacturer-specific) is invalid.
+  // Every other opcode (RD, XRC ATOMIC WRITE and FLUSH, reserved, manufacturer-specific) is
+  // invalid.
   for (int op = 0; op < 256; ++op) {
     if (!listed.count(op)) {
       EXPECT_EQ(opcode_info(uint8_t(op)).name, nullptr) << op;
     }
   }
-  EXPECT_EQ(listed.size(), 39u);
+  EXPECT_EQ(listed.size(), 62u);
 }
 
 TEST(OpcodeTable, SemanticFlags) {
@@ -133,7 +162,8 @@ TEST(OpcodeTable, ServiceOf) {
   EXPECT_EQ(service_of(0x40), Service::kRd);
   EXPECT_EQ(service_of(0x64), Service::kUd);
   EXPECT_EQ(service_of(0x81), Service::kCnp);
-  EXPECT_EQ(service_of(0xa0), Service::kInvalid);
+  EXPECT_EQ(service_of(0xa0), Service::kXrc);
+  EXPECT_EQ(service_of(0xc0), Service::kInvalid);
   EXPECT_EQ(service_of(0xff), Service::kInvalid);
 }
 
@@ -165,6 +195,7 @@ Packet random_packet(uint8_t op, std::mt19937_64& rng) {
   p.ieth_rkey = uint32_t(rng());
   p.atomic = {rng(), uint32_t(rng()), rng(), rng()};
   p.atomic_ack = rng();
+  p.xrc_srqn = uint32_t(rng()) & kQpnMask;
   return p;
 }
 
@@ -235,12 +266,16 @@ TEST(ParseBuild, RoundTripEveryValidOpcode) {
       if (info.flags & kHasAtomicAckEth) {
         EXPECT_EQ(out.atomic_ack, in.atomic_ack);
       }
+      if (info.flags & kHasXrceth) {
+        EXPECT_EQ(out.xrc_srqn, in.xrc_srqn);
+        EXPECT_EQ(wire[info.xrceth_off], 0) << "XRCETH's reserved byte";
+      }
       ASSERT_EQ(out.payload.size(), payload.size());
       EXPECT_TRUE(std::equal(payload.begin(), payload.end(), out.payload.begin()));
       EXPECT_EQ(out.payload.data(), wire.data() + info.header_len);
     }
   }
-  EXPECT_EQ(tested, 39);
+  EXPECT_EQ(tested, 62);
 }
 
 // Exact bytes for two packets, checking field placement and big-endian order by hand.
