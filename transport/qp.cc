@@ -246,6 +246,7 @@ bool Qp::Impl::paced_work() const {
 int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
   Impl& q = *impl_;
   CheckCqsOnReturn check{q};
+  mask = xrc_effective_mask(q.init.type, mask);  // what the QP's half of XRC takes
   const ModifyCheck c = check_modify(q.init.type, q.state, a, mask);
   if (c.err != 0) return c.err;
   const ibv_qp_state cur = q.state;

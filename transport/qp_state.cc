@@ -81,7 +81,7 @@ struct Table {
         {kPathRc, kPathUc, 0, kPathXrcIni, kPathXrcTgt},
         {IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
          IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX, IBV_QP_PKEY_INDEX | IBV_QP_QKEY,
-         IBV_QP_ALT_PATH | IBV_QP_PKEY_INDEX,
+         IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
          IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX}};
     constexpr int kRtsOptRc = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
                               IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
@@ -193,7 +193,18 @@ TransitionMasks transition_masks(ibv_qp_type type, ibv_qp_state cur, ibv_qp_stat
   return {e.valid, e.required[t], e.optional[t]};
 }
 
+int xrc_effective_mask(ibv_qp_type type, int mask) {
+  // As the kernel's modify_qp_mask (uverbs_cmd.c) before ib_modify_qp_is_ok: programs pass RC's
+  // masks to both halves of XRC (perftest -c XRC does), and each half ignores the attributes of
+  // the other.
+  if (type == IBV_QPT_XRC_SEND) return mask & ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (type == IBV_QPT_XRC_RECV)
+    return mask & ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
+  return mask;
+}
+
 ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask) {
+  mask = xrc_effective_mask(type, mask);
   ModifyCheck r;
   r.err = EINVAL;
   const auto refuse = [&r](const char* why, int attrs) {

@@ -30,6 +30,9 @@ inline constexpr uint32_t kMaxRateLimitKbps = 100'000'000;  // 100 Gbit/s
 // Validates `mask` and the values it selects for a QP of `type` now in `cur` (ibv_modify_qp(3)).
 // Without IBV_QP_STATE the transition is cur → cur. IBV_QP_CUR_STATE, when given, must name the
 // current state and is only accepted where the table allows it.
+// The attributes of `mask` a QP of `type` takes: all of them, but for XRC's halves those of the
+// other half are dropped (the kernel's modify_qp_mask). check_modify applies it first.
+int xrc_effective_mask(ibv_qp_type type, int mask);
 ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask);
 
 // The attribute masks of one transition for one QP type.

@@ -348,10 +348,20 @@ TEST(XrcQpState, TheKernelsXrcColumns) {
                          rtr_uc | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
                 .err,
             0);
+  // RC's masks on both halves, as perftest -c XRC passes them: each half ignores the other's
+  // attributes (the kernel's modify_qp_mask).
+  EXPECT_EQ(check_modify(IBV_QPT_XRC_SEND, IBV_QPS_INIT, a,
+                         rtr_uc | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
+                .err,
+            0);
   a = {};
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;
   const int rts_tgt = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+  EXPECT_EQ(check_modify(IBV_QPT_XRC_RECV, IBV_QPS_RTR, a,
+                         rts_tgt | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
+                .err,
+            0);
   EXPECT_EQ(check_modify(IBV_QPT_XRC_RECV, IBV_QPS_RTR, a, rts_tgt).err, 0);
   EXPECT_NE(check_modify(IBV_QPT_XRC_SEND, IBV_QPS_RTR, a, rts_tgt).err, 0);
   EXPECT_EQ(check_modify(IBV_QPT_XRC_SEND, IBV_QPS_RTR, a,
