@@ -539,8 +539,7 @@ Time Qp::Impl::rnr_grace() const {
 
 bool Qp::Impl::must_wait(const wire::Packet& pkt) {
   return init.rnr_grace_ns != 0 && init.srq == nullptr && init.type != IBV_QPT_XRC_RECV &&
-         takes_recv_wqe(pkt) &&
-         Psn(pkt.bth.psn) == responder.expected_psn() && rq.empty();
+         takes_recv_wqe(pkt) && Psn(pkt.bth.psn) == responder.expected_psn() && rq.empty();
 }
 
 void Qp::Impl::park(const wire::Packet& pkt, const RxInfo& rx, Time now) {

@@ -72,10 +72,8 @@ struct Table {
     }
     constexpr int kInit = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     constexpr int kInitUd = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
-    e[IBV_QPS_RESET][IBV_QPS_INIT] = {
-        true, {kInit, kInit, kInitUd, kInit, kInit}, {0, 0, 0, 0, 0}};
-    e[IBV_QPS_INIT][IBV_QPS_INIT] = {
-        true, {0, 0, 0, 0, 0}, {kInit, kInit, kInitUd, kInit, kInit}};
+    e[IBV_QPS_RESET][IBV_QPS_INIT] = {true, {kInit, kInit, kInitUd, kInit, kInit}, {0, 0, 0, 0, 0}};
+    e[IBV_QPS_INIT][IBV_QPS_INIT] = {true, {0, 0, 0, 0, 0}, {kInit, kInit, kInitUd, kInit, kInit}};
     e[IBV_QPS_INIT][IBV_QPS_RTR] = {
         true,
         {kPathRc, kPathUc, 0, kPathXrcIni, kPathXrcTgt},
@@ -102,8 +100,8 @@ struct Table {
     constexpr int kSqdNotify = IBV_QP_EN_SQD_ASYNC_NOTIFY;
     e[IBV_QPS_RTS][IBV_QPS_SQD] = {
         true, {0, 0, 0, 0, 0}, {kSqdNotify, kSqdNotify, kSqdNotify, kSqdNotify, kSqdNotify}};
-    constexpr int kSqdCommon = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
-                               IBV_QP_PATH_MIG_STATE;
+    constexpr int kSqdCommon =
+        IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PATH_MIG_STATE;
     e[IBV_QPS_SQD][IBV_QPS_SQD] = {
         true,
         {0, 0, 0, 0, 0},

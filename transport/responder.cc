@@ -195,8 +195,8 @@ void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, Recv
     fail(Nak::kInvalidRequest, psn, ctx, rq, out, IBV_WC_LOC_LEN_ERR);
     return;
   }
-  if (len != 0 && scatter(ctx.mem, ctx.pd, w.sge.data(), w.num_sge, msg_offset_,
-                          pkt.payload.data(), static_cast<uint32_t>(len)) != MemStatus::kOk) {
+  if (len != 0 && scatter(ctx.mem, ctx.pd, w.sge.data(), w.num_sge, msg_offset_, pkt.payload.data(),
+                          static_cast<uint32_t>(len)) != MemStatus::kOk) {
     // The receive WQE names memory we may not write: local protection error here, remote
     // operational error for the requester (9.9.3.1.3).
     fail(Nak::kRemoteOperational, psn, ctx, rq, out, IBV_WC_LOC_PROT_ERR);
@@ -494,8 +494,7 @@ void Responder::execute_atomic_write(const wire::Packet& pkt, const QpContext& c
   // The key first, then the alignment, in rxe's order: a bad R_Key is a remote access error
   // whatever the address (check_rkey), a good one over a misaligned target an invalid request
   // (atomic_write_reply's ERR_MISALIGNED_ATOMIC).
-  const MemRef m =
-      ctx.mem.resolve_remote(reth.rkey, ctx.pd, reth.va, 8, IBV_ACCESS_REMOTE_WRITE);
+  const MemRef m = ctx.mem.resolve_remote(reth.rkey, ctx.pd, reth.va, 8, IBV_ACCESS_REMOTE_WRITE);
   if (m.status != MemStatus::kOk) {
     fail(Nak::kRemoteAccess, psn, ctx, rq, out);
     return;

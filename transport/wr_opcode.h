@@ -131,10 +131,9 @@ constexpr std::array<WrOpcodeInfo, kSize> make() {
           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, Opcode::kRcFetchAdd, Opcode::kRcFetchAdd,
           Opcode::kRcFetchAdd, Opcode::kRcFetchAdd);
   // Memory windows and invalidation act on the key table (IBTA 10.6.7): RC and XRC QPs here.
-  t[IBV_WR_LOCAL_INV] = row("IBV_WR_LOCAL_INV", kRc | kWrLocal | kWrInvalidate,
-                            IBV_WC_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV);
-  t[IBV_WR_BIND_MW] =
-      row("IBV_WR_BIND_MW", kRc | kWrLocal, IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
+  t[IBV_WR_LOCAL_INV] = row("IBV_WR_LOCAL_INV", kRc | kWrLocal | kWrInvalidate, IBV_WC_LOCAL_INV,
+                            IBV_QP_EX_WITH_LOCAL_INV);
+  t[IBV_WR_BIND_MW] = row("IBV_WR_BIND_MW", kRc | kWrLocal, IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
   // SEND with invalidate: the IETH travels in its LAST/ONLY packet (9.4.1.1). The verbs layer
   // has refused IBV_SEND_INLINE on it from the start (ibv_post_send(3) names Send and RDMA Write;
   // ibv_wr_set_inline_data on ibv_wr_send_inv is taken).

@@ -237,9 +237,8 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
 
 bool Datapath::only_acks(size_t from, size_t to) const {
   return std::all_of(queue_.begin() + static_cast<ptrdiff_t>(from),
-                     queue_.begin() + static_cast<ptrdiff_t>(to), [](const transport::TxBuf* b) {
-                       return wire::is_acknowledge(b->data[0]);
-                     });
+                     queue_.begin() + static_cast<ptrdiff_t>(to),
+                     [](const transport::TxBuf* b) { return wire::is_acknowledge(b->data[0]); });
 }
 
 wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
@@ -315,9 +314,8 @@ size_t Datapath::tx_flush(transport::Time now) {
   bool release = false;
   if (!post_.empty()) {
     const auto last_data =
-        std::find_if(queue_.rbegin(), queue_.rend(), [](const transport::TxBuf* b) {
-          return !wire::is_acknowledge(b->data[0]);
-        });
+        std::find_if(queue_.rbegin(), queue_.rend(),
+                     [](const transport::TxBuf* b) { return !wire::is_acknowledge(b->data[0]); });
     const bool mid_message = last_data != queue_.rend() && continues_message(**last_data);
     if (mid_message) replying_ = true;
     release = release_post_ || now >= post_limit() || (last_data != queue_.rend() && !mid_message);

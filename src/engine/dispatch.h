@@ -182,7 +182,7 @@ class Dispatch {
   std::vector<uint32_t> due_scratch_, pump_scratch_;  // progress()'s, kept for their capacity
   transport::QpCounters retired_;                     // of destroyed QPs
   QpnSpace space_;
-  uint32_t next_qpn_ = 0x11;  // the counter when space_.cursor is null
+  uint32_t next_qpn_ = 0x11;     // the counter when space_.cursor is null
   std::set<uint32_t> reserved_;  // reserve_number()'s, kept from alloc_qpn
 };
 

@@ -121,7 +121,7 @@ class VContext : public ContextAbi {
   std::set<VQp*> qps;
   std::set<VSrq*> srqs;
   std::set<VAh*> ahs;
-  std::set<class VMw*> mws;  // mw.cc
+  std::set<class VMw*> mws;      // mw.cc
   std::set<class VXrcd*> xrcds;  // xrc.cc
 
   bool live_cq(VCq* cq);
@@ -213,7 +213,7 @@ struct XrcDomain {
   bool on_file = false;  // opened on a file: shared by every open of that file (VDevice)
   std::pair<dev_t, ino_t> file{};
   VDevice* udev = nullptr;
-  std::mutex mu;  // the counts and the QP list
+  std::mutex mu;    // the counts and the QP list
   int handles = 0;  // ibv_open_xrcd handles open
   int users = 0;    // XRC SRQs and XRC receive QPs in it
   // XRC receive QPs by number, for ibv_open_qp: the shared QP each handle stands for.

@@ -246,8 +246,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   constexpr uint32_t kImplemented = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
                                     IBV_QP_INIT_ATTR_CREATE_FLAGS |
                                     IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_XRCD;
-  if (a->comp_mask & ~kImplemented)
-    return refuse(EOPNOTSUPP, "comp_mask: RSS is not supported");
+  if (a->comp_mask & ~kImplemented) return refuse(EOPNOTSUPP, "comp_mask: RSS is not supported");
   // An XRC receive QP has neither PD, CQs nor queues: made apart (xrc.cc).
   if (transport::stored_int(a->qp_type) == IBV_QPT_XRC_RECV) return create_xrc_recv_qp(ctx, a);
   if (a->comp_mask & IBV_QP_INIT_ATTR_XRCD)
