@@ -142,6 +142,43 @@ void write_seeds(const std::string& dir) {
     QpWorld::packet_record(t, QpWorld::kRcRnr, ack0, {}, 0x40);
     save(t);
   }
+  // XRC: requests naming the receive QP's SRQ, another domain's, none; a three-packet SEND whose
+  // last packet names another SRQ; responses to the send QP.
+  {
+    auto xrc = [](O op, uint32_t psn, uint32_t srqn) {
+      wire::Packet p = hdr(op, psn);
+      p.xrc_srqn = srqn;
+      return p;
+    };
+    for (uint32_t srqn : {QpWorld::kXrcSrq, QpWorld::kForeignSrq, 0x999u}) {
+      one(QpWorld::kXrcRecv, xrc(O(0xa4), rq, srqn), p64);  // XRC SEND ONLY
+      one(QpWorld::kXrcRecv, with_reth(xrc(O::kXrcWriteOnly, rq, srqn), base, QpWorld::kKeyRw, 64),
+          p64);
+      one(QpWorld::kXrcRecv, with_reth(xrc(O(0xac), rq, srqn), base, QpWorld::kKeyRw, 2048));
+      wire::Packet cas = xrc(O(0xb3), rq, srqn);
+      cas.atomic = {base + 8, QpWorld::kKeyRw, 2, 1};
+      one(QpWorld::kXrcRecv, cas);
+    }
+    Writer w;
+    QpWorld::packet_record(w, QpWorld::kXrcRecv, xrc(O::kXrcSendFirst, rq, QpWorld::kXrcSrq), p1k);
+    QpWorld::packet_record(w, QpWorld::kXrcRecv, xrc(O::kXrcSendMiddle, rq + 1, QpWorld::kXrcSrq),
+                           p1k);
+    QpWorld::packet_record(w, QpWorld::kXrcRecv, xrc(O(0xa2), rq + 2, QpWorld::kForeignSrq), p100,
+                           0x40);
+    save(w);
+    // RC opcodes to an XRC QP and XRC opcodes to an RC QP: wrong service, dropped.
+    one(QpWorld::kXrcRecv, hdr(O::kRcSendOnly, rq), p64);
+    one(QpWorld::kRcRts, xrc(O(0xa4), rq, QpWorld::kXrcSrq), p64);
+    wire::Packet ack = hdr(O::kXrcAcknowledge, sq);
+    ack.aeth.syndrome = uroce::transport::test::ack_syndrome();
+    one(QpWorld::kXrcSend, ack);
+    one(QpWorld::kXrcRecv, ack);
+    Writer a;  // the send QP posts each kind of operation, then an ACK for them arrives
+    for (uint8_t op = 0; op < 8; ++op)
+      a.u8(0xc1).u8(QpWorld::kXrcSend).u8(op).u16(1500).u8(2).u16(0);
+    QpWorld::packet_record(a, QpWorld::kXrcSend, ack, {}, 0x40);
+    save(a);
+  }
   one(QpWorld::kRcRts, wire::cnp_packet(0));
   {
     Writer w;  // application actions: sends of each kind, a receive, a reset and reconnect

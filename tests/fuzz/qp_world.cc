@@ -83,6 +83,14 @@ QpWorld::QpWorld(Transmitter& tx, RingSink* sink)
   srq_ = std::make_unique<transport::Srq>(si);
   for (int i = 0; i < 4; ++i)
     srq_->post_recv(t::recv_wqe(next_wr_id_++, kMemBase + 4096 * i, 4096, kKeyRw));
+  transport::SrqInit xi{.max_wr = 8, .max_sge = 2, .xrcd = kXrcd, .pd = kPd, .cq = &rcq_};
+  xrc_.mine = std::make_unique<transport::Srq>(xi);
+  xi.xrcd = kXrcd + 1;
+  xrc_.foreign = std::make_unique<transport::Srq>(xi);
+  for (int i = 0; i < 4; ++i) {
+    xrc_.mine->post_recv(t::recv_wqe(next_wr_id_++, kMemBase + 4096 * i, 4096, kKeyRw));
+    xrc_.foreign->post_recv(t::recv_wqe(next_wr_id_++, kMemBase + 4096 * i, 4096, kKeyRw));
+  }
 
   for (int role = 0; role < kRoles; ++role) {
     int err = 0;
@@ -129,7 +137,11 @@ QpWorld::~QpWorld() {
 
 transport::QpInit QpWorld::init_for(int role) {
   transport::QpInit init;
-  init.type = role == kUcRts ? IBV_QPT_UC : role == kUdRts ? IBV_QPT_UD : IBV_QPT_RC;
+  init.type = role == kUcRts     ? IBV_QPT_UC
+              : role == kUdRts   ? IBV_QPT_UD
+              : role == kXrcSend ? IBV_QPT_XRC_SEND
+              : role == kXrcRecv ? IBV_QPT_XRC_RECV
+                                 : IBV_QPT_RC;
   init.qpn = qpn(role);
   init.pd = kPd;
   init.local_ip = kLocalIp;
@@ -143,6 +155,13 @@ transport::QpInit QpWorld::init_for(int role) {
   init.port_mtu = kPathMtu;
   init.early_retransmit = role % 3 == 0;
   if (role == kRcSrq) init.srq = srq_.get();
+  if (role == kXrcSend) init.recv_cq = nullptr;
+  if (role == kXrcRecv) {
+    init.pd = 0;
+    init.send_cq = init.recv_cq = nullptr;
+    init.xrcd = kXrcd;
+    init.xrc_srqs = &xrc_;
+  }
   return init;
 }
 
@@ -175,7 +194,9 @@ int QpWorld::move(int role, ibv_qp_state state) {
       a.rq_psn = kRqPsn;
       a.ah_attr = t::ah_for(kPeerIp);
       mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (type == IBV_QPT_RC) {
+      // XRC's halves take RC's masks and ignore the other half's attributes (the kernel's
+      // modify_qp_mask, transport/qp_state.h).
+      if (transport::is_reliable(type)) {
         a.max_dest_rd_atomic = 4;
         a.min_rnr_timer = 1;  // 10 us
         mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -185,7 +206,7 @@ int QpWorld::move(int role, ibv_qp_state state) {
       if (q->state() != IBV_QPS_RTR) break;  // SQD/SQE → RTS need nothing more
       a.sq_psn = kSqPsn;
       mask |= IBV_QP_SQ_PSN;
-      if (type == IBV_QPT_RC) {
+      if (transport::is_reliable(type)) {
         a.timeout = 8;  // 4.096 us * 2^8 = 1 ms
         a.retry_cnt = 3;
         a.rnr_retry = 3;
@@ -207,7 +228,7 @@ void QpWorld::connect(int role) {
   if (move(role, IBV_QPS_INIT) || (to_rtr && move(role, IBV_QPS_RTR)) ||
       (to_rts && move(role, IBV_QPS_RTS)))
     fail("cannot connect a QP");
-  if (role == kRcSrq) return;
+  if (role == kRcSrq || role == kXrcSend || role == kXrcRecv) return;  // no receive queue
   // Receives of several sizes; UD's hold the 40-byte GRH in front of the payload.
   const uint64_t base = kMemBase + 16384 + 2048 * uint64_t(role);
   q->post_recv(t::recv_wqe(next_wr_id_++, base, 64, kKeyRw));
@@ -297,6 +318,7 @@ void QpWorld::app_action(uint8_t op, Reader& r) {
         w.num_sge = 0;
         w.inline_len = len;
       }
+      if (q->type() == IBV_QPT_XRC_SEND) w.xrc_srqn = kXrcSrq;
       if (q->type() == IBV_QPT_UD) {
         w.ud_dst_ip = kPeerIp;
         w.ud_remote_qpn = peer_qpn(role);

@@ -2,7 +2,8 @@
 // dispatch.h, the code the engine runs) over a fake MemoryAccess (tests/transport/harness.h), with
 // a QP in every state and situation a packet can find one in — RESET, INIT, RTR, RTS, SQD and ERR;
 // an RC requester with READs, atomics, a WRITE and a SEND outstanding; one waiting out an RNR NAK;
-// one on a shared receive queue; UC and UD — each with receive WQEs posted. Nothing here reads a
+// one on a shared receive queue; UC and UD — each with receive WQEs posted; an XRC send QP and an
+// XRC receive QP whose domain has an XRC SRQ (another domain has one too). Nothing here reads a
 // clock: time is the harness's `now`.
 //
 // Registered memory sits at a fixed address (kMemBase), so the virtual addresses that seeds put in
@@ -51,8 +52,13 @@ class QpWorld {
     kRcSrq,  // RTS on a shared receive queue
     kUcRts,
     kUdRts,
+    kXrcSend,  // RTS, an XRC send QP
+    kXrcRecv,  // RTS, an XRC receive QP of domain kXrcd
     kRoles
   };
+  // The XRC SRQs: kXrcSrq in the receive QP's domain (with receive WQEs), kForeignSrq in another.
+  static constexpr uint32_t kXrcd = 5;
+  static constexpr uint32_t kXrcSrq = 0x300, kForeignSrq = 0x301;
   static constexpr uint32_t kLocalIp = 0x0a000001;
   static constexpr uint32_t kPeerIp = 0x0a000002;
   static constexpr uint32_t kForeignIp = 0x0a000009;
@@ -125,6 +131,12 @@ class QpWorld {
   transport::test::CqRecorder scq_, rcq_;
   transport::test::EventRecorder events_;
   std::unique_ptr<transport::Srq> srq_;
+  struct XrcTable : transport::XrcSrqs {
+    transport::Srq* find(uint32_t srqn) override {
+      return srqn == kXrcSrq ? mine.get() : srqn == kForeignSrq ? foreign.get() : nullptr;
+    }
+    std::unique_ptr<transport::Srq> mine, foreign;
+  } xrc_;
   Dispatch dispatch_;
   transport::Qp* qps_[kRoles] = {};
   uint64_t next_wr_id_ = 1;
