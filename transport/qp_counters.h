@@ -67,6 +67,8 @@
   X(out_of_buffer, "out_of_buffer", kInfo)                                                         \
   /* UC: messages abandoned after a lost packet (IBTA 9.8.3). */                                   \
   X(uc_dropped_msgs, "uc_dropped_msgs", kError)                                                    \
+  /* XRC receive QPs: requests naming no XRC SRQ of the QP's domain here (NAK invalid request). */ \
+  X(xrc_srq_invalid, "xrc_srq_invalid", kError)                                                    \
   /* Congestion control, mlx5's names (docs/congestion-control.md, "Counters"). */                 \
   /* Accepted packets that arrived marked CE. */                                                   \
   X(np_ecn_marked_roce_packets, "np_ecn_marked_roce_packets", kInfo)                               \

@@ -142,6 +142,7 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
   if (ctx.xrc_refused) {
     // XRC: the XRCETH names no XRC SRQ of the QP's domain (or another SRQ mid-message): an
     // invalid request (Class B, IBTA 9.9.3.1.2), as for an opcode the QP cannot take.
+    ++ctx.counters.xrc_srq_invalid;
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);
     return out;
   }

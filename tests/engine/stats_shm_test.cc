@@ -92,6 +92,7 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "qkey_violation",
                                          "out_of_buffer",
                                          "uc_dropped_msgs",
+                                         "xrc_srq_invalid",
                                          "np_ecn_marked_roce_packets",
                                          "np_cnp_sent",
                                          "rp_cnp_handled",

@@ -283,6 +283,7 @@ TEST_F(XrcTest, AnUnknownSrqOrOneOfAnotherDomainIsAnInvalidRequest) {
     EXPECT_EQ(a.scq.wcs[0].status, IBV_WC_REM_INV_REQ_ERR);
     EXPECT_EQ(a.qp->state(), IBV_QPS_ERR);
     EXPECT_TRUE(cq3.wcs.empty()) << "nothing lands in another domain's SRQ";
+    EXPECT_EQ(b.qp->counters().xrc_srq_invalid, 1u);
     EXPECT_EQ(foreign.size(), 1u);
   }
 }

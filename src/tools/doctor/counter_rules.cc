@@ -234,6 +234,11 @@ constexpr DropRule kDropRules[] = {
      "see qkey_violation and out_of_buffer per QP: uroce stats --qp"},
     {"uc_dropped_msgs", Status::kWarn, "UC messages abandoned after a lost packet",
      "UC does not resend: remove the loss, or use RC"},
+    {"xrc_srq_invalid", Status::kWarn,
+     "XRC requests named an SRQ that the receive QP's XRC domain does not have in this process "
+     "(the sender got an invalid-request NAK)",
+     "give the sender the number ibv_get_srq_num returns for an XRC SRQ of the receive QP's "
+     "domain; a domain is not shared between processes yet (docs/verbs.md, \"XRC\")"},
     {"rx_share_relay_failed", Status::kWarn,
      "packets of a shared device that reached the wrong process could not be passed on",
      "a process of the shared device stopped reading (a debugger, an overloaded host)"},
