@@ -1,5 +1,5 @@
 // Test helpers: load the known-answer frames (tests/wire/vectors/*.hex) and split an Ethernet /
-// IPv4 / UDP / RoCEv2 frame into the pieces the wire API takes.
+// IPv4 (or IPv6) / UDP / RoCEv2 frame into the pieces the wire API takes.
 //
 // The .hex files are the frame's bytes as hex digits, in any grouping, separated by whitespace
 // (the layout of `xxd -p` or of Wireshark's "copy as hex stream" broken into groups).
@@ -94,6 +94,42 @@ struct Frame {
     f.dst_ip = be32(ip() + 16);
     f.ip_id = ip_id();
     f.dont_fragment = be16(ip() + 6) & 0x4000;
+    f.src_port = be16(udp());
+    f.dst_port = be16(udp() + 2);
+    return f;
+  }
+};
+
+// One RoCEv2-over-IPv6 Ethernet frame (the roce_ipv6_*.hex vectors, written by icrc_vectors.py),
+// split into its layers. The UDP header follows the 40-byte IPv6 header directly.
+struct Frame6 {
+  static constexpr size_t kIpOff = 14;
+  static constexpr size_t kIpv6Header = 40;
+  std::vector<uint8_t> bytes;
+  size_t ip_len = 0;  // IPv6 header + Payload Length, ICRC included
+
+  static Frame6 load(const std::string& name) {
+    Frame6 f;
+    f.bytes = load_hex_file(name);
+    if (f.bytes.size() < kIpOff + kIpv6Header + 8 + 12 + 4 || be16(&f.bytes[12]) != 0x86dd)
+      throw std::runtime_error(name + ": not an Ethernet/IPv6 frame");
+    const uint8_t* ip = &f.bytes[kIpOff];
+    f.ip_len = kIpv6Header + be16(ip + 4);
+    if (ip[0] >> 4 != 6 || ip[6] != 17 || kIpOff + f.ip_len != f.bytes.size())
+      throw std::runtime_error(name + ": bad IPv6 header");
+    return f;
+  }
+  const uint8_t* ip() const { return &bytes[kIpOff]; }
+  const uint8_t* udp() const { return ip() + kIpv6Header; }
+  // The IPv6 packet up to (excluding) the ICRC.
+  std::span<const uint8_t> ip_without_icrc() const { return {ip(), ip_len - kIcrcBytes}; }
+  // BTH .. payload + pad.
+  std::span<const uint8_t> ib() const { return {udp() + 8, ip_len - kIpv6Header - 8 - kIcrcBytes}; }
+  uint32_t wire_icrc() const { return load_le32(ip() + ip_len - kIcrcBytes); }
+  Ipv6UdpFraming framing() const {
+    Ipv6UdpFraming f;
+    f.src = IpAddr::from_bytes(ip() + 8);
+    f.dst = IpAddr::from_bytes(ip() + 24);
     f.src_port = be16(udp());
     f.dst_port = be16(udp() + 2);
     return f;

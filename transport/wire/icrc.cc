@@ -1,4 +1,4 @@
-// RoCEv2 ICRC, IBTA Annex A17.3.3 (IPv4 case).
+// RoCEv2 ICRC, IBTA Annex A17.3.3 (IPv4 and IPv6).
 //
 // The ICRC is the standard CRC-32 of IEEE 802.3 (zlib's crc32: reflected polynomial 0xEDB88320,
 // initial value and final XOR 0xFFFFFFFF) over a pseudo-packet in which every field that a router
@@ -8,6 +8,10 @@
 //   UDP header                   checksum set to all ones
 //   BTH                          resv8a (byte 4, which carries FECN/BECN in RoCEv2) set to ones
 //   extended headers, payload, pad
+// Over IPv6 the 40-byte IPv6 header takes the IPv4 header's place with Traffic Class (DSCP and
+// ECN), Flow Label and Hop Limit set to all ones: the fields a router may change, as for IPv4 (and
+// as IBTA 7.8.1 masks them in a GRH); Version, Payload Length, Next Header and both addresses
+// are covered. Linux rxe masks the same (rxe_icrc.c, the IPv6 branch of rxe_icrc_hdr).
 // Byte order, found from the known-answer frames in tests/wire (ConnectX-4 Lx CNP, Linux rxe, and
 // a third-party UC SEND): the wire carries the zlib crc32 value least significant byte first, so
 // icrc() returns exactly zlib's value and store_le32() puts it on the wire.
@@ -32,6 +36,8 @@ constexpr size_t kLrhStandIn = 8;
 constexpr size_t kIpv4MinHeader = 20;
 constexpr size_t kUdpHeader = 8;
 constexpr size_t kPseudoBytes = kLrhStandIn + kIpv4MinHeader + kUdpHeader;
+constexpr size_t kIpv6Header = 40;
+constexpr size_t kPseudoBytes6 = kLrhStandIn + kIpv6Header + kUdpHeader;
 constexpr size_t kIpIdOffset = 4;       // within the IPv4 header
 constexpr size_t kBthResv8aOffset = 4;  // within BTH
 constexpr uint8_t kIpProtoUdp = 17;
@@ -283,6 +289,25 @@ uint32_t icrc(const Ipv4UdpFraming& f, std::span<const uint8_t> ib, std::span<co
   return more.empty() ? crc : crc_update(crc, more.data(), more.size());
 }
 
+uint32_t icrc(const Ipv6UdpFraming& f, std::span<const uint8_t> ib, std::span<const uint8_t> more) {
+  // UDP length and IPv6 Payload Length are the same number: UDP is the only header behind IPv6.
+  const size_t udp_len = kUdpHeader + ib.size() + more.size() + kIcrcBytes;
+  // Word stores as in the IPv4 overload: this builds for every packet too.
+  alignas(8) uint8_t h[kPseudoBytes6 + kShortIb];
+  store_be64(h, ~uint64_t{0});  // the LRH stand-in
+  // Version 6, Traffic Class and Flow Label masked; Payload Length; Next Header UDP; Hop Limit
+  // masked.
+  store_be64(h + 8, uint64_t{0x6fffffff} << 32 | (udp_len & 0xffff) << 16 |
+                        uint64_t{kIpProtoUdp} << 8 | 0xff);
+  std::memcpy(h + 16, f.src.data(), 16);
+  std::memcpy(h + 32, f.dst.data(), 16);
+  // UDP ports, length; checksum masked.
+  store_be64(h + 48, uint64_t{f.src_port} << 48 | uint64_t{f.dst_port} << 32 |
+                         (udp_len & 0xffff) << 16 | 0xffff);
+  const uint32_t crc = crc_head_ib(h, kPseudoBytes6, ib);
+  return more.empty() ? crc : crc_update(crc, more.data(), more.size());
+}
+
 uint32_t icrc_grh(uint32_t src_ip, uint32_t dst_ip, std::span<const uint8_t> ib,
                   std::span<const uint8_t> more) {
   uint8_t h[kLrhStandIn + 40 + kShortIb];
@@ -320,6 +345,22 @@ uint32_t icrc_ipv4(std::span<const uint8_t> pkt) {
   hdr[8] = 0xff;                                                     // TTL
   hdr[10] = hdr[11] = 0xff;                                          // header checksum
   if (hlen == ihl + kUdpHeader) hdr[ihl + 6] = hdr[ihl + 7] = 0xff;  // UDP checksum
+  return crc_head_ib(head, kLrhStandIn + hlen, pkt.subspan(hlen));
+}
+
+uint32_t icrc_ipv6(std::span<const uint8_t> pkt) {
+  // As icrc_ipv4: a field is masked only where it lies inside `pkt`, so a short or malformed
+  // packet gives a mismatch, never an out-of-bounds read.
+  uint8_t head[kPseudoBytes6 + kShortIb];
+  std::memset(head, 0xff, kLrhStandIn);
+  uint8_t* hdr = head + kLrhStandIn;
+  const size_t hlen = std::min(kIpv6Header + kUdpHeader, pkt.size());
+  if (hlen) std::memcpy(hdr, pkt.data(), hlen);  // data() may be null
+  if (hlen > 0) hdr[0] |= 0x0f;                  // Traffic Class, high nibble (Version stays)
+  for (size_t i = 1; i < 4 && i < hlen; ++i) hdr[i] = 0xff;  // TC low nibble and Flow Label
+  if (hlen > 7) hdr[7] = 0xff;                               // Hop Limit
+  if (hlen == kIpv6Header + kUdpHeader) hdr[kIpv6Header + 6] = hdr[kIpv6Header + 7] = 0xff;
+  if (hlen < kIpv6Header + kUdpHeader) return crc_update(0, head, kLrhStandIn + hlen);
   return crc_head_ib(head, kLrhStandIn + hlen, pkt.subspan(hlen));
 }
 
