@@ -151,6 +151,11 @@ int destroy_srq(ibv_srq* srq);
 void destroy_srq_object(class VSrq* srq);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);  // ibv_context_ops
 
+// Fills the ibv_qp an application sees of `qp` (whose transport QP exists): context, number,
+// handle, state, type, its mutex and condition variable (qp.cc).
+void init_qp_abi(class VQp* qp, ibv_context* ctx, void* qp_context, ibv_qp_type type,
+                 ibv_qp_state state);
+
 // ---- xrc.cc: XRC domains, XRC SRQ numbers, XRC receive QPs ----
 // The verbs_context ops: NULL with errno, or a positive errno.
 ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr);

@@ -218,6 +218,21 @@ thread_local std::vector<ibv_recv_wr*> t_recv_wrs;
 
 }  // namespace
 
+void init_qp_abi(VQp* qp, ibv_context* ctx, void* qp_context, ibv_qp_type type,
+                 ibv_qp_state state) {
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = ctx;
+  q.qp_context = qp_context;
+  q.qp_num = qp->tqp->qpn();
+  q.handle = q.qp_num;
+  q.state = state;
+  q.qp_type = type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.events_completed = 0;
+  qp->qpx.comp_mask = 0;
+}
+
 void VQp::qp_event(uint32_t, ibv_event_type type) {
   ibv_async_event ev{};
   ev.element.qp = to_ibv(this);
@@ -353,21 +368,12 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     return nullptr;
   }
 
+  init_qp_abi(qp, ctx, a->qp_context, a->qp_type, IBV_QPS_RESET);
   ibv_qp& q = qp->qpx.qp_base;
-  q.context = ctx;
-  q.qp_context = a->qp_context;
   q.pd = a->pd;
   q.send_cq = a->send_cq;
   q.recv_cq = a->recv_cq;
   q.srq = a->srq;
-  q.qp_num = qp->tqp->qpn();
-  q.handle = q.qp_num;
-  q.state = IBV_QPS_RESET;
-  q.qp_type = a->qp_type;
-  pthread_mutex_init(&q.mutex, nullptr);
-  pthread_cond_init(&q.cond, nullptr);
-  q.events_completed = 0;
-  qp->qpx.comp_mask = 0;
   if (send_ops) init_send_ops(qp, a->send_ops_flags);
   if (send_ops && a->qp_type == IBV_QPT_UD) qp->qpx.wr_set_ud_addr = wr_set_ud_addr;
   if (send_ops && xrc_send) qp->qpx.wr_set_xrc_srqn = wr_set_xrc_srqn;

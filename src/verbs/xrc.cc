@@ -148,27 +148,17 @@ static ibv_qp* add_tgt_handle(VContext* c, const std::shared_ptr<TgtQp>& tgt, vo
   qp->ctx = c;
   qp->tgt = tgt;
   qp->tqp = tgt->tqp;
-  ibv_qp& q = qp->qpx.qp_base;
-  q.context = to_ibv(c);
-  q.qp_context = qp_context;
-  q.qp_num = tgt->tqp->qpn();
-  q.handle = q.qp_num;
-  q.qp_type = IBV_QPT_XRC_RECV;
   ibv_qp_attr cur{};
   ibv_qp_init_attr init{};
   c->dev->query_qp(tgt->tqp, cur, init);
-  q.state = cur.qp_state;
-  pthread_mutex_init(&q.mutex, nullptr);
-  pthread_cond_init(&q.cond, nullptr);
-  q.events_completed = 0;
-  qp->qpx.comp_mask = 0;
+  init_qp_abi(qp, to_ibv(c), qp_context, IBV_QPT_XRC_RECV, cur.qp_state);
   {
     std::lock_guard<std::mutex> g(tgt->mu);
     tgt->handles.insert(qp);
   }
   std::lock_guard<std::mutex> g(c->mu);
   c->qps.insert(qp);
-  return &q;
+  return to_ibv(qp);
 }
 
 ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
