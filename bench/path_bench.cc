@@ -140,7 +140,7 @@ struct Host {
     transport::QpInit init;
     init.type = IBV_QPT_RC;
     init.pd = pd;
-    init.local_ip = ip;
+    init.local_ip = wire::IpAddr(ip);
     init.max_send_wr = 1024;
     init.max_recv_wr = 1024;
     init.max_send_sge = 1;

@@ -27,21 +27,19 @@ void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]) {
     wire::put_be16(out + 4, static_cast<uint16_t>(ib_len + wire::kIcrcBytes));
     out[6] = 0x1b;
     out[7] = 64;
-    out[18] = out[19] = 0xff;
-    wire::put_be32(out + 20, rx.src_ip);
-    out[34] = out[35] = 0xff;
-    wire::put_be32(out + 36, rx.dst_ip);
+    std::memcpy(out + 8, rx.src_ip.data(), 16);
+    std::memcpy(out + 24, rx.dst_ip.data(), 16);
     return;
   }
   uint8_t* ip = out + kGrhIpv4Offset;
   ip[0] = 0x45;        // version 4, 5 words
   ip[1] = rx.ecn & 3;  // DSCP is not visible on the socket datapath; ECN is
   wire::put_be16(ip + 2, static_cast<uint16_t>(kIpUdpBytes + ib_len + wire::kIcrcBytes));
-  wire::put_be16(ip + 6, 0x4000);  // DF, ID 0: what RoCEv2 senders put there (design.md)
-  ip[8] = 64;                      // TTL: not visible either; the Linux default
-  ip[9] = 17;                      // UDP
-  wire::put_be32(ip + 12, rx.src_ip);
-  wire::put_be32(ip + 16, rx.dst_ip);
+  wire::put_be16(ip + 6, 0x4000);           // DF, ID 0: what RoCEv2 senders put there (design.md)
+  ip[8] = 64;                               // TTL: not visible either; the Linux default
+  ip[9] = 17;                               // UDP
+  wire::put_be32(ip + 12, rx.src_ip.v4());  // RoCEv2 over IPv4: the ports hand in no other yet
+  wire::put_be32(ip + 16, rx.dst_ip.v4());
   wire::put_be16(ip + 10, wire::ipv4_checksum(ip, 20));
 }
 

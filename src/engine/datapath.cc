@@ -194,8 +194,8 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     rx_out_.pop_back();
     return;
   }
-  out.info.src_ip = meta.src_ip;
-  out.info.dst_ip = meta.dst_ip;
+  out.info.src_ip = wire::IpAddr(meta.src_ip);
+  out.info.dst_ip = wire::IpAddr(meta.dst_ip);
   out.info.src_port = meta.src_port;
   out.info.ecn = meta.tos & 3;
   out.info.roce_v1 = meta.roce_v1;
@@ -214,8 +214,12 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
   // A length no packet has is a transport bug: refuse it rather than send garbage or read
   // outside the buffer.
   // RoCE v1 on a port without Ethernet framing cannot be sent (the verbs offer no v1 GID there).
+  // A destination that is not IPv4 (an IPv6 GID's) is unroutable: the ports reach IPv4 only, and
+  // below here the address is its IPv4 one (v4()). Counted as the kernel's refusal of an
+  // unroutable send is.
   if (buf->len < wire::kBthBytes || buf->ib_len() > transport::kMaxIbPacket ||
-      (buf->ext_len != 0 && buf->ext == nullptr) || (buf->roce_v1 && !port_->caps().roce_v1)) {
+      (buf->ext_len != 0 && buf->ext == nullptr) || (buf->roce_v1 && !port_->caps().roce_v1) ||
+      !buf->dst_ip.is_v4()) {
     counters_.port.tx_errors.add();
     port_->tx_free(buf);
     return;
@@ -244,7 +248,7 @@ bool Datapath::only_acks(size_t from, size_t to) const {
 wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
   wire::Ipv4UdpFraming f;
   f.src_ip = port_->ipv4();
-  f.dst_ip = b.dst_ip;
+  f.dst_ip = b.dst_ip.v4();  // IPv4-mapped (tx_commit)
   f.ip_id = b.ip_id;
   f.dont_fragment = true;
   f.src_port = b.src_port;
@@ -348,7 +352,7 @@ size_t Datapath::tx_flush(transport::Time now) {
     sent_data_ = sent_data_ || !wire::is_acknowledge(b->data[0]);
     if (b->roce_v1) {
       wire::store_le32(b->data + b->len,
-                       wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}, ext));
+                       wire::icrc_grh(port_->ipv4(), b->dst_ip.v4(), {b->data, b->len}, ext));
       continue;
     }
     const wire::Ipv4UdpFraming f = tx_framing(*b);
@@ -379,12 +383,12 @@ size_t Datapath::tx_flush_faulty(transport::Time now) {
     std::memcpy(fr.bytes.data(), b->data, b->len);
     fr.roce_v1 = b->roce_v1;
     wire::store_le32(fr.bytes.data() + b->len,
-                     b->roce_v1 ? wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len})
+                     b->roce_v1 ? wire::icrc_grh(port_->ipv4(), b->dst_ip.v4(), {b->data, b->len})
                                 : wire::icrc(f, {b->data, b->len}));
     // Captured as uroce sent it, before the injected faults (which stand for the wire).
     if (pcap_ && !b->roce_v1)
       pcap_->write(f, tos_of(*b), {b->data, b->len}, fr.bytes.data() + b->len);
-    fr.addr = b->dst_ip;
+    fr.addr = b->dst_ip.v4();
     fr.port = b->src_port;
     fr.tos = tos_of(*b);
     port_->tx_free(b);
@@ -409,7 +413,7 @@ void Datapath::send_frames(std::vector<FaultFrame>& frames) {
       if (!b) break;
       std::memcpy(b->data, fr.bytes.data(), fr.bytes.size());
       b->len = static_cast<uint32_t>(fr.bytes.size() - wire::kIcrcBytes);
-      b->dst_ip = fr.addr;
+      b->dst_ip = wire::IpAddr(fr.addr);
       b->src_port = fr.port;
       b->ecn = fr.tos & 3;
       b->dscp = fr.tos >> 2;

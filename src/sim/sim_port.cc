@@ -59,7 +59,7 @@ size_t SimPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
     Frame* f = pool_.get();
     f->kind = FrameKind::kRoce;
     f->src_ip = ip_;
-    f->dst_ip = b->dst_ip;
+    f->dst_ip = b->dst_ip.v4();  // IPv4-mapped: the engine drops any other (Datapath)
     f->src_port = b->src_port;
     f->dst_port = udp_dst_port();
     f->tos = uint8_t(b->dscp << 2 | (b->ecn & 3));

@@ -59,7 +59,7 @@ struct UdPair : ::testing::Test {
                   ibv_wr_opcode op = IBV_WR_SEND) {
     SendWqe w = test::send_wqe(id, reinterpret_cast<uint64_t>(src.data()), len, skey, op);
     w.send_flags = IBV_SEND_SIGNALED;
-    w.ud_dst_ip = kIpB;
+    w.ud_dst_ip = wire::IpAddr(kIpB);
     w.ud_remote_qpn = kQpnB;
     w.ud_remote_qkey = qkey;
     return w;
@@ -91,7 +91,10 @@ TEST_F(UdPair, SendIsOnePacketWithDethAndCompletesAtOnce) {
   EXPECT_EQ(p.deth.qkey, kQkey);
   EXPECT_EQ(p.deth.src_qp, kQpnA);
   EXPECT_EQ(p.payload.size(), 100u);
-  EXPECT_EQ(buf.dst_ip, kIpB);
+  // The AH's address, IPv4-mapped: a port sends it to that IPv4 address.
+  EXPECT_EQ(buf.dst_ip, wire::IpAddr(kIpB));
+  EXPECT_TRUE(buf.dst_ip.is_v4());
+  EXPECT_EQ(buf.dst_ip.v4(), kIpB);
   EXPECT_EQ(buf.src_port, src_port_for_qpn(kQpnA));  // as for RC: from the QPN
   // No acknowledgement to wait for: the WQE completes when sent.
   ASSERT_EQ(a.scq.wcs.size(), 1u);
@@ -139,8 +142,8 @@ TEST_F(UdPair, RoceV1ReceiveReportsGrhPacketTypeInSl) {
   ASSERT_EQ(a.qp->post_send(ud_send(1, 64), 0), 0);
   for (auto& c : test::drain(a)) {
     RxInfo rx;
-    rx.src_ip = kIpA;
-    rx.dst_ip = kIpB;
+    rx.src_ip = wire::IpAddr(kIpA);
+    rx.dst_ip = wire::IpAddr(kIpB);
     rx.roce_v1 = true;
     b.qp->receive(c->pkt, rx, 0);
   }
@@ -243,7 +246,9 @@ TEST_F(UdPair, RefusesWhatUdCannotCarry) {
   w.opcode = IBV_WR_RDMA_READ;
   EXPECT_EQ(a.qp->post_send(w, 0), EINVAL);
   w = ud_send(1, 8);
-  w.ud_dst_ip = 0;  // no address handle
+  w.ud_dst_ip = {};  // no address handle
+  EXPECT_EQ(a.qp->post_send(w, 0), EINVAL);
+  w.ud_dst_ip = wire::IpAddr(0u);  // 0.0.0.0, as refused when addresses were IPv4 integers
   EXPECT_EQ(a.qp->post_send(w, 0), EINVAL);
   EXPECT_TRUE(a.sink.sent.empty());
   // An RC or UC packet for a UD QP is dropped.
