@@ -60,8 +60,8 @@ class LoopPort final : public Port {
       RxFrame f;
       f.data = sl.bytes.data();
       f.len = sl.len;
-      f.src_ip = sl.src_ip;
-      f.dst_ip = ip_;
+      f.src_ip = wire::IpAddr(sl.src_ip);
+      f.dst_ip = wire::IpAddr(ip_);
       f.src_port = sl.src_port;
       f.dst_port = 4791;
       f.ip_id_known = true;

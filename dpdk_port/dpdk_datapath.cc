@@ -83,7 +83,7 @@ void DpdkPort::disarm_wait() {
 // --- receive ---
 
 // rx_burst() stores each of these fields itself: one added to RxFrame must be stored there too.
-static_assert(sizeof(RxFrame) == 40, "a new RxFrame field: set it in DpdkPort::rx_burst()");
+static_assert(sizeof(RxFrame) == 64, "a new RxFrame field: set it in DpdkPort::rx_burst()");
 
 std::span<const RxFrame> DpdkPort::rx_burst() {
   // One bulk put per pool for the whole burst (a put per mbuf, each with its lcore lookup, was 3 %
@@ -129,8 +129,8 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         fr.data = c.payload;
         fr.len = static_cast<uint32_t>(c.payload_len);
         fr.truncated = false;
-        fr.src_ip = c.src_ip;
-        fr.dst_ip = c.dst_ip;
+        fr.src_ip = wire::IpAddr(c.src_ip);
+        fr.dst_ip = wire::IpAddr(c.dst_ip);
         fr.src_port = c.src_port;
         fr.dst_port = c.dst_port;
         fr.tos = c.tos;
@@ -158,8 +158,8 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         fr.data = c.payload;
         fr.len = static_cast<uint32_t>(c.payload_len);
         fr.truncated = false;
-        fr.src_ip = src;
-        fr.dst_ip = dst;
+        fr.src_ip = wire::IpAddr(src);
+        fr.dst_ip = wire::IpAddr(dst);
         fr.src_port = 0;
         fr.dst_port = 0;
         fr.tos = c.tos;

@@ -157,15 +157,22 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
   }
   const size_t ib_len = len - wire::kIcrcBytes;
   const uint32_t received = wire::load_le32(buf + ib_len);
+  // IPv4 underneath (IPv4-mapped addresses): the IPv4 framing, its ICRC and the IP ID guard keep
+  // host-order IPv4 addresses. Anything else came over IPv6, where the ICRC is exact.
+  const bool v4 = meta.src_ip.is_v4() && meta.dst_ip.is_v4();
   wire::Ipv4UdpFraming f;
-  f.src_ip = meta.src_ip;
-  f.dst_ip = meta.dst_ip;
+  f.src_ip = meta.src_ip.v4();
+  f.dst_ip = meta.dst_ip.v4();
   f.src_port = meta.src_port;
   f.dst_port = meta.dst_port;
   bool icrc_ok;
   bool suspect = false;  // valid only under an ID this source never uses (ip_id_guard.h)
   if (meta.roce_v1) {
-    icrc_ok = wire::icrc_grh(meta.src_ip, meta.dst_ip, {buf, ib_len}) == received;
+    // uroce's RoCE v1 GIDs are IPv4-mapped (the DPDK port hands in no others).
+    icrc_ok = v4 && wire::icrc_grh(f.src_ip, f.dst_ip, {buf, ib_len}) == received;
+  } else if (!v4) {
+    const wire::Ipv6UdpFraming f6{meta.src_ip, meta.dst_ip, meta.src_port, meta.dst_port};
+    icrc_ok = wire::icrc(f6, {buf, ib_len}) == received;
   } else if (meta.ip_id_known) {
     f.ip_id = meta.ip_id;
     f.dont_fragment = meta.dont_fragment;
@@ -174,12 +181,12 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     // DF assumed set, as every RoCEv2 sender sets it.
     f.dont_fragment = true;
     icrc_ok = wire::icrc_matches_some_ip_id(f, {buf, ib_len}, received, &f.ip_id);
-    suspect = icrc_ok && !id_guard_.accept(meta.src_ip, f.ip_id);
+    suspect = icrc_ok && !id_guard_.accept(f.src_ip, f.ip_id);
   }
-  if (pcap_ && !meta.roce_v1) {
+  if (pcap_ && !meta.roce_v1 && v4) {
     // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
     // a packet no ID validates is written with ID 0, and its ICRC shows as bad. (The capture's
-    // records are IPv4 datagrams: RoCE v1 frames are not written; capture the interface.)
+    // records are IPv4 datagrams: RoCE v1 and IPv6 frames are not written; capture the interface.)
     pcap_->write(f, meta.tos, {buf, ib_len}, buf + ib_len);
   }
   if (!icrc_ok || suspect) {
@@ -194,8 +201,8 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     rx_out_.pop_back();
     return;
   }
-  out.info.src_ip = wire::IpAddr(meta.src_ip);
-  out.info.dst_ip = wire::IpAddr(meta.dst_ip);
+  out.info.src_ip = meta.src_ip;
+  out.info.dst_ip = meta.dst_ip;
   out.info.src_port = meta.src_port;
   out.info.ecn = meta.tos & 3;
   out.info.roce_v1 = meta.roce_v1;
@@ -388,7 +395,7 @@ size_t Datapath::tx_flush_faulty(transport::Time now) {
     // Captured as uroce sent it, before the injected faults (which stand for the wire).
     if (pcap_ && !b->roce_v1)
       pcap_->write(f, tos_of(*b), {b->data, b->len}, fr.bytes.data() + b->len);
-    fr.addr = b->dst_ip.v4();
+    fr.addr = b->dst_ip;
     fr.port = b->src_port;
     fr.tos = tos_of(*b);
     port_->tx_free(b);
@@ -413,7 +420,7 @@ void Datapath::send_frames(std::vector<FaultFrame>& frames) {
       if (!b) break;
       std::memcpy(b->data, fr.bytes.data(), fr.bytes.size());
       b->len = static_cast<uint32_t>(fr.bytes.size() - wire::kIcrcBytes);
-      b->dst_ip = wire::IpAddr(fr.addr);
+      b->dst_ip = fr.addr;
       b->src_port = fr.port;
       b->ecn = fr.tos & 3;
       b->dscp = fr.tos >> 2;

@@ -29,8 +29,8 @@ std::span<const RxFrame> SimPort::rx_burst() {
     RxFrame& r = rx_frames_.emplace_back();
     r.data = f->payload.data();
     r.len = uint32_t(f->payload.size());
-    r.src_ip = f->src_ip;
-    r.dst_ip = f->dst_ip;
+    r.src_ip = wire::IpAddr(f->src_ip);  // the simulated fabric is IPv4
+    r.dst_ip = wire::IpAddr(f->dst_ip);
     r.src_port = f->src_port;
     r.dst_port = f->dst_port;
     r.tos = f->tos;
