@@ -153,6 +153,32 @@ TEST_F(UdPair, RoceV1ReceiveReportsGrhPacketTypeInSl) {
   EXPECT_EQ(dst[0] >> 4, 6);  // the GRH's IPVer
 }
 
+// A RoCEv2 datagram over IPv6 (addresses not IPv4-mapped): its IPv6 header fills the GRH area,
+// and wc.sl says IPv6, as mlx5 reports it.
+TEST_F(UdPair, Ipv6ReceiveWritesTheIpv6HeaderAndReportsIpv6PacketTypeInSl) {
+  post_recv(9, 40 + 64);
+  ASSERT_EQ(a.qp->post_send(ud_send(1, 64), 0), 0);
+  const wire::IpAddr from = *wire::IpAddr::parse("2001:db8::a"),
+                     to = *wire::IpAddr::parse("2001:db8::b");
+  for (auto& c : test::drain(a)) {
+    RxInfo rx;
+    rx.src_ip = from;
+    rx.dst_ip = to;
+    rx.ecn = kEcnEct0;
+    b.qp->receive(c->pkt, rx, 0);
+  }
+  ASSERT_EQ(b.rcq.wcs.size(), 1u);
+  EXPECT_EQ(b.rcq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(b.rcq.wcs[0].sl, kWcSlRoceV2Ipv6);
+  EXPECT_EQ(dst[0] >> 4, 6);               // version
+  EXPECT_EQ((dst[1] >> 4) & 3, kEcnEct0);  // the traffic class's ECN bits
+  // Payload length: UDP 8 + BTH 12 + DETH 8 + payload 64 + ICRC 4.
+  EXPECT_EQ(dst[4] << 8 | dst[5], 96);
+  EXPECT_EQ(dst[6], 17);  // UDP
+  EXPECT_EQ(std::memcmp(dst.data() + 8, from.data(), 16), 0);
+  EXPECT_EQ(std::memcmp(dst.data() + 24, to.data(), 16), 0);
+}
+
 TEST_F(UdPair, SendWithImmediate) {
   post_recv(1, 200);
   SendWqe w = ud_send(1, 8, kQkey, IBV_WR_SEND_WITH_IMM);
