@@ -60,8 +60,8 @@ class LoopPort final : public Port {
       RxFrame f;
       f.data = sl.bytes.data();
       f.len = sl.len;
-      f.src_ip = sl.src_ip;
-      f.dst_ip = ip_;
+      f.src_ip = wire::IpAddr(sl.src_ip);
+      f.dst_ip = wire::IpAddr(ip_);
       f.src_port = sl.src_port;
       f.dst_port = 4791;
       f.ip_id_known = true;
@@ -140,7 +140,7 @@ struct Host {
     transport::QpInit init;
     init.type = IBV_QPT_RC;
     init.pd = pd;
-    init.local_ip = ip;
+    init.local_ip = wire::IpAddr(ip);
     init.max_send_wr = 1024;
     init.max_recv_wr = 1024;
     init.max_send_sge = 1;

@@ -83,7 +83,7 @@ void DpdkPort::disarm_wait() {
 // --- receive ---
 
 // rx_burst() stores each of these fields itself: one added to RxFrame must be stored there too.
-static_assert(sizeof(RxFrame) == 40, "a new RxFrame field: set it in DpdkPort::rx_burst()");
+static_assert(sizeof(RxFrame) == 64, "a new RxFrame field: set it in DpdkPort::rx_burst()");
 
 std::span<const RxFrame> DpdkPort::rx_burst() {
   // One bulk put per pool for the whole burst (a put per mbuf, each with its lcore lookup, was 3 %
@@ -129,8 +129,8 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         fr.data = c.payload;
         fr.len = static_cast<uint32_t>(c.payload_len);
         fr.truncated = false;
-        fr.src_ip = c.src_ip;
-        fr.dst_ip = c.dst_ip;
+        fr.src_ip = wire::IpAddr(c.src_ip);
+        fr.dst_ip = wire::IpAddr(c.dst_ip);
         fr.src_port = c.src_port;
         fr.dst_port = c.dst_port;
         fr.tos = c.tos;
@@ -158,8 +158,8 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         fr.data = c.payload;
         fr.len = static_cast<uint32_t>(c.payload_len);
         fr.truncated = false;
-        fr.src_ip = src;
-        fr.dst_ip = dst;
+        fr.src_ip = wire::IpAddr(src);
+        fr.dst_ip = wire::IpAddr(dst);
         fr.src_port = 0;
         fr.dst_port = 0;
         fr.tos = c.tos;
@@ -318,14 +318,14 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
     RoceV1Headers h;
     h.l2 = l2;
     h.src_ip = opt_.ipv4;
-    h.dst_ip = b->dst_ip;
-    h.traffic_class = tos;  // the GRH carries the class RoCEv2 puts in the TOS byte
+    h.dst_ip = b->dst_ip.v4();  // IPv4-mapped (Datapath::tx_commit)
+    h.traffic_class = tos;      // the GRH carries the class RoCEv2 puts in the TOS byte
     write_roce_v1(start, h, payload);
   } else {
     RoceV2Headers h;
     h.l2 = l2;
     h.src_ip = opt_.ipv4;
-    h.dst_ip = b->dst_ip;
+    h.dst_ip = b->dst_ip.v4();  // IPv4-mapped (Datapath::tx_commit)
     h.tos = tos;
     h.ip_id = b->ip_id;
     h.src_port = b->src_port;
@@ -382,11 +382,12 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
   {
     std::lock_guard<std::mutex> g(ctl_mu_);
     for (transport::TxBuf* b : bufs) {
-      const uint32_t hop = next_hop(b->dst_ip);
+      const uint32_t dst_ip = b->dst_ip.v4();  // IPv4-mapped (Datapath::tx_commit)
+      const uint32_t hop = next_hop(dst_ip);
       Mac dst;
       bool resolved = false;
-      if ((b->dst_ip >> 28) == 0xe) {
-        dst = multicast_mac(b->dst_ip);
+      if ((dst_ip >> 28) == 0xe) {
+        dst = multicast_mac(dst_ip);
         resolved = true;
       } else if (neigh_.lookup(hop, &dst)) {
         resolved = true;

@@ -26,9 +26,9 @@ struct QpContext {
   // than its message started with). The responder refuses it (NAK invalid request).
   bool xrc_refused = false;
   // Derived from `attr` at modify time.
-  uint32_t remote_ip = 0;  // from ah_attr.grh.dgid, host byte order
-  uint32_t mtu = 256;      // path MTU, bytes
-  uint16_t src_port = 0;   // UDP source port of every packet of this QP
+  wire::IpAddr remote_ip{};  // ah_attr.grh.dgid (IPv4-mapped: check_modify refuses others)
+  uint32_t mtu = 256;        // path MTU, bytes
+  uint16_t src_port = 0;     // UDP source port of every packet of this QP
   // DSCP of this QP's packets: the DSCP bits of the AV's GRH traffic class when one is set (as
   // RNICs map it, traffic_class = DSCP << 2), else kDscpPortDefault (the port's configured one).
   uint8_t dscp = kDscpPortDefault;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "transport/wire/ip.h"
+
 namespace uroce::transport {
 
 // Nanoseconds on the caller's clock: CLOCK_MONOTONIC in the engine, virtual time in tests.
@@ -48,7 +50,9 @@ inline constexpr uint8_t dscp_of_traffic_class(uint8_t tclass) {
 // A TxBuf comes from PacketSink::tx_alloc, so it lives in the port's memory (for a DPDK port,
 // inside the mbuf that goes on the wire).
 struct TxBuf {
-  uint32_t dst_ip = 0;    // IPv4, host byte order
+  // The destination: IPv4-mapped for an IPv4 peer (the only kind the ports send to today: the
+  // engine drops any other as unroutable before a port sees it).
+  wire::IpAddr dst_ip{};
   uint16_t src_port = 0;  // UDP source port (ECMP entropy, derived from the QPN)
   uint8_t ecn = kEcnNotEct;
   // DSCP of the packet, or kDscpPortDefault. Set by the transport for packets with a traffic
@@ -85,7 +89,7 @@ static_assert(offsetof(TxBuf, data) == offsetof(TxBuf, headroom) + kTxHeadroom);
 // together on every packet the transport builds — a port reuses its buffers, and a field left
 // alone would keep the last packet's value (a CNP's DSCP or priority on data).
 struct Route {
-  uint32_t dst_ip = 0;    // IPv4, host byte order
+  wire::IpAddr dst_ip{};  // the peer's address (its GID's), IPv4-mapped for IPv4
   uint16_t src_port = 0;  // the QP's (src_port_for_qpn)
   uint8_t ecn = kEcnNotEct;
   uint8_t dscp = kDscpPortDefault;
@@ -128,11 +132,11 @@ class PacketSink {
 
 // What the port knows of a received packet beyond its bytes.
 struct RxInfo {
-  uint32_t src_ip = 0;  // host byte order
-  uint32_t dst_ip = 0;
+  wire::IpAddr src_ip{};  // IPv4-mapped for a datagram that came over IPv4 (or RoCE v1's GIDs)
+  wire::IpAddr dst_ip{};  // the device address, or the multicast group it was sent to
   uint16_t src_port = 0;
   uint8_t ecn = kEcnNotEct;
-  bool roce_v1 = false;  // it came as RoCE v1 (GRH; src/dst are its GIDs' IPv4 addresses)
+  bool roce_v1 = false;  // it came as RoCE v1 (GRH; src/dst are its GIDs)
 };
 
 // Result of resolving a memory key. Each failure is a distinct cause because the transport maps

@@ -97,7 +97,7 @@ void Qp::Impl::apply_attrs(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) attr.en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & IBV_QP_AV) {
     attr.ah_attr = a.ah_attr;
-    gid_to_ipv4(a.ah_attr.grh.dgid, &ctx.remote_ip);  // validated by check_modify
+    ctx.remote_ip = wire::IpAddr::from_bytes(a.ah_attr.grh.dgid.raw);  // IPv4: check_modify
     ctx.dscp = dscp_of_traffic_class(a.ah_attr.grh.traffic_class);
     ctx.roce_v1 = a.ah_attr.grh.sgid_index == kRoceV1GidIndex;
     sync_pacer();  // ah_attr.static_rate

@@ -41,8 +41,8 @@ constexpr bool is_reliable(ibv_qp_type t) {
 struct QpInit {
   ibv_qp_type type = IBV_QPT_RC;
   uint32_t qpn = 0;
-  uint32_t pd = 0;        // protection domain handle, as MemoryAccess knows it
-  uint32_t local_ip = 0;  // device IPv4, host byte order
+  uint32_t pd = 0;          // protection domain handle, as MemoryAccess knows it
+  wire::IpAddr local_ip{};  // the device address (IPv4-mapped)
   uint32_t max_send_wr = 0, max_recv_wr = 0;
   uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline_data = 0;
   bool sq_sig_all = false;
@@ -137,7 +137,7 @@ class Qp {
   // zeros for UD and before RTR. For listings (`uroce stats --qp`).
   struct Peer {
     uint32_t qpn = 0;
-    uint32_t ip = 0;  // IPv4, host byte order
+    wire::IpAddr ip{};  // the AV's DGID
   };
   Peer peer() const;
   // Congestion control's view of this QP: the rate it may send at (bits/s; the line rate while

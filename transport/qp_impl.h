@@ -117,7 +117,8 @@ struct Qp::Impl {
   cc::CnpLimiter np;
   bool cnp_pending = false;
   struct CnpTarget {
-    uint32_t ip = 0, qpn = 0;
+    wire::IpAddr ip{};
+    uint32_t qpn = 0;
     bool roce_v1 = false;
   } cnp_to;
 

@@ -171,9 +171,8 @@ BadValue check_values(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_AV) {
     // RoCE addresses by GID only (Annex A16/A17): the AH must carry a GRH whose DGID is an
     // IPv4-mapped address, the only kind the IPv4 ports can reach.
-    uint32_t ip;
     if (!a.ah_attr.is_global) return {IBV_QP_AV, "ah_attr.is_global is 0: RoCE needs the GRH"};
-    if (!gid_to_ipv4(a.ah_attr.grh.dgid, &ip))
+    if (!wire::IpAddr::from_bytes(a.ah_attr.grh.dgid.raw).is_v4())
       return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
     if (a.ah_attr.port_num > kPortNum) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
     if (static_rate_mbps(a.ah_attr.static_rate) < 0)
@@ -314,14 +313,6 @@ uint32_t mtu_bytes(ibv_mtu mtu) {
     default:
       return 0;
   }
-}
-
-bool gid_to_ipv4(const ibv_gid& gid, uint32_t* ip) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(gid.raw, kPrefix, sizeof kPrefix) != 0) return false;
-  *ip = uint32_t(gid.raw[12]) << 24 | uint32_t(gid.raw[13]) << 16 | uint32_t(gid.raw[14]) << 8 |
-        gid.raw[15];
-  return true;
 }
 
 uint64_t ack_timeout_ns(uint8_t timeout) {

@@ -62,9 +62,6 @@ std::string attr_mask_to_string(int mask);
 // Path MTU in bytes for an ibv_mtu value (IBV_MTU_256..IBV_MTU_4096), or 0 if invalid.
 uint32_t mtu_bytes(ibv_mtu mtu);
 
-// The IPv4 address of a RoCEv2 GID of the form ::ffff:a.b.c.d (host byte order), or false.
-bool gid_to_ipv4(const ibv_gid& gid, uint32_t* ip);
-
 // Time units of the QP attributes. Local ACK timeout: 4.096 us * 2^timeout, 0 = infinite
 // (IBTA 9.7.6.1.3, C9-140); returns kNever for 0.
 uint64_t ack_timeout_ns(uint8_t timeout);

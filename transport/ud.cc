@@ -13,35 +13,38 @@ namespace {
 
 // RFC 791 header checksum: one's complement of the one's complement sum of the 16-bit words.
 // IPv4 (20) + UDP (8) around an IB packet and its ICRC.
-constexpr uint32_t kIpUdpBytes = 28;
+constexpr uint32_t kUdpBytes = 8;
+constexpr uint32_t kIpUdpBytes = 20 + kUdpBytes;
 
 }  // namespace
 
 void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]) {
   std::memset(out, 0, kGrhBytes);
-  if (rx.roce_v1) {
+  if (rx.roce_v1 || !rx.src_ip.is_v4() || !rx.dst_ip.is_v4()) {
     // RoCE v1 carried a real GRH (IBTA 8.3.1): version 6, the traffic class (its ECN bits are
     // what the port reports), PayLen (what followed the GRH, ICRC included), NxtHdr 0x1B (the
     // BTH), a hop limit, and the GIDs — uroce's v1 GIDs are IPv4-mapped (::ffff:a.b.c.d).
+    // RoCEv2 over IPv6 leaves its IPv6 header there, laid out the same (Annex A17.4.5.2): the
+    // payload is the UDP datagram, the next header UDP.
+    const bool v6 = !rx.roce_v1;
     wire::put_be32(out, 6u << 28 | uint32_t(rx.ecn & 3) << 20);
-    wire::put_be16(out + 4, static_cast<uint16_t>(ib_len + wire::kIcrcBytes));
-    out[6] = 0x1b;
+    wire::put_be16(out + 4,
+                   static_cast<uint16_t>((v6 ? kUdpBytes : 0) + ib_len + wire::kIcrcBytes));
+    out[6] = v6 ? 17 : 0x1b;
     out[7] = 64;
-    out[18] = out[19] = 0xff;
-    wire::put_be32(out + 20, rx.src_ip);
-    out[34] = out[35] = 0xff;
-    wire::put_be32(out + 36, rx.dst_ip);
+    std::memcpy(out + 8, rx.src_ip.data(), 16);
+    std::memcpy(out + 24, rx.dst_ip.data(), 16);
     return;
   }
   uint8_t* ip = out + kGrhIpv4Offset;
   ip[0] = 0x45;        // version 4, 5 words
   ip[1] = rx.ecn & 3;  // DSCP is not visible on the socket datapath; ECN is
   wire::put_be16(ip + 2, static_cast<uint16_t>(kIpUdpBytes + ib_len + wire::kIcrcBytes));
-  wire::put_be16(ip + 6, 0x4000);  // DF, ID 0: what RoCEv2 senders put there (design.md)
-  ip[8] = 64;                      // TTL: not visible either; the Linux default
-  ip[9] = 17;                      // UDP
-  wire::put_be32(ip + 12, rx.src_ip);
-  wire::put_be32(ip + 16, rx.dst_ip);
+  wire::put_be16(ip + 6, 0x4000);           // DF, ID 0: what RoCEv2 senders put there (design.md)
+  ip[8] = 64;                               // TTL: not visible either; the Linux default
+  ip[9] = 17;                               // UDP
+  wire::put_be32(ip + 12, rx.src_ip.v4());  // RoCEv2 over IPv4: the ports hand in no other yet
+  wire::put_be32(ip + 16, rx.dst_ip.v4());
   wire::put_be16(ip + 10, wire::ipv4_checksum(ip, 20));
 }
 
@@ -123,7 +126,9 @@ void ud_receive(const wire::Packet& pkt, const RxInfo& rx, const QpContext& ctx,
   ibv_wc wc = make_recv_wc(w.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, ctx.init.qpn, pkt.deth.src_qp,
                            kGrhBytes + len, &pkt);
   wc.wc_flags |= IBV_WC_GRH;
-  wc.sl = rx.roce_v1 ? kWcSlRoceV1 : kWcSlRoceV2Ipv4;
+  wc.sl = rx.roce_v1                               ? kWcSlRoceV1
+          : rx.src_ip.is_v4() && rx.dst_ip.is_v4() ? kWcSlRoceV2Ipv4
+                                                   : kWcSlRoceV2Ipv6;
   if (sge_total(w.sge.data(), w.num_sge) < uint64_t{kGrhBytes} + len) {
     wc.status = IBV_WC_LOC_LEN_ERR;
   } else {

@@ -26,6 +26,7 @@ inline constexpr uint32_t kGrhIpv4Offset = 20;
 // area's last 4 bytes only when (wc.sl & 7) == 2, else compares 16 bytes of GID there and drops
 // every RoCEv2/IPv4 datagram. uroce reports what mlx5 does (docs/middleware.md).
 inline constexpr uint8_t kWcSlRoceV1 = 0;
+inline constexpr uint8_t kWcSlRoceV2Ipv6 = 1;
 inline constexpr uint8_t kWcSlRoceV2Ipv4 = 2;
 
 // IBTA 10.2.5 (C10-15): a Q_Key in a work request with its high-order bit set is not used; the
@@ -38,7 +39,8 @@ inline uint32_t ud_wire_qkey(uint32_t wr_qkey, uint32_t qp_qkey) {
 // Writes the 40-byte GRH area of a received RoCEv2/IPv4 packet: 20 zero bytes, then the IPv4
 // header as it was on the wire as far as the socket datapath can tell (ID 0, DF, TTL 64: the
 // kernel hides the real header) with a valid checksum. `ib_len` is the IB packet length
-// without ICRC.
+// without ICRC. A RoCE v1 packet's GRH, or a RoCEv2/IPv6 packet's IPv6 header (addresses not
+// IPv4-mapped; no port hands one in yet), fills all 40 bytes.
 void write_grh_area(const RxInfo& rx, uint32_t ib_len, uint8_t out[kGrhBytes]);
 
 class UdSender {

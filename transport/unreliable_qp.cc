@@ -28,7 +28,9 @@ void enter_sqe(Qp::Impl& q) {
 
 bool unreliable_wqe_ok(ibv_qp_type type, const SendWqe& wqe) {
   const bool carried = wr_opcode_info(wqe.opcode).allowed_on(type);
-  if (type == IBV_QPT_UD) return carried && wqe.ud_dst_ip != 0;
+  // A UD WQE needs an AH: no address ("::", the WQE's default), or 0.0.0.0, is none.
+  if (type == IBV_QPT_UD)
+    return carried && wqe.ud_dst_ip != wire::IpAddr{} && wqe.ud_dst_ip != wire::IpAddr(0u);
   return type == IBV_QPT_UC && carried;
 }
 

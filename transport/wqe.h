@@ -38,8 +38,9 @@ struct SendWqe {
   // XRC send QPs: the XRC SRQ at the destination (ibv_send_wr.qp_type.xrc.remote_srqn), carried
   // in every request's XRCETH.
   uint32_t xrc_srqn = 0;
-  // UD address (from the AH): destination IPv4, QPN and Q_Key.
-  uint32_t ud_dst_ip = 0;
+  // UD address (from the AH): destination address (the AH's DGID), QPN and Q_Key. The unspecified
+  // address "::" (the default) means no AH.
+  wire::IpAddr ud_dst_ip{};
   uint32_t ud_remote_qpn = 0;
   uint32_t ud_remote_qkey = 0;
   uint8_t ud_traffic_class = 0;  // the AH's GRH traffic class (its DSCP bits set the packet's)

@@ -92,7 +92,7 @@ int Gsi::send(uint32_t dst_ip, const Mad& mad) {
   transport::SendWqe w;
   w.opcode = IBV_WR_SEND;
   w.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
-  w.ud_dst_ip = dst_ip;
+  w.ud_dst_ip = wire::IpAddr(dst_ip);
   w.ud_remote_qpn = kGsiQpn;
   w.ud_remote_qkey = kGsiQkey;
   w.inline_len = kMadBytes;

@@ -157,15 +157,22 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
   }
   const size_t ib_len = len - wire::kIcrcBytes;
   const uint32_t received = wire::load_le32(buf + ib_len);
+  // IPv4 underneath (IPv4-mapped addresses): the IPv4 framing, its ICRC and the IP ID guard keep
+  // host-order IPv4 addresses. Anything else came over IPv6, where the ICRC is exact.
+  const bool v4 = meta.src_ip.is_v4() && meta.dst_ip.is_v4();
   wire::Ipv4UdpFraming f;
-  f.src_ip = meta.src_ip;
-  f.dst_ip = meta.dst_ip;
+  f.src_ip = meta.src_ip.v4();
+  f.dst_ip = meta.dst_ip.v4();
   f.src_port = meta.src_port;
   f.dst_port = meta.dst_port;
   bool icrc_ok;
   bool suspect = false;  // valid only under an ID this source never uses (ip_id_guard.h)
   if (meta.roce_v1) {
-    icrc_ok = wire::icrc_grh(meta.src_ip, meta.dst_ip, {buf, ib_len}) == received;
+    // uroce's RoCE v1 GIDs are IPv4-mapped (the DPDK port hands in no others).
+    icrc_ok = v4 && wire::icrc_grh(f.src_ip, f.dst_ip, {buf, ib_len}) == received;
+  } else if (!v4) {
+    const wire::Ipv6UdpFraming f6{meta.src_ip, meta.dst_ip, meta.src_port, meta.dst_port};
+    icrc_ok = wire::icrc(f6, {buf, ib_len}) == received;
   } else if (meta.ip_id_known) {
     f.ip_id = meta.ip_id;
     f.dont_fragment = meta.dont_fragment;
@@ -174,12 +181,12 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     // DF assumed set, as every RoCEv2 sender sets it.
     f.dont_fragment = true;
     icrc_ok = wire::icrc_matches_some_ip_id(f, {buf, ib_len}, received, &f.ip_id);
-    suspect = icrc_ok && !id_guard_.accept(meta.src_ip, f.ip_id);
+    suspect = icrc_ok && !id_guard_.accept(f.src_ip, f.ip_id);
   }
-  if (pcap_ && !meta.roce_v1) {
+  if (pcap_ && !meta.roce_v1 && v4) {
     // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
     // a packet no ID validates is written with ID 0, and its ICRC shows as bad. (The capture's
-    // records are IPv4 datagrams: RoCE v1 frames are not written; capture the interface.)
+    // records are IPv4 datagrams: RoCE v1 and IPv6 frames are not written; capture the interface.)
     pcap_->write(f, meta.tos, {buf, ib_len}, buf + ib_len);
   }
   if (!icrc_ok || suspect) {
@@ -214,8 +221,12 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
   // A length no packet has is a transport bug: refuse it rather than send garbage or read
   // outside the buffer.
   // RoCE v1 on a port without Ethernet framing cannot be sent (the verbs offer no v1 GID there).
+  // A destination that is not IPv4 (an IPv6 GID's) is unroutable: the ports reach IPv4 only, and
+  // below here the address is its IPv4 one (v4()). Counted as the kernel's refusal of an
+  // unroutable send is.
   if (buf->len < wire::kBthBytes || buf->ib_len() > transport::kMaxIbPacket ||
-      (buf->ext_len != 0 && buf->ext == nullptr) || (buf->roce_v1 && !port_->caps().roce_v1)) {
+      (buf->ext_len != 0 && buf->ext == nullptr) || (buf->roce_v1 && !port_->caps().roce_v1) ||
+      !buf->dst_ip.is_v4()) {
     counters_.port.tx_errors.add();
     port_->tx_free(buf);
     return;
@@ -244,7 +255,7 @@ bool Datapath::only_acks(size_t from, size_t to) const {
 wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
   wire::Ipv4UdpFraming f;
   f.src_ip = port_->ipv4();
-  f.dst_ip = b.dst_ip;
+  f.dst_ip = b.dst_ip.v4();  // IPv4-mapped (tx_commit)
   f.ip_id = b.ip_id;
   f.dont_fragment = true;
   f.src_port = b.src_port;
@@ -348,7 +359,7 @@ size_t Datapath::tx_flush(transport::Time now) {
     sent_data_ = sent_data_ || !wire::is_acknowledge(b->data[0]);
     if (b->roce_v1) {
       wire::store_le32(b->data + b->len,
-                       wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len}, ext));
+                       wire::icrc_grh(port_->ipv4(), b->dst_ip.v4(), {b->data, b->len}, ext));
       continue;
     }
     const wire::Ipv4UdpFraming f = tx_framing(*b);
@@ -379,7 +390,7 @@ size_t Datapath::tx_flush_faulty(transport::Time now) {
     std::memcpy(fr.bytes.data(), b->data, b->len);
     fr.roce_v1 = b->roce_v1;
     wire::store_le32(fr.bytes.data() + b->len,
-                     b->roce_v1 ? wire::icrc_grh(port_->ipv4(), b->dst_ip, {b->data, b->len})
+                     b->roce_v1 ? wire::icrc_grh(port_->ipv4(), b->dst_ip.v4(), {b->data, b->len})
                                 : wire::icrc(f, {b->data, b->len}));
     // Captured as uroce sent it, before the injected faults (which stand for the wire).
     if (pcap_ && !b->roce_v1)

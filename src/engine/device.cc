@@ -327,7 +327,7 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   }
   // The device numbers its QPs (the GSI QP, QPN 1, can be asked for by number).
   if (init.qpn != Dispatch::kGsiQpn) init.qpn = 0;
-  init.local_ip = cfg_.ipv4;
+  init.local_ip = wire::IpAddr(cfg_.ipv4);
   init.early_retransmit = cfg_.early_retransmit;
   init.rnr_grace_ns = cfg_.rnr_grace_ns;
   init.cc = cfg_.cc;  // UROCE_CC (docs/congestion-control.md); line rate: the QpInit default
@@ -451,7 +451,7 @@ transport::Time Device::publish(transport::Time now, bool force) {
                     .type = static_cast<uint32_t>(q.type()),
                     .state = static_cast<uint32_t>(q.state()),
                     .peer_qpn = peer.qpn,
-                    .peer_ip = peer.ip,
+                    .peer_ip = peer.ip.is_v4() ? peer.ip.v4() : 0,  // the table is IPv4
                     .counters = q.counters()});
   }
   publisher_->set_qps(rows);

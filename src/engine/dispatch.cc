@@ -224,11 +224,12 @@ void Dispatch::receive(std::span<const RxPacket> pkts, transport::Time now) {
   for (const RxPacket& p : pkts) {
     // A datagram sent to a group goes to every QP attached to it, and must name the multicast
     // QPN; that QPN sent to a unicast address names no QP.
-    const bool to_group = (p.info.dst_ip >> 28) == 0xe;
+    // (Groups are IPv4 ones, 224.0.0.0/4, kept as host-order addresses.)
+    const uint32_t dst4 = p.info.dst_ip.v4();
+    const bool to_group = p.info.dst_ip.is_v4() && (dst4 >> 28) == 0xe;
     if (to_group || p.pkt.bth.dest_qp == kMulticastQpn) {
       end_run();
-      auto g = to_group && p.pkt.bth.dest_qp == kMulticastQpn ? mcast_.find(p.info.dst_ip)
-                                                              : mcast_.end();
+      auto g = to_group && p.pkt.bth.dest_qp == kMulticastQpn ? mcast_.find(dst4) : mcast_.end();
       if (g == mcast_.end()) {
         counters_.rx_unknown_qp.add();
         continue;

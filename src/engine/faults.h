@@ -31,8 +31,8 @@ namespace uroce {
 // opaque routing data the device's pipeline needs to send or deliver it later.
 struct FaultFrame {
   std::vector<uint8_t> bytes;
-  uint32_t addr = 0;         // rx: source address; tx: destination address (host byte order)
-  uint32_t local = 0;        // rx: the address it was sent to (the device's, or a multicast group)
+  wire::IpAddr addr{};       // rx: source address; tx: destination address
+  wire::IpAddr local{};      // rx: the address it was sent to (the device's, or a multicast group)
   uint16_t port = 0;         // rx: source port; tx: source port it leaves from
   uint16_t local_port = 0;   // rx: the UDP port it was sent to
   uint8_t tos = 0;           // IPv4 TOS byte (DSCP << 2 | ECN)

@@ -106,16 +106,17 @@ struct RxFrame {
   const uint8_t* data = nullptr;  // BTH .. ICRC; valid until the next rx_burst()
   uint32_t len = 0;
   bool truncated = false;  // the datagram was longer than the port's buffer (MSG_TRUNC)
-  uint32_t src_ip = 0;     // host byte order
-  uint32_t dst_ip = 0;     // the device address, or the multicast group it was sent to
-  uint16_t src_port = 0;   // UDP
-  uint16_t dst_port = 0;   // UDP (4791, or the port's configured receive port)
-  uint8_t tos = 0;         // the IPv4 TOS byte: DSCP << 2 | ECN (RFC 3168)
+  // The datagram's addresses: IPv4-mapped for IPv4 (every port today) and for RoCE v1's GIDs.
+  wire::IpAddr src_ip{};
+  wire::IpAddr dst_ip{};  // the device address, or the multicast group it was sent to
+  uint16_t src_port = 0;  // UDP
+  uint16_t dst_port = 0;  // UDP (4791, or the port's configured receive port)
+  uint8_t tos = 0;        // the IPv4 TOS byte: DSCP << 2 | ECN (RFC 3168)
   // The port saw the IPv4 header (PortCaps::exact_icrc): its Identification and DF flag.
   bool ip_id_known = false;
   bool dont_fragment = true;
   uint16_t ip_id = 0;
-  // RoCE v1: data is BTH .. ICRC after a GRH whose IPv4-mapped GIDs gave src_ip / dst_ip (ports
+  // RoCE v1: data is BTH .. ICRC after a GRH whose GIDs gave src_ip / dst_ip (ports
   // and IP ID do not apply); tos holds the GRH traffic class.
   bool roce_v1 = false;
 };

@@ -43,7 +43,7 @@ transport::Qp* Host::create_qp(uint32_t qpn, QpUser* user) {
   init.type = IBV_QPT_RC;
   init.qpn = qpn;
   init.pd = kPd;
-  init.local_ip = ip_;
+  init.local_ip = wire::IpAddr(ip_);
   init.max_send_wr = init.max_recv_wr = 1024;
   init.max_send_sge = init.max_recv_sge = 1;
   init.send_cq = init.recv_cq = &cq_;

@@ -29,8 +29,8 @@ std::span<const RxFrame> SimPort::rx_burst() {
     RxFrame& r = rx_frames_.emplace_back();
     r.data = f->payload.data();
     r.len = uint32_t(f->payload.size());
-    r.src_ip = f->src_ip;
-    r.dst_ip = f->dst_ip;
+    r.src_ip = wire::IpAddr(f->src_ip);  // the simulated fabric is IPv4
+    r.dst_ip = wire::IpAddr(f->dst_ip);
     r.src_port = f->src_port;
     r.dst_port = f->dst_port;
     r.tos = f->tos;
@@ -59,7 +59,7 @@ size_t SimPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
     Frame* f = pool_.get();
     f->kind = FrameKind::kRoce;
     f->src_ip = ip_;
-    f->dst_ip = b->dst_ip;
+    f->dst_ip = b->dst_ip.v4();  // IPv4-mapped: the engine drops any other (Datapath)
     f->src_port = b->src_port;
     f->dst_port = udp_dst_port();
     f->tos = uint8_t(b->dscp << 2 | (b->ecn & 3));

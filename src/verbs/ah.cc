@@ -76,7 +76,7 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     return nullptr;
   }
   ah->ctx = to_v(pd->context);
-  ah->dst_ip = ip;
+  ah->dst_ip = wire::IpAddr(ip);
   ah->attr = *attr;
   ah->ah.context = pd->context;
   ah->ah.pd = pd;

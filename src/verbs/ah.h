@@ -23,8 +23,9 @@ static_assert(std::is_standard_layout_v<AhAbi>);
 class VAh : public AhAbi {
  public:
   VContext* ctx = nullptr;
-  uint32_t dst_ip = 0;  // IPv4 of grh.dgid, host byte order
-  ibv_ah_attr attr{};   // as created
+  // grh.dgid's address, IPv4-mapped (an ff0e::ffff:a.b.c.d group GID too: gid_ipv4, ah.cc).
+  wire::IpAddr dst_ip{};
+  ibv_ah_attr attr{};  // as created
 };
 
 inline VAh* to_v(ibv_ah* a) {

@@ -137,7 +137,8 @@ int to_send_wqe(const VQp* qp, const ibv_send_wr& wr, transport::SendWqe& w) {
   w.swap = 0;
   // XRC: the SRQ at the destination, named in every request (ibv_post_send(3)).
   w.xrc_srqn = qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND ? wr.qp_type.xrc.remote_srqn : 0;
-  w.ud_dst_ip = w.ud_remote_qpn = w.ud_remote_qkey = 0;
+  w.ud_dst_ip = {};
+  w.ud_remote_qpn = w.ud_remote_qkey = 0;
   w.ud_traffic_class = 0;
   w.ud_roce_v1 = false;
   // Local operations on the key table: no data, no destination (mw.cc, send_queue.h). The
@@ -344,7 +345,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   init.type = a->qp_type;
   init.port_mtu = c->dev->mtu_bytes();  // UD messages are limited by the port MTU
   init.pd = pd->handle;
-  init.local_ip = c->dev->ipv4();
+  init.local_ip = wire::IpAddr(c->dev->ipv4());
   init.max_send_wr = cap.max_send_wr;
   init.max_recv_wr = cap.max_recv_wr;
   init.max_send_sge = cap.max_send_sge;

@@ -110,7 +110,7 @@ class DpdkRingTest : public ::testing::Test {
     for (size_t i = 0; i < sizeof payload; ++i) payload[i] = uint8_t(psn + i);
     b->len = static_cast<uint32_t>(
         test::build_packet(b->data, wire::Opcode::kRcSendOnly, 0x11, psn, payload));
-    b->dst_ip = dst;
+    b->dst_ip = wire::IpAddr(dst);
     b->src_port = 0xc001;
     b->ecn = transport::kEcnEct0;
     b->dscp = dscp;
@@ -171,7 +171,7 @@ class DpdkRingTest : public ::testing::Test {
         test::build_packet(b->data, wire::Opcode::kRcSendOnly, 0x11, psn, {}));
     b->ext = payload.data();
     b->ext_len = static_cast<uint32_t>(payload.size());
-    b->dst_ip = dst;
+    b->dst_ip = wire::IpAddr(dst);
     b->src_port = 0xc001;
     s.dp->tx_commit(b);
     s.dp->tx_flush(monotonic_now());
@@ -372,7 +372,7 @@ TEST_F(DpdkRingTest, JumboFramesCarryAFullPathMtu4096Packet) {
   std::vector<uint8_t> payload(4096, 0x5a);
   b->len = static_cast<uint32_t>(
       test::build_packet(b->data, wire::Opcode::kRcSendOnly, 0x11, 9, payload));
-  b->dst_ip = kIpB;
+  b->dst_ip = wire::IpAddr(kIpB);
   b->src_port = 0xc001;
   a_.dp->tx_commit(b);
   a_.dp->tx_flush(monotonic_now());
@@ -534,7 +534,7 @@ TEST_F(DpdkRingTest, RoceV1FramesCarryAGrhAndAnExactIcrc) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].pkt.bth.psn, 40u);
   EXPECT_TRUE(got[0].info.roce_v1);
-  EXPECT_EQ(got[0].info.src_ip, kIpA);
+  EXPECT_EQ(got[0].info.src_ip, wire::IpAddr(kIpA));
   EXPECT_EQ(b_.c.rcvd_icrc_err.get(), 0u);
   EXPECT_EQ(b_.c.port.rx_roce_v1.get(), 1u);
   // The same frame with one payload bit flipped is dropped for its ICRC.

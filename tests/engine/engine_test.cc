@@ -115,7 +115,7 @@ void queue_packet(Datapath& dp, wire::Opcode op, uint32_t psn, uint32_t dst) {
   p.bth.dest_qp = 0x22;
   p.bth.psn = psn;
   b->len = uint32_t(wire::build_headers(p, b->data));
-  b->dst_ip = dst;
+  b->dst_ip = wire::IpAddr(dst);
   dp.tx_commit(b);
 }
 

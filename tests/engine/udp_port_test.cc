@@ -115,7 +115,7 @@ void queue_send(UdpPath& port, uint32_t dst, uint32_t qpn, uint32_t psn, uint16_
     b->len = static_cast<uint32_t>(
         test::build_packet(b->data, wire::Opcode::kRcSendOnly, qpn, psn, payload));
   }
-  b->dst_ip = dst;
+  b->dst_ip = wire::IpAddr(dst);
   b->src_port = src_port;
   b->ecn = ecn;
   port.tx_commit(b);
@@ -176,8 +176,8 @@ TEST(UdpPortTest, SendsBetweenTwoAddressesWithIcrcAndEcn) {
   EXPECT_EQ(got[0].psn, 100u);
   EXPECT_EQ(got[0].payload.size(), 13u);  // pad stripped
   EXPECT_EQ(got[0].payload[12], static_cast<uint8_t>(100 + 12));
-  EXPECT_EQ(got[0].info.src_ip, a);
-  EXPECT_EQ(got[0].info.dst_ip, b);
+  EXPECT_EQ(got[0].info.src_ip, wire::IpAddr(a));
+  EXPECT_EQ(got[0].info.dst_ip, wire::IpAddr(b));
   EXPECT_EQ(got[0].info.src_port, 0xc123);  // left from its own source-port socket
   EXPECT_EQ(got[0].info.ecn, transport::kEcnEct0);
   EXPECT_EQ(got[0].ip_id, 0);
@@ -403,7 +403,7 @@ TEST(UdpPortTest, BadLengthsAreRefusedAtCommit) {
   ASSERT_TRUE(p);
   transport::TxBuf* b = p->tx_alloc();
   b->len = transport::kMaxIbPacket + 1;
-  b->dst_ip = loopback(41, 14, 2);
+  b->dst_ip = wire::IpAddr(loopback(41, 14, 2));
   p->tx_commit(b);
   b = p->tx_alloc();
   b->len = 3;  // shorter than a BTH

@@ -178,8 +178,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       bytes[7] = uint8_t(q);
     }
     uroce::RxFrame meta;
-    meta.src_ip = (flags & 8) ? QpWorld::kForeignIp : QpWorld::kPeerIp;
-    meta.dst_ip = QpWorld::kLocalIp;
+    meta.src_ip = wire::IpAddr((flags & 8) ? QpWorld::kForeignIp : QpWorld::kPeerIp);
+    meta.dst_ip = wire::IpAddr(QpWorld::kLocalIp);
     meta.src_port = kSrcPort;
     meta.dst_port = wire::kRoceV2UdpPort;
     meta.tos = (flags & 16) ? transport::kEcnCe : transport::kEcnNotEct;
@@ -189,8 +189,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     meta.dont_fragment = true;
     if ((flags & 1) && bytes.size() >= wire::kIcrcBytes) {
       wire::Ipv4UdpFraming f;
-      f.src_ip = meta.src_ip;
-      f.dst_ip = meta.dst_ip;
+      f.src_ip = meta.src_ip.v4();
+      f.dst_ip = meta.dst_ip.v4();
       f.src_port = meta.src_port;
       f.dst_port = meta.dst_port;
       f.ip_id = meta.ip_id_known ? ip_id : 0;

@@ -119,8 +119,8 @@ QpWorld::QpWorld(Transmitter& tx, RingSink* sink)
   auto nak = t::craft_ack(peer_qpn(kRcRnr), kSqPsn, t::rnr_syndrome(1));
   nak->pkt.bth.dest_qp = qpn(kRcRnr);
   transport::RxInfo rx;
-  rx.src_ip = kPeerIp;
-  rx.dst_ip = kLocalIp;
+  rx.src_ip = wire::IpAddr(kPeerIp);
+  rx.dst_ip = wire::IpAddr(kLocalIp);
   RxPacket in{nak->pkt, rx, 0};
   dispatch_.receive({&in, 1}, now);
   qps_[kRcSqd]->post_send(t::send_wqe(next_wr_id_++, kMemBase, 64, kKeyRw), now);
@@ -144,7 +144,7 @@ transport::QpInit QpWorld::init_for(int role) {
                                  : IBV_QPT_RC;
   init.qpn = qpn(role);
   init.pd = kPd;
-  init.local_ip = kLocalIp;
+  init.local_ip = wire::IpAddr(kLocalIp);
   init.max_send_wr = init.max_recv_wr = 32;
   init.max_send_sge = init.max_recv_sge = transport::kMaxSge;
   init.max_inline_data = transport::kMaxInlineData;
@@ -242,8 +242,8 @@ void QpWorld::connect(int role) {
 void QpWorld::deliver(std::span<const uint8_t> ib, uint32_t src_ip, uint8_t ecn) {
   RxPacket in;
   if (wire::parse(ib, in.pkt) != wire::ParseError::kOk) return;
-  in.info.src_ip = src_ip;
-  in.info.dst_ip = kLocalIp;
+  in.info.src_ip = wire::IpAddr(src_ip);
+  in.info.dst_ip = wire::IpAddr(kLocalIp);
   in.info.src_port = 0xc000;
   in.info.ecn = ecn & 3;
   dispatch_.receive({&in, 1}, now);
@@ -320,7 +320,7 @@ void QpWorld::app_action(uint8_t op, Reader& r) {
       }
       if (q->type() == IBV_QPT_XRC_SEND) w.xrc_srqn = kXrcSrq;
       if (q->type() == IBV_QPT_UD) {
-        w.ud_dst_ip = kPeerIp;
+        w.ud_dst_ip = wire::IpAddr(kPeerIp);
         w.ud_remote_qpn = peer_qpn(role);
         w.ud_remote_qkey = kQkey;
       }

@@ -76,7 +76,7 @@ TEST_F(AtomicWriteRequester, BuildsTheExactBytesFromAnSgeOrInline) {
   const TxBuf& b = node.sink.sent[0];
   ASSERT_EQ(b.ib_len(), sizeof want);
   EXPECT_EQ(0, std::memcmp(b.data, want, sizeof want));
-  EXPECT_EQ(b.dst_ip, kIpB);
+  EXPECT_EQ(b.dst_ip, wire::IpAddr(kIpB));
 
   // The responder's answer: READ RESPONSE ONLY, no payload, ACK AETH (rxe's
   // send_read_response_ack). It completes the WQE with IBV_WC_ATOMIC_WRITE.

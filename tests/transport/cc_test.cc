@@ -40,8 +40,8 @@ void with_cc(Node& n, const char* spec) {
 
 void receive(Node& n, const test::Crafted& c, uint32_t src_ip, Time now, uint8_t ecn) {
   RxInfo rx;
-  rx.src_ip = src_ip;
-  rx.dst_ip = n.ip;
+  rx.src_ip = wire::IpAddr(src_ip);
+  rx.dst_ip = wire::IpAddr(n.ip);
   rx.ecn = ecn;
   n.qp->receive(c.pkt, rx, now);
 }
@@ -87,7 +87,7 @@ TEST_F(Np, MarkedPacketIsAnsweredWithACnpToTheSendingQp) {
   ASSERT_EQ(c.size(), 1u);
   const TxBuf& cnp = *c[0];
   EXPECT_EQ(cnp.len, wire::kCnpBytes);
-  EXPECT_EQ(cnp.dst_ip, kIpA);
+  EXPECT_EQ(cnp.dst_ip, wire::IpAddr(kIpA));
   EXPECT_EQ(cnp.ecn, kEcnNotEct);
   // The CNP carries DSCP 48; the ACKs around it the port's default.
   ASSERT_EQ(b.sink.sent.size(), 3u);  // ACK, CNP, ACK
@@ -280,8 +280,8 @@ TEST(RpVector, ReactsToTheConnectXCnp) {
   wire::Packet p;
   ASSERT_EQ(wire::parse(f.ib(), p), wire::ParseError::kOk);
   RxInfo rx;
-  rx.src_ip = peer;
-  rx.dst_ip = self;
+  rx.src_ip = wire::IpAddr(peer);
+  rx.dst_ip = wire::IpAddr(self);
   rx.ecn = uint8_t(f.ip()[1] & 3);
   n.qp->receive(p, rx, 5 * kUs);
   EXPECT_EQ(n.qp->counters().rp_cnp_handled, 1u);
@@ -588,7 +588,7 @@ TEST(UcNp, MarkedPacketIsAnsweredWithACnpToThePeer) {
   const std::vector<const TxBuf*> c = cnps_in(b);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(b.sink.sent.size(), 1u);  // UC answers nothing else
-  EXPECT_EQ(c[0]->dst_ip, kIpA);
+  EXPECT_EQ(c[0]->dst_ip, wire::IpAddr(kIpA));
   EXPECT_EQ(c[0]->dscp, cc::kCnpDscp);
   EXPECT_EQ(c[0]->ecn, kEcnNotEct);
   EXPECT_EQ(test::parsed(*c[0]).bth.dest_qp, kQpnA);
@@ -617,9 +617,9 @@ TEST(UdNp, EachMarkedSourceIsAnsweredAtMostOncePerInterval) {
   EXPECT_EQ(b.rcq.wcs.size(), 4u);
   const std::vector<const TxBuf*> c = cnps_in(b);
   ASSERT_EQ(c.size(), 2u);
-  EXPECT_EQ(c[0]->dst_ip, kIpA);
+  EXPECT_EQ(c[0]->dst_ip, wire::IpAddr(kIpA));
   EXPECT_EQ(test::parsed(*c[0]).bth.dest_qp, 0x33u);
-  EXPECT_EQ(c[1]->dst_ip, kIpC);
+  EXPECT_EQ(c[1]->dst_ip, wire::IpAddr(kIpC));
   EXPECT_EQ(test::parsed(*c[1]).bth.dest_qp, 0x44u);
   EXPECT_EQ(b.qp->counters().np_ecn_marked_roce_packets, 3u);
   EXPECT_EQ(b.qp->counters().np_cnp_sent, 2u);
@@ -686,7 +686,7 @@ TEST(UdRp, CnpFromAnySourceCutsTheQpsRateForEveryDestination) {
   EXPECT_EQ(a.qp->cc_rate_bps(), kDefaultLineRateBps / 2);
   for (uint64_t i = 0; i < 20; ++i) {
     SendWqe w = test::send_wqe(i, uint64_t(data.data()), 1024, key);
-    w.ud_dst_ip = i % 2 ? kIpB : kIpC;  // alternating destinations share the one rate
+    w.ud_dst_ip = wire::IpAddr(i % 2 ? kIpB : kIpC);  // alternating destinations share the one rate
     w.ud_remote_qpn = kQpnB;
     w.ud_remote_qkey = kQkey;
     ASSERT_EQ(a.qp->post_send(w, 10 * kUs), 0);

@@ -82,7 +82,7 @@ Node::Node(uint32_t qpn, uint32_t ip_, bool sq_sig_all)
   init.type = IBV_QPT_RC;
   init.qpn = qpn;
   init.pd = pd;
-  init.local_ip = ip;
+  init.local_ip = wire::IpAddr(ip);
   init.max_send_wr = init.max_recv_wr = 4096;
   init.max_send_sge = init.max_recv_sge = kMaxSge;
   init.max_inline_data = kMaxInlineData;
@@ -201,8 +201,8 @@ void Link::End::on_frame(sim::Frame* f, Time now) {
   Node& dst = *link->nodes_[idx];
   RxPacket p;
   if (wire::parse(f->payload, p.pkt) == wire::ParseError::kOk) {
-    p.info.src_ip = link->nodes_[1 - idx]->ip;
-    p.info.dst_ip = dst.ip;
+    p.info.src_ip = wire::IpAddr(link->nodes_[1 - idx]->ip);
+    p.info.dst_ip = wire::IpAddr(dst.ip);
     p.info.src_port = f->src_port;
     p.info.ecn = f->tos & 3;
     dst.dispatch.receive({&p, 1}, now);
@@ -222,7 +222,7 @@ void Link::collect() {
       } else {
         sim::Frame* f = pool_.get();
         f->src_ip = nodes_[from]->ip;
-        f->dst_ip = b.dst_ip;
+        f->dst_ip = b.dst_ip.v4();
         f->src_port = b.src_port;
         f->tos = b.ecn;
         f->payload.assign(b.data, b.data + b.len);
@@ -321,8 +321,8 @@ std::unique_ptr<Crafted> craft_ack(uint32_t dest_qpn, uint32_t psn, uint8_t synd
 
 void deliver(Node& n, const Crafted& c, uint32_t src_ip, Time now) {
   RxInfo rx;
-  rx.src_ip = src_ip;
-  rx.dst_ip = n.ip;
+  rx.src_ip = wire::IpAddr(src_ip);
+  rx.dst_ip = wire::IpAddr(n.ip);
   n.qp->receive(c.pkt, rx, now);
 }
 

@@ -233,9 +233,10 @@ TEST(QpState, Units) {
   EXPECT_EQ(rnr_timer_ns(1), 10'000u);        // 0.01 ms
   EXPECT_EQ(rnr_timer_ns(14), 1'280'000u);    // 1.28 ms
   EXPECT_EQ(rnr_timer_ns(31), 491'520'000u);  // 491.52 ms
-  uint32_t ip = 0;
-  EXPECT_TRUE(gid_to_ipv4(test::ah_for(0xc0a80102).grh.dgid, &ip));
-  EXPECT_EQ(ip, 0xc0a80102u);
+  // A RoCEv2 GID is its address: the AV's DGID, IPv4-mapped, is the peer's IPv4 address.
+  const wire::IpAddr ip = wire::IpAddr::from_bytes(test::ah_for(0xc0a80102).grh.dgid.raw);
+  EXPECT_TRUE(ip.is_v4());
+  EXPECT_EQ(ip.v4(), 0xc0a80102u);
 }
 
 // modify() on a Qp: the state it reports, query(), and what each transition does to the queues.

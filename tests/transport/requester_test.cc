@@ -71,7 +71,7 @@ TEST_P(Segmentation, SplitsByPathMtu) {
     EXPECT_EQ(p.payload.size(), i < 3 ? m : 5u);
     EXPECT_EQ(p.bth.pad, i < 3 ? 0 : 3);
     EXPECT_EQ(pkts[i]->buf.ecn, kEcnEct0);
-    EXPECT_EQ(pkts[i]->buf.dst_ip, kRemoteIp);
+    EXPECT_EQ(pkts[i]->buf.dst_ip, wire::IpAddr(kRemoteIp));
     EXPECT_EQ(pkts[i]->buf.src_port, src_port_for_qpn(0x11));
     got.insert(got.end(), p.payload.begin(), p.payload.end());
   }

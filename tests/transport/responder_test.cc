@@ -55,7 +55,7 @@ class ResponderTest : public ::testing::Test {
     for (auto& c : test::drain(node)) {
       EXPECT_EQ(c->pkt.bth.opcode, uint8_t(Opcode::kRcAcknowledge));
       EXPECT_EQ(c->pkt.bth.dest_qp, kRemoteQpn);
-      EXPECT_EQ(c->buf.dst_ip, kRemoteIp);
+      EXPECT_EQ(c->buf.dst_ip, wire::IpAddr(kRemoteIp));
       out.push_back({c->pkt.bth.psn, c->pkt.aeth.syndrome, c->pkt.aeth.msn});
     }
     return out;

@@ -58,7 +58,7 @@ TEST(TrafficClass, TheAvsTrafficClassSetsTheDscpOfEveryPacket) {
 // packet's (a CNP's DSCP, priority and ECN, a RoCE v1 peer) stays on the next.
 TEST(TrafficClass, EveryPacketGetsItsWholeRoute) {
   TxBuf buf;
-  stamp_route(&buf, Route{.dst_ip = kIpB,
+  stamp_route(&buf, Route{.dst_ip = wire::IpAddr(kIpB),
                           .src_port = 0xc001,
                           .ecn = kEcnNotEct,
                           .dscp = 48,
@@ -69,10 +69,10 @@ TEST(TrafficClass, EveryPacketGetsItsWholeRoute) {
   test::FakeMemory mem;
   QpCounters counters;
   QpContext ctx{init, attr, mem, counters};
-  ctx.remote_ip = kIpA;
+  ctx.remote_ip = wire::IpAddr(kIpA);
   ctx.src_port = 0xd00d;
   stamp_route(&buf, data_route(ctx));
-  EXPECT_EQ(buf.dst_ip, kIpA);
+  EXPECT_EQ(buf.dst_ip, wire::IpAddr(kIpA));
   EXPECT_EQ(buf.src_port, 0xd00d);
   EXPECT_EQ(buf.ecn, kEcnEct0);  // a QP's data and ACKs are ECN-capable
   EXPECT_EQ(buf.dscp, kDscpPortDefault);

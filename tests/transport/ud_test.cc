@@ -59,7 +59,7 @@ struct UdPair : ::testing::Test {
                   ibv_wr_opcode op = IBV_WR_SEND) {
     SendWqe w = test::send_wqe(id, reinterpret_cast<uint64_t>(src.data()), len, skey, op);
     w.send_flags = IBV_SEND_SIGNALED;
-    w.ud_dst_ip = kIpB;
+    w.ud_dst_ip = wire::IpAddr(kIpB);
     w.ud_remote_qpn = kQpnB;
     w.ud_remote_qkey = qkey;
     return w;
@@ -91,7 +91,10 @@ TEST_F(UdPair, SendIsOnePacketWithDethAndCompletesAtOnce) {
   EXPECT_EQ(p.deth.qkey, kQkey);
   EXPECT_EQ(p.deth.src_qp, kQpnA);
   EXPECT_EQ(p.payload.size(), 100u);
-  EXPECT_EQ(buf.dst_ip, kIpB);
+  // The AH's address, IPv4-mapped: a port sends it to that IPv4 address.
+  EXPECT_EQ(buf.dst_ip, wire::IpAddr(kIpB));
+  EXPECT_TRUE(buf.dst_ip.is_v4());
+  EXPECT_EQ(buf.dst_ip.v4(), kIpB);
   EXPECT_EQ(buf.src_port, src_port_for_qpn(kQpnA));  // as for RC: from the QPN
   // No acknowledgement to wait for: the WQE completes when sent.
   ASSERT_EQ(a.scq.wcs.size(), 1u);
@@ -139,8 +142,8 @@ TEST_F(UdPair, RoceV1ReceiveReportsGrhPacketTypeInSl) {
   ASSERT_EQ(a.qp->post_send(ud_send(1, 64), 0), 0);
   for (auto& c : test::drain(a)) {
     RxInfo rx;
-    rx.src_ip = kIpA;
-    rx.dst_ip = kIpB;
+    rx.src_ip = wire::IpAddr(kIpA);
+    rx.dst_ip = wire::IpAddr(kIpB);
     rx.roce_v1 = true;
     b.qp->receive(c->pkt, rx, 0);
   }
@@ -148,6 +151,32 @@ TEST_F(UdPair, RoceV1ReceiveReportsGrhPacketTypeInSl) {
   EXPECT_EQ(b.rcq.wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(b.rcq.wcs[0].sl, kWcSlRoceV1);
   EXPECT_EQ(dst[0] >> 4, 6);  // the GRH's IPVer
+}
+
+// A RoCEv2 datagram over IPv6 (addresses not IPv4-mapped): its IPv6 header fills the GRH area,
+// and wc.sl says IPv6, as mlx5 reports it.
+TEST_F(UdPair, Ipv6ReceiveWritesTheIpv6HeaderAndReportsIpv6PacketTypeInSl) {
+  post_recv(9, 40 + 64);
+  ASSERT_EQ(a.qp->post_send(ud_send(1, 64), 0), 0);
+  const wire::IpAddr from = *wire::IpAddr::parse("2001:db8::a"),
+                     to = *wire::IpAddr::parse("2001:db8::b");
+  for (auto& c : test::drain(a)) {
+    RxInfo rx;
+    rx.src_ip = from;
+    rx.dst_ip = to;
+    rx.ecn = kEcnEct0;
+    b.qp->receive(c->pkt, rx, 0);
+  }
+  ASSERT_EQ(b.rcq.wcs.size(), 1u);
+  EXPECT_EQ(b.rcq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(b.rcq.wcs[0].sl, kWcSlRoceV2Ipv6);
+  EXPECT_EQ(dst[0] >> 4, 6);               // version
+  EXPECT_EQ((dst[1] >> 4) & 3, kEcnEct0);  // the traffic class's ECN bits
+  // Payload length: UDP 8 + BTH 12 + DETH 8 + payload 64 + ICRC 4.
+  EXPECT_EQ(dst[4] << 8 | dst[5], 96);
+  EXPECT_EQ(dst[6], 17);  // UDP
+  EXPECT_EQ(std::memcmp(dst.data() + 8, from.data(), 16), 0);
+  EXPECT_EQ(std::memcmp(dst.data() + 24, to.data(), 16), 0);
 }
 
 TEST_F(UdPair, SendWithImmediate) {
@@ -243,7 +272,9 @@ TEST_F(UdPair, RefusesWhatUdCannotCarry) {
   w.opcode = IBV_WR_RDMA_READ;
   EXPECT_EQ(a.qp->post_send(w, 0), EINVAL);
   w = ud_send(1, 8);
-  w.ud_dst_ip = 0;  // no address handle
+  w.ud_dst_ip = {};  // no address handle
+  EXPECT_EQ(a.qp->post_send(w, 0), EINVAL);
+  w.ud_dst_ip = wire::IpAddr(0u);  // 0.0.0.0, as refused when addresses were IPv4 integers
   EXPECT_EQ(a.qp->post_send(w, 0), EINVAL);
   EXPECT_TRUE(a.sink.sent.empty());
   // An RC or UC packet for a UD QP is dropped.

@@ -175,11 +175,11 @@ TEST(WrOpcodeTest, DerivedQuestionsFollowTheRows) {
     EXPECT_EQ(wc_opcode_for(op), w.wc_opcode) << where;
     SendWqe wqe;
     wqe.opcode = op;
-    wqe.ud_dst_ip = 0x0a000001;
+    wqe.ud_dst_ip = wire::IpAddr(0x0a000001u);
     EXPECT_EQ(unreliable_wqe_ok(IBV_QPT_UC, wqe), (w.flags & kWrOnUc) != 0) << where;
     EXPECT_EQ(unreliable_wqe_ok(IBV_QPT_UD, wqe), (w.flags & kWrOnUd) != 0) << where;
     EXPECT_FALSE(unreliable_wqe_ok(IBV_QPT_RC, wqe)) << where << ": RC never asks";
-    wqe.ud_dst_ip = 0;
+    wqe.ud_dst_ip = {};
     EXPECT_FALSE(unreliable_wqe_ok(IBV_QPT_UD, wqe)) << where << ": no destination";
   }
   // What the roles were written against: UD carries the SENDs, UC adds the WRITEs.

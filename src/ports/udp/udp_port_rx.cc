@@ -59,7 +59,7 @@ void UdpPort::deliver(const RxFrame& f, bool shared_socket) {
                     share_->slot(), d.value, owner, f.src_port);
     }
     if (owner >= 0 && relay_) {
-      const UdpShare::RelayHeader h{UdpShare::kRelayMagic, f.src_ip, f.src_port, f.tos, 0};
+      const UdpShare::RelayHeader h{UdpShare::kRelayMagic, f.src_ip.v4(), f.src_port, f.tos, 0};
       if (share_->relay(static_cast<uint32_t>(owner), h, f.data, f.len)) {
         if (counters_.rx_share_relayed_out.get() == 0)
           log().info(
@@ -111,9 +111,9 @@ size_t UdpPort::receive_relayed(size_t slot) {
       continue;
     }
     RxFrame f;
-    f.src_ip = hdr.src_ip;
+    f.src_ip = wire::IpAddr(hdr.src_ip);
     f.src_port = hdr.src_port;
-    f.dst_ip = opt_.ipv4;
+    f.dst_ip = wire::IpAddr(opt_.ipv4);
     f.dst_port = opt_.port;
     f.tos = hdr.tos;
     f.data = static_cast<const uint8_t*>(rx_slot_[slot + static_cast<size_t>(i)].iov.iov_base);
@@ -182,11 +182,11 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
       }
     }
     RxFrame f;
-    f.src_ip = ntohl(from.sin_addr.s_addr);
+    f.src_ip = wire::IpAddr(ntohl(from.sin_addr.s_addr));
     f.src_port = ntohs(from.sin_port);
     // Each socket is bound to one address (the device's, or a group), so only datagrams for it
     // arrive there.
-    f.dst_ip = dst_ip;
+    f.dst_ip = wire::IpAddr(dst_ip);
     f.dst_port = opt_.port;
     const RxControl ctl = parse_rx_control(h);
     f.tos = ctl.tos;

@@ -67,7 +67,7 @@ transport::TxBuf* UdpPort::tx_alloc() {
   uint16_t i = free_.back();
   free_.pop_back();
   transport::TxBuf* b = &tx_bufs_[i];
-  b->dst_ip = 0;
+  b->dst_ip = {};
   b->src_port = 0;
   b->ecn = transport::kEcnNotEct;
   b->dscp = transport::kDscpPortDefault;
@@ -262,7 +262,7 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       while (end + count < bufs.size() && bufs[end + count]->ip_id == count &&
              tx_route_[index_of(bufs[end + count])] == fd)
         ++count;
-      to[n] = make_addr(first.dst_ip, opt_.dst_port);
+      to[n] = make_addr(first.dst_ip.v4(), opt_.dst_port);  // IPv4-mapped (Datapath::tx_commit)
       msghdr& h = msgs[n].msg_hdr;
       h = {};
       h.msg_name = &to[n];
@@ -339,14 +339,14 @@ size_t UdpPort::send_singly(int fd, std::span<transport::TxBuf* const> bufs) {
     // Alone, the packet leaves with IP ID 0: its ICRC changes with that.
     wire::Ipv4UdpFraming f;
     f.src_ip = opt_.ipv4;
-    f.dst_ip = b.dst_ip;
+    f.dst_ip = b.dst_ip.v4();
     f.ip_id = 0;
     f.dont_fragment = true;
     f.src_port = b.src_port;
     f.dst_port = opt_.dst_port;
     b.ip_id = 0;
     wire::store_le32(b.data + b.len, wire::icrc(f, {b.data, b.len}, {b.ext, b.ext_len}));
-    sockaddr_in to = make_addr(b.dst_ip, opt_.dst_port);
+    sockaddr_in to = make_addr(b.dst_ip.v4(), opt_.dst_port);
     iovec iov[3];
     msghdr h{};
     h.msg_name = &to;
