@@ -207,8 +207,7 @@ CompleterOutcome Completer::on_response(const wire::Packet& pkt, Time now, const
                                         SendQueue& sq) {
   const uint32_t flags = pkt.info->flags;
   CompleterOutcome out;
-  // RC and XRC number their ACK alike in the low five bits (IBTA Table 38).
-  if ((pkt.bth.opcode & 0x1f) == static_cast<uint8_t>(wire::Opcode::kRcAcknowledge)) {
+  if (wire::is_acknowledge(pkt.bth.opcode)) {
     out = on_ack(pkt, now, ctx, sq);
   } else if (flags & wire::kRead) {
     out = on_read_response(pkt, now, ctx, sq);

@@ -428,8 +428,7 @@ void Responder::execute_atomic(const wire::Packet& pkt, const QpContext& ctx, Re
     return;
   }
   // Through MemoryAccess, so it is atomic against every other ATOMIC on the device.
-  // RC and XRC number CMP SWAP alike in the low five bits (IBTA Table 38).
-  const uint64_t orig = (pkt.bth.opcode & 0x1f) == uint8_t(Opcode::kRcCompareSwap)
+  const uint64_t orig = wire::rc_operation(pkt.bth.opcode) == Opcode::kRcCompareSwap
                             ? ctx.mem.atomic_cmp_swap(m.ptr, a.compare, a.swap_add)
                             : ctx.mem.atomic_fetch_add(m.ptr, a.swap_add);
   answer_single({.kind = Resource::Kind::kAtomic,

@@ -213,9 +213,8 @@ struct XrcDomain {
   bool on_file = false;  // opened on a file: shared by every open of that file (VDevice)
   std::pair<dev_t, ino_t> file{};
   VDevice* udev = nullptr;
-  std::mutex mu;    // the counts and the QP list
-  int handles = 0;  // ibv_open_xrcd handles open
-  int users = 0;    // XRC SRQs and XRC receive QPs in it
+  std::mutex mu;  // users and the QP list
+  int users = 0;  // XRC SRQs and XRC receive QPs in it
   // XRC receive QPs by number, for ibv_open_qp: the shared QP each handle stands for.
   std::map<uint32_t, std::weak_ptr<struct TgtQp>> tgt_qps;
   ~XrcDomain();  // forgets the file (xrc.cc)

@@ -95,10 +95,6 @@ ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr) {
     x->ctx = c;
     x->dom = dom;
     x->xrcd.context = ctx;
-    {
-      std::lock_guard<std::mutex> g(dom->mu);
-      ++dom->handles;
-    }
     std::lock_guard<std::mutex> g(c->mu);
     c->xrcds.insert(x);
     return &x->xrcd;
@@ -117,7 +113,6 @@ int close_xrcd(ibv_xrcd* xrcd) {
     // A domain of its own (fd -1) goes with its one handle, which SRQs and QPs still in it keep
     // open; one on a file outlives its handles while anything uses it.
     if (!x->dom->on_file && x->dom->users > 0) return EBUSY;
-    --x->dom->handles;
   }
   {
     std::lock_guard<std::mutex> g(c->mu);
@@ -264,13 +259,7 @@ void destroy_context_xrcds(VContext* c) {
   std::unique_lock<std::mutex> g(c->mu);
   const auto xrcds = std::exchange(c->xrcds, {});
   g.unlock();
-  for (VXrcd* x : xrcds) {
-    {
-      std::lock_guard<std::mutex> d(x->dom->mu);
-      --x->dom->handles;
-    }
-    delete x;
-  }
+  for (VXrcd* x : xrcds) delete x;
 }
 
 }  // namespace uroce::verbs

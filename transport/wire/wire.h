@@ -106,6 +106,13 @@ enum class Opcode : uint8_t {
   kCnp = 0x81,
 };
 
+// The operation an opcode names, in RC's numbering: the high three bits say the transport, the low
+// five the operation, numbered alike for RC, UC, UD and XRC (IBTA Table 38; RC's transport bits
+// are 000, so the result is RC's opcode).
+inline constexpr Opcode rc_operation(uint8_t opcode) {
+  return Opcode(opcode & 0x1f);
+}
+
 // An RC or XRC ACKNOWLEDGE: what the engine's batching treats as "only ACKs".
 inline constexpr bool is_acknowledge(uint8_t opcode) {
   return opcode == uint8_t(Opcode::kRcAcknowledge) || opcode == uint8_t(Opcode::kXrcAcknowledge);
