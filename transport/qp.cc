@@ -592,7 +592,9 @@ void Qp::Impl::drop_parked() {
 }
 
 void Qp::Impl::xrc_route(const wire::Packet& pkt) {
-  Srq* s = init.xrc_srqs != nullptr ? init.xrc_srqs->find(pkt.xrc_srqn) : nullptr;
+  Srq* s = xrc_srq != nullptr && pkt.xrc_srqn == xrc_srqn ? xrc_srq
+           : init.xrc_srqs != nullptr                     ? init.xrc_srqs->find(pkt.xrc_srqn)
+                                                          : nullptr;
   // The SRQ must be an XRC SRQ of this QP's domain (IBTA 9.4, XRC; 11.2.x: the XRC SRQ and the
   // XRC target QP share a domain), and the packets of one message name one SRQ: the message
   // scatters into the WQE it took from that SRQ, under that SRQ's PD.
@@ -601,6 +603,7 @@ void Qp::Impl::xrc_route(const wire::Packet& pkt) {
   ctx.xrc_refused = !ok;
   if (!ok || in_message) return;
   xrc_srq = s;
+  xrc_srqn = pkt.xrc_srqn;
   ctx.pd = s->pd();
   recv_guard.retarget(s->cq());
 }

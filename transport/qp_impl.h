@@ -86,8 +86,10 @@ struct Qp::Impl {
   Completer completer;
   UnreliableRoles unreliable;  // UD and UC QPs only (unreliable_qp.h)
 
-  // XRC receive QPs: the XRC SRQ the message in progress (or the last one) takes from.
+  // XRC receive QPs: the XRC SRQ the message in progress (or the last one) takes from, and its
+  // number — most requests name the SRQ the previous one did, and need no lookup.
   Srq* xrc_srq = nullptr;
+  uint32_t xrc_srqn = 0;
 
   bool sq_drained_reported = false;  // IBV_EVENT_SQ_DRAINED raised for the current SQD period
 
