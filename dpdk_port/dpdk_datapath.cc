@@ -1,5 +1,5 @@
-// The datapath of the DPDK port: bursts in and out, framing, ARP, ICMP echo, PAUSE. Setup is
-// dpdk_port.cc.
+// The datapath of the DPDK port: bursts in and out, framing (IPv4 or IPv6), ARP and IPv6
+// neighbour discovery, ICMP echo, PAUSE. Setup is dpdk_port.cc.
 #include <rte_arp.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -103,7 +103,7 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
     std::lock_guard<std::mutex> g(ctl_mu_);
     groups = groups_;
   }
-  Identity me{mac_, opt_.ipv4, groups};
+  Identity me{mac_, opt_.ip, groups};
   rx_linear_.reserve(n);
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = ms[i];
@@ -129,12 +129,12 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         fr.data = c.payload;
         fr.len = static_cast<uint32_t>(c.payload_len);
         fr.truncated = false;
-        fr.src_ip = wire::IpAddr(c.src_ip);
-        fr.dst_ip = wire::IpAddr(c.dst_ip);
+        fr.src_ip = c.src_ip;
+        fr.dst_ip = c.dst_ip;
         fr.src_port = c.src_port;
         fr.dst_port = c.dst_port;
         fr.tos = c.tos;
-        fr.ip_id_known = true;
+        fr.ip_id_known = !c.ipv6;  // IPv6 has no ID: its ICRC is checked exactly anyway
         fr.dont_fragment = c.dont_fragment;
         fr.ip_id = c.ip_id;
         fr.roce_v1 = false;
@@ -149,7 +149,7 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
           counters_.rx_non_roce.add();
           break;
         }
-        if (dst != opt_.ipv4) {
+        if (!opt_.ip.is_v4() || dst != opt_.ip.v4()) {
           counters_.rx_not_for_us.add();
           break;
         }
@@ -171,6 +171,7 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
         continue;
       }
       case Kind::kArp:
+      case Kind::kNd:
       case Kind::kIcmpEcho:
       case Kind::kPause:
         ctl_dirty_.store(true, std::memory_order_release);
@@ -182,7 +183,7 @@ std::span<const RxFrame> DpdkPort::rx_burst() {
       case Kind::kNonRoce:
         counters_.rx_non_roce.add();
         break;
-      case Kind::kBadIpv4:
+      case Kind::kBadIp:
       case Kind::kTooShort:
         counters_.rx_bad_ipv4.add();
         break;
@@ -213,6 +214,7 @@ bool DpdkPort::handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const C
     counters_.icmp_echo_replies.add();
     return true;
   }
+  if (c.kind == Kind::kNd) return handle_nd(m, f, len, c, now);
   Arp arp;
   if (!parse_arp(f, len, c, &arp)) {
     counters_.rx_non_roce.add();
@@ -220,42 +222,86 @@ bool DpdkPort::handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const C
   }
   counters_.arp_rx.add();
   // RFC 826's merge: update a known sender; add it when the packet is for us.
-  const bool for_us = arp.tpa == opt_.ipv4;
-  scratch_released_.clear();
-  neigh_.learn(arp.spa, arp.sha, now, for_us, &scratch_released_);
-  for (void* p : scratch_released_) {
-    rte_mbuf* pm = static_cast<rte_mbuf*>(p);
-    // Held packets were framed but for their destination MAC (the first 6 bytes).
-    std::memcpy(rte_pktmbuf_mtod(pm, uint8_t*), arp.sha.data(), 6);
-    ctl_queue_.push_back(pm);
-    counters_.sent_pkts.add();
-    counters_.sent_bytes.add(rte_pktmbuf_pkt_len(pm) -
-                             (txbuf_of(pm)->roce_v1 ? roce_v1_header_bytes(opt_.vlan != 0)
-                                                    : roce_v2_header_bytes(opt_.vlan != 0)));
-  }
+  const bool for_us = opt_.ip.is_v4() && arp.tpa == opt_.ip.v4();
+  learn_neighbour(wire::IpAddr(arp.spa), arp.sha, now, for_us);
   if (arp.op == RTE_ARP_OP_REQUEST && for_us && m->nb_segs == 1) {
     // The reply goes back in the request's own buffer.
     Arp reply;
     reply.op = RTE_ARP_OP_REPLY;
     reply.sha = mac_;
-    reply.spa = opt_.ipv4;
+    reply.spa = opt_.ip.v4();
     reply.tha = arp.sha;
     reply.tpa = arp.spa;
-    L2 l2;
-    l2.dst = arp.sha;
-    l2.src = mac_;
-    l2.vlan = static_cast<uint16_t>(c.vlan_tci & 0xfff);
-    l2.pcp = static_cast<uint8_t>(c.vlan_tci >> 13);
     rte_pktmbuf_reset(m);
     uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
     if (!p) return false;
-    const size_t flen = write_arp(p, l2, reply);
+    const size_t flen = write_arp(p, reply_l2(arp.sha, c), reply);
     rte_pktmbuf_trim(m, static_cast<uint16_t>(64 - flen));
     ctl_queue_.push_back(m);
     counters_.arp_tx_replies.add();
     return true;
   }
   return false;
+}
+
+L2 DpdkPort::reply_l2(const Mac& to, const Classified& c) const {
+  L2 l2;
+  l2.dst = to;
+  l2.src = mac_;
+  l2.vlan = static_cast<uint16_t>(c.vlan_tci & 0xfff);
+  l2.pcp = static_cast<uint8_t>(c.vlan_tci >> 13);
+  return l2;
+}
+
+void DpdkPort::learn_neighbour(const wire::IpAddr& ip, const Mac& mac, transport::Time now,
+                               bool create) {
+  scratch_released_.clear();
+  neigh_.learn(ip, mac, now, create, &scratch_released_);
+  for (void* p : scratch_released_) {
+    rte_mbuf* pm = static_cast<rte_mbuf*>(p);
+    // Held packets were framed but for their destination MAC (the first 6 bytes).
+    std::memcpy(rte_pktmbuf_mtod(pm, uint8_t*), mac.data(), 6);
+    ctl_queue_.push_back(pm);
+    counters_.sent_pkts.add();
+    counters_.sent_bytes.add(rte_pktmbuf_pkt_len(pm) - header_bytes(*txbuf_of(pm)));
+  }
+}
+
+// IPv6 neighbour discovery (RFC 4861), counted with ARP (arp_* counters: the same job).
+bool DpdkPort::handle_nd(rte_mbuf* m, const uint8_t* f, size_t len, const Classified& c,
+                         transport::Time now) {
+  Nd nd;
+  if (opt_.ip.is_v4() || !parse_nd(f, len, c, &nd)) {
+    counters_.rx_non_roce.add();
+    return false;
+  }
+  counters_.arp_rx.add();
+  if (nd.type == kNdNeighbourAdvert) {
+    // 7.2.5: an advertisement updates the entry of its target (created: we asked for it).
+    if (nd.has_lladdr) learn_neighbour(nd.target, nd.lladdr, now, nd.solicited);
+    return false;
+  }
+  if (nd.target != opt_.ip) return false;
+  // 7.2.3: a solicitation for our address from a unicast source teaches us the sender (its
+  // source link-layer option) and gets a solicited advertisement back, in its own buffer. One
+  // from the unspecified address (duplicate address detection) is answered to all nodes.
+  const bool dad = c.src_ip == wire::IpAddr{};
+  if (!dad && nd.has_lladdr) learn_neighbour(c.src_ip, nd.lladdr, now, true);
+  if (m->nb_segs != 1) return false;
+  const Mac to = dad || !nd.has_lladdr ? multicast_mac(all_nodes()) : nd.lladdr;
+  rte_pktmbuf_reset(m);
+  uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 128));
+  if (!p) return false;
+  const size_t flen = write_nd_advert(p, reply_l2(to, c), opt_.ip, dad ? all_nodes() : c.src_ip);
+  rte_pktmbuf_trim(m, static_cast<uint16_t>(128 - flen));
+  ctl_queue_.push_back(m);
+  counters_.arp_tx_replies.add();
+  return true;
+}
+
+size_t DpdkPort::header_bytes(const transport::TxBuf& b) const {
+  const bool vlan = opt_.vlan != 0;
+  return b.roce_v1 ? roce_v1_header_bytes(vlan) : roce_v2_header_bytes(vlan, !b.dst_ip.is_v4());
 }
 
 // --- transmit ---
@@ -286,11 +332,25 @@ void DpdkPort::make_whole(rte_mbuf* m) {
   m->data_len = static_cast<uint16_t>(m->pkt_len);
 }
 
-uint32_t DpdkPort::next_hop(uint32_t ip) const {
-  if (opt_.prefix_len == 0 || (ip >> 28) == 0xe) return ip;
-  const uint32_t mask = opt_.prefix_len >= 32 ? ~0u : ~(~0u >> opt_.prefix_len);
-  if ((ip & mask) == (opt_.ipv4 & mask)) return ip;
-  return opt_.gateway;  // 0 when none: it never resolves, and the packets are dropped
+wire::IpAddr DpdkPort::next_hop(const wire::IpAddr& ip) const {
+  if (opt_.prefix_len == 0 || is_multicast(ip)) return ip;
+  // On the subnet when the first prefix_len bits (of the 128, or of the IPv4 address's 32 in
+  // its mapped form) agree with ours.
+  const uint32_t bits = opt_.prefix_len + (ip.is_v4() ? 96 : 0);
+  const auto& a = ip.bytes();
+  const auto& b = opt_.ip.bytes();
+  const uint32_t whole = bits / 8;
+  bool same = std::memcmp(a.data(), b.data(), whole) == 0;
+  if (same && bits % 8 != 0) {
+    const uint8_t mask = static_cast<uint8_t>(0xff00 >> (bits % 8));
+    same = (a[whole] & mask) == (b[whole] & mask);
+  }
+  if (same) return ip;
+  return opt_.gateway;  // :: when none: it never resolves, and the packets are dropped
+}
+
+bool DpdkPort::is_multicast(const wire::IpAddr& ip) {
+  return ip.is_v4() ? (ip.v4() >> 28) == 0xe : ip.bytes()[0] == 0xff;
 }
 
 int DpdkPort::priority_of(const transport::TxBuf& b) const {
@@ -303,7 +363,7 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
   rte_mbuf* m = mbuf_of(b);
   const bool vlan = opt_.vlan != 0;
   const bool v1 = b->roce_v1;
-  const size_t hdr = v1 ? roce_v1_header_bytes(vlan) : roce_v2_header_bytes(vlan);
+  const size_t hdr = header_bytes(*b);
   // The UDP payload: the IB packet (wherever its payload lies) and the ICRC.
   const size_t payload = b->ib_len() + transport::kTxTailroom;
   // The headers end where the packet begins, inside the TxBuf's headroom.
@@ -317,17 +377,20 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
   if (v1) {
     RoceV1Headers h;
     h.l2 = l2;
-    h.src_ip = opt_.ipv4;
-    h.dst_ip = b->dst_ip.v4();  // IPv4-mapped (Datapath::tx_commit)
+    h.src_ip = opt_.ip.v4();
+    h.dst_ip = b->dst_ip.v4();  // IPv4-mapped (tx_burst)
     h.traffic_class = tos;      // the GRH carries the class RoCEv2 puts in the TOS byte
     write_roce_v1(start, h, payload);
   } else {
     RoceV2Headers h;
     h.l2 = l2;
-    h.src_ip = opt_.ipv4;
-    h.dst_ip = b->dst_ip.v4();  // IPv4-mapped (Datapath::tx_commit)
+    h.src_ip = opt_.ip;
+    h.dst_ip = b->dst_ip;  // of the device's family (tx_burst)
     h.tos = tos;
     h.ip_id = b->ip_id;
+    // IPv6: the flow label carries the source port's entropy too, for switches that hash the
+    // IPv6 flow label (RFC 6438); the ICRC masks it (Annex A17.4.5.1).
+    h.flow_label = b->src_port;
     h.src_port = b->src_port;
     h.ip_checksum = !tx_ip_csum_offload_;
     write_roce_v2(start, h, payload);
@@ -362,7 +425,7 @@ rte_mbuf* DpdkPort::frame(transport::TxBuf* b, const Mac& dst) {
     std::memmove(b->data + b->ib_len(), b->data + b->len, transport::kTxTailroom);
     std::memcpy(b->data + b->len, b->ext, b->ext_len);
   }
-  if (tx_ip_csum_offload_ && !v1) {
+  if (tx_ip_csum_offload_ && !v1 && b->dst_ip.is_v4()) {
     m->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
     m->l2_len = static_cast<uint64_t>(kEthBytes + (vlan ? kVlanBytes : 0));
     m->l3_len = kIpv4Bytes;
@@ -382,12 +445,18 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
   {
     std::lock_guard<std::mutex> g(ctl_mu_);
     for (transport::TxBuf* b : bufs) {
-      const uint32_t dst_ip = b->dst_ip.v4();  // IPv4-mapped (Datapath::tx_commit)
-      const uint32_t hop = next_hop(dst_ip);
+      // A packet of the other family than the device's address has no source address to go
+      // out with (the engine routes by the device's family: this is a transport bug's guard).
+      if (b->dst_ip.is_v4() != opt_.ip.is_v4()) {
+        counters_.tx_errors.add();
+        tx_free(b);
+        continue;
+      }
+      const wire::IpAddr hop = next_hop(b->dst_ip);
       Mac dst;
       bool resolved = false;
-      if ((dst_ip >> 28) == 0xe) {
-        dst = multicast_mac(dst_ip);
+      if (is_multicast(b->dst_ip)) {
+        dst = b->dst_ip.is_v4() ? multicast_mac(b->dst_ip.v4()) : multicast_mac(b->dst_ip);
         resolved = true;
       } else if (neigh_.lookup(hop, &dst)) {
         resolved = true;
@@ -399,7 +468,7 @@ size_t DpdkPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
             resolved = true;
             break;
           case NeighbourTable::Lookup::kPending: {
-            if (request) send_arp_request(hop);
+            if (request) send_neighbour_request(hop);
             rte_mbuf* m = frame(b, Mac{});
             make_whole(m);
             if (!neigh_.hold(hop, m)) {
@@ -471,21 +540,26 @@ void DpdkPort::flush_backlog() {
   }
 }
 
-void DpdkPort::send_arp_request(uint32_t ip) {
+void DpdkPort::send_neighbour_request(const wire::IpAddr& ip) {
   rte_mbuf* m = rte_pktmbuf_alloc(tx_pool_);
   if (!m) return;
-  uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
-  Arp req;
-  req.op = RTE_ARP_OP_REQUEST;
-  req.sha = mac_;
-  req.spa = opt_.ipv4;
-  req.tpa = ip;
   L2 l2;
   l2.dst = kBroadcastMac;
   l2.src = mac_;
   l2.vlan = opt_.vlan;
   l2.pcp = opt_.priority;
-  rte_pktmbuf_trim(m, static_cast<uint16_t>(64 - write_arp(p, l2, req)));
+  if (!ip.is_v4()) {
+    uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 128));
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(128 - write_nd_solicit(p, l2, opt_.ip, ip)));
+  } else {
+    uint8_t* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 64));
+    Arp req;
+    req.op = RTE_ARP_OP_REQUEST;
+    req.sha = mac_;
+    req.spa = opt_.ip.v4();
+    req.tpa = ip.v4();
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(64 - write_arp(p, l2, req)));
+  }
   ctl_queue_.push_back(m);
   counters_.arp_tx_requests.add();
 }
@@ -497,7 +571,7 @@ void DpdkPort::send_control(transport::Time now) {
     scratch_requests_.clear();
     scratch_dropped_.clear();
     neigh_.poll(now, &scratch_requests_, &scratch_dropped_);
-    for (uint32_t ip : scratch_requests_) send_arp_request(ip);
+    for (const wire::IpAddr& ip : scratch_requests_) send_neighbour_request(ip);
     for (void* p : scratch_dropped_) {
       counters_.tx_no_neighbour.add();
       rte_pktmbuf_free(static_cast<rte_mbuf*>(p));
@@ -571,7 +645,7 @@ void DpdkPort::leave_group(uint32_t group) {
   std::lock_guard<std::mutex> g(ctl_mu_);
   std::erase(groups_, group);
   has_groups_.store(!groups_.empty(), std::memory_order_release);
-  if (groups_.empty()) rte_eth_allmulticast_disable(port_id_);
+  if (groups_.empty() && opt_.ip.is_v4()) rte_eth_allmulticast_disable(port_id_);
 }
 
 }  // namespace uroce::dpdk

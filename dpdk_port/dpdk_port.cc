@@ -34,12 +34,6 @@
 namespace uroce::dpdk {
 namespace {
 
-std::string format_ip(uint32_t ip) {
-  in_addr a{htonl(ip)};
-  char buf[INET_ADDRSTRLEN];
-  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
-}
-
 std::string format_mac(const Mac& m) {
   char buf[18];
   std::snprintf(buf, sizeof buf, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4],
@@ -259,6 +253,10 @@ bool DpdkPort::setup(std::string* err, int port_id) {
     return fail(std::string("rte_eth_dev_start: ") + rte_strerror(-r) +
                 (name_.rfind("net_memif", 0) == 0 ? " (is the memif server running?)" : ""));
   started_ = true;
+  // IPv6 neighbour discovery reaches us at our solicited-node group (33:33:ff:…, RFC 4861 7.2.1):
+  // without MLD snooping in the way, allmulticast is the plain way to hear it (as for IPv4
+  // groups, join_group). classify() keeps what is ours.
+  if (!opt_.ip.is_v4()) rte_eth_allmulticast_enable(port_id_);
   if (conf.intr_conf.rxq) {
     int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(port_id_, 0);
     if (fd >= 0 && rte_eth_dev_rx_intr_disable(port_id_, 0) == 0) rx_intr_fd_ = fd;
@@ -276,7 +274,7 @@ bool DpdkPort::setup(std::string* err, int port_id) {
   find_pause_stats();
   check_link(0);
   log().info("dpdk {}: port {} mac {} ip {}/{} mtu {}{}{}", name_, port_id_, format_mac(mac_),
-             format_ip(opt_.ipv4), opt_.prefix_len, mtu,
+             opt_.ip.to_string(), opt_.prefix_len, mtu,
              opt_.vlan ? " vlan " + std::to_string(opt_.vlan) : "",
              rx_intr_fd_ >= 0 ? " (rx interrupts)" : "");
   return true;
@@ -359,7 +357,7 @@ void DpdkPort::memif_barrier() {
 }
 
 std::string DpdkPort::describe() const {
-  return "dpdk " + name_ + " (port " + std::to_string(port_id_) + ", " + format_ip(opt_.ipv4) + ")";
+  return "dpdk " + name_ + " (port " + std::to_string(port_id_) + ", " + opt_.ip.to_string() + ")";
 }
 
 void DpdkPort::check_link(transport::Time now) {

@@ -76,7 +76,7 @@ class DpdkPort : public Port {
 
   // Port.
   const PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return opt_.ipv4; }
+  uint32_t ipv4() const override { return opt_.ip.v4(); }
   std::string describe() const override;
   std::span<const RxFrame> rx_burst() override;
   transport::TxBuf* tx_alloc() override;
@@ -117,7 +117,7 @@ class DpdkPort : public Port {
   // the time it leaves.
   void make_whole(rte_mbuf* m);
   // The next hop of an address: itself on the subnet (or a group), else the gateway.
-  uint32_t next_hop(uint32_t ip) const;
+  wire::IpAddr next_hop(const wire::IpAddr& ip) const;
   // 802.1p priority a packet is tagged with and paused by: the packet's own (TxBuf::pcp: a
   // CNP's cnp_802p_prio), else the configured priority for data packets on a VLAN, else
   // DSCP >> 3 (the usual DSCP-to-priority trust map: DSCP 26 → 3, 48 → 6).
@@ -127,9 +127,19 @@ class DpdkPort : public Port {
   void flush_backlog();
   // Sends what ctl_queue_ and the neighbour table released (device lock held).
   void send_control(transport::Time now);
-  void send_arp_request(uint32_t ip);  // ctl_mu_ held; queues it
+  // ARP request (IPv4) or neighbour solicitation (IPv6) for `ip`. ctl_mu_ held; queues it.
+  void send_neighbour_request(const wire::IpAddr& ip);
   // Handles a non-RoCE frame on the receive side (ARP, echo, PAUSE); returns true when it took
   // ownership of the mbuf (queued it for transmission).
+  // The rest of handle_control(): neighbour discovery, a learned neighbour (releasing what
+  // waited for it), the L2 header of an answer to the frame `c` from `to`. ctl_mu_ held.
+  bool handle_nd(rte_mbuf* m, const uint8_t* f, size_t len, const Classified& c,
+                 transport::Time now);
+  void learn_neighbour(const wire::IpAddr& ip, const Mac& mac, transport::Time now, bool create);
+  L2 reply_l2(const Mac& to, const Classified& c) const;
+  // Bytes of framing in front of the IB packet of `b`.
+  size_t header_bytes(const transport::TxBuf& b) const;
+  static bool is_multicast(const wire::IpAddr& ip);
   bool handle_control(rte_mbuf* m, const uint8_t* f, size_t len, const Classified& c,
                       transport::Time now);
   void release_held(transport::Time now);  // device lock held
@@ -197,7 +207,7 @@ class DpdkPort : public Port {
   transport::Time ctl_due_ = 0;
   transport::Time compute_deadline() const;  // ctl_mu_ not held
   std::vector<void*> scratch_released_, scratch_dropped_;
-  std::vector<uint32_t> scratch_requests_;
+  std::vector<wire::IpAddr> scratch_requests_;
 };
 
 }  // namespace uroce::dpdk

@@ -18,6 +18,7 @@ static_assert(sizeof(rte_vlan_hdr) == kVlanBytes);
 static_assert(sizeof(rte_ipv4_hdr) == kIpv4Bytes);
 static_assert(sizeof(rte_udp_hdr) == kUdpBytes);
 static_assert(sizeof(rte_arp_hdr) == 28);
+static_assert(sizeof(rte_ipv6_hdr) == kIpv6Bytes);
 
 uint16_t load16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] << 8 | p[1]);
@@ -29,6 +30,9 @@ void store16(uint8_t* p, uint16_t v) {
 void store32(uint8_t* p, uint32_t v) {
   store16(p, static_cast<uint16_t>(v >> 16));
   store16(p + 2, static_cast<uint16_t>(v));
+}
+uint32_t load32(const uint8_t* p) {
+  return uint32_t(load16(p)) << 16 | load16(p + 2);
 }
 
 bool same(const uint8_t* a, const Mac& b) {
@@ -59,7 +63,68 @@ void write_mapped_gid(uint8_t* g, uint32_t ip) {
   store32(g + 12, ip);
 }
 
+// An IPv6 header at p (RFC 8200 3): version 6, the class and flow label, no extension header.
+void write_ipv6(uint8_t* p, uint8_t tclass, uint32_t flow_label, size_t payload_len, uint8_t next,
+                uint8_t hop_limit, const wire::IpAddr& src, const wire::IpAddr& dst) {
+  store32(p, 6u << 28 | uint32_t(tclass) << 20 | (flow_label & 0xfffff));
+  store16(p + 4, static_cast<uint16_t>(payload_len));
+  p[6] = next;
+  p[7] = hop_limit;
+  std::memcpy(p + 8, src.data(), 16);
+  std::memcpy(p + 24, dst.data(), 16);
+}
+
+// The ICMPv6 checksum of the message after the IPv6 header at ip6 (RFC 4443 2.3: over the
+// pseudo-header and the message, its checksum field zero).
+uint16_t icmpv6_checksum(const uint8_t* ip6) {
+  rte_ipv6_hdr h;
+  std::memcpy(&h, ip6, sizeof h);  // rte_ipv6_hdr is packed, the frame need not be aligned
+  return rte_ipv6_udptcp_cksum(&h, ip6 + kIpv6Bytes);
+}
+
+// A whole ICMPv6 frame: L2, IPv6 (hop limit 255, as neighbour discovery requires: RFC 4861
+// 7.1.1), the message body of `body_len` bytes already at p + its offset, checksum filled.
+size_t finish_icmpv6(uint8_t* p, const L2& l2, const wire::IpAddr& src, const wire::IpAddr& dst,
+                     size_t body_len) {
+  const size_t l2n = write_l2(p, l2, kEtherTypeIpv6);
+  uint8_t* ip6 = p + l2n;
+  write_ipv6(ip6, 0, 0, body_len, kIpProtoIcmpv6, 255, src, dst);
+  store16(ip6 + kIpv6Bytes + 2, 0);
+  const uint16_t ck = icmpv6_checksum(ip6);
+  std::memcpy(ip6 + kIpv6Bytes + 2, &ck, 2);  // rte_ipv6_udptcp_cksum: network order already
+  return l2n + kIpv6Bytes + body_len;
+}
+
+const wire::IpAddr kAllNodes = [] {
+  std::array<uint8_t, 16> b{};
+  b[0] = 0xff;
+  b[1] = 0x02;
+  b[15] = 1;
+  return wire::IpAddr(b);
+}();
+
 }  // namespace
+
+Mac multicast_mac(const wire::IpAddr& group) {
+  const auto& b = group.bytes();
+  return {0x33, 0x33, b[12], b[13], b[14], b[15]};
+}
+
+wire::IpAddr solicited_node(const wire::IpAddr& ip) {
+  std::array<uint8_t, 16> b{};
+  b[0] = 0xff;
+  b[1] = 0x02;
+  b[11] = 0x01;
+  b[12] = 0xff;
+  b[13] = ip.bytes()[13];
+  b[14] = ip.bytes()[14];
+  b[15] = ip.bytes()[15];
+  return wire::IpAddr(b);
+}
+
+wire::IpAddr all_nodes() {
+  return kAllNodes;
+}
 
 Mac multicast_mac(uint32_t group) {
   return {0x01,
@@ -71,6 +136,17 @@ Mac multicast_mac(uint32_t group) {
 }
 
 void write_roce_v2(uint8_t* p, const RoceV2Headers& h, size_t payload_len) {
+  if (!h.dst_ip.is_v4()) {
+    const size_t l2 = write_l2(p, h.l2, kEtherTypeIpv6);
+    write_ipv6(p + l2, h.tos, h.flow_label, kUdpBytes + payload_len, IPPROTO_UDP, 64, h.src_ip,
+               h.dst_ip);
+    uint8_t* udp = p + l2 + kIpv6Bytes;
+    store16(udp, h.src_port);
+    store16(udp + 2, h.dst_port);
+    store16(udp + 4, static_cast<uint16_t>(kUdpBytes + payload_len));
+    store16(udp + 6, 0);
+    return;
+  }
   size_t l2 = write_l2(p, h.l2, kEtherTypeIpv4);
   auto* ip = reinterpret_cast<rte_ipv4_hdr*>(p + l2);
   ip->version_ihl = 0x45;
@@ -81,8 +157,8 @@ void write_roce_v2(uint8_t* p, const RoceV2Headers& h, size_t payload_len) {
   ip->time_to_live = 64;
   ip->next_proto_id = IPPROTO_UDP;
   ip->hdr_checksum = 0;
-  ip->src_addr = rte_cpu_to_be_32(h.src_ip);
-  ip->dst_addr = rte_cpu_to_be_32(h.dst_ip);
+  ip->src_addr = rte_cpu_to_be_32(h.src_ip.v4());
+  ip->dst_addr = rte_cpu_to_be_32(h.dst_ip.v4());
   if (h.ip_checksum) ip->hdr_checksum = rte_ipv4_cksum(ip);
   auto* udp = reinterpret_cast<rte_udp_hdr*>(p + l2 + kIpv4Bytes);
   udp->src_port = rte_cpu_to_be_16(h.src_port);
@@ -102,6 +178,67 @@ void write_roce_v1(uint8_t* p, const RoceV1Headers& h, size_t payload_len) {
   write_mapped_gid(g + 8, h.src_ip);
   write_mapped_gid(g + 24, h.dst_ip);
 }
+
+namespace {
+
+// The IPv6 part of classify(): the Ethernet header said 0x86dd. No extension headers: RoCEv2
+// packets carry none (Annex A17.4.3), nor does neighbour discovery.
+Classified classify_ipv6(const uint8_t* f, size_t len, const Identity& me, bool to_me, bool mcast,
+                         Classified c) {
+  const size_t off = c.l2_bytes;
+  if (!to_me && !mcast) {
+    c.kind = Kind::kNotForUs;
+    return c;
+  }
+  if (me.ip.is_v4()) {  // an IPv4 device has no IPv6 to speak
+    c.kind = Kind::kNonRoce;
+    return c;
+  }
+  if (len < off + kIpv6Bytes) return c;  // kTooShort
+  const uint8_t* ip6 = f + off;
+  if ((ip6[0] >> 4) != 6) {
+    c.kind = Kind::kBadIp;
+    return c;
+  }
+  const size_t pay = load16(ip6 + 4);
+  if (len < off + kIpv6Bytes + pay) return c;  // kTooShort
+  c.ipv6 = true;
+  c.src_ip = wire::IpAddr::from_bytes(ip6 + 8);
+  c.dst_ip = wire::IpAddr::from_bytes(ip6 + 24);
+  c.tos = static_cast<uint8_t>(load32(ip6) >> 20);
+  c.hop_limit = ip6[7];
+  // Ours: our address, or the groups neighbour discovery uses to reach us.
+  const bool mine = c.dst_ip == me.ip;
+  if (!mine && c.dst_ip != solicited_node(me.ip) && c.dst_ip != kAllNodes) {
+    c.kind = Kind::kNotForUs;
+    return c;
+  }
+  const uint8_t* l4 = ip6 + kIpv6Bytes;
+  c.kind = Kind::kNonRoce;
+  if (ip6[6] == kIpProtoIcmpv6) {
+    if (pay < 4 || l4[1] != 0) return c;
+    if ((l4[0] == kNdNeighbourSolicit || l4[0] == kNdNeighbourAdvert) && c.hop_limit == 255)
+      c.kind = Kind::kNd;
+    else if (l4[0] == kIcmpv6EchoRequest && mine)
+      c.kind = Kind::kIcmpEcho;
+    return c;
+  }
+  if (!mine || ip6[6] != IPPROTO_UDP || pay < kUdpBytes) return c;
+  const size_t ulen = load16(l4 + 4);
+  if (ulen < kUdpBytes || ulen > pay) {
+    c.kind = Kind::kBadIp;
+    return c;
+  }
+  c.src_port = load16(l4);
+  c.dst_port = load16(l4 + 2);
+  if (c.dst_port != kRoceV2Port) return c;
+  c.kind = Kind::kRoceV2;
+  c.payload = l4 + kUdpBytes;
+  c.payload_len = ulen - kUdpBytes;
+  return c;
+}
+
+}  // namespace
 
 Classified classify(const uint8_t* f, size_t len, const Identity& me) {
   Classified c;
@@ -165,6 +302,7 @@ Classified classify(const uint8_t* f, size_t len, const Identity& me) {
     c.payload_len = pay;
     return c;
   }
+  if (type == kEtherTypeIpv6) return classify_ipv6(f, len, me, to_me, mcast, c);
   if (type != kEtherTypeIpv4) {
     c.kind = (to_me || bcast || mcast) ? Kind::kNonRoce : Kind::kNotForUs;
     return c;
@@ -177,7 +315,7 @@ Classified classify(const uint8_t* f, size_t len, const Identity& me) {
   const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(f + off);
   const size_t ihl = (ip->version_ihl & 0xf) * 4u;
   const size_t total = rte_be_to_cpu_16(ip->total_length);
-  c.kind = Kind::kBadIpv4;
+  c.kind = Kind::kBadIp;
   if ((ip->version_ihl >> 4) != 4 || ihl < kIpv4Bytes || total < ihl) return c;
   if (len < off + total) {
     c.kind = Kind::kTooShort;
@@ -186,15 +324,17 @@ Classified classify(const uint8_t* f, size_t len, const Identity& me) {
   if (rte_raw_cksum(ip, ihl) != 0xffff) return c;  // a valid header sums to all ones
   const uint16_t frag = rte_be_to_cpu_16(ip->fragment_offset);
   if ((frag & RTE_IPV4_HDR_MF_FLAG) || (frag & RTE_IPV4_HDR_OFFSET_MASK)) return c;
-  c.src_ip = rte_be_to_cpu_32(ip->src_addr);
-  c.dst_ip = rte_be_to_cpu_32(ip->dst_addr);
+  const uint32_t dst4 = rte_be_to_cpu_32(ip->dst_addr);
+  c.src_ip = wire::IpAddr(rte_be_to_cpu_32(ip->src_addr));
+  c.dst_ip = wire::IpAddr(dst4);
   c.ip_id = rte_be_to_cpu_16(ip->packet_id);
   c.dont_fragment = (frag & RTE_IPV4_HDR_DF_FLAG) != 0;
   c.tos = ip->type_of_service;
+  const bool mine = me.ip.is_v4() && dst4 == me.ip.v4();
   // The device's own address is unicast: a frame to it is no group's (the search is skipped).
-  const bool group = c.dst_ip != me.ipv4 &&
-                     std::find(me.groups.begin(), me.groups.end(), c.dst_ip) != me.groups.end();
-  if (c.dst_ip != me.ipv4 && !group) {
+  const bool group =
+      !mine && std::find(me.groups.begin(), me.groups.end(), dst4) != me.groups.end();
+  if (!mine && !group) {
     c.kind = Kind::kNotForUs;
     return c;
   }
@@ -211,7 +351,7 @@ Classified classify(const uint8_t* f, size_t len, const Identity& me) {
   const auto* udp = reinterpret_cast<const rte_udp_hdr*>(l4);
   const size_t ulen = rte_be_to_cpu_16(udp->dgram_len);
   if (ulen < kUdpBytes || ulen > l4_len) {
-    c.kind = Kind::kBadIpv4;
+    c.kind = Kind::kBadIp;
     return c;
   }
   c.src_port = rte_be_to_cpu_16(udp->src_port);
@@ -261,11 +401,82 @@ size_t write_arp(uint8_t* p, const L2& l2, const Arp& arp) {
   return off;
 }
 
+bool parse_nd(const uint8_t* f, size_t len, const Classified& c, Nd* out) {
+  if (c.kind != Kind::kNd || len < c.l2_bytes + kIpv6Bytes) return false;
+  const uint8_t* ip6 = f + c.l2_bytes;
+  const size_t pay = load16(ip6 + 4);
+  const uint8_t* m = ip6 + kIpv6Bytes;
+  // RFC 4861 7.1.1 / 7.1.2: ICMP length 24 or more, a valid checksum, a target that is not
+  // multicast. (classify() checked the hop limit, 255, and the code, 0.)
+  if (pay < 24 || len < c.l2_bytes + kIpv6Bytes + pay) return false;
+  if (icmpv6_checksum(ip6) != 0) return false;  // over a correct checksum the sum is all ones
+  out->type = m[0];
+  out->target = wire::IpAddr::from_bytes(m + 8);
+  if (out->target.bytes()[0] == 0xff) return false;
+  out->solicited = out->type == kNdNeighbourAdvert && (m[4] & 0x40) != 0;
+  out->has_lladdr = false;
+  // Options (RFC 4861 4.6): type, length in units of 8 bytes (0 is invalid), value.
+  const uint8_t want = out->type == kNdNeighbourSolicit ? 1 : 2;
+  for (size_t o = 24; o < pay;) {
+    if (pay - o < 2 || m[o + 1] == 0) return false;
+    const size_t olen = size_t(m[o + 1]) * 8;
+    if (olen > pay - o) return false;
+    if (m[o] == want && olen >= 8) {
+      out->has_lladdr = true;
+      std::memcpy(out->lladdr.data(), m + o + 2, 6);
+    }
+    o += olen;
+  }
+  return true;
+}
+
+size_t write_nd_solicit(uint8_t* p, L2 l2, const wire::IpAddr& src, const wire::IpAddr& target) {
+  const wire::IpAddr group = solicited_node(target);
+  l2.dst = multicast_mac(group);
+  uint8_t* m = p + kEthBytes + (l2.vlan != 0 ? kVlanBytes : 0) + kIpv6Bytes;
+  std::memset(m, 0, 32);
+  m[0] = kNdNeighbourSolicit;
+  std::memcpy(m + 8, target.data(), 16);
+  m[24] = 1;  // source link-layer address
+  m[25] = 1;
+  std::memcpy(m + 26, l2.src.data(), 6);
+  return finish_icmpv6(p, l2, src, group, 32);
+}
+
+size_t write_nd_advert(uint8_t* p, const L2& l2, const wire::IpAddr& target,
+                       const wire::IpAddr& dst) {
+  uint8_t* m = p + kEthBytes + (l2.vlan != 0 ? kVlanBytes : 0) + kIpv6Bytes;
+  std::memset(m, 0, 32);
+  m[0] = kNdNeighbourAdvert;
+  m[4] = 0x60;  // S (solicited) and O (override): RFC 4861 7.2.4
+  std::memcpy(m + 8, target.data(), 16);
+  m[24] = 2;  // target link-layer address
+  m[25] = 1;
+  std::memcpy(m + 26, l2.src.data(), 6);
+  return finish_icmpv6(p, l2, target, dst, 32);
+}
+
 void make_echo_reply(uint8_t* f, size_t len, const Classified& c, const Mac& mine) {
   (void)len;
   // The MACs as bytes: rte_ether_hdr is 2-byte aligned, the frame need not be.
   std::memcpy(f, f + 6, 6);  // the destination becomes the sender
   std::memcpy(f + 6, mine.data(), 6);
+  if (c.ipv6) {
+    // RFC 4443 4.2: the reply carries the request's data; from the address it was sent to
+    // (classify() took only echoes to our unicast address).
+    uint8_t* ip6 = f + c.l2_bytes;
+    uint8_t a[16];
+    std::memcpy(a, ip6 + 8, 16);
+    std::memcpy(ip6 + 8, ip6 + 24, 16);
+    std::memcpy(ip6 + 24, a, 16);
+    ip6[7] = 64;
+    uint8_t* m = ip6 + kIpv6Bytes;
+    m[0] = kIcmpv6EchoReply;
+    store16(m + 2, 0);
+    const uint16_t ck = icmpv6_checksum(ip6);
+    std::memcpy(m + 2, &ck, 2);
+    return;
+  }
   auto* ip = reinterpret_cast<rte_ipv4_hdr*>(f + c.l2_bytes);
   const size_t ihl = (ip->version_ihl & 0xf) * 4u;
   const size_t total = rte_be_to_cpu_16(ip->total_length);

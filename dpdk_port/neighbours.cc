@@ -5,14 +5,14 @@
 
 namespace uroce::dpdk {
 
-bool NeighbourTable::lookup(uint32_t ip, Mac* mac) const {
+bool NeighbourTable::lookup(const wire::IpAddr& ip, Mac* mac) const {
   auto it = entries_.find(ip);
   if (it == entries_.end() || it->second.state != State::kResolved) return false;
   *mac = it->second.mac;
   return true;
 }
 
-NeighbourTable::Lookup NeighbourTable::resolve(uint32_t ip, Time now, Mac* mac,
+NeighbourTable::Lookup NeighbourTable::resolve(const wire::IpAddr& ip, Time now, Mac* mac,
                                                bool* send_request) {
   *send_request = false;
   auto it = entries_.find(ip);
@@ -43,7 +43,7 @@ NeighbourTable::Lookup NeighbourTable::resolve(uint32_t ip, Time now, Mac* mac,
   return Lookup::kPending;
 }
 
-bool NeighbourTable::hold(uint32_t ip, void* pkt) {
+bool NeighbourTable::hold(const wire::IpAddr& ip, void* pkt) {
   auto it = entries_.find(ip);
   if (it == entries_.end() || it->second.state != State::kIncomplete ||
       it->second.pending.size() >= p_.max_pending)
@@ -52,7 +52,7 @@ bool NeighbourTable::hold(uint32_t ip, void* pkt) {
   return true;
 }
 
-void NeighbourTable::learn(uint32_t ip, const Mac& mac, Time now, bool create,
+void NeighbourTable::learn(const wire::IpAddr& ip, const Mac& mac, Time now, bool create,
                            std::vector<void*>* released) {
   (void)now;
   auto it = entries_.find(ip);
@@ -71,7 +71,7 @@ void NeighbourTable::learn(uint32_t ip, const Mac& mac, Time now, bool create,
   e.pending.clear();
 }
 
-void NeighbourTable::add_static(uint32_t ip, const Mac& mac) {
+void NeighbourTable::add_static(const wire::IpAddr& ip, const Mac& mac) {
   Entry& e = entries_[ip];
   e.state = State::kResolved;
   e.is_static = true;
@@ -79,7 +79,8 @@ void NeighbourTable::add_static(uint32_t ip, const Mac& mac) {
   e.deadline = kNever;
 }
 
-void NeighbourTable::poll(Time now, std::vector<uint32_t>* requests, std::vector<void*>* dropped) {
+void NeighbourTable::poll(Time now, std::vector<wire::IpAddr>* requests,
+                          std::vector<void*>* dropped) {
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
     if (e.state == State::kResolved || e.deadline > now) {

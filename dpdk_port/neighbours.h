@@ -1,7 +1,8 @@
-// The neighbour (ARP, RFC 826) cache of a port that frames Ethernet itself: which MAC address an
-// IPv4 next hop has, and what to do with packets for a next hop not resolved yet. Pure logic:
-// no frames, no clock, no DPDK — the port sends the requests it is told to and passes time in,
-// so the rules are tested in virtual time.
+// The neighbour cache of a port that frames Ethernet itself (ARP, RFC 826, for IPv4; neighbour
+// discovery, RFC 4861, for IPv6 — the same rules here): which MAC address a next hop has, and what
+// to do with packets for a next hop not resolved yet. Pure logic: no frames, no clock, no DPDK —
+// the port sends the requests it is told to and passes time in, so the rules are tested in virtual
+// time.
 //
 // States of an entry (after Linux's neighbour states, simplified):
 //   incomplete — a request went out; packets wait here (at most max_pending, then dropped).
@@ -22,6 +23,8 @@
 #include <limits>
 #include <unordered_map>
 #include <vector>
+
+#include "transport/wire/ip.h"
 
 namespace uroce::dpdk {
 
@@ -54,20 +57,21 @@ class NeighbourTable {
 
   // A packet wants to go to `ip` at `now`. On kPending, *send_request tells whether the caller
   // must send an ARP request now (the first packet for an unknown neighbour).
-  Lookup resolve(uint32_t ip, Time now, Mac* mac, bool* send_request);
+  Lookup resolve(const wire::IpAddr& ip, Time now, Mac* mac, bool* send_request);
   // The common case of resolve(), needing no time: true and *mac when `ip` is resolved.
-  bool lookup(uint32_t ip, Mac* mac) const;
+  bool lookup(const wire::IpAddr& ip, Mac* mac) const;
   // Keeps a packet (an opaque handle the caller owns again when it is released or dropped)
   // until `ip` resolves. false when the entry is not incomplete or its queue is full: the
   // caller drops the packet.
-  bool hold(uint32_t ip, void* pkt);
+  bool hold(const wire::IpAddr& ip, void* pkt);
   // An ARP packet from `ip` at `mac` (a request or a reply). Updates an existing entry; with
   // `create` (a reply, or a request addressed to us — RFC 826's merge rule) adds a new one.
   // Packets that waited for it are appended to *released, in order.
-  void learn(uint32_t ip, const Mac& mac, Time now, bool create, std::vector<void*>* released);
-  void add_static(uint32_t ip, const Mac& mac);
+  void learn(const wire::IpAddr& ip, const Mac& mac, Time now, bool create,
+             std::vector<void*>* released);
+  void add_static(const wire::IpAddr& ip, const Mac& mac);
   // Retries and failures due by `now`: addresses to send a request to, and held packets to drop.
-  void poll(Time now, std::vector<uint32_t>* requests, std::vector<void*>* dropped);
+  void poll(Time now, std::vector<wire::IpAddr>* requests, std::vector<void*>* dropped);
   // When poll() must run next; kNever when nothing is pending.
   Time next_deadline() const;
   size_t size() const { return entries_.size(); }
@@ -85,7 +89,7 @@ class NeighbourTable {
     std::deque<void*> pending;
   };
   Params p_;
-  std::unordered_map<uint32_t, Entry> entries_;
+  std::unordered_map<wire::IpAddr, Entry> entries_;
   size_t learned_ = 0;  // non-static entries
   uint64_t failures_ = 0;
 };

@@ -2,6 +2,7 @@
 // lists them.
 #include "dpdk_port/options.h"
 
+#include <optional>
 #include <type_traits>
 
 namespace uroce::dpdk {
@@ -50,46 +51,56 @@ spec::Schema<DpdkPortOptions> make_schema() {
                   .set =
                       [](DpdkPortOptions& o, std::string_view v, std::string* why) {
                         std::string_view addr = v;
+                        std::string_view prefix;
                         const size_t slash = v.find('/');
                         if (slash != std::string_view::npos) {
-                          uint64_t n = 0;
-                          if (!spec::read_uint(v.substr(slash + 1), 1, 32, &n)) {
-                            *why = "has a prefix that is not 1..32";
-                            return false;
-                          }
-                          o.prefix_len = uint32_t(n);
+                          prefix = v.substr(slash + 1);
                           addr = v.substr(0, slash);
                         }
-                        if (!spec::read_ipv4(addr, &o.ipv4)) {
-                          *why = "is not an IPv4 address";
+                        const std::optional<wire::IpAddr> a = wire::IpAddr::parse(addr);
+                        if (!a || *a == wire::IpAddr{}) {
+                          *why = "is not an IPv4 or IPv6 address";
                           return false;
                         }
+                        const uint64_t max = a->is_v4() ? 32 : 128;
+                        uint64_t n = 0;
+                        if (!prefix.empty() && !spec::read_uint(prefix, 1, max, &n)) {
+                          *why = a->is_v4() ? "has a prefix that is not 1..32"
+                                            : "has a prefix that is not 1..128";
+                          return false;
+                        }
+                        o.ip = *a;
+                        o.prefix_len = uint32_t(n);
                         return true;
                       },
                   .get =
                       [](const DpdkPortOptions& o) {
-                        std::string s = spec::ipv4_text(o.ipv4);
+                        std::string s = o.ip.to_string();
                         if (o.prefix_len) s.append("/").append(std::to_string(o.prefix_len));
                         return s;
                       },
-                  .doc = "the device's IPv4 address a.b.c.d[/N], and its subnet (without /N "
-                         "every address is on-link)",
+                  .doc = "the device's address, IPv4 a.b.c.d[/N] or IPv6 (fd00::1[/N]), and its "
+                         "subnet (without /N every address is on-link)",
                   .required = true});
   k.push_back(Key{.name = "gw",
                   .set =
                       [](DpdkPortOptions& o, std::string_view v, std::string* why) {
-                        if (!spec::read_ipv4(v, &o.gateway)) {
-                          *why = "is not an IPv4 address";
+                        const std::optional<wire::IpAddr> a = wire::IpAddr::parse(v);
+                        if (!a || *a == wire::IpAddr{}) {
+                          *why = "is not an IPv4 or IPv6 address";
                           return false;
                         }
+                        o.gateway = *a;
                         return true;
                       },
                   .get =
                       [](const DpdkPortOptions& o) {
-                        return o.gateway ? spec::ipv4_text(o.gateway) : std::string("none");
+                        return o.gateway != wire::IpAddr{} ? o.gateway.to_string()
+                                                           : std::string("none");
                       },
                   .def = "none",
-                  .doc = "the next hop for addresses off the subnet (none: they never resolve)"});
+                  .doc = "the next hop for addresses off the subnet, of the address's family "
+                         "(none: they never resolve)"});
   k.push_back(Key{.name = "mac",
                   .set =
                       [](DpdkPortOptions& o, std::string_view v, std::string* why) {
@@ -122,31 +133,35 @@ spec::Schema<DpdkPortOptions> make_schema() {
   k.push_back(uint_key(
       "mtu", 576, 9702, "is not an MTU 576..9702", [](auto& o) -> auto& { return o.mtu; }, "0",
       "the port MTU to set (0: the port's own)"));
-  k.push_back(
-      Key{.name = "neigh",
-          .set =
-              [](DpdkPortOptions& o, std::string_view v, std::string* why) {
-                const size_t at = v.find('@');
-                DpdkPortOptions::Neighbour nb;
-                if (at == std::string_view::npos || !spec::read_ipv4(v.substr(0, at), &nb.ip) ||
-                    !spec::read_mac(v.substr(at + 1), nb.mac.data())) {
-                  *why = "is not ip@aa:bb:cc:dd:ee:ff";
-                  return false;
-                }
-                o.neighbours.push_back(nb);
-                return true;
-              },
-          .get =
-              [](const DpdkPortOptions& o) {
-                std::string s;
-                for (const auto& n : o.neighbours) {
-                  if (!s.empty()) s += ' ';
-                  s.append(spec::ipv4_text(n.ip)).append("@").append(spec::mac_text(n.mac.data()));
-                }
-                return s;
-              },
-          .doc = "a static neighbour ip@mac, never ARPed for (repeatable)",
-          .repeatable = true});
+  k.push_back(Key{
+      .name = "neigh",
+      .set =
+          [](DpdkPortOptions& o, std::string_view v, std::string* why) {
+            // The last '@': an IPv6 address has none, but its text has colons like a MAC.
+            const size_t at = v.rfind('@');
+            DpdkPortOptions::Neighbour nb;
+            const std::optional<wire::IpAddr> a =
+                at == std::string_view::npos ? std::nullopt : wire::IpAddr::parse(v.substr(0, at));
+            if (!a || !spec::read_mac(v.substr(at + 1), nb.mac.data())) {
+              *why = "is not ip@aa:bb:cc:dd:ee:ff";
+              return false;
+            }
+            nb.ip = *a;
+            o.neighbours.push_back(nb);
+            return true;
+          },
+      .get =
+          [](const DpdkPortOptions& o) {
+            std::string s;
+            for (const auto& n : o.neighbours) {
+              if (!s.empty()) s += ' ';
+              s.append(n.ip.to_string()).append("@").append(spec::mac_text(n.mac.data()));
+            }
+            return s;
+          },
+      .doc = "a static neighbour ip@mac, never resolved by ARP or neighbour discovery "
+             "(repeatable)",
+      .repeatable = true});
   k.push_back(Key{.name = "eal",
                   .set =
                       [](DpdkPortOptions& o, std::string_view v, std::string*) {
@@ -183,7 +198,20 @@ const spec::Schema<DpdkPortOptions>& options_schema() {
 }
 
 bool parse_options(std::string_view body, DpdkPortOptions* o, std::string* err) {
-  return spec::apply(options_schema(), spec::entries(body, ';'), *o, err, {.skip_empty = true});
+  if (!spec::apply(options_schema(), spec::entries(body, ';'), *o, err, {.skip_empty = true}))
+    return false;
+  // One family per device: its gateway and neighbours are of its address's.
+  const bool v4 = o->ip.is_v4();
+  const auto other = [&](const wire::IpAddr& a) { return a.is_v4() != v4; };
+  std::string bad;
+  if (o->gateway != wire::IpAddr{} && other(o->gateway)) bad = "gw";
+  for (const auto& n : o->neighbours)
+    if (other(n.ip)) bad = "neigh";
+  if (!bad.empty()) {
+    *err = "key '" + bad + "' is not of the family of ip " + o->ip.to_string();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace uroce::dpdk

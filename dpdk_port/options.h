@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/spec/spec.h"
+#include "transport/wire/ip.h"
 
 namespace uroce::dpdk {
 
@@ -20,9 +21,12 @@ struct DpdkPortOptions {
   // "net_af_packet0,iface=veth0", "net_tap0,iface=dtap0", "net_ring0") or a PCI address
   // ("0000:03:00.0"; then `eal` must not hold --no-pci).
   std::string dev;
-  uint32_t ipv4 = 0;        // host byte order
-  uint32_t prefix_len = 0;  // the subnet of `ipv4` (ip=a.b.c.d/N); 0: every address is on-link
-  uint32_t gateway = 0;  // next hop for addresses off the subnet; 0 = none (they fail to resolve)
+  // The device address: IPv4 (IPv4-mapped) or IPv6 — one family per device.
+  wire::IpAddr ip;
+  uint32_t prefix_len = 0;  // the subnet of `ip` (ip=a.b.c.d/N, ip=fd00::1/N); 0: all on-link
+  // Next hop for addresses off the subnet, of the address's family; :: (unspecified) = none
+  // (they fail to resolve).
+  wire::IpAddr gateway;
   bool has_mac = false;  // mac= given (else the port's own MAC)
   std::array<uint8_t, 6> mac{};
   // Extra EAL arguments (eal=…, split on blanks), after uroce's own: --no-huge -m 256 --no-pci
@@ -33,9 +37,9 @@ struct DpdkPortOptions {
   uint8_t priority = 3;    // 802.1p PCP of RoCE data on a VLAN (RoCE deployments: 3)
   uint8_t data_dscp = 26;  // DSCP of data packets (RoCE deployments' class)
   uint32_t mtu = 0;        // port MTU (IP datagram bytes) to set; 0 = the port's default
-  // Static neighbours (neigh=ip@mac, repeatable): never ARPed for.
+  // Static neighbours (neigh=ip@mac, repeatable): never resolved by ARP or neighbour discovery.
   struct Neighbour {
-    uint32_t ip = 0;
+    wire::IpAddr ip;
     std::array<uint8_t, 6> mac{};
   };
   std::vector<Neighbour> neighbours;

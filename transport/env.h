@@ -25,9 +25,9 @@ inline constexpr size_t kMaxIbPacket = 4096 + 64;
 inline constexpr uint8_t kEcnNotEct = 0, kEcnEct1 = 1, kEcnEct0 = 2, kEcnCe = 3;
 
 // Bytes in front of TxBuf::data that a port may fill with its own headers, so that a port that
-// frames whole packets (Ethernet / 802.1Q / IPv4 / UDP: 46 bytes; RoCE v1's Ethernet / 802.1Q /
-// GRH: 58) writes them in place and sends the buffer without a copy.
-inline constexpr size_t kTxHeadroom = 64;
+// frames whole packets (Ethernet / 802.1Q / IPv4 / UDP: 46 bytes; / IPv6 / UDP: 66; RoCE v1's
+// Ethernet / 802.1Q / GRH: 58) writes them in place and sends the buffer without a copy.
+inline constexpr size_t kTxHeadroom = 72;
 // The ICRC's four bytes, appended in place after the packet by the port layer.
 inline constexpr size_t kTxTailroom = 4;
 

@@ -76,7 +76,14 @@ bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err)
   d->netdev.clear();
   d->dpdk = dpdk::DpdkPortOptions{};
   if (!dpdk::parse_options(body, &d->dpdk, err)) return false;
-  d->ipv4 = d->dpdk.ipv4;
+  // The port frames IPv6, but the engine's device address is IPv4 until the IPv6 underlay
+  // reaches it (docs/wire-format.md, "IPv6").
+  if (!d->dpdk.ip.is_v4()) {
+    *err =
+        "ip " + d->dpdk.ip.to_string() + ": an IPv6 address on a DPDK device is not supported yet";
+    return false;
+  }
+  d->ipv4 = d->dpdk.ip.v4();
   d->dscp = d->dpdk.data_dscp;
   return true;
 }

@@ -35,7 +35,7 @@ std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters,
     // The port read its own options from the dpdk(…) body (parse_dpdk_device); the address and
     // DSCP are the device's, which a caller may have set directly.
     dpdk::DpdkPortOptions o = cfg.dpdk;
-    o.ipv4 = cfg.ipv4;
+    o.ip = wire::IpAddr(cfg.ipv4);
     o.data_dscp = cfg.dscp;
     return dpdk::open_port(o, counters, err);
 #else

@@ -72,10 +72,10 @@ class DpdkRingTest : public ::testing::Test {
     ASSERT_GE(pa, 0);
     ASSERT_GE(pb, 0);
     DpdkPortOptions oa, ob;
-    oa.ipv4 = kIpA;
+    oa.ip = wire::IpAddr(kIpA);
     oa.has_mac = true;
     oa.mac = kMacA;
-    ob.ipv4 = kIpB;
+    ob.ip = wire::IpAddr(kIpB);
     ob.has_mac = true;
     ob.mac = kMacB;
     if (tweak_a) tweak_a(oa);
@@ -287,8 +287,8 @@ TEST_F(DpdkRingTest, IcrcIsCheckedForTheRealIpId) {
     RoceV2Headers h;
     h.l2.dst = kMacB;
     h.l2.src = kMacA;
-    h.src_ip = kIpA;
-    h.dst_ip = kIpB;
+    h.src_ip = wire::IpAddr(kIpA);
+    h.dst_ip = wire::IpAddr(kIpB);
     h.src_port = 0xc002;
     h.ip_id = id;
     uint8_t f[256];
@@ -333,7 +333,7 @@ TEST_F(DpdkRingTest, AnswersIcmpEcho) {
 
 TEST_F(DpdkRingTest, PfcPausesOnlyItsPriorityForItsQuanta) {
   make([](DpdkPortOptions& o) {
-    o.neighbours.push_back({kIpB, kMacB});  // static: no ARP in the way
+    o.neighbours.push_back({wire::IpAddr(kIpB), kMacB});  // static: no ARP in the way
   });
   // PFC for priority 3 (RoCE data: DSCP 26 >> 3), the most quanta there are.
   inject_pfc(a_, 3, 0xffff);
@@ -365,7 +365,7 @@ TEST_F(DpdkRingTest, PfcPausesOnlyItsPriorityForItsQuanta) {
 
 TEST_F(DpdkRingTest, JumboFramesCarryAFullPathMtu4096Packet) {
   // net_ring has no frame limit: at port MTU 9000 a 4096-byte payload travels in one frame.
-  make([](DpdkPortOptions& o) { o.neighbours.push_back({kIpB, kMacB}); });
+  make([](DpdkPortOptions& o) { o.neighbours.push_back({wire::IpAddr(kIpB), kMacB}); });
   // (B's default MTU is what the ring carries too: the ring PMD checks nothing.)
   transport::TxBuf* b = a_.dp->tx_alloc();
   ASSERT_NE(b, nullptr);
@@ -388,11 +388,11 @@ TEST_F(DpdkRingTest, JumboFramesCarryAFullPathMtu4096Packet) {
 TEST_F(DpdkRingTest, PayloadsByReferenceLeaveAsSegmentsAndArriveWhole) {
   make(
       [](DpdkPortOptions& o) {
-        o.neighbours.push_back({kIpB, kMacB});
+        o.neighbours.push_back({wire::IpAddr(kIpB), kMacB});
         o.force_tx_gather = true;
       },
       [](DpdkPortOptions& o) {
-        o.neighbours.push_back({kIpA, kMacA});
+        o.neighbours.push_back({wire::IpAddr(kIpA), kMacA});
       });
   EXPECT_EQ(a_.dp->tx_gather_min(), DpdkPort::kGatherMin);
   EXPECT_EQ(b_.dp->tx_gather_min(), 0u);
@@ -425,7 +425,7 @@ TEST_F(DpdkRingTest, PayloadsByReferenceLeaveAsSegmentsAndArriveWhole) {
 // the device lock is dropped.
 TEST_F(DpdkRingTest, APayloadByReferenceIsNeverHeld) {
   make([](DpdkPortOptions& o) {
-    o.neighbours.push_back({kIpB, kMacB});
+    o.neighbours.push_back({wire::IpAddr(kIpB), kMacB});
     o.force_tx_gather = true;
   });
   std::vector<uint8_t> payload(2048, 0x33);
@@ -471,7 +471,7 @@ TEST_F(DpdkRingTest, AHeldFrameCarriesItsPayloadAsItWasSent) {
 TEST_F(DpdkRingTest, TransmitFaultsTurnGatheringOff) {
   faults_ = "tx.loss=0.0001,seed=1";  // on, and (this seed) drops nothing here
   make([](DpdkPortOptions& o) {
-    o.neighbours.push_back({kIpB, kMacB});
+    o.neighbours.push_back({wire::IpAddr(kIpB), kMacB});
     o.force_tx_gather = true;
   });
   EXPECT_EQ(a_.dp->tx_gather_min(), 0u);
@@ -488,7 +488,7 @@ TEST_F(DpdkRingTest, VlanTagCarriesThePriority) {
   make([](DpdkPortOptions& o) {
     o.vlan = 42;
     o.priority = 3;
-    o.neighbours.push_back({kIpB, kMacB});
+    o.neighbours.push_back({wire::IpAddr(kIpB), kMacB});
   });
   send(a_, kIpB, 1);
   send(a_, kIpB, 2, 48);
@@ -510,7 +510,8 @@ TEST_F(DpdkRingTest, VlanTagCarriesThePriority) {
 TEST_F(DpdkRingTest, RoceV1FramesCarryAGrhAndAnExactIcrc) {
   auto v1 = [](DpdkPortOptions& o) {
     o.roce_v1 = true;
-    o.neighbours.push_back({o.ipv4 == kIpA ? kIpB : kIpA, o.ipv4 == kIpA ? kMacB : kMacA});
+    o.neighbours.push_back({wire::IpAddr(o.ip == wire::IpAddr(kIpA) ? kIpB : kIpA),
+                            o.ip == wire::IpAddr(kIpA) ? kMacB : kMacA});
   };
   make(v1, v1);
   EXPECT_TRUE(a_.port->caps().roce_v1);
@@ -550,7 +551,7 @@ TEST_F(DpdkRingTest, RoceV1FramesCarryAGrhAndAnExactIcrc) {
 TEST_F(DpdkRingTest, RoceV1IsRefusedOnAPortWithoutIt) {
   make([](DpdkPortOptions& o) {
     o.roce_v1 = true;
-    o.neighbours.push_back({kIpB, kMacB});
+    o.neighbours.push_back({wire::IpAddr(kIpB), kMacB});
   });
   EXPECT_FALSE(b_.port->caps().roce_v1);
   send(a_, kIpB, 41, transport::kDscpPortDefault, /*roce_v1=*/true);
@@ -675,7 +676,7 @@ TEST(DpdkPortTest, AnMtuThePmdCannotCarryIsRefusedNamingItsLimit) {
   std::string err;
   DpdkPortOptions o;
   o.dev = "net_memif7,role=server,socket=/tmp/uroce-dpdk-tests-mtu.sock,socket-abstract=no";
-  o.ipv4 = 0x0a4d0009;
+  o.ip = wire::IpAddr(0x0a4d0009u);
   o.mtu = 9001;
   PortCounters c;
   EXPECT_EQ(DpdkPort::open(o, c, &err), nullptr);
@@ -707,7 +708,7 @@ TEST(DpdkPortTest, AStaleMemifSocketOfADeadServerIsRemoved) {
   close(fd);  // bound, never listening: what a dead server leaves
   DpdkPortOptions o;
   o.dev = std::string("net_memif8,role=server,socket=") + path + ",socket-abstract=no";
-  o.ipv4 = 0x0a4d000a;
+  o.ip = wire::IpAddr(0x0a4d000au);
   PortCounters c;
   std::string err;
   auto p = DpdkPort::open(o, c, &err);

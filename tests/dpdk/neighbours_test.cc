@@ -7,7 +7,7 @@
 namespace uroce::dpdk {
 namespace {
 
-constexpr uint32_t kIp = 0x0a000002;
+const wire::IpAddr kIp(0x0a000002u);
 const Mac kMac = {0x02, 0, 0, 0, 0, 0x22};
 
 TEST(NeighbourTableTest, UnknownNeighbourIsRequestedOnceAndHeldPacketsReleasedInOrder) {
@@ -42,14 +42,14 @@ TEST(NeighbourTableTest, RetriesThenFailsAndDropsThenResolvesAfreshAfterTheHold)
   int pkt;
   ASSERT_EQ(t.resolve(kIp, 0, &m, &req), NeighbourTable::Lookup::kPending);
   ASSERT_TRUE(t.hold(kIp, &pkt));
-  std::vector<uint32_t> requests;
+  std::vector<wire::IpAddr> requests;
   std::vector<void*> dropped;
   t.poll(99, &requests, &dropped);
   EXPECT_TRUE(requests.empty());  // not due yet
   EXPECT_EQ(t.next_deadline(), 100u);
   t.poll(100, &requests, &dropped);  // second request
   t.poll(200, &requests, &dropped);  // third
-  EXPECT_EQ(requests, (std::vector<uint32_t>{kIp, kIp}));
+  EXPECT_EQ(requests, (std::vector<wire::IpAddr>{kIp, kIp}));
   EXPECT_TRUE(dropped.empty());
   t.poll(300, &requests, &dropped);  // no answer to three: failed
   ASSERT_EQ(dropped.size(), 1u);
@@ -87,7 +87,7 @@ TEST(NeighbourTableTest, StaticEntriesAreNotOverriddenAndStrangersAreNotLearned)
   ASSERT_EQ(t.resolve(kIp, 0, &m, &req), NeighbourTable::Lookup::kResolved);
   EXPECT_EQ(m, kMac);
   // An ARP request to someone else (create = false) teaches nothing about its sender.
-  t.learn(0x0a000009, other, 0, false, &released);
+  t.learn(wire::IpAddr(0x0a000009u), other, 0, false, &released);
   EXPECT_EQ(t.size(), 1u);
 }
 

@@ -1,10 +1,12 @@
 // Fuzzes the DPDK port's frame classifier (dpdk_port/frames.h): classify() on any frame, for a
-// port with and without multicast groups, then parse_arp() on what it calls ARP and
+// port on an IPv4 address with and without multicast groups and on an IPv6 address, then
+// parse_arp() on what it calls ARP, parse_nd() on what it calls neighbour discovery and
 // make_echo_reply() on what it calls an echo request — the pure code every frame a DPDK port
 // receives goes through. Checks besides ASan/UBSan: what classify() points at lies inside the
-// frame, and an echo reply classifies again as IPv4 to its sender.
+// frame, and an echo reply classifies again as IP to its sender.
 //
-// Input: identity:u8 (bit 0: the port joined groups; bit 1: tagged seeds), then the frame.
+// Input: identity:u8 (bit 0: the port joined groups; bit 1: tagged seeds; bit 2: the port's
+// address is IPv6), then the frame.
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -22,6 +24,8 @@ const Mac kMe = {0x02, 0, 0, 0, 0, 0x0b};
 const Mac kPeer = {0x02, 0, 0, 0, 0, 0x0a};
 constexpr uint32_t kMyIp = 0x0a4d0002, kPeerIp = 0x0a4d0001, kGroup = 0xe0000105;
 const uint32_t kGroups[] = {kGroup, 0xef010203};
+const uroce::wire::IpAddr kMyIp6 = *uroce::wire::IpAddr::parse("fd00::2");
+const uroce::wire::IpAddr kPeerIp6 = *uroce::wire::IpAddr::parse("fd00::1");
 
 void inside(const uint8_t* f, size_t len, const uint8_t* p, size_t n, const char* what) {
   if (p < f || p > f + len || n > size_t(f + len - p)) fail(what);
@@ -45,14 +49,14 @@ void write_seeds(const std::string& dir) {
   for (bool vlan : {false, true}) {
     RoceV2Headers h;
     h.l2 = {kMe, kPeer, uint16_t(vlan ? 42 : 0), 3};
-    h.src_ip = kPeerIp;
-    h.dst_ip = kMyIp;
+    h.src_ip = uroce::wire::IpAddr(kPeerIp);
+    h.dst_ip = uroce::wire::IpAddr(kMyIp);
     h.tos = 26 << 2 | 2;
     h.src_port = 0xc011;
     std::vector<uint8_t> f(roce_v2_header_bytes(vlan) + 64);
     write_roce_v2(f.data(), h, 64);
     save(0, f);
-    h.dst_ip = kGroup;
+    h.dst_ip = uroce::wire::IpAddr(kGroup);
     h.l2.dst = multicast_mac(kGroup);
     write_roce_v2(f.data(), h, 64);
     save(1, f);
@@ -90,6 +94,27 @@ void write_seeds(const std::string& dir) {
   ip[11] = uint8_t(c);
   ip[20] = 8;
   save(0, e);
+  // IPv6: RoCEv2, a neighbour solicitation and advertisement, an ICMPv6 echo request.
+  {
+    RoceV2Headers h;
+    h.l2 = {kMe, kPeer, 0, 0};
+    h.src_ip = kPeerIp6;
+    h.dst_ip = kMyIp6;
+    h.src_port = 0xc011;
+    h.flow_label = 0xc011;
+    std::vector<uint8_t> f(roce_v2_header_bytes(false, true) + 64);
+    write_roce_v2(f.data(), h, 64);
+    save(4, f);
+    uint8_t nd[128];
+    save(4, std::vector<uint8_t>(
+                nd, nd + write_nd_solicit(nd, L2{kBroadcastMac, kPeer, 0, 0}, kPeerIp6, kMyIp6)));
+    save(4, std::vector<uint8_t>(nd,
+                                 nd + write_nd_advert(nd, L2{kMe, kPeer, 0, 0}, kPeerIp6, kMyIp6)));
+    // The advertisement's bytes with type 128 (its checksum then wrong: the fuzzer finds more).
+    std::vector<uint8_t> echo(nd, nd + 14 + 40 + 32);
+    echo[14 + 40] = kIcmpv6EchoRequest;
+    save(4, echo);
+  }
   // PAUSE and PFC.
   std::vector<uint8_t> p(64);
   std::memcpy(p.data(), kPauseMac.data(), 6);
@@ -116,8 +141,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  Identity me{kMe, kMyIp, {}};
+  Identity me{kMe, uroce::wire::IpAddr(kMyIp), {}};
   if (data[0] & 1) me.groups = kGroups;
+  if (data[0] & 4) me.ip = kMyIp6;
   const uint8_t* f = data + 1;
   const size_t len = size - 1;
   const Classified c = classify(f, len, me);
@@ -135,12 +161,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       parse_arp(f, len, c, &a);
       break;
     }
+    case Kind::kNd: {
+      Nd nd;
+      if (parse_nd(f, len, c, &nd) && nd.target.bytes()[0] == 0xff) fail("a multicast ND target");
+      break;
+    }
     case Kind::kIcmpEcho: {
       std::vector<uint8_t> copy(f, f + len);  // exactly the frame: ASan sees any overrun
       make_echo_reply(copy.data(), copy.size(), c, kMe);
       Identity peer{kPeer, c.src_ip, {}};
       const Classified r = classify(copy.data(), copy.size(), peer);
-      if (r.kind == Kind::kBadIpv4 || r.kind == Kind::kTooShort)
+      if (r.kind == Kind::kBadIp || r.kind == Kind::kTooShort)
         fail("an echo reply that its receiver cannot parse");
       break;
     }
