@@ -76,7 +76,8 @@ class DpdkPort : public Port {
 
   // Port.
   const PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return opt_.ipv4; }
+  // IPv4 only: the address IPv4-mapped.
+  wire::IpAddr ip() const override { return wire::IpAddr(opt_.ipv4); }
   std::string describe() const override;
   std::span<const RxFrame> rx_burst() override;
   transport::TxBuf* tx_alloc() override;

@@ -48,6 +48,8 @@ std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters,
   }
   UdpPortOptions opt;
   opt.ipv4 = cfg.ipv4;
+  opt.ipv6 = cfg.ipv6;
+  opt.scope_id = cfg.scope_id;
   opt.netdev = cfg.netdev;
   opt.share = cfg.share;
   // UROCE_GSO=auto batches on loopback only (DeviceConfig::gso says why).
