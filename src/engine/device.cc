@@ -105,7 +105,9 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
     if (err) *err = cfg.name + ": " + why;
     return nullptr;
   }
-  d->mtu_ = ib_mtu_for(port->caps().ip_mtu);
+  // An IPv6 header is 40 bytes, 20 more than kRoceOverhead's IPv4 one.
+  const uint32_t ip_mtu = port->caps().ip_mtu;
+  d->mtu_ = ib_mtu_for(cfg.is_ipv6() && ip_mtu > 20 ? ip_mtu - 20 : ip_mtu);
   // Before anything can count: binding moves the counters into the file.
   d->publisher_ = make_publisher(cfg, *port, d->mtu_, d->counters_, &d->qp_slot_base_,
                                  &d->cc_slot_base_, &d->nic_slot_base_);
