@@ -32,8 +32,11 @@ namespace {
 // Errors a send or receive can return in place of its work when an earlier datagram's error is
 // pending on the socket (IP_RECVERR: ip_icmp_error / ip_local_error set sk_err, which the next
 // call returns once — sock_error()): ICMP destination unreachable by code (icmp_err_convert),
-// time exceeded and parameter problem, and a path MTU too small for a DF datagram.
-bool deferred_error(int e) {
+// time exceeded and parameter problem, and a path MTU too small for a DF datagram. ICMPv6's
+// (icmpv6_err_convert) are the same but for "administratively prohibited", EACCES, which an IPv6
+// socket's send returns for nothing else (IPv4 gives it for broadcast without SO_BROADCAST).
+bool deferred_error(int e, bool v6) {
+  if (v6 && e == EACCES) return true;
   switch (e) {
     case ECONNREFUSED:
     case EHOSTUNREACH:
@@ -298,7 +301,7 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       if (r < 0) {
         if (errno == EINTR) continue;
         const int e = errno;
-        if (!resent && deferred_error(e)) {
+        if (!resent && deferred_error(e, v6)) {
           resent = true;
           errq_pending_.store(true, std::memory_order_relaxed);
           continue;
@@ -372,7 +375,7 @@ size_t UdpPort::send_singly(int fd, std::span<transport::TxBuf* const> bufs) {
         if (r >= 0) break;
         continue;
       }
-      if (resent || !deferred_error(errno)) break;
+      if (resent || !deferred_error(errno, opt_.is_ipv6())) break;
       resent = true;  // an earlier datagram's pending error (as in tx_burst)
       errq_pending_.store(true, std::memory_order_relaxed);
     }
