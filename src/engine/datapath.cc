@@ -67,7 +67,13 @@ Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, Devic
 std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const DatapathOptions& opt,
                                          DeviceCounters& counters, std::string* err) {
   std::unique_ptr<Datapath> d(new Datapath(std::move(port), opt, counters));
-  if (!opt.pcap_path.empty()) {
+  if (!opt.pcap_path.empty() && d->local_v6_) {
+    // The capture's records are raw IPv4 datagrams (pcap.h): an IPv6 device has none to write.
+    log().warn(
+        "{}: UROCE_PCAP is not written for an IPv6 device (its records are IPv4 datagrams); "
+        "capture the interface instead (dumpcap -i IFACE -f 'udp port 4791')",
+        d->port_->describe());
+  } else if (!opt.pcap_path.empty()) {
     d->pcap_ = PcapWriter::open(opt.pcap_path, err);
     if (!d->pcap_) return nullptr;
   }
