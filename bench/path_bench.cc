@@ -49,7 +49,7 @@ class LoopPort final : public Port {
   void connect(LoopPort* peer) { peer_ = peer; }
 
   const PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return ip_; }
+  wire::IpAddr ip() const override { return wire::IpAddr(ip_); }
   std::string describe() const override { return "loop"; }
 
   std::span<const RxFrame> rx_burst() override {

@@ -76,7 +76,7 @@ class DpdkPort : public Port {
 
   // Port.
   const PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return opt_.ip.v4(); }
+  wire::IpAddr ip() const override { return opt_.ip; }
   std::string describe() const override;
   std::span<const RxFrame> rx_burst() override;
   transport::TxBuf* tx_alloc() override;

@@ -211,6 +211,11 @@ bool parse_options(std::string_view body, DpdkPortOptions* o, std::string* err) 
     *err = "key '" + bad + "' is not of the family of ip " + o->ip.to_string();
     return false;
   }
+  // uroce's RoCE v1 GIDs are IPv4-mapped (the GRH names the IPv4 addresses).
+  if (o->roce_v1 && !v4) {
+    *err = "key 'roce_v1' needs an IPv4 address (ip " + o->ip.to_string() + " is IPv6)";
+    return false;
+  }
   return true;
 }
 

@@ -247,7 +247,9 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
   Impl& q = *impl_;
   CheckCqsOnReturn check{q};
   mask = xrc_effective_mask(q.init.type, mask);  // what the QP's half of XRC takes
-  const ModifyCheck c = check_modify(q.init.type, q.state, a, mask);
+  // An IPv6 device address (local_ip unset in tests that build a QP alone: IPv4's rules).
+  const bool ipv6 = q.init.local_ip != wire::IpAddr{} && !q.init.local_ip.is_v4();
+  const ModifyCheck c = check_modify(q.init.type, q.state, a, mask, ipv6);
   if (c.err != 0) return c.err;
   const ibv_qp_state cur = q.state;
   q.apply_attrs(a, mask);

@@ -42,7 +42,7 @@ struct QpInit {
   ibv_qp_type type = IBV_QPT_RC;
   uint32_t qpn = 0;
   uint32_t pd = 0;          // protection domain handle, as MemoryAccess knows it
-  wire::IpAddr local_ip{};  // the device address (IPv4-mapped)
+  wire::IpAddr local_ip{};  // the device address (IPv4-mapped, or IPv6)
   uint32_t max_send_wr = 0, max_recv_wr = 0;
   uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline_data = 0;
   bool sq_sig_all = false;

@@ -139,7 +139,7 @@ struct BadValue {
   int attr = 0;
   const char* why = nullptr;
 };
-BadValue check_values(const ibv_qp_attr& a, int mask) {
+BadValue check_values(const ibv_qp_attr& a, int mask, bool ipv6) {
   if ((mask & IBV_QP_PORT) && a.port_num != kPortNum) return {IBV_QP_PORT, "port_num must be 1"};
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= kNumPkeys)
     return {IBV_QP_PKEY_INDEX, "pkey_index must be 0 (one P_Key)"};
@@ -170,10 +170,14 @@ BadValue check_values(const ibv_qp_attr& a, int mask) {
     return {IBV_QP_PATH_MIG_STATE, "path_mig_state must be IBV_MIG_MIGRATED (one path)"};
   if (mask & IBV_QP_AV) {
     // RoCE addresses by GID only (Annex A16/A17): the AH must carry a GRH whose DGID is an
-    // IPv4-mapped address, the only kind the IPv4 ports can reach.
+    // address of the device's own family (its sockets reach no other): IPv4-mapped from an IPv4
+    // device, a plain IPv6 unicast one from an IPv6 device.
     if (!a.ah_attr.is_global) return {IBV_QP_AV, "ah_attr.is_global is 0: RoCE needs the GRH"};
-    if (!wire::IpAddr::from_bytes(a.ah_attr.grh.dgid.raw).is_v4())
+    const wire::IpAddr dgid = wire::IpAddr::from_bytes(a.ah_attr.grh.dgid.raw);
+    if (!ipv6 && !dgid.is_v4())
       return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)"};
+    if (ipv6 && (dgid.is_v4() || dgid == wire::IpAddr{} || dgid.bytes()[0] == 0xff))
+      return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv6 unicast GID (the device is IPv6)"};
     if (a.ah_attr.port_num > kPortNum) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
     if (static_rate_mbps(a.ah_attr.static_rate) < 0)
       return {IBV_QP_AV, "ah_attr.static_rate is not an ibv_rate"};
@@ -200,7 +204,8 @@ int xrc_effective_mask(ibv_qp_type type, int mask) {
   return mask;
 }
 
-ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask) {
+ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask,
+                         bool ipv6) {
   mask = xrc_effective_mask(type, mask);
   ModifyCheck r;
   r.err = EINVAL;
@@ -226,7 +231,8 @@ ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& 
     return refuse("required attribute(s) missing from the mask", m.required & ~mask);
   if (const int extra = mask & ~(m.required | m.optional | IBV_QP_STATE); extra != 0)
     return refuse("attribute(s) this transition does not take", extra);
-  if (const BadValue b = check_values(attr, mask); b.why != nullptr) return refuse(b.why, b.attr);
+  if (const BadValue b = check_values(attr, mask, ipv6); b.why != nullptr)
+    return refuse(b.why, b.attr);
   r.err = 0;
   r.next = next;
   return r;

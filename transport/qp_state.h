@@ -33,7 +33,10 @@ inline constexpr uint32_t kMaxRateLimitKbps = 100'000'000;  // 100 Gbit/s
 // The attributes of `mask` a QP of `type` takes: all of them, but for XRC's halves those of the
 // other half are dropped (the kernel's modify_qp_mask). check_modify applies it first.
 int xrc_effective_mask(ibv_qp_type type, int mask);
-ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask);
+// `ipv6`: the QP's device address is IPv6, so an AV's DGID must be an IPv6 GID (not
+// IPv4-mapped); else it must be IPv4-mapped. A device reaches its own family only.
+ModifyCheck check_modify(ibv_qp_type type, ibv_qp_state cur, const ibv_qp_attr& attr, int mask,
+                         bool ipv6 = false);
 
 // The attribute masks of one transition for one QP type.
 struct TransitionMasks {

@@ -245,8 +245,8 @@ int refuse_no_device(const char* call, uint32_t ip) {
 }
 int refuse_ipv6(const char* call) {
   warn_once(fmt::format(
-      "rdma_cm: {}: EAFNOSUPPORT: IPv6 is not supported (uroce's RoCE is IPv4 only); use an IPv4 "
-      "address",
+      "rdma_cm: {}: EAFNOSUPPORT: IPv6 is not supported by uroce's rdma_cm (IPv6 devices "
+      "carry verbs traffic, rdma_cm is IPv4 only); use an IPv4 address",
       call));
   return fail(EAFNOSUPPORT);
 }

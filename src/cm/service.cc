@@ -121,7 +121,8 @@ CmPort* CmService::port_of(verbs::VDevice* vdev, int* err) {
   epoll_ctl(epfd_, EPOLL_CTL_ADD, raw->gsi->fd(), &ev);
   // Never removed: the port and the service live until the process exits.
   raw->dev->add_port_event_listener([this, raw](const PortEvent& e) {
-    if (e.port_unreachable()) queue_unreachable(raw, e.dst_ip, e.dst_port);
+    // rdma_cm is IPv4 (its connections to IPv6 peers are not made): an IPv6 one is not its own.
+    if (e.port_unreachable() && e.dst_ip.is_v4()) queue_unreachable(raw, e.dst_ip.v4(), e.dst_port);
   });
   return raw;
 }

@@ -1,5 +1,6 @@
 // Device and fault-injection configuration, from the environment:
 //   UROCE_DEVICES=name=addr|netdev|dpdk(…)[,name=…]   e.g. uroce0=127.0.0.2  or  uroce0=eth0
+//     or uroce0=::1  or  uroce0=fd00::1  or  uroce0=fe80::1%eth0 (IPv6: the kernel-UDP port)
 //     or uroce0=dpdk(dev=net_memif0,role=server,socket=/tmp/m.sock;ip=10.0.0.1/24)
 //   UROCE_FAULTS=loss=0.05,tx.dup=0.01,seed=7   see docs/configuration.md
 //   UROCE_CC=dcqcn,preset=cx[;uroce1:timely]    congestion control, per device
@@ -75,8 +76,15 @@ struct FaultConfig {
 enum class PortKind { kUdp, kDpdk };
 
 struct DeviceConfig {
-  std::string name;    // "uroce0"
-  uint32_t ipv4 = 0;   // host byte order
+  std::string name;  // "uroce0"
+  // The device address. An IPv4 device: ipv4 (host byte order), ipv6 unspecified. An IPv6 device
+  // (the UDP port only): ipv6, a plain IPv6 address (never IPv4-mapped), with scope_id the
+  // interface index of a link-local one; ipv4 then 0. addr() is the address of either family.
+  uint32_t ipv4 = 0;
+  wire::IpAddr ipv6{};
+  uint32_t scope_id = 0;
+  bool is_ipv6() const { return ipv6 != wire::IpAddr{}; }
+  wire::IpAddr addr() const { return is_ipv6() ? ipv6 : wire::IpAddr(ipv4); }
   std::string netdev;  // interface the address belongs to, if known ("lo", "eth0")
   FaultConfig faults;
   // UROCE_PCAP: capture file for this device's packets ("" = none); see expand_pcap_path.
@@ -177,7 +185,13 @@ std::string expand_pcap_path(const std::string& pattern, const std::string& devi
 DeviceConfig default_device_config();
 // The first IPv4 address of interface `netdev`; nullopt and a message if it has none.
 std::optional<uint32_t> resolve_netdev_ipv4(const std::string& netdev, std::string* err);
+// The first IPv6 address of interface `netdev` that is not link-local (else its link-local one,
+// with *scope_id its index); nullopt and a message if it has none.
+std::optional<wire::IpAddr> resolve_netdev_ipv6(const std::string& netdev, uint32_t* scope_id,
+                                                std::string* err);
 // "a.b.c.d" of a host-order address.
 std::string format_ipv4(uint32_t ip);
+// The device address as text: "a.b.c.d", or the IPv6 text with "%ifname" for a link-local one.
+std::string format_device_addr(const DeviceConfig& d);
 
 }  // namespace uroce

@@ -54,6 +54,78 @@ uint32_t ipv4_of(const ifaddrs* ifa) {
 bool is_ipv4(const ifaddrs* ifa) {
   return ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET;
 }
+bool is_ipv6(const ifaddrs* ifa) {
+  return ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET6;
+}
+wire::IpAddr ipv6_of(const ifaddrs* ifa) {
+  return wire::IpAddr::from_bytes(
+      reinterpret_cast<const sockaddr_in6*>(ifa->ifa_addr)->sin6_addr.s6_addr);
+}
+// fe80::/10 (RFC 4291 2.5.6): meaningful only with the interface it is on.
+bool is_link_local(const wire::IpAddr& a) {
+  return a.bytes()[0] == 0xfe && (a.bytes()[1] & 0xc0) == 0x80;
+}
+
+std::string netdev_of(uint32_t ip);
+
+// The interface an IPv6 address is configured on, "" if none.
+std::string netdev_of6(const wire::IpAddr& ip, uint32_t scope_id) {
+  IfAddrs ifs;
+  for (ifaddrs* p = ifs.head; p; p = p->ifa_next) {
+    if (!is_ipv6(p) || ipv6_of(p) != ip) continue;
+    if (scope_id != 0 && if_nametoindex(p->ifa_name) != scope_id) continue;
+    return p->ifa_name;
+  }
+  return {};
+}
+
+// An IPv6 device address as UROCE_DEVICES gives it: IPv6 text with, for a link-local address,
+// "%ifname" (or "%index"). False and *why for anything else.
+bool read_ipv6(std::string_view text, DeviceConfig* d, std::string* why) {
+  std::string_view zone;
+  if (const size_t pct = text.find('%'); pct != std::string_view::npos) {
+    zone = text.substr(pct + 1);
+    text = text.substr(0, pct);
+  }
+  const std::optional<wire::IpAddr> a = wire::IpAddr::parse(text);
+  if (!a) {
+    *why = std::string("bad IPv6 address '").append(text) + "'";
+    return false;
+  }
+  if (a->is_v4()) {  // ::ffff:a.b.c.d is the IPv4 address
+    d->ipv4 = a->v4();
+    d->netdev = netdev_of(d->ipv4);
+    return true;
+  }
+  const uint8_t first = a->bytes()[0];
+  if (*a == wire::IpAddr{} || first == 0xff) {
+    *why = "address " + a->to_string() + " is not unicast";
+    return false;
+  }
+  uint32_t scope = 0;
+  if (!zone.empty()) {
+    const std::string z(zone);
+    scope = if_nametoindex(z.c_str());
+    if (scope == 0 && z.find_first_not_of("0123456789") == std::string::npos && z.size() < 10)
+      scope = static_cast<uint32_t>(std::stoul(z));
+    if (scope == 0) {
+      *why = "no interface named '" + z + "' (the zone of " + a->to_string() + ")";
+      return false;
+    }
+  } else if (is_link_local(*a)) {
+    *why = "link-local address " + a->to_string() + " needs its interface: " + a->to_string() +
+           "%ifname";
+    return false;
+  }
+  d->ipv6 = *a;
+  d->scope_id = is_link_local(*a) ? scope : 0;
+  d->netdev = netdev_of6(*a, d->scope_id);
+  if (d->netdev.empty() && scope != 0) {
+    char name[IF_NAMESIZE] = {};
+    if (if_indextoname(scope, name)) d->netdev = name;
+  }
+  return true;
+}
 
 // The interface an address belongs to: an exact match, else a loopback interface whose subnet
 // holds it (127.0.0.2 is local through lo's 127.0.0.0/8 without being listed). "" if none.
@@ -76,20 +148,61 @@ bool parse_dpdk_device(std::string_view body, DeviceConfig* d, std::string* err)
   d->netdev.clear();
   d->dpdk = dpdk::DpdkPortOptions{};
   if (!dpdk::parse_options(body, &d->dpdk, err)) return false;
-  // The port frames IPv6, but the engine's device address is IPv4 until the IPv6 underlay
-  // reaches it (docs/wire-format.md, "IPv6").
-  if (!d->dpdk.ip.is_v4()) {
-    *err =
-        "ip " + d->dpdk.ip.to_string() + ": an IPv6 address on a DPDK device is not supported yet";
-    return false;
+  // The port frames either family itself (no socket, so no zone: a link-local address is
+  // just an address on its one link).
+  if (d->dpdk.ip.is_v4()) {
+    d->ipv4 = d->dpdk.ip.v4();
+    d->ipv6 = wire::IpAddr{};
+  } else {
+    d->ipv4 = 0;
+    d->ipv6 = d->dpdk.ip;
+    if (d->ipv6.bytes()[0] == 0xff) {
+      *err = "ip " + d->ipv6.to_string() + " is not unicast";
+      return false;
+    }
   }
-  d->ipv4 = d->dpdk.ip.v4();
   d->dscp = d->dpdk.data_dscp;
   return true;
 }
 
 std::string format_ipv4(uint32_t ip) {
   return spec::ipv4_text(ip);
+}
+
+std::string format_device_addr(const DeviceConfig& d) {
+  if (!d.is_ipv6()) return format_ipv4(d.ipv4);
+  std::string s = d.ipv6.to_string();
+  if (d.scope_id != 0) {
+    char name[IF_NAMESIZE] = {};
+    s.append("%").append(if_indextoname(d.scope_id, name) ? name : std::to_string(d.scope_id));
+  }
+  return s;
+}
+
+std::optional<wire::IpAddr> resolve_netdev_ipv6(const std::string& netdev, uint32_t* scope_id,
+                                                std::string* err) {
+  IfAddrs ifs;
+  bool seen = false;
+  std::optional<wire::IpAddr> link_local;
+  for (ifaddrs* p = ifs.head; p; p = p->ifa_next) {
+    if (netdev != p->ifa_name) continue;
+    seen = true;
+    if (!is_ipv6(p)) continue;
+    const wire::IpAddr a = ipv6_of(p);
+    if (!is_link_local(a)) {
+      *scope_id = 0;
+      return a;
+    }
+    if (!link_local) link_local = a;
+  }
+  if (link_local) {
+    *scope_id = if_nametoindex(netdev.c_str());
+    return link_local;
+  }
+  if (err)
+    *err = seen ? "interface '" + netdev + "' has no IPv4 or IPv6 address"
+                : "no interface named '" + netdev + "'";
+  return std::nullopt;
 }
 
 std::optional<uint32_t> resolve_netdev_ipv4(const std::string& netdev, std::string* err) {
@@ -123,7 +236,7 @@ DeviceConfig default_device_config() {
 
 std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& text, std::string* err) {
   std::vector<DeviceConfig> out;
-  std::set<uint32_t> addrs;
+  std::set<wire::IpAddr> addrs;
   if (spec::trim(text).empty()) {
     set_err(err, kDevicesVar, "empty device list");
     return std::nullopt;
@@ -169,6 +282,12 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& text, 
     } else if (spec::read_ipv4(value, &ip)) {
       d.ipv4 = ip;
       d.netdev = netdev_of(ip);
+    } else if (value.find(':') != std::string_view::npos) {
+      std::string why;
+      if (!read_ipv6(value, &d, &why)) {
+        set_err(err, kDevicesVar, "device '" + d.name + "': " + why);
+        return std::nullopt;
+      }
     } else if (value.find_first_not_of("0123456789.") == std::string_view::npos) {
       // Looks like an address but is not a valid one (e.g. "10.0.0.256", "1.2.3").
       set_err(err, kDevicesVar, std::string("bad IPv4 address '").append(value) + "'");
@@ -177,18 +296,22 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& text, 
       set_err(err, kDevicesVar, std::string("netdev name '").append(value) + "' is too long");
       return std::nullopt;
     } else {
+      // The interface's IPv4 address; an interface with none (an IPv6-only host) its IPv6 one.
       std::string why;
-      auto resolved = resolve_netdev_ipv4(std::string(value), &why);
-      if (!resolved) {
+      const std::string nd(value);
+      if (auto resolved = resolve_netdev_ipv4(nd, &why)) {
+        d.ipv4 = *resolved;
+      } else if (auto v6 = resolve_netdev_ipv6(nd, &d.scope_id, &why)) {
+        d.ipv6 = *v6;
+      } else {
         set_err(err, kDevicesVar, "device '" + d.name + "': " + why);
         return std::nullopt;
       }
-      d.ipv4 = *resolved;
-      d.netdev = std::string(value);
+      d.netdev = nd;
     }
     // A device needs one concrete unicast address to bind; INADDR_ANY, broadcast and multicast
     // addresses cannot carry RoCEv2 (its GID is the address).
-    if (d.ipv4 == 0 || d.ipv4 == 0xffffffff || (d.ipv4 >> 28) == 0xe) {
+    if (!d.is_ipv6() && (d.ipv4 == 0 || d.ipv4 == 0xffffffff || (d.ipv4 >> 28) == 0xe)) {
       set_err(err, kDevicesVar,
               "address " + format_ipv4(d.ipv4) + " of device '" + d.name + "' is not unicast");
       return std::nullopt;
@@ -199,8 +322,8 @@ std::optional<std::vector<DeviceConfig>> parse_devices(const std::string& text, 
         return std::nullopt;
       }
     }
-    if (!addrs.insert(d.ipv4).second) {
-      set_err(err, kDevicesVar, "address " + format_ipv4(d.ipv4) + " used by two devices");
+    if (!addrs.insert(d.addr()).second) {
+      set_err(err, kDevicesVar, "address " + format_device_addr(d) + " used by two devices");
       return std::nullopt;
     }
     out.push_back(std::move(d));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "util/log.h"
 #include "wire/icrc.h"
 
 namespace uroce {
@@ -42,6 +43,8 @@ void count_parse_error(DeviceCounters& c, wire::ParseError e) {
 Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, DeviceCounters& counters)
     : events_(port->describe()), port_(std::move(port)), opt_(opt), counters_(counters) {
   rx_out_.reserve(64);
+  local_ip_ = port_->ip();
+  local_v6_ = !local_ip_.is_v4();
   port_->set_event_sink(&events_);
   FaultSpec rx = opt.faults.rx_spec();
   if (rx.enabled())
@@ -64,7 +67,13 @@ Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, Devic
 std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const DatapathOptions& opt,
                                          DeviceCounters& counters, std::string* err) {
   std::unique_ptr<Datapath> d(new Datapath(std::move(port), opt, counters));
-  if (!opt.pcap_path.empty()) {
+  if (!opt.pcap_path.empty() && d->local_v6_) {
+    // The capture's records are raw IPv4 datagrams (pcap.h): an IPv6 device has none to write.
+    log().warn(
+        "{}: UROCE_PCAP is not written for an IPv6 device (its records are IPv4 datagrams); "
+        "capture the interface instead (dumpcap -i IFACE -f 'udp port 4791')",
+        d->port_->describe());
+  } else if (!opt.pcap_path.empty()) {
     d->pcap_ = PcapWriter::open(opt.pcap_path, err);
     if (!d->pcap_) return nullptr;
   }
@@ -221,12 +230,17 @@ void Datapath::tx_commit(transport::TxBuf* buf) {
   // A length no packet has is a transport bug: refuse it rather than send garbage or read
   // outside the buffer.
   // RoCE v1 on a port without Ethernet framing cannot be sent (the verbs offer no v1 GID there).
-  // A destination that is not IPv4 (an IPv6 GID's) is unroutable: the ports reach IPv4 only, and
-  // below here the address is its IPv4 one (v4()). Counted as the kernel's refusal of an
-  // unroutable send is.
+  // A destination of the other family than the device address's (an IPv6 GID's from an IPv4
+  // device, an IPv4-mapped one from an IPv6 device) is unroutable: a device's sockets are of its
+  // own family. Counted as the kernel's refusal of an unroutable send is.
+  const bool family_mismatch = buf->dst_ip.is_v4() == local_v6_;
   if (buf->len < wire::kBthBytes || buf->ib_len() > transport::kMaxIbPacket ||
       (buf->ext_len != 0 && buf->ext == nullptr) || (buf->roce_v1 && !port_->caps().roce_v1) ||
-      !buf->dst_ip.is_v4()) {
+      family_mismatch) {
+    if (family_mismatch && log().should_log(spdlog::level::debug))
+      log().debug("{}: dropped a packet for {}: {} destination from an {} device (tx_errors)",
+                  port_->describe(), buf->dst_ip.to_string(), local_v6_ ? "an IPv4" : "an IPv6",
+                  local_v6_ ? "IPv6" : "IPv4");
     counters_.port.tx_errors.add();
     port_->tx_free(buf);
     return;
@@ -254,13 +268,21 @@ bool Datapath::only_acks(size_t from, size_t to) const {
 
 wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
   wire::Ipv4UdpFraming f;
-  f.src_ip = port_->ipv4();
+  f.src_ip = local_ip_.v4();
   f.dst_ip = b.dst_ip.v4();  // IPv4-mapped (tx_commit)
   f.ip_id = b.ip_id;
   f.dont_fragment = true;
   f.src_port = b.src_port;
   f.dst_port = port_->udp_dst_port();
   return f;
+}
+
+uint32_t Datapath::tx_icrc(const transport::TxBuf& b, std::span<const uint8_t> ext) const {
+  if (local_v6_) {
+    const wire::Ipv6UdpFraming f6{local_ip_, b.dst_ip, b.src_port, port_->udp_dst_port()};
+    return wire::icrc(f6, {b.data, b.len}, ext);
+  }
+  return wire::icrc(tx_framing(b), {b.data, b.len}, ext);
 }
 
 namespace {
@@ -359,14 +381,15 @@ size_t Datapath::tx_flush(transport::Time now) {
     sent_data_ = sent_data_ || !wire::is_acknowledge(b->data[0]);
     if (b->roce_v1) {
       wire::store_le32(b->data + b->len,
-                       wire::icrc_grh(port_->ipv4(), b->dst_ip.v4(), {b->data, b->len}, ext));
+                       wire::icrc_grh(local_ip_.v4(), b->dst_ip.v4(), {b->data, b->len}, ext));
       continue;
     }
-    const wire::Ipv4UdpFraming f = tx_framing(*b);
-    wire::store_le32(b->data + b->len, wire::icrc(f, {b->data, b->len}, ext));
+    wire::store_le32(b->data + b->len, tx_icrc(*b, ext));
     // Captured as sent: each packet with the IP ID its ICRC was computed for (never by
-    // reference: a capture turns gathering off).
-    if (pcap_) pcap_->write(f, tos_of(*b), {b->data, b->len}, b->data + b->len);
+    // reference: a capture turns gathering off). The capture's records are IPv4 datagrams: an
+    // IPv6 device's packets are not written (capture the interface).
+    if (pcap_ && !local_v6_)
+      pcap_->write(tx_framing(*b), tos_of(*b), {b->data, b->len}, b->data + b->len);
   }
   size_t sent = port_->tx_burst(queue_);
   queue_.clear();
@@ -390,10 +413,10 @@ size_t Datapath::tx_flush_faulty(transport::Time now) {
     std::memcpy(fr.bytes.data(), b->data, b->len);
     fr.roce_v1 = b->roce_v1;
     wire::store_le32(fr.bytes.data() + b->len,
-                     b->roce_v1 ? wire::icrc_grh(port_->ipv4(), b->dst_ip.v4(), {b->data, b->len})
-                                : wire::icrc(f, {b->data, b->len}));
+                     b->roce_v1 ? wire::icrc_grh(local_ip_.v4(), b->dst_ip.v4(), {b->data, b->len})
+                                : tx_icrc(*b, {}));
     // Captured as uroce sent it, before the injected faults (which stand for the wire).
-    if (pcap_ && !b->roce_v1)
+    if (pcap_ && !b->roce_v1 && !local_v6_)
       pcap_->write(f, tos_of(*b), {b->data, b->len}, fr.bytes.data() + b->len);
     fr.addr = b->dst_ip;
     fr.port = b->src_port;

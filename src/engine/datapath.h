@@ -166,8 +166,10 @@ class Datapath : public Transmitter {
   void accept(const uint8_t* data, size_t len, const RxFrame& meta);
   // Whether queue_[from, to) holds RC ACKs (and NAKs) only.
   bool only_acks(size_t from, size_t to) const;
-  // The framing the ICRC of `b` covers (after the port's tx_prepare).
+  // The framing the ICRC of `b` covers (after the port's tx_prepare), on an IPv4 device.
   wire::Ipv4UdpFraming tx_framing(const transport::TxBuf& b) const;
+  // The ICRC of RoCEv2 packet `b` in its device's family's framing.
+  uint32_t tx_icrc(const transport::TxBuf& b, std::span<const uint8_t> ext) const;
   static uint8_t tos_of(const transport::TxBuf& b) { return uint8_t(b.dscp << 2 | (b.ecn & 3)); }
   // tx_flush() with transmit faults on.
   size_t tx_flush_faulty(transport::Time now);
@@ -184,7 +186,11 @@ class Datapath : public Transmitter {
   std::unique_ptr<FaultInjector> rx_faults_, tx_faults_;
   std::vector<FaultFrame> rx_frames_, tx_frames_;
   std::unique_ptr<PcapWriter> pcap_;  // null when not capturing
-  IpIdGuard id_guard_;                // ports that cannot see the IP ID (receive side)
+  // The port's address (Port::ip(), fixed when it opens) and its family: packets go to this
+  // family only (tx_commit), and their ICRC is computed in its framing.
+  wire::IpAddr local_ip_{};
+  bool local_v6_ = false;
+  IpIdGuard id_guard_;  // ports that cannot see the IP ID (receive side)
   std::vector<RxPacket> rx_out_;
   std::vector<transport::TxBuf*> queue_;  // committed, in commit order
   // queue_ holds a packet whose payload is by reference: the flush sends everything (holding

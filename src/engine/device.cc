@@ -105,7 +105,9 @@ std::unique_ptr<Device> Device::open(const DeviceConfig& cfg, std::string* err) 
     if (err) *err = cfg.name + ": " + why;
     return nullptr;
   }
-  d->mtu_ = ib_mtu_for(port->caps().ip_mtu);
+  // An IPv6 header is 40 bytes, 20 more than kRoceOverhead's IPv4 one.
+  const uint32_t ip_mtu = port->caps().ip_mtu;
+  d->mtu_ = ib_mtu_for(cfg.is_ipv6() && ip_mtu > 20 ? ip_mtu - 20 : ip_mtu);
   // Before anything can count: binding moves the counters into the file.
   d->publisher_ = make_publisher(cfg, *port, d->mtu_, d->counters_, &d->qp_slot_base_,
                                  &d->cc_slot_base_, &d->nic_slot_base_);
@@ -194,7 +196,7 @@ void Device::print_stats_once() {
 void Device::print_stats(FILE* out) {
   // Only non-zero counters: a clean run prints a few lines, a troubled one shows what went wrong.
   std::fprintf(out, "uroce: %s (%s) counters:\n", cfg_.name.c_str(),
-               format_ipv4(cfg_.ipv4).c_str());
+               format_device_addr(cfg_).c_str());
   counters_.for_each([out](const char* name, uint64_t v) {
     if (v != 0) std::fprintf(out, "  %-24s %llu\n", name, static_cast<unsigned long long>(v));
   });
@@ -215,17 +217,17 @@ uint16_t Device::mtu_bytes() const {
 uint64_t Device::guid() const {
   // EUI-64 of the locally administered MAC 02:00:a:b:c:d (RFC 4291 appendix A): stable for an
   // address, distinct between devices, and recognisable as synthetic.
-  uint32_t ip = cfg_.ipv4;
+  // An IPv6 device: the address's low 32 bits (the end of its interface identifier).
+  uint32_t ip = cfg_.addr().v4();
   // Bytes 00 00 a ff fe b c d (the universal/local bit of 02 flips back to 0 in EUI-64).
   return (uint64_t(ip >> 24) << 40) | (0xfffeull << 24) | (ip & 0xffffff);
 }
 
 ibv_gid Device::gid() const {
+  // The address's 16 bytes: ::ffff:a.b.c.d for IPv4, the IPv6 address itself for IPv6 (RoCEv2's
+  // GID is the IP address, Annex A17.4.5.1).
   ibv_gid g{};
-  g.raw[10] = 0xff;
-  g.raw[11] = 0xff;
-  uint32_t be = htonl(cfg_.ipv4);
-  std::memcpy(&g.raw[12], &be, 4);
+  std::memcpy(g.raw, cfg_.addr().data(), 16);
   return g;
 }
 
@@ -327,7 +329,7 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   }
   // The device numbers its QPs (the GSI QP, QPN 1, can be asked for by number).
   if (init.qpn != Dispatch::kGsiQpn) init.qpn = 0;
-  init.local_ip = wire::IpAddr(cfg_.ipv4);
+  init.local_ip = cfg_.addr();
   init.early_retransmit = cfg_.early_retransmit;
   init.rnr_grace_ns = cfg_.rnr_grace_ns;
   init.cc = cfg_.cc;  // UROCE_CC (docs/congestion-control.md); line rate: the QpInit default
@@ -379,6 +381,8 @@ void Device::remove_xrc_srq(uint32_t srqn) {
 }
 
 int Device::attach_mcast(transport::Qp* qp, uint32_t group) {
+  // Groups are IPv4 (UdpPort::join_group): an IPv6 device's sockets cannot receive them.
+  if (cfg_.is_ipv6()) return EOPNOTSUPP;
   auto g = app_call();
   return dispatch_->attach_mcast(qp, group);
 }

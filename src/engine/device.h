@@ -70,10 +70,14 @@ class Device : private Engine::Client, private transport::EventSink {
   ~Device();  // stops the engine, closes the port
 
   const DeviceConfig& config() const { return cfg_; }
-  uint32_t ipv4() const { return cfg_.ipv4; }  // host byte order
-  uint16_t mtu_bytes() const;                  // active path MTU the port supports (1024/4096)
-  uint64_t guid() const;                       // derived from the address; host byte order
-  // GID index 0: the RoCEv2 GID of the address, IPv4-mapped ::ffff:a.b.c.d (Annex A17.4.5.1).
+  uint32_t ipv4() const { return cfg_.ipv4; }  // host byte order; 0 on an IPv6 device
+  // The device address: IPv4-mapped for an IPv4 device, plain IPv6 for an IPv6 one.
+  wire::IpAddr addr() const { return cfg_.addr(); }
+  bool is_ipv6() const { return cfg_.is_ipv6(); }
+  uint16_t mtu_bytes() const;  // active path MTU the port supports (1024/4096)
+  uint64_t guid() const;       // derived from the address; host byte order
+  // GID index 0: the RoCEv2 GID of the address, IPv4-mapped ::ffff:a.b.c.d (Annex A17.4.5.1),
+  // or the IPv6 address itself on an IPv6 device.
   ibv_gid gid() const;
   // The port carries RoCE v1 too: the GID table lists gid() again at transport::kRoceV1GidIndex.
   bool roce_v1() const { return dp_ && dp_->port().caps().roce_v1; }

@@ -46,7 +46,10 @@ void PortEvents::remove_listener(uint64_t id) {
 
 std::string PortEvents::describe(const PortEvent& ev) {
   if (ev.kind != PortEvent::Kind::kUnreachable || ev.dest_qp == kGsiQpn) return {};
-  const std::string at = format_ipv4(ev.dst_ip) + ":" + std::to_string(ev.dst_port);
+  // [fd00::2]:4791 for IPv6, as a URL writes it; 10.0.0.2:4791 for IPv4.
+  const std::string ip = ev.dst_ip.to_string();
+  const std::string at = ev.dst_ip.is_v4() ? fmt::format("{}:{}", ip, ev.dst_port)
+                                           : fmt::format("[{}]:{}", ip, ev.dst_port);
   const std::string qp = ev.dest_qp == PortEvent::kNoQp
                              ? std::string("packets sent there")
                              : fmt::format("packets for its QP {:#x}", ev.dest_qp);
@@ -56,8 +59,9 @@ std::string PortEvents::describe(const PortEvent& ev) {
         "there ends with retry exceeded (IBV_WC_RETRY_EXC_ERR); is the peer program still "
         "running, on a RoCE device with that address?",
         at, qp);
-  const std::string from = ev.reporter_ip && ev.reporter_ip != ev.dst_ip
-                               ? " from " + format_ipv4(ev.reporter_ip)
+  const std::string from = ev.reporter_ip != wire::IpAddr{} && ev.reporter_ip != wire::IpAddr(0u) &&
+                                   ev.reporter_ip != ev.dst_ip
+                               ? " from " + ev.reporter_ip.to_string()
                                : std::string();
   return fmt::format("{} is not reachable (ICMP {}{}): {} are lost until the path is back", at,
                      code_text(ev.icmp_code), from, qp);

@@ -41,7 +41,7 @@ class PortEvents final : public PortEventSink {
   std::mutex mu_;
   std::map<uint64_t, Listener> listeners_;
   uint64_t next_id_ = 1;
-  std::set<std::pair<uint32_t, uint8_t>> told_;  // (address, ICMP code) already logged
+  std::set<std::pair<wire::IpAddr, uint8_t>> told_;  // (address, ICMP code) already logged
 };
 
 }  // namespace uroce

@@ -35,7 +35,7 @@ std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters,
     // The port read its own options from the dpdk(…) body (parse_dpdk_device); the address and
     // DSCP are the device's, which a caller may have set directly.
     dpdk::DpdkPortOptions o = cfg.dpdk;
-    o.ip = wire::IpAddr(cfg.ipv4);
+    o.ip = cfg.addr();
     o.data_dscp = cfg.dscp;
     return dpdk::open_port(o, counters, err);
 #else
@@ -48,6 +48,8 @@ std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters,
   }
   UdpPortOptions opt;
   opt.ipv4 = cfg.ipv4;
+  opt.ipv6 = cfg.ipv6;
+  opt.scope_id = cfg.scope_id;
   opt.netdev = cfg.netdev;
   opt.share = cfg.share;
   // UROCE_GSO=auto batches on loopback only (DeviceConfig::gso says why).

@@ -31,12 +31,13 @@ namespace uroce {
 
 // What a port can do. Fixed when the port opens.
 struct PortCaps {
-  // Largest IPv4 datagram the port carries unfragmented (the interface MTU). Bounds the IB path
+  // Largest IP datagram the port carries unfragmented (the interface MTU). Bounds the IB path
   // MTU the device offers (IB MTU + RoCEv2 headers must fit).
   uint32_t ip_mtu = 1500;
   // Received frames carry their real IPv4 Identification and flags (RxFrame::ip_id_known), so
   // the ICRC is checked exactly. A kernel UDP socket never shows the IP header: the pipeline
-  // then accepts a packet when some IP ID makes its ICRC valid (wire/icrc.h).
+  // then accepts a packet when some IP ID makes its ICRC valid (wire/icrc.h). An IPv6 port is
+  // always exact: IPv6 has no IP ID, and the ICRC covers nothing the socket does not tell.
   bool exact_icrc = false;
   // The port (its NIC) computes IPv4 header checksums on transmit.
   bool ipv4_csum_offload = false;
@@ -106,12 +107,13 @@ struct RxFrame {
   const uint8_t* data = nullptr;  // BTH .. ICRC; valid until the next rx_burst()
   uint32_t len = 0;
   bool truncated = false;  // the datagram was longer than the port's buffer (MSG_TRUNC)
-  // The datagram's addresses: IPv4-mapped for IPv4 (every port today) and for RoCE v1's GIDs.
+  // The datagram's addresses: IPv4-mapped for IPv4 and for RoCE v1's GIDs; plain IPv6 for a port
+  // whose device address is IPv6 (the UDP port).
   wire::IpAddr src_ip{};
   wire::IpAddr dst_ip{};  // the device address, or the multicast group it was sent to
   uint16_t src_port = 0;  // UDP
   uint16_t dst_port = 0;  // UDP (4791, or the port's configured receive port)
-  uint8_t tos = 0;        // the IPv4 TOS byte: DSCP << 2 | ECN (RFC 3168)
+  uint8_t tos = 0;        // the IPv4 TOS byte or IPv6 Traffic Class: DSCP << 2 | ECN (RFC 3168)
   // The port saw the IPv4 header (PortCaps::exact_icrc): its Identification and DF flag.
   bool ip_id_known = false;
   bool dont_fragment = true;
@@ -144,7 +146,8 @@ class PortShare {
 };
 
 // What the network told the port about a datagram it sent, beside the frames it receives: today
-// an ICMP destination unreachable (RFC 792) that the kernel passed to a UDP socket (IP_RECVERR).
+// an ICMP destination unreachable (RFC 792) that the kernel passed to a UDP socket (IP_RECVERR),
+// or its ICMPv6 counterpart (RFC 4443 type 1, IPV6_RECVERR) on an IPv6 device.
 // A peer host without anything on UDP 4791 answers each datagram with "port unreachable"
 // (RFC 1122 3.2.2.1): no retransmission can reach a RoCE endpoint there, and the layers above
 // use it to fail at once what would otherwise wait out its retries (the CM's REQ: seconds).
@@ -152,14 +155,17 @@ struct PortEvent {
   enum class Kind : uint8_t {
     kUnreachable,  // ICMP destination unreachable (type 3) for a datagram this port sent
   };
+  // ICMPv6 destination unreachables (RFC 4443 type 1) are reported in ICMP's terms (type 3, the
+  // code mapped: port unreachable 4 → 3, no route 0 → 0, address unreachable and beyond scope
+  // → 1, the policy ones → 13), so that the layers above read one family.
   static constexpr uint32_t kNoQp = ~uint32_t{0};
   static constexpr uint8_t kIcmpDestUnreach = 3;  // RFC 792 type
   static constexpr uint8_t kIcmpPortUnreach = 3;  // RFC 792 code: nothing listens on the port
 
   Kind kind = Kind::kUnreachable;
-  uint32_t dst_ip = 0;       // where the datagram went (host order)
-  uint16_t dst_port = 0;     // its UDP destination port (4791)
-  uint32_t reporter_ip = 0;  // who sent the ICMP: the peer host, or a router on the way
+  wire::IpAddr dst_ip{};       // where the datagram went (IPv4-mapped for IPv4)
+  uint16_t dst_port = 0;       // its UDP destination port (4791)
+  wire::IpAddr reporter_ip{};  // who sent the ICMP: the peer host, or a router; :: when unknown
   uint8_t icmp_type = 0, icmp_code = 0;
   // The datagram's BTH DestQP and opcode when the ICMP quoted them (it quotes at least 8 bytes
   // of the UDP payload, RFC 792; Linux quotes far more): which of the peer's QPs it was for
@@ -186,7 +192,9 @@ class Port {
   virtual ~Port() = default;
 
   virtual const PortCaps& caps() const = 0;
-  virtual uint32_t ipv4() const = 0;  // the device address (host byte order)
+  // The device address: IPv4-mapped for an IPv4 device, a plain IPv6 address for an IPv6 one
+  // (the kernel-UDP port only; DPDK and the simulator are IPv4).
+  virtual wire::IpAddr ip() const = 0;
   // The UDP port packets are sent to and received on (RoCEv2: 4791, IANA / Annex A17).
   virtual uint16_t udp_port() const { return 4791; }
   // The UDP destination port of every packet sent (4791 too; a test may point it elsewhere).

@@ -46,7 +46,7 @@ class SimPort final : public Port {
   ~SimPort() override;
 
   const PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return ip_; }
+  wire::IpAddr ip() const override { return wire::IpAddr(ip_); }
   std::string describe() const override { return "sim " + name_; }
 
   std::span<const RxFrame> rx_burst() override;

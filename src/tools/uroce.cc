@@ -76,17 +76,20 @@ int cmd_devices(bool json) {
     if (s && shm::publisher_alive(s->id)) users[{s->id.device, s->id.ipv4}].push_back(s->id.pid);
   }
   struct Row {
-    std::string name, addr, netdev, state, users;
+    std::string name, addr, gid, netdev, state, users;
     uint32_t if_mtu, mtu;
   };
   std::vector<Row> rows;
   for (const DeviceConfig& c : *cfgs) {
     Row r;
     r.name = c.name;
-    r.addr = format_ipv4(c.ipv4);
+    r.addr = format_device_addr(c);
+    // GID index 0 (Device::gid): ::ffff:a.b.c.d, or an IPv6 device's address itself.
+    r.gid = c.is_ipv6() ? c.ipv6.to_string() : "::ffff:" + r.addr;
     r.netdev = c.netdev;
     r.if_mtu = netdev_mtu(c.netdev);
-    r.mtu = ib_mtu_for(r.if_mtu);
+    // As the device computes it (Device::open): an IPv6 header is 20 bytes longer.
+    r.mtu = ib_mtu_for(c.is_ipv6() && r.if_mtu > 20 ? r.if_mtu - 20 : r.if_mtu);
     // The port state a device opened now would report (Device::port_active): the netdev's link,
     // or ACTIVE when it cannot be watched.
     std::string why;
@@ -104,7 +107,7 @@ int cmd_devices(bool json) {
           "%s{\"name\":%s,\"address\":%s,\"gid\":%s,\"netdev\":%s,\"netdev_mtu\":%u,"
           "\"active_mtu\":%u,\"port_state\":%s,\"pids\":[%s]}",
           i ? "," : "", json_string(r.name).c_str(), json_string(r.addr).c_str(),
-          json_string("::ffff:" + r.addr).c_str(), json_string(r.netdev).c_str(), r.if_mtu, r.mtu,
+          json_string(r.gid).c_str(), json_string(r.netdev).c_str(), r.if_mtu, r.mtu,
           json_string(r.state).c_str(), r.users.c_str());
     }
     std::printf("]}\n");
@@ -114,8 +117,8 @@ int cmd_devices(bool json) {
               "NETDEV", "IF_MTU", "MTU", "PORT", "IN USE BY PID");
   for (const Row& r : rows)
     std::printf("%-12s %-15s %-22s %-10s %7u %6u %-7s %s\n", r.name.c_str(), r.addr.c_str(),
-                ("::ffff:" + r.addr).c_str(), r.netdev.empty() ? "-" : r.netdev.c_str(), r.if_mtu,
-                r.mtu, r.state.c_str(), r.users.empty() ? "-" : r.users.c_str());
+                r.gid.c_str(), r.netdev.empty() ? "-" : r.netdev.c_str(), r.if_mtu, r.mtu,
+                r.state.c_str(), r.users.empty() ? "-" : r.users.c_str());
   return 0;
 }
 
@@ -156,7 +159,7 @@ int cmd_config() {
                   format_ipv4(c.ipv4).c_str(), c.dpdk.dev.c_str(),
                   spec::describe(dpdk::options_schema(), c.dpdk, spec::kAllScopes, "  ").c_str());
     } else {
-      std::printf("%s: %s on %s, kernel UDP port\n", c.name.c_str(), format_ipv4(c.ipv4).c_str(),
+      std::printf("%s: %s on %s, kernel UDP port\n", c.name.c_str(), format_device_addr(c).c_str(),
                   c.netdev.empty() ? "an unknown interface" : c.netdev.c_str());
     }
   }

@@ -46,14 +46,34 @@ uint16_t ipv4_sum(const uint8_t* h) {
 
 }  // namespace
 
+const char* dgid_destination(bool dev_v6, const ibv_gid& dgid, wire::IpAddr* dst) {
+  uint32_t ip = 0;
+  if (!dev_v6) {
+    if (!gid_ipv4(dgid, &ip))
+      return "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d), and the device's "
+             "address is IPv4";
+    *dst = wire::IpAddr(ip);
+    return nullptr;
+  }
+  const wire::IpAddr a = wire::IpAddr::from_bytes(dgid.raw);
+  if (a.is_v4() || gid_ipv4(dgid, &ip))
+    return "ah_attr.grh.dgid is an IPv4 GID, and the device's address is IPv6";
+  if (a == wire::IpAddr{}) return "ah_attr.grh.dgid is the unspecified address ::";
+  if (dgid.raw[0] == 0xff)
+    return "ah_attr.grh.dgid is an IPv6 multicast GID (an IPv6 device has no multicast)";
+  *dst = a;
+  return nullptr;
+}
+
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   if (!attr) {
     errno = EINVAL;
     return nullptr;
   }
-  uint32_t ip = 0;
+  wire::IpAddr dst;
   // One port, one GID (index 0; index 1 is the RoCE v1 GID where the port carries v1); RoCE needs
-  // the GRH, and the ports reach IPv4 only. Each refusal is said once (kFix*, ah.h).
+  // the GRH, and a device reaches its own address family only. Each refusal is said once
+  // (kFix*, ah.h).
   const bool v1_ok = to_v(pd->context)->dev->roce_v1();
   const auto refuse = [](const char* why, const char* fix) -> ibv_ah* {
     if (fix)
@@ -66,8 +86,8 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   if (!attr->is_global) return refuse("ah_attr.is_global is 0: RoCE needs the GRH", kFixNoGrh);
   if (attr->grh.sgid_index != 0 && !(v1_ok && attr->grh.sgid_index == transport::kRoceV1GidIndex))
     return refuse("ah_attr.grh.sgid_index names no GID of the device", kFixGidIndex);
-  if (!gid_ipv4(attr->grh.dgid, &ip))
-    return refuse("ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)", kFixIpv6Gid);
+  if (const char* why = dgid_destination(to_v(pd->context)->dev->is_ipv6(), attr->grh.dgid, &dst))
+    return refuse(why, kFixIpv6Gid);
   if (attr->port_num != 0 && attr->port_num != 1)
     return refuse("ah_attr.port_num must be 0 or 1", nullptr);
   VAh* ah = new (std::nothrow) VAh();
@@ -76,7 +96,7 @@ ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     return nullptr;
   }
   ah->ctx = to_v(pd->context);
-  ah->dst_ip = wire::IpAddr(ip);
+  ah->dst_ip = dst;
   ah->attr = *attr;
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
@@ -100,16 +120,20 @@ int destroy_ah(ibv_ah* ah) {
 int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_grh* grh,
                     ibv_ah_attr* ah_attr) {
   (void)ctx;
-  // On RoCE every UD receive carries the GRH area (IBV_WC_GRH); its last 20 bytes are the IPv4
-  // header of the datagram (Annex A17.4.5.1), whose source is where to answer.
+  // On RoCE every UD receive carries the GRH area (IBV_WC_GRH): over IPv4 its last 20 bytes are
+  // the datagram's IPv4 header (Annex A17.4.5.1), over IPv6 all 40 its IPv6 header (next header
+  // UDP), whose source is where to answer; RoCE v1 leaves the GRH itself (next header 0x1B).
   if (!wc || !grh || !ah_attr || !(wc->wc_flags & IBV_WC_GRH) || (port != 0 && port != 1)) {
     errno = EINVAL;
     return -1;
   }
   const uint8_t* raw = reinterpret_cast<const uint8_t*>(grh);
-  const bool v1 = (raw[0] >> 4) == 6;  // RoCE v1: the GRH itself (IBTA 8.3.1)
+  constexpr uint8_t kNextHeaderUdp = 17;
+  const bool v6_header = (raw[0] >> 4) == 6;
+  const bool v2_ipv6 = v6_header && raw[6] == kNextHeaderUdp;  // RoCEv2 over IPv6
+  const bool v1 = v6_header && !v2_ipv6;                       // the GRH itself (IBTA 8.3.1)
   const uint8_t* ip = raw + 20;
-  if (!v1 && (ip[0] != 0x45 || ipv4_sum(ip) != 0)) {
+  if (!v6_header && (ip[0] != 0x45 || ipv4_sum(ip) != 0)) {
     errno = EINVAL;
     return -1;
   }
@@ -120,10 +144,11 @@ int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_
   ah_attr->port_num = port;
   ah_attr->is_global = 1;
   ah_attr->grh.hop_limit = 0xff;  // as rdma-core answers a received GRH
-  if (v1) {
-    // Answer from the v1 GID to its SGID.
+  if (v6_header) {
+    // Answer to its source (the GRH's SGID; the IPv6 header's source address, the same bytes),
+    // from the v1 GID or the RoCEv2 one.
     std::memcpy(ah_attr->grh.dgid.raw, raw + 8, 16);
-    ah_attr->grh.sgid_index = transport::kRoceV1GidIndex;
+    ah_attr->grh.sgid_index = v1 ? transport::kRoceV1GidIndex : 0;
     ah_attr->grh.traffic_class = static_cast<uint8_t>((raw[0] << 4) | (raw[1] >> 4));
     ah_attr->grh.flow_label = (uint32_t(raw[1] & 0xf) << 16) | uint32_t(raw[2]) << 8 | raw[3];
     return 0;

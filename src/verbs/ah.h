@@ -1,7 +1,8 @@
 // Address handles (UD): the GRH address vector of a RoCEv2 destination, resolved once to the
-// IPv4 address the port sends to. RoCE addresses by GID only, so every AH needs a GRH
-// (is_global) whose DGID is an IPv4-mapped GID ::ffff:a.b.c.d (Annex A17.4), or a multicast
-// group's MGID (attach_mcast below).
+// IP address the port sends to. RoCE addresses by GID only, so every AH needs a GRH (is_global)
+// whose DGID is the destination's address in the device's own family (Annex A17.4): an
+// IPv4-mapped GID ::ffff:a.b.c.d (or a multicast group's MGID, attach_mcast below) on an IPv4
+// device, a plain IPv6 unicast GID on an IPv6 device.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -23,7 +24,8 @@ static_assert(std::is_standard_layout_v<AhAbi>);
 class VAh : public AhAbi {
  public:
   VContext* ctx = nullptr;
-  // grh.dgid's address, IPv4-mapped (an ff0e::ffff:a.b.c.d group GID too: gid_ipv4, ah.cc).
+  // grh.dgid's address: IPv4-mapped on an IPv4 device (an ff0e::ffff:a.b.c.d group GID too:
+  // gid_ipv4, ah.cc), the IPv6 GID itself on an IPv6 device.
   wire::IpAddr dst_ip{};
   ibv_ah_attr attr{};  // as created
 };
@@ -43,12 +45,19 @@ inline constexpr const char* kFixNoGrh =
 inline constexpr const char* kFixGidIndex =
     "use GID index 0, the device's RoCEv2 GID (ibv_devinfo -v lists the GID table)";
 inline constexpr const char* kFixIpv6Gid =
-    "IPv6 is not supported: uroce's RoCE is IPv4 only, addressed by IPv4-mapped GIDs "
-    "(::ffff:a.b.c.d)";
+    "a device reaches its own address family only: an IPv6 GID needs a device on an IPv6 "
+    "address (UROCE_DEVICES=uroce0=fd00::1), an IPv4-mapped GID (::ffff:a.b.c.d) one on an "
+    "IPv4 address; use the peer's GID of that family (GID index 0 on both sides)";
+
+// Where a RoCEv2 DGID leads from a device whose address is IPv6 (`dev_v6`) or IPv4: *dst, and
+// nullptr; or why the device cannot send there (the other family; on an IPv6 device a
+// multicast or unspecified GID), for an EINVAL. IPv4 multicast MGIDs count as IPv4 (gid_ipv4).
+const char* dgid_destination(bool dev_v6, const ibv_gid& dgid, wire::IpAddr* dst);
 
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr);
 int destroy_ah(ibv_ah* ah);
-// ibv_init_ah_from_wc: 0, or -1 with errno set (EINVAL: no GRH, or not an IPv4 RoCEv2 header).
+// ibv_init_ah_from_wc: 0, or -1 with errno set (EINVAL: no GRH, or the GRH area holds neither an
+// IPv4 header, nor an IPv6 one of RoCEv2 (next header UDP), nor a RoCE v1 GRH).
 int init_ah_from_wc(ibv_context* ctx, uint8_t port, const ibv_wc* wc, const ibv_grh* grh,
                     ibv_ah_attr* ah_attr);
 // Fills the UD address of a send WQE from wr.wr.ud (AH, remote QPN, remote Q_Key). EINVAL when

@@ -62,6 +62,7 @@ const View* view() {
         uv::ViewDevice v;
         v.name = d->cfg.name;
         v.ipv4 = d->cfg.ipv4;
+        v.ipv6 = d->cfg.ipv6;
         v.netdev = d->cfg.netdev;
         v.roce_v1 = d->cfg.port == uroce::PortKind::kDpdk && d->cfg.dpdk.roce_v1;
         v.guid = be64toh(d->guid_be);

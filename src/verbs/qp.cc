@@ -30,13 +30,9 @@ constexpr int kQpInitKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
                                  IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
                                  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
-bool is_v4_mapped(const ibv_gid& g) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(g.raw, kPrefix, sizeof kPrefix) == 0;
-}
-
 // Checks of a modify_qp request that need the device (the transport checks the rest): the one
-// port, the one P_Key, the one source GID, RoCE's mandatory GRH with an IPv4 destination, and a
+// port, the one P_Key, the one source GID, RoCE's mandatory GRH with a destination of the device's
+// address family, and a
 // path MTU the port supports. Returns the attribute refused and why, or {0, nullptr}.
 struct Refused {
   int attr = 0;
@@ -59,9 +55,10 @@ Refused check_device_attrs(VQp* qp, const ibv_qp_attr& a, int mask) {
               qp->ctx->dev->roce_v1() ? "ah_attr.grh.sgid_index must be 0 (RoCEv2) or 1 (RoCE v1)"
                                       : "ah_attr.grh.sgid_index must be 0",
               kFixGidIndex};
-    if (!is_v4_mapped(ah.grh.dgid))  // IPv6 GIDs are not configured
-      return {IBV_QP_AV, "ah_attr.grh.dgid is not an IPv4-mapped GID (::ffff:a.b.c.d)",
-              kFixIpv6Gid};
+    // The device's own family only (an IPv4-mapped DGID on an IPv4 device, IPv6 on an IPv6 one).
+    wire::IpAddr dst;
+    if (const char* why = dgid_destination(qp->ctx->dev->is_ipv6(), ah.grh.dgid, &dst))
+      return {IBV_QP_AV, why, kFixIpv6Gid};
     if (ah.port_num != 0 && ah.port_num != 1) return {IBV_QP_AV, "ah_attr.port_num must be 0 or 1"};
   }
   if (mask & IBV_QP_PATH_MTU) {
@@ -345,7 +342,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   init.type = a->qp_type;
   init.port_mtu = c->dev->mtu_bytes();  // UD messages are limited by the port MTU
   init.pd = pd->handle;
-  init.local_ip = wire::IpAddr(c->dev->ipv4());
+  init.local_ip = c->dev->addr();
   init.max_send_wr = cap.max_send_wr;
   init.max_recv_wr = cap.max_recv_wr;
   init.max_send_sge = cap.max_send_sge;
@@ -419,8 +416,8 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       ibv_qp_attr cur{};
       ibv_qp_init_attr init{};
       qp->ctx->dev->query_qp(qp->tqp, cur, init);
-      const transport::ModifyCheck c =
-          transport::check_modify(ibqp->qp_type, cur.qp_state, *attr, mask);
+      const transport::ModifyCheck c = transport::check_modify(ibqp->qp_type, cur.qp_state, *attr,
+                                                               mask, qp->ctx->dev->is_ipv6());
       log_refused_modify(qp, cur.qp_state, *attr, mask,
                          Refused{c.attrs, c.why ? c.why : "refused by the transport"});
     }

@@ -25,7 +25,8 @@ namespace uroce::verbs {
 namespace {
 
 constexpr uint8_t kPort = 1;  // a uroce device has one port
-// The GID table: index 0 is the IPv4-mapped RoCEv2 GID of the device address; a device whose port
+// The GID table: index 0 is the RoCEv2 GID of the device address (IPv4-mapped for an IPv4
+// address, the IPv6 address itself for an IPv6 one); a device whose port
 // carries RoCE v1 (DPDK, roce_v1=1) lists the same GID again at index 1 (transport's
 // kRoceV1GidIndex) as type RoCE v1, as ConnectX devices list each address once per type.
 int gid_table_len(const VContext* c) {
@@ -97,9 +98,12 @@ int fill_device_attr(VContext* c, ibv_device_attr* a) {
   // An AH is a few dozen bytes of process memory (ah.cc), with no table to fill: the limit is
   // memory (ENOMEM), which mlx5 reports the same way. 0 would read as "no address handles".
   a->max_ah = INT32_MAX;
-  a->max_mcast_grp = DeviceLimits::kMaxMcastGrp;  // UD multicast (ibv_attach_mcast, ah.cc)
-  a->max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
-  a->max_total_mcast_qp_attach = DeviceLimits::kMaxMcastGrp * DeviceLimits::kMaxMcastQpAttach;
+  // UD multicast (ibv_attach_mcast, ah.cc): IPv4 groups, so none on an IPv6 device.
+  if (!c->dev->is_ipv6()) {
+    a->max_mcast_grp = DeviceLimits::kMaxMcastGrp;
+    a->max_mcast_qp_attach = DeviceLimits::kMaxMcastQpAttach;
+    a->max_total_mcast_qp_attach = DeviceLimits::kMaxMcastGrp * DeviceLimits::kMaxMcastQpAttach;
+  }
   a->max_qp_rd_atom = DeviceLimits::kMaxQpRdAtom;
   a->max_qp_init_rd_atom = DeviceLimits::kMaxQpRdAtom;
   a->max_res_rd_atom = DeviceLimits::kMaxQpRdAtom * DeviceLimits::kMaxQp;
@@ -116,7 +120,7 @@ bool valid_gid_index(const VContext* c, uint8_t port, long index) {
 
 void fill_gid_entry(VContext* c, uint32_t index, ibv_gid_entry* e) {
   std::memset(e, 0, sizeof *e);
-  e->gid = c->dev->gid();  // ::ffff:a.b.c.d of the device address
+  e->gid = c->dev->gid();  // ::ffff:a.b.c.d, or the IPv6 address, of the device
   e->gid_index = index;
   e->port_num = kPort;
   e->gid_type = index == transport::kRoceV1GidIndex ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;

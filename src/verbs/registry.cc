@@ -74,7 +74,7 @@ void drain_at_exit() {
 }  // namespace
 
 VDevice::VDevice(const DeviceConfig& c, int i)
-    : DeviceAbi{}, cfg(c), index(i), guid_be(guid_for(c.ipv4)) {
+    : DeviceAbi{}, cfg(c), index(i), guid_be(guid_for(c.addr().v4())) {
   // RoCE devices report the InfiniBand transport and a CA node, like rxe and RNICs do.
   dev.node_type = IBV_NODE_CA;
   dev.transport_type = IBV_TRANSPORT_IB;

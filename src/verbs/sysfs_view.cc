@@ -72,11 +72,11 @@ SysfsView::SysfsView(const std::vector<ViewDevice>& devices,
     std::snprintf(cap, sizeof cap, "0x%08x\n", kCapMask);
     add_file(port + "/cap_mask", cap);
 
-    // The GID table (query.cc): the IPv4-mapped GID of the address at index 0 (RoCE v2), and
-    // again at index 1 as RoCE v1 when the port carries v1.
-    uint8_t gid[16] = {};
-    gid[10] = gid[11] = 0xff;
-    for (int i = 0; i < 4; ++i) gid[12 + i] = static_cast<uint8_t>(d.ipv4 >> (24 - 8 * i));
+    // The GID table (query.cc): the GID of the address at index 0 (RoCE v2: IPv4-mapped, or the
+    // IPv6 address itself), and again at index 1 as RoCE v1 when the port carries v1.
+    const wire::IpAddr addr = d.ipv6 != wire::IpAddr{} ? d.ipv6 : wire::IpAddr(d.ipv4);
+    uint8_t gid[16];
+    std::memcpy(gid, addr.data(), 16);
     add(port + "/gids", Node{});
     add(port + "/gid_attrs", Node{});
     add(port + "/gid_attrs/types", Node{});

@@ -33,12 +33,15 @@
 #include <string_view>
 #include <vector>
 
+#include "transport/wire/ip.h"
+
 namespace uroce::verbs {
 
 // What the view needs to know of one device: its configuration, nothing that needs it open.
 struct ViewDevice {
   std::string name;      // ibv_device.name and .dev_name
-  uint32_t ipv4 = 0;     // host byte order
+  uint32_t ipv4 = 0;     // host byte order (an IPv4 device)
+  wire::IpAddr ipv6{};   // an IPv6 device's address (then ipv4 is 0); :: for an IPv4 device
   std::string netdev;    // the interface the address lives on; "" when none (a DPDK port)
   bool roce_v1 = false;  // GID index 1 is RoCE v1 (DPDK, roce_v1=1)
   uint64_t guid = 0;     // node GUID, host byte order (the value ibv_query_device reports)

@@ -190,7 +190,7 @@ ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
   }
   transport::QpInit init;
   init.type = IBV_QPT_XRC_RECV;
-  init.local_ip = wire::IpAddr(c->dev->ipv4());
+  init.local_ip = c->dev->addr();
   init.port_mtu = c->dev->mtu_bytes();
   init.xrcd = dom->id;
   init.events = tgt.get();

@@ -395,6 +395,21 @@ TEST(ConfigTest, ParsesDpdkDevicesKeepingTheirDevargsCommas) {
   EXPECT_EQ((*r)[0].dpdk.prefix_len, 0u);
 }
 
+TEST(ConfigTest, ParsesAnIpv6DpdkDevice) {
+  std::string err;
+  auto r = parse_devices(
+      "u0=dpdk(dev=net_ring0;ip=fd00:9::1/64;gw=fd00:9::fe;neigh=fd00:9::2@02:00:00:00:00:bb)",
+      &err);
+  ASSERT_TRUE(r.has_value()) << err;
+  const DeviceConfig& d = (*r)[0];
+  EXPECT_TRUE(d.is_ipv6());
+  EXPECT_EQ(d.addr(), *wire::IpAddr::parse("fd00:9::1"));
+  EXPECT_EQ(d.dpdk.prefix_len, 64u);
+  EXPECT_EQ(d.dpdk.gateway, *wire::IpAddr::parse("fd00:9::fe"));
+  ASSERT_EQ(d.dpdk.neighbours.size(), 1u);
+  EXPECT_EQ(d.dpdk.neighbours[0].ip, *wire::IpAddr::parse("fd00:9::2"));
+}
+
 TEST(ConfigTest, RejectsBadDpdkFieldsNamingThem) {
   expect_devices_error("u0=dpdk(ip=10.1.1.1)", "missing key 'dev'");
   expect_devices_error("u0=dpdk(dev=net_ring0)", "missing key 'ip'");
@@ -408,8 +423,8 @@ TEST(ConfigTest, RejectsBadDpdkFieldsNamingThem) {
                        "key 'gw' is not of the family of ip 10.1.1.1");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=fd00::1/64;neigh=10.1.1.2@02:00:00:00:00:bb)",
                        "key 'neigh' is not of the family of ip fd00::1");
-  // The port frames IPv6; the engine's device address does not take it yet.
-  expect_devices_error("u0=dpdk(dev=net_ring0;ip=fd00::1/64)", "not supported yet");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=ff02::1)", "not unicast");
+  expect_devices_error("u0=dpdk(dev=net_ring0;ip=fd00::1;roce_v1=1)", "needs an IPv4 address");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;vlan=4095)",
                        "vlan '4095' is not a VLAN id 1..4094");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;prio=8)", "prio '8'");

@@ -32,7 +32,7 @@ class RecordingPort : public Port {
     for (auto& b : bufs_) free_.push_back(&b);
   }
   const PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return kLocal; }
+  wire::IpAddr ip() const override { return wire::IpAddr(kLocal); }
   std::string describe() const override { return "recording"; }
   std::span<const RxFrame> rx_burst() override {
     handed_.swap(queued_);

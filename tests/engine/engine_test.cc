@@ -243,7 +243,7 @@ class ControlWorkPort : public Port {
  public:
   explicit ControlWorkPort(std::unique_ptr<Port> in) : in_(std::move(in)) {}
   const PortCaps& caps() const override { return in_->caps(); }
-  uint32_t ipv4() const override { return in_->ipv4(); }
+  wire::IpAddr ip() const override { return in_->ip(); }
   uint16_t udp_port() const override { return in_->udp_port(); }
   uint16_t udp_dst_port() const override { return in_->udp_dst_port(); }
   std::string describe() const override { return in_->describe(); }

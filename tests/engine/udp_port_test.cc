@@ -338,7 +338,7 @@ TEST(UdpPortTest, ReportsIcmpPortUnreachableForAnAddressWhereNothingListens) {
     }
     EXPECT_EQ(e.kind, PortEvent::Kind::kUnreachable);
     EXPECT_TRUE(e.port_unreachable());
-    EXPECT_EQ(e.dst_ip, nobody);
+    EXPECT_EQ(e.dst_ip, wire::IpAddr(nobody));
     EXPECT_EQ(e.dst_port, wire::kRoceV2UdpPort);
     EXPECT_EQ(e.dest_qp, 0x123456u);  // the quoted BTH
     EXPECT_EQ(e.opcode, static_cast<uint8_t>(wire::Opcode::kRcSendOnly));

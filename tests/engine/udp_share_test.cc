@@ -83,7 +83,7 @@ struct Member {
         }
         const uint32_t dest_qp = uint32_t{buf[5]} << 16 | uint32_t{buf[6]} << 8 | buf[7];
         if (const int owner = share->owner_of(buf, static_cast<size_t>(n)); pass_on && owner >= 0) {
-          const UdpShare::RelayHeader h{UdpShare::kRelayMagic, 0, 0, 0, 0};
+          const UdpShare::RelayHeader h{UdpShare::kRelayMagic, 0, 0, 0, {}};
           if (share->relay(static_cast<uint32_t>(owner), h, buf, static_cast<size_t>(n))) {
             ++passed_on;
             continue;

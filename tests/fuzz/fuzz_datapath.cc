@@ -41,7 +41,7 @@ class FakePort : public uroce::Port {
     for (size_t i = 0; i < kRing; ++i) free_.push_back(&bufs[i]);
   }
   const uroce::PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return QpWorld::kLocalIp; }
+  wire::IpAddr ip() const override { return wire::IpAddr(QpWorld::kLocalIp); }
   std::string describe() const override { return "fuzz"; }
   std::span<const uroce::RxFrame> rx_burst() override {
     handed_.swap(queued_);

@@ -16,7 +16,10 @@
 # PAUSE=1 (PFC frames for priority 3 are injected from the far side during the run: the DPDK side
 # must hold its data for them, seen in its counters and as a gap in the capture);
 # ROCE_V1=1 (memif, veth: both DPDK devices with roce_v1=1, the program on GID index 1, so every
-# packet is RoCE v1, EtherType 0x8915 with a GRH; the capture check then reads the GRH).
+# packet is RoCE v1, EtherType 0x8915 with a GRH; the capture check then reads the GRH);
+# IPV6=1 (every uroce device on an IPv6 address, fd00:90:INDEX::N/64: RoCEv2 over IPv6, neighbour
+# discovery instead of ARP; the capture check reads the IPv6 header and recomputes every ICRC
+# with ipv6_capture.py). The programs' own TCP exchange stays on the kernels' IPv4 addresses.
 # The namespace set-ups need root (exit 77, a skip, without it).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,8 +32,18 @@ skip() {
 }
 
 ns_a=uroce-da$idx ns_b=uroce-db$idx
+roce_ips=()
 veth_a=udpa$idx veth_b=udpb$idx
 net=10.90.$idx
+net6=fd00:90:$idx:
+# The uroce devices' addresses: DPDK ones .1 / .2, kernel-UDP ones .11 / .12 (the kernels').
+if [[ -n ${IPV6:-} ]]; then
+  addr() { echo "$net6:$1"; }
+  plen=64
+else
+  addr() { echo "$net.$1"; }
+  plen=24
+fi
 mac_a=02:00:5a:00:$(printf %02x "$idx"):01
 mac_b=02:00:5a:00:$(printf %02x "$idx"):02
 cap_dir=$(mktemp -d /tmp/uroce-dpdk.XXXXXX)
@@ -45,7 +58,7 @@ dpdk_spec() {  # dpdk_spec DEV IP MAC
   [[ -n ${VLAN:-} ]] && extra+=";vlan=$VLAN"
   [[ -n ${MTU:-} ]] && extra+=";mtu=$MTU"
   [[ -n ${ROCE_V1:-} ]] && extra+=";roce_v1=1"
-  echo "uroce0=dpdk(dev=$1;ip=$2/24;mac=$3$extra)"
+  echo "uroce0=dpdk(dev=$1;ip=$2/$plen;mac=$3$extra)"
 }
 
 # Every namespace run is captured and checked unless CAPTURE=0.
@@ -60,8 +73,8 @@ case $setup in
     # Jumbo frames go in one ring buffer each when its size (bsize, 2048 by default) holds them.
     memif="dev=net_memif0,socket=$sock,socket-abstract=no"
     ((${MTU:-1500} > 1500)) && memif+=",bsize=9216"
-    export SERVER_DEVICES="uroce0=dpdk($memif,role=server;ip=$net.1/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
-    export CLIENT_DEVICES="uroce0=dpdk($memif,role=client;ip=$net.2/24${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
+    export SERVER_DEVICES="uroce0=dpdk($memif,role=server;ip=$(addr 1)/$plen${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
+    export CLIENT_DEVICES="uroce0=dpdk($memif,role=client;ip=$(addr 2)/$plen${MTU:+;mtu=$MTU}${ROCE_V1:+;roce_v1=1})"
     srv_tcp=127.0.0.1
     ;;
   veth | d2u | u2d)
@@ -78,6 +91,10 @@ case $setup in
     # DPDK devices are .1 and .2 with MACs of their own on the same wire.
     ip -n "$ns_a" addr add "$net.11/24" dev "$veth_a"
     ip -n "$ns_b" addr add "$net.12/24" dev "$veth_b"
+    if [[ -n ${IPV6:-} ]]; then
+      ip -n "$ns_a" addr add "$(addr 11)/64" dev "$veth_a" nodad
+      ip -n "$ns_b" addr add "$(addr 12)/64" dev "$veth_b" nodad
+    fi
     if [[ -n ${MTU:-} ]]; then
       ip -n "$ns_a" link set "$veth_a" mtu "$MTU"
       ip -n "$ns_b" link set "$veth_b" mtu "$MTU"
@@ -104,16 +121,19 @@ case $setup in
     srv_tcp=$net.11
     case $setup in
       veth)
-        SERVER_DEVICES=$(dpdk_spec "$(af "$veth_a")" "$net.1" "$mac_a")
-        CLIENT_DEVICES=$(dpdk_spec "$(af "$veth_b")" "$net.2" "$mac_b")
+        SERVER_DEVICES=$(dpdk_spec "$(af "$veth_a")" "$(addr 1)" "$mac_a")
+        CLIENT_DEVICES=$(dpdk_spec "$(af "$veth_b")" "$(addr 2)" "$mac_b")
+        roce_ips=("$(addr 1)" "$(addr 2)")
         ;;
       d2u)
-        SERVER_DEVICES=$(dpdk_spec "$(af "$veth_a")" "$net.1" "$mac_a")
-        CLIENT_DEVICES="uroce0=$net.12"
+        SERVER_DEVICES=$(dpdk_spec "$(af "$veth_a")" "$(addr 1)" "$mac_a")
+        CLIENT_DEVICES="uroce0=$(addr 12)"
+        roce_ips=("$(addr 1)" "$(addr 12)")
         ;;
       u2d)
-        SERVER_DEVICES="uroce0=$net.11"
-        CLIENT_DEVICES=$(dpdk_spec "$(af "$veth_b")" "$net.2" "$mac_b")
+        SERVER_DEVICES="uroce0=$(addr 11)"
+        CLIENT_DEVICES=$(dpdk_spec "$(af "$veth_b")" "$(addr 2)" "$mac_b")
+        roce_ips=("$(addr 11)" "$(addr 2)")
         ;;
     esac
     export SERVER_DEVICES CLIENT_DEVICES
@@ -137,20 +157,21 @@ fi
 # --- the kernel pings the DPDK device (needs a process holding it open: a server waiting) ---
 ping_fail=
 if [[ -n ${PING:-} ]]; then
+  roce_ips+=("$(addr 12)")  # the holder's client
   UROCE_DEVICES=$SERVER_DEVICES ip netns exec "$ns_a" timeout 30 "$run" ibv_rc_pingpong -d uroce0 \
     -g 0 -p "$((port + 1))" -n 10 >"$cap_dir/ping-holder.out" 2>&1 &
   holder=$!
   ok=
   for _ in $(seq 50); do
-    if ip netns exec "$ns_b" ping -c 1 -W 1 "$net.1" >/dev/null 2>&1; then ok=1; break; fi
+    if ip netns exec "$ns_b" ping -c 1 -W 1 "$(addr 1)" >/dev/null 2>&1; then ok=1; break; fi
   done
-  ip netns exec "$ns_b" ping -c 3 -i 0.2 -W 1 "$net.1" || ping_fail="the DPDK device does not answer ping"
+  ip netns exec "$ns_b" ping -c 3 -i 0.2 -W 1 "$(addr 1)" || ping_fail="the DPDK device does not answer ping"
   [[ -n $ok ]] || ping_fail="the DPDK device never answered ping"
-  neigh=$(ip -n "$ns_b" neigh show "$net.1")
+  neigh=$(ip -n "$ns_b" neigh show "$(addr 1)")
   echo "neighbour entry across the veth: $neigh"
   grep -qi "$mac_a" <<<"$neigh" || ping_fail="${ping_fail:-the kernel did not learn the DPDK MAC ($neigh)}"
   # Let the holder finish: a client completes its pingpong.
-  UROCE_DEVICES="uroce0=$net.12" ip netns exec "$ns_b" timeout 30 "$run" ibv_rc_pingpong \
+  UROCE_DEVICES="uroce0=$(addr 12)" ip netns exec "$ns_b" timeout 30 "$run" ibv_rc_pingpong \
     -d uroce0 -g 0 -p "$((port + 1))" -n 10 "$net.11" >"$cap_dir/ping-client.out" 2>&1
   if ! wait "$holder"; then
     ping_fail="${ping_fail:-the pingpong after the ping failed}"
@@ -190,15 +211,18 @@ fail=
 if [[ -n ${CAPTURE:-} && -n $cap_pid && -z $fail ]]; then
   cap=$cap_dir/veth.pcapng
   dpdk_ips=()
-  [[ $setup == veth || $setup == d2u ]] && dpdk_ips+=("$net.1")
-  [[ $setup == veth || $setup == u2d ]] && dpdk_ips+=("$net.2")
+  [[ $setup == veth || $setup == d2u ]] && dpdk_ips+=("$(addr 1)")
+  [[ $setup == veth || $setup == u2d ]] && dpdk_ips+=("$(addr 2)")
+  # IPv6: the same columns from the IPv6 header (no header checksum: column 3 stays empty).
+  l3=ip ds=ip.dsfield
+  [[ -n ${IPV6:-} ]] && l3=ipv6 ds=ipv6.tclass
   # One pass over the capture: per RoCE or malformed packet its source, opcode, IPv4 checksum
   # status (tshark: 0 bad, 1 good), DSCP, ECN, VLAN id and priority, whether it is malformed, and
   # for RoCE v1 the GRH's source GID and traffic class and the EtherType. A v1 packet's source
   # and DSCP/ECN are then taken from its GRH (column 1, 4, 5), so the checks below read both.
   tshark -r "$cap" -o ip.check_checksum:TRUE -Y "infiniband || _ws.malformed" -T fields \
-    -E separator=, -E occurrence=f -e ip.src -e infiniband.bth.opcode -e ip.checksum.status \
-    -e ip.dsfield.dscp -e ip.dsfield.ecn -e vlan.id -e vlan.priority -e _ws.malformed \
+    -E separator=, -E occurrence=f -e $l3.src -e infiniband.bth.opcode -e ip.checksum.status \
+    -e $ds.dscp -e $ds.ecn -e vlan.id -e vlan.priority -e _ws.malformed \
     -e infiniband.grh.sgid -e infiniband.grh.tclass -e eth.type 2>/dev/null |
     awk -F, -v OFS=, '$1 == "" && $9 ~ /^::ffff:/ {$1 = substr($9, 8); $4 = int($10 / 4); $5 = $10 % 4} 1' \
       >"$cap_dir/fields.csv"
@@ -223,6 +247,12 @@ if [[ -n ${CAPTURE:-} && -n $cap_pid && -z $fail ]]; then
     fi
   done
   awk -F, '{print $1, $2}' "$cap_dir/fields.csv" | sort | uniq -c | sort -rn | head -12
+  if [[ -n ${IPV6:-} && -z $fail ]]; then
+    # Every ICRC, recomputed independently over the IPv6 pseudo-packet.
+    editcap -F pcap "$cap" "$cap_dir/veth.pcap" &&
+      python3 "$here/ipv6_capture.py" "$cap_dir/veth.pcap" "${roce_ips[@]}" ||
+      fail="the IPv6 capture check failed"
+  fi
 fi
 
 if [[ -z ${FAULTS:-} && -z $fail ]]; then

@@ -3,7 +3,8 @@
 # uroce, each with its own device on its own loopback address, and checks that both finish and
 # report a result line.
 #   perftest.sh UROCE_RUN SERVER_IP CLIENT_IP TCP_PORT PROGRAM [perftest options…]
-# Environment: FAULTS, TIMEOUT (see lib.sh).
+# Environment: FAULTS, TIMEOUT (see lib.sh); TCP_HOST (where the client's TCP exchange goes;
+# default SERVER_IP: perftest's server listens on 0.0.0.0, so a run over ::1 uses 127.0.0.1).
 set -uo pipefail
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -11,7 +12,7 @@ run=$1 srv_ip=$2 cli_ip=$3 port=$4 program=$5
 shift 5
 
 server_cmd=("$run" "$program" -d uroce0 -x 0 -p "$port" "$@")
-client_cmd=("$run" "$program" -d uroce0 -x 0 -p "$port" "$@" "$srv_ip")
+client_cmd=("$run" "$program" -d uroce0 -x 0 -p "$port" "$@" "${TCP_HOST:-$srv_ip}")
 # perftest converts cycles to microseconds with a CPU frequency it calibrates at start-up; on a
 # loaded machine that calibration can fail ("Correlation coefficient r^2 < 0.9") and the latency
 # row then reads "inf". That says nothing about the transport, so such a run is repeated (at most

@@ -7,7 +7,9 @@
 #              PROGRAM (default /usr/bin/ibv_rc_pingpong; any *_pingpong of ibverbs-utils),
 #              CAPTURE (pcap file: capture the run on lo with dumpcap),
 #              DONE (what each side prints when it completed; default "bytes in", the
-#              pingpongs' "N bytes in S seconds"; ibv_xsrq_pingpong prints "success").
+#              pingpongs' "N bytes in S seconds"; ibv_xsrq_pingpong prints "success"),
+#              TCP_HOST (where the client's TCP exchange goes; default SERVER_IP: the pingpong
+#              server listens on 0.0.0.0 only, so a run over ::1 exchanges over 127.0.0.1).
 set -uo pipefail
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -26,7 +28,7 @@ if [[ -n ${CAPTURE:-} ]]; then
 fi
 
 server_cmd=("$run" "$program" -d uroce0 -g 0 -p "$port" "$@")
-client_cmd=("$run" "$program" -d uroce0 -g 0 -p "$port" "$@" "$srv_ip")
+client_cmd=("$run" "$program" -d uroce0 -g 0 -p "$port" "$@" "${TCP_HOST:-$srv_ip}")
 
 # The pingpong programs end without a final handshake: a side exits as soon as its own sends are
 # acknowledged and its receives are in. Under injected loss the ACK of the other side's last SEND

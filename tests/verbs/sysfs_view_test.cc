@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cerrno>
 #include <string>
 
@@ -123,6 +124,25 @@ TEST_F(SysfsViewTest, TextsAreTheKernelsForWhatTheVerbsReport) {
             "0000:0000:0000:0000:0000:ffff:0a09:0001\n");
   EXPECT_EQ(text("/sys/class/infiniband/dpdk0/ports/1/gid_attrs/types/0"), "RoCE v2\n");
   EXPECT_EQ(text("/sys/class/infiniband/dpdk0/ports/1/gid_attrs/types/1"), "IB/RoCE v1\n");
+}
+
+// An IPv6 device: GID 0 is the address itself (not IPv4-mapped), a RoCE v2 GID, as
+// ibv_query_gid_type reads it from gid_attrs/types.
+TEST(SysfsViewIpv6, GidZeroIsThePlainIpv6Address) {
+  ViewDevice d;
+  d.name = "uroce6";
+  d.ipv6 = wire::IpAddr(std::array<uint8_t, 16>{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2});
+  d.netdev = "eth0";
+  SysfsView view({d}, [](const std::string&) { return true; });
+  auto read = [&](const char* path) {
+    auto f = view.find(path, true);
+    EXPECT_EQ(f.what, What::kNode) << path;
+    return f.what == What::kNode ? std::string(view.read(*f.node)) : std::string("<none>");
+  };
+  EXPECT_EQ(read("/sys/class/infiniband/uroce6/ports/1/gids/0"),
+            "fd00:0000:0000:0000:0000:0000:0001:0002\n");
+  EXPECT_EQ(read("/sys/class/infiniband/uroce6/ports/1/gid_attrs/types/0"), "RoCE v2\n");
+  EXPECT_EQ(view.find("/sys/class/infiniband/uroce6/ports/1/gids/1", true).what, What::kError);
 }
 
 TEST_F(SysfsViewTest, PortStateFollowsTheNetdevsLink) {

@@ -43,6 +43,8 @@ using share_detail::kFree;
 using share_detail::kLeaving;
 using share_detail::kLive;
 using share_detail::load;
+using share_detail::read_share_addr;
+using share_detail::ShareAddr;
 
 namespace {
 
@@ -107,14 +109,14 @@ const char* gone_why(pid_t pid, uint64_t started, std::string* detail = nullptr)
 // The relay socket: UDP on the device's address, a port of the kernel's choosing, nonblocking.
 // Its buffer takes a burst of a stream's packets (the steering is stale for a round, a
 // millisecond or two); the kernel caps it at net.core.rmem_max without privilege.
-int relay_socket(uint32_t ip) {
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+int relay_socket(const wire::IpAddr& ip, uint32_t scope_id) {
+  const ShareAddr a(ip, 0, scope_id);
+  const int fd = socket(a.ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(ip);
   const int bytes = 4 << 20;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  int on = 1;
+  if (a.ss.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  if (bind(fd, a.get(), a.len) != 0) {
     log().warn(
         "{}: cannot bind a relay socket ({}): datagrams the steering sends astray are "
         "dropped",
@@ -128,19 +130,54 @@ int relay_socket(uint32_t ip) {
 }
 
 uint16_t local_port(int fd) {
-  sockaddr_in a{};
+  sockaddr_storage a{};
   socklen_t n = sizeof a;
-  return getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0 ? ntohs(a.sin_port) : 0;
+  wire::IpAddr ip;
+  uint16_t port = 0;
+  return getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0 && read_share_addr(a, &ip, &port)
+             ? port
+             : 0;
 }
 
 }  // namespace
 
 namespace share_detail {
 
-std::string format_ip(uint32_t ip) {
-  in_addr a{htonl(ip)};
-  char buf[INET_ADDRSTRLEN];
-  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+std::string format_ip(const wire::IpAddr& ip) {
+  return ip.to_string();
+}
+
+ShareAddr::ShareAddr(const wire::IpAddr& ip, uint16_t port, uint32_t scope_id) {
+  if (ip.is_v4()) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(ip.v4());
+    a->sin_port = htons(port);
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    std::memcpy(a->sin6_addr.s6_addr, ip.data(), 16);
+    a->sin6_port = htons(port);
+    a->sin6_scope_id = scope_id;
+    len = sizeof *a;
+  }
+}
+
+bool read_share_addr(const sockaddr_storage& ss, wire::IpAddr* ip, uint16_t* port) {
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    *ip = wire::IpAddr(ntohl(a->sin_addr.s_addr));
+    *port = ntohs(a->sin_port);
+    return true;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    *ip = wire::IpAddr::from_bytes(a->sin6_addr.s6_addr);
+    *port = ntohs(a->sin6_port);
+    return true;
+  }
+  return false;
 }
 
 bool gone(pid_t pid, uint64_t started) {
@@ -149,7 +186,7 @@ bool gone(pid_t pid, uint64_t started) {
 
 }  // namespace share_detail
 
-std::string UdpShare::registry_path(uint32_t ip, uint16_t port) {
+std::string UdpShare::registry_path(const wire::IpAddr& ip, uint16_t port) {
   // The socket group is the network namespace's, and /dev/shm is shared across namespaces
   // (`ip netns exec`): two namespaces each with a device on 10.0.0.1 are two groups, and one
   // registry would have each wait for probes the other's members can never get.
@@ -158,7 +195,7 @@ std::string UdpShare::registry_path(uint32_t ip, uint16_t port) {
   return fmt::format("/dev/shm/uroce-share.{}.{}.{}.{}", getuid(), netns, format_ip(ip), port);
 }
 
-std::vector<UdpShare::Member> UdpShare::members(uint32_t ip, uint16_t port) {
+std::vector<UdpShare::Member> UdpShare::members(const wire::IpAddr& ip, uint16_t port) {
   std::vector<Member> out;
   const int f = ::open(registry_path(ip, port).c_str(), O_RDWR | O_CLOEXEC);
   if (f < 0) return out;
@@ -307,10 +344,11 @@ void UdpShare::free_slot(uint32_t s) {
     if (c.used && c.slot == s) set_claim(c, Registry::Claim{});
 }
 
-std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFactory make_socket,
-                                         std::string* err) {
+std::unique_ptr<UdpShare> UdpShare::join(const wire::IpAddr& ip, uint32_t scope_id, uint16_t port,
+                                         SocketFactory make_socket, std::string* err) {
   std::unique_ptr<UdpShare> s(new UdpShare());
   s->ip_ = ip;
+  s->scope_id_ = scope_id;
   s->port_ = port;
   s->path_ = registry_path(ip, port);
   s->make_socket_ = std::move(make_socket);
@@ -340,7 +378,7 @@ std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFacto
   at(sl.acked_round).store(0);
   if (at(sl.qpn_cursor).load() == 0) at(sl.qpn_cursor).store(kFirstQpn);
   // The relay socket first: a member that sees us live may pass datagrams on at once.
-  s->relay_fd_ = relay_socket(ip);
+  s->relay_fd_ = relay_socket(ip, scope_id);
   at(sl.relay_port).store(s->relay_fd_ >= 0 ? local_port(s->relay_fd_) : 0);
   at(sl.state).store(kLive);
   s->fd_ = s->make_socket_();
@@ -353,7 +391,8 @@ std::unique_ptr<UdpShare> UdpShare::join(uint32_t ip, uint16_t port, SocketFacto
     errno = e;
     return nullptr;
   }
-  s->prober_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  s->prober_ =
+      socket(ip.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   s->wake_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   s->round(s->fd_, s->fd_);
   s->unlock();

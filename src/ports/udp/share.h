@@ -40,8 +40,14 @@ class UdpShare : public PortShare {
   // Joins the group of ip:port: takes a slot, opens this process's socket with `make_socket`,
   // and runs a probe round so that datagrams for this slot come to it from now on. nullptr and
   // *err on failure.
+  // An IPv6 address (the port's sockets are then AF_INET6) takes its interface index when it is
+  // link-local (scope_id), for the relay and probe sockets.
+  static std::unique_ptr<UdpShare> join(const wire::IpAddr& ip, uint32_t scope_id, uint16_t port,
+                                        SocketFactory make_socket, std::string* err);
   static std::unique_ptr<UdpShare> join(uint32_t ip, uint16_t port, SocketFactory make_socket,
-                                        std::string* err);
+                                        std::string* err) {
+    return join(wire::IpAddr(ip), 0, port, std::move(make_socket), err);
+  }
   // Leaves: frees the slot (its QPN counter stays for a successor), releases its claims, closes
   // the socket and lets the remaining members' positions be measured again.
   ~UdpShare() override;
@@ -58,12 +64,13 @@ class UdpShare : public PortShare {
   // reads it as if it had come to its own socket.
   struct RelayHeader {
     uint32_t magic;
-    uint32_t src_ip;    // host order: the datagram's origin
     uint16_t src_port;  // host order
-    uint8_t tos;        // its IP TOS byte (ECN, DSCP)
+    uint8_t tos;        // its IP TOS byte or IPv6 Traffic Class (ECN, DSCP)
     uint8_t pad;
+    wire::IpAddr src_ip;  // the datagram's origin (IPv4-mapped for IPv4)
   };
-  static constexpr uint32_t kRelayMagic = 0x75725231;  // "urR1"
+  static_assert(sizeof(RelayHeader) == 24);
+  static constexpr uint32_t kRelayMagic = 0x75725232;  // "urR2": 2 since src_ip is IPv6-wide
   int relay_fd() const { return relay_fd_; }
   // The live member a datagram is for (share::destination_of, with the registry's listeners),
   // or -1 when no member owns it (a free slot, a REQ nobody listens to) or it is ours.
@@ -77,7 +84,7 @@ class UdpShare : public PortShare {
   // Whether a datagram that came to the relay socket from `ip`:`port` (host order) came from a
   // member's relay socket: nobody else can send from those (each is bound, without
   // SO_REUSEADDR, by a process of ours).
-  bool from_member(uint32_t ip, uint16_t port) const;
+  bool from_member(const wire::IpAddr& ip, uint16_t port) const;
   // How many datagrams members have relayed to us, ever (wrapping): the receive path reads the
   // relay socket when it moved, without a system call per empty poll.
   uint32_t relay_seq() const;
@@ -94,8 +101,12 @@ class UdpShare : public PortShare {
   void release_service(uint16_t port_space, uint16_t port) override;
   void set_listening(uint16_t port_space, uint16_t port, bool on) override;
 
-  // For tests and `uroce`: the registry's file name for ip:port.
-  static std::string registry_path(uint32_t ip, uint16_t port);
+  // For tests and `uroce`: the registry's file name for ip:port (the address as text: dotted
+  // decimal, or IPv6's RFC 5952 form, colons and all).
+  static std::string registry_path(const wire::IpAddr& ip, uint16_t port);
+  static std::string registry_path(uint32_t ip, uint16_t port) {
+    return registry_path(wire::IpAddr(ip), port);
+  }
   // Removes this user's registries (other than `keep`) that no live process holds: a last member
   // killed with SIGKILL leaves its own behind. Returns how many it removed. join() calls it.
   static size_t remove_stale_registries(const std::string& keep);
@@ -108,7 +119,10 @@ class UdpShare : public PortShare {
     bool leaving;      // closing its device: its socket is still in the group
     int32_t position;  // as last measured; -1: not measured
   };
-  static std::vector<Member> members(uint32_t ip, uint16_t port);
+  static std::vector<Member> members(const wire::IpAddr& ip, uint16_t port);
+  static std::vector<Member> members(uint32_t ip, uint16_t port) {
+    return members(wire::IpAddr(ip), port);
+  }
   // The rounds of this process that ended without a live member's answer (its slot then has no
   // position until the next round).
   static uint64_t rounds_timed_out();
@@ -143,7 +157,8 @@ class UdpShare : public PortShare {
   void watch();  // the watcher thread
   void stop_watcher();
 
-  uint32_t ip_ = 0;
+  wire::IpAddr ip_{};
+  uint32_t scope_id_ = 0;  // a link-local IPv6 address's interface
   uint16_t port_ = 0;
   std::string path_;
   SocketFactory make_socket_;

@@ -5,6 +5,7 @@
 // Internal to the kernel-UDP port.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -34,8 +35,17 @@ T load(const T& v) {
   return std::atomic_ref<T>(const_cast<T&>(v)).load(std::memory_order_relaxed);
 }
 
-// The address as dotted decimal, for the log.
-std::string format_ip(uint32_t ip);
+// The address as text (dotted decimal, or IPv6's), for the log and the registry's name.
+std::string format_ip(const wire::IpAddr& ip);
+// A socket address for ip:port (AF_INET for an IPv4-mapped address, else AF_INET6).
+struct ShareAddr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  ShareAddr(const wire::IpAddr& ip, uint16_t port, uint32_t scope_id);
+  const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&ss); }
+};
+// The address and port recvmsg wrote into `ss`; false for no address of either family.
+bool read_share_addr(const sockaddr_storage& ss, wire::IpAddr* ip, uint16_t* port);
 
 // Whether the member process (pid, started at `started`) is gone with all its threads (share.cc).
 bool gone(pid_t pid, uint64_t started);

@@ -43,14 +43,11 @@ int UdpShare::owner(const share::Destination& d) const {
 bool UdpShare::relay(uint32_t slot, const RelayHeader& h, const uint8_t* data, size_t len) {
   const uint32_t port = slot < share::kSlots ? load(reg_->slots[slot].relay_port) : 0;
   if (port == 0 || relay_fd_ < 0) return false;
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(ip_);
-  to.sin_port = htons(static_cast<uint16_t>(port));
+  const share_detail::ShareAddr to(ip_, static_cast<uint16_t>(port), scope_id_);
   iovec iov[2] = {{const_cast<RelayHeader*>(&h), sizeof h}, {const_cast<uint8_t*>(data), len}};
   msghdr m{};
-  m.msg_name = &to;
-  m.msg_namelen = sizeof to;
+  m.msg_name = const_cast<sockaddr*>(to.get());
+  m.msg_namelen = to.len;
   m.msg_iov = iov;
   m.msg_iovlen = 2;
   if (sendmsg(relay_fd_, &m, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h + len)) return false;
@@ -63,7 +60,7 @@ uint32_t UdpShare::relay_seq() const {
   return at(reg_->slots[slot_].relay_seq).load(std::memory_order_acquire);
 }
 
-bool UdpShare::from_member(uint32_t ip, uint16_t port) const {
+bool UdpShare::from_member(const wire::IpAddr& ip, uint16_t port) const {
   if (ip != ip_ || port == 0) return false;
   for (const auto& sl : reg_->slots)
     if (load(sl.relay_port) == port && load(sl.state) != kFree) return true;
@@ -75,7 +72,7 @@ void UdpShare::pass_on(int fd, std::optional<uint32_t> probe_round) {
   static thread_local std::vector<uint8_t> buf(65536);
   bool pending_error_seen = false;
   for (;;) {
-    sockaddr_in from{};
+    sockaddr_storage from{};
     iovec iov{buf.data(), buf.size()};
     alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int)) * 4];
     msghdr m{};
@@ -103,7 +100,8 @@ void UdpShare::pass_on(int fd, std::optional<uint32_t> probe_round) {
     if (m.msg_flags & MSG_TRUNC) continue;
     const size_t len = static_cast<size_t>(n);
     if (seg == 0 || seg >= len) seg = len;
-    const RelayHeader h{kRelayMagic, ntohl(from.sin_addr.s_addr), ntohs(from.sin_port), tos, 0};
+    RelayHeader h{kRelayMagic, 0, tos, 0, {}};
+    if (!share_detail::read_share_addr(from, &h.src_ip, &h.src_port)) continue;
     for (size_t off = 0; off < len; off += seg) {
       const uint8_t* d = buf.data() + off;
       const size_t l = std::min(seg, len - off);

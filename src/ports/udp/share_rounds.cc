@@ -107,18 +107,14 @@ bool UdpShare::round(int attach_fd, int drain_fd) {
           at(r.slots[s].acked_round).store(rnd, std::memory_order_release);
       }
     }
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(ip_);
-    to.sin_port = htons(port_);
+    const share_detail::ShareAddr to(ip_, port_, scope_id_);
     std::vector<bool> answered(sockets, false);
     auto send_probes = [&] {
       for (uint32_t pos = 0; pos < sockets; ++pos) {
         if (answered[pos]) continue;
         uint8_t buf[share::kProbeBytes];
         share::write_probe(buf, {pos, rnd});
-        ssize_t n =
-            sendto(prober_, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+        ssize_t n = sendto(prober_, buf, sizeof buf, 0, to.get(), to.len);
         (void)n;
       }
     };

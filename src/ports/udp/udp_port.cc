@@ -27,56 +27,113 @@
 namespace uroce {
 namespace udp_port_detail {
 
-sockaddr_in make_addr(uint32_t ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(ip);
-  a.sin_port = htons(port);
+SockAddr SockAddr::make(const wire::IpAddr& ip, uint16_t port, uint32_t scope_id) {
+  SockAddr a;
+  if (ip.is_v4()) {
+    a.u.v4.sin_family = AF_INET;
+    a.u.v4.sin_addr.s_addr = htonl(ip.v4());
+    a.u.v4.sin_port = htons(port);
+  } else {
+    a.u.v6.sin6_family = AF_INET6;
+    std::memcpy(a.u.v6.sin6_addr.s6_addr, ip.data(), 16);
+    a.u.v6.sin6_port = htons(port);
+    a.u.v6.sin6_scope_id = scope_id;
+  }
   return a;
 }
 
-int bound_socket(uint32_t ip, uint16_t port, bool reuseport) {
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+bool SockAddr::read(const void* p, socklen_t len, wire::IpAddr* ip, uint16_t* port) {
+  sa_family_t family;
+  if (len < sizeof family) return false;
+  std::memcpy(&family, p, sizeof family);
+  if (family == AF_INET && len >= sizeof(sockaddr_in)) {
+    sockaddr_in a;
+    std::memcpy(&a, p, sizeof a);
+    *ip = wire::IpAddr(ntohl(a.sin_addr.s_addr));
+    *port = ntohs(a.sin_port);
+    return true;
+  }
+  if (family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
+    sockaddr_in6 a;
+    std::memcpy(&a, p, sizeof a);
+    *ip = wire::IpAddr::from_bytes(a.sin6_addr.s6_addr);
+    *port = ntohs(a.sin6_port);
+    return true;
+  }
+  return false;
+}
+
+int bound_socket(const wire::IpAddr& ip, uint32_t scope_id, uint16_t port, bool reuseport) {
+  const bool v6 = !ip.is_v4();
+  int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   int on = 1;
-  if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0) {
+  auto fail = [fd] {
     int e = errno;
     close(fd);
     errno = e;
     return -1;
+  };
+  if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0) return fail();
+  SockAddr a = SockAddr::make(ip, port, scope_id);
+  if (v6) {
+    // IPv6 routers never fragment; IPV6_PMTUDISC_DO keeps the host from doing it too (EMSGSIZE
+    // above the path MTU, as DF does for IPv4). No multicast on an IPv6 device
+    // (UdpPort::join_group).
+    int pmtu = IPV6_PMTUDISC_DO;
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0 ||
+        setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
+        setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &on, sizeof on) != 0 ||
+        // RoCE over IPv6 from rxe, RNICs and uroce's DPDK port carries UDP checksum 0 (the
+        // ICRC protects it; Linux rxe's own socket accepts it so): without this the kernel
+        // drops every such datagram (RFC 8200 8.1; RFC 6936's zero-checksum exception).
+        setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &on, sizeof on) != 0 ||
+        bind(fd, a.get(), a.len()) != 0)
+      return fail();
+    return fd;
   }
   int pmtu = IP_PMTUDISC_DO;
-  sockaddr_in a = make_addr(ip, port);
   // Packets for a multicast group leave the device's interface, not the default route's.
   in_addr mif{};
-  mif.s_addr = htonl(ip);
+  mif.s_addr = htonl(ip.v4());
   if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
       setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &mif, sizeof mif) != 0 ||
       setsockopt(fd, IPPROTO_IP, IP_RECVERR, &on, sizeof on) != 0 ||
-      bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
-  }
+      bind(fd, a.get(), a.len()) != 0)
+    return fail();
   return fd;
 }
 
 }  // namespace udp_port_detail
 
 using udp_port_detail::bound_socket;
-using udp_port_detail::make_addr;
+using udp_port_detail::SockAddr;
 
 namespace {
-std::string format_ip(uint32_t ip) {
-  in_addr a{htonl(ip)};
-  char buf[INET_ADDRSTRLEN];
-  return inet_ntop(AF_INET, &a, buf, sizeof buf) ? buf : "?";
+
+// "10.0.0.1:4791", "[fd00::1]:4791".
+std::string endpoint(const wire::IpAddr& ip, uint16_t port) {
+  return ip.is_v4() ? fmt::format("{}:{}", ip.to_string(), port)
+                    : fmt::format("[{}]:{}", ip.to_string(), port);
 }
 
-std::string endpoint(uint32_t ip, uint16_t port) {
-  return format_ip(ip) + ":" + std::to_string(port);
+// ICMPv6 destination unreachable (RFC 4443 3.1) codes as ICMP's (RFC 792, 1812), which
+// PortEvent speaks: the layers above read one family.
+uint8_t icmp_code_of_icmp6(uint8_t code6) {
+  switch (code6) {
+    case 0:  // no route to destination
+      return 0;
+    case 4:  // port unreachable
+      return PortEvent::kIcmpPortUnreach;
+    case 1:  // administratively prohibited
+    case 5:  // source address failed ingress/egress policy
+    case 6:  // reject route to destination
+      return 13;
+    default:  // 2 beyond scope of source address, 3 address unreachable
+      return 1;
+  }
 }
+constexpr uint8_t kIcmp6DestUnreach = 1;  // RFC 4443 type
 
 // The interface's MTU (SIOCGIFMTU), or 1500 when the interface is unknown.
 uint32_t netdev_mtu(const std::string& netdev) {
@@ -115,9 +172,11 @@ UdpPort::UdpPort(const UdpPortOptions& opt, PortCounters& counters)
   free_.reserve(kTxRing);
   for (size_t i = kTxRing; i-- > 0;) free_.push_back(static_cast<uint16_t>(i));
   caps_.ip_mtu = netdev_mtu(opt.netdev);
-  caps_.exact_icrc = false;        // a socket never shows the IP header
-  caps_.ipv4_csum_offload = true;  // the kernel writes IP headers
-  caps_.multicast = true;
+  // A socket never shows the IP header: over IPv4 the IP ID the ICRC covers is guessed; IPv6
+  // has none, and the rest the ICRC covers (addresses, ports) the socket tells.
+  caps_.exact_icrc = opt.is_ipv6();
+  caps_.ipv4_csum_offload = true;    // the kernel writes IP headers
+  caps_.multicast = !opt.is_ipv6();  // IPv4 groups only (join_group)
   caps_.tx_batching = opt.gso;
   // sendmmsg copies every datagram out of its iovecs before it returns: a payload can be sent
   // from the memory region it lies in, in one copy (the kernel's) instead of two. Two more
@@ -149,21 +208,23 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
     // The share binds the socket (it must join the group under the registry's lock); its options
     // are set below, as for a socket of our own.
     p->share_ = UdpShare::join(
-        opt.ipv4, opt.port,
-        [ip = opt.ipv4, port = opt.port] { return bound_socket(ip, port, /*reuseport=*/true); },
+        opt.addr(), opt.scope_id, opt.port,
+        [ip = opt.addr(), scope = opt.scope_id, port = opt.port] {
+          return bound_socket(ip, scope, port, /*reuseport=*/true);
+        },
         err);
     p->fd_ = p->share_ ? p->share_->fd() : -1;
   } else {
-    p->fd_ = bound_socket(opt.ipv4, opt.port);
+    p->fd_ = bound_socket(opt.addr(), opt.scope_id, opt.port);
   }
   if (p->fd_ < 0) {
     int e = errno;
     if (err && opt.share && !err->empty() && e != EADDRINUSE && e != EADDRNOTAVAIL) {
-      *err = "cannot bind UDP " + endpoint(opt.ipv4, opt.port) + ": " + *err;
+      *err = "cannot bind UDP " + endpoint(opt.addr(), opt.port) + ": " + *err;
       return nullptr;
     }
     if (err) {
-      *err = "cannot bind UDP " + endpoint(opt.ipv4, opt.port) + ": " + std::strerror(e);
+      *err = "cannot bind UDP " + endpoint(opt.addr(), opt.port) + ": " + std::strerror(e);
       if (e == EADDRINUSE)
         *err += opt.share ? " (a program that does not share it — rxe, another user's uroce "
                             "process — already uses this address)"
@@ -187,8 +248,13 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
     p->n_wait_fds_ = 3;
   }
   int on = 1;
-  if (setsockopt(p->fd_, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0) {
-    if (err) *err = std::string("setsockopt(IP_RECVTOS): ") + std::strerror(errno);
+  // Each datagram's TOS byte (IPv4) or Traffic Class (IPv6): its ECN and DSCP.
+  if (opt.is_ipv6() ? setsockopt(p->fd_, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof on) != 0
+                    : setsockopt(p->fd_, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0) {
+    if (err)
+      *err = std::string(opt.is_ipv6() ? "setsockopt(IPV6_RECVTCLASS): "
+                                       : "setsockopt(IP_RECVTOS): ") +
+             std::strerror(errno);
     return nullptr;
   }
   // Bigger socket buffers absorb bursts while the engine is busy. The receive buffer is what many
@@ -207,7 +273,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
     p->link_ = LinkWatch::open(opt.netdev, &why);
     if (!p->link_)
       log().warn("{}: cannot watch the link state of {} ({}); the port reports ACTIVE",
-                 endpoint(opt.ipv4, opt.port), opt.netdev, why);
+                 endpoint(opt.addr(), opt.port), opt.netdev, why);
   }
   if (p->link_) {
     epoll_event ev{};
@@ -223,7 +289,7 @@ std::unique_ptr<UdpPort> UdpPort::open(const UdpPortOptions& opt, PortCounters& 
 }
 
 std::string UdpPort::describe() const {
-  std::string d = "udp " + endpoint(opt_.ipv4, opt_.port);
+  std::string d = "udp " + endpoint(opt_.addr(), opt_.port);
   if (!opt_.netdev.empty()) d += " on " + opt_.netdev;
   return d;
 }
@@ -269,9 +335,9 @@ void UdpPort::read_errors(int fd) {
   for (int i = 0; i < kMaxErrorsPerRead; ++i) {
     // The queued skb is the datagram's UDP payload as the ICMP quoted it: the BTH first.
     uint8_t quoted[16];
-    sockaddr_in dst{};
-    alignas(cmsghdr) uint8_t
-        ctrl[CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in)) + CMSG_SPACE(sizeof(int))];
+    sockaddr_in6 dst{};  // either family (SockAddr::read)
+    alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(sock_extended_err) + sizeof(sockaddr_in6)) +
+                                  CMSG_SPACE(sizeof(int))];
     iovec iov{quoted, sizeof quoted};
     msghdr h{};
     h.msg_name = &dst;  // the datagram's destination (ip_recv_error)
@@ -289,16 +355,19 @@ void UdpPort::read_errors(int fd) {
     if (!ctl.error) continue;
     const sock_extended_err& ee = *ctl.error;
     // Local errors (EMSGSIZE for a DF datagram above the path MTU: the send said so) and other
-    // ICMP types (time exceeded) tell the layers above nothing they can act on.
-    if (ee.ee_origin != SO_EE_ORIGIN_ICMP || ee.ee_type != PortEvent::kIcmpDestUnreach) continue;
+    // ICMP types (time exceeded, ICMPv6 packet too big) tell the layers above nothing they can
+    // act on.
+    const bool icmp4 =
+        ee.ee_origin == SO_EE_ORIGIN_ICMP && ee.ee_type == PortEvent::kIcmpDestUnreach;
+    const bool icmp6 = ee.ee_origin == SO_EE_ORIGIN_ICMP6 && ee.ee_type == kIcmp6DestUnreach;
+    if (!icmp4 && !icmp6) continue;
     counters_.rx_icmp_unreachable.add();
     PortEvent ev;
     ev.kind = PortEvent::Kind::kUnreachable;
-    ev.dst_ip = ntohl(dst.sin_addr.s_addr);
-    ev.dst_port = ntohs(dst.sin_port);
-    ev.icmp_type = ee.ee_type;
-    ev.icmp_code = ee.ee_code;
-    ev.reporter_ip = ctl.error_offender_ip;
+    if (!SockAddr::read(&dst, h.msg_namelen, &ev.dst_ip, &ev.dst_port)) ev.dst_ip = {};
+    ev.icmp_type = PortEvent::kIcmpDestUnreach;
+    ev.icmp_code = icmp6 ? icmp_code_of_icmp6(ee.ee_code) : ee.ee_code;
+    ev.reporter_ip = ctl.error_offender;
     if (r >= 8) {  // BTH: opcode at byte 0, DestQP at bytes 5..7 (IBTA 9.2)
       ev.opcode = quoted[0];
       ev.dest_qp = uint32_t{quoted[5]} << 16 | uint32_t{quoted[6]} << 8 | quoted[7];
@@ -318,13 +387,17 @@ void UdpPort::enable_gro(int fd) {
 }
 
 int UdpPort::join_group(uint32_t group) {
+  // Groups are IPv4 (ibv_attach_mcast's GID is IPv4-mapped, RoCEv2 Annex A17.4.5.2); an IPv6
+  // device's sockets are IPV6_V6ONLY, so it cannot take part in them. IPv6 multicast (ff00::/8
+  // GIDs) is not done.
+  if (opt_.is_ipv6()) return EOPNOTSUPP;
   if ((group >> 28) != 0xe) return EINVAL;  // 224.0.0.0/4 (RFC 5771)
   std::lock_guard<std::mutex> g(mcast_mu_);
   if (groups_.count(group)) return 0;
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return errno;
   int on = 1;
-  sockaddr_in a = make_addr(group, opt_.port);
+  SockAddr a = SockAddr::make(wire::IpAddr(group), opt_.port);
   ip_mreq mreq{};
   mreq.imr_multiaddr.s_addr = htonl(group);
   mreq.imr_interface.s_addr = htonl(opt_.ipv4);
@@ -333,7 +406,7 @@ int UdpPort::join_group(uint32_t group) {
   ev.data.fd = fd;
   if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
       setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0 ||
-      bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      bind(fd, a.get(), a.len()) != 0 ||
       setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mreq, sizeof mreq) != 0 ||
       epoll_ctl(mcast_epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     int e = errno;

@@ -90,7 +90,13 @@ class LinkWatch;
 class UdpShare;
 
 struct UdpPortOptions {
-  uint32_t ipv4 = 0;         // device address, host byte order
+  // The device address: ipv4 (host byte order) for an IPv4 device; ipv6 (plain, not IPv4-mapped)
+  // and for a link-local one its interface index (scope_id) for an IPv6 device, ipv4 then 0.
+  uint32_t ipv4 = 0;
+  wire::IpAddr ipv6{};
+  uint32_t scope_id = 0;
+  bool is_ipv6() const { return ipv6 != wire::IpAddr{}; }
+  wire::IpAddr addr() const { return is_ipv6() ? ipv6 : wire::IpAddr(ipv4); }
   uint16_t port = 4791;      // local port to receive on (RoCEv2: 4791)
   uint16_t dst_port = 4791;  // destination port of every sent packet
   // The interface the address lives on ("" = unknown: MTU 1500, link always up).
@@ -133,7 +139,7 @@ class UdpPort : public Port {
 
   // Port.
   const PortCaps& caps() const override { return caps_; }
-  uint32_t ipv4() const override { return opt_.ipv4; }
+  wire::IpAddr ip() const override { return opt_.addr(); }
   uint16_t udp_port() const override { return opt_.port; }
   uint16_t udp_dst_port() const override { return opt_.dst_port; }
   std::string describe() const override;
@@ -162,7 +168,7 @@ class UdpPort : public Port {
   // One recvmmsg on `fd` into receive slots [slot, rx_slots_), each datagram addressed to
   // `dst_ip`; returns the number of slots used. Appends the datagrams to rx_out_ (a GRO buffer
   // cut into its datagrams).
-  size_t receive(int fd, uint32_t dst_ip, size_t slot);
+  size_t receive(int fd, const wire::IpAddr& dst_ip, size_t slot);
   // Appends a frame to rx_out_ — unless it came to a shared device's socket for another member:
   // that one is counted and passed on to its owner (UdpShare::relay); kept when it cannot be.
   void deliver(const RxFrame& f, bool shared_socket);
@@ -208,8 +214,8 @@ class UdpPort : public Port {
   // call the fields the kernel wrote are put back (reset_rx_slot), so they are ready again.
   struct RxSlot {
     iovec iov;
-    sockaddr_in from;
-    // IP_TOS, UDP_GRO, SO_RXQ_OVFL, spare
+    sockaddr_in6 from;  // a sockaddr_in on an IPv4 device (udp_port_detail::SockAddr)
+    // IP_TOS or IPV6_TCLASS, UDP_GRO, SO_RXQ_OVFL, spare
     alignas(cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof(int)) * 4];
   };
   std::unique_ptr<RxSlot[]> rx_slot_;

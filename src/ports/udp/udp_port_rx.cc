@@ -33,13 +33,13 @@ std::span<const RxFrame> UdpPort::rx_burst() {
   // next look at the control fd.
   if (errq_pending_.load(std::memory_order_relaxed) && errq_pending_.exchange(false))
     service_control(/*with_link=*/false);
-  size_t used = receive(fd_, opt_.ipv4, 0);
+  size_t used = receive(fd_, opt_.addr(), 0);
   if (relay_ && used < rx_slots_) used += receive_relayed(used);
   if (has_groups_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(mcast_mu_);
     for (auto& [group, fd] : groups_) {
       if (used == rx_slots_) break;  // the rest waits for the next pass (epoll stays readable)
-      used += receive(fd, group, used);
+      used += receive(fd, wire::IpAddr(group), used);
     }
   }
   return rx_out_;
@@ -59,7 +59,7 @@ void UdpPort::deliver(const RxFrame& f, bool shared_socket) {
                     share_->slot(), d.value, owner, f.src_port);
     }
     if (owner >= 0 && relay_) {
-      const UdpShare::RelayHeader h{UdpShare::kRelayMagic, f.src_ip.v4(), f.src_port, f.tos, 0};
+      const UdpShare::RelayHeader h{UdpShare::kRelayMagic, f.src_port, f.tos, 0, f.src_ip};
       if (share_->relay(static_cast<uint32_t>(owner), h, f.data, f.len)) {
         if (counters_.rx_share_relayed_out.get() == 0)
           log().info(
@@ -104,16 +104,18 @@ size_t UdpPort::receive_relayed(size_t slot) {
     const size_t len = r.msgs[i].msg_len;
     // Only a member's relay socket can send from the addresses checked here; anything else that
     // found the port is not a packet.
+    wire::IpAddr from_ip;
+    uint16_t from_port = 0;
     if (len < sizeof hdr || hdr.magic != UdpShare::kRelayMagic ||
-        h.msg_namelen < sizeof(sockaddr_in) ||
-        !share_->from_member(ntohl(r.from[i].sin_addr.s_addr), ntohs(r.from[i].sin_port))) {
+        !udp_port_detail::SockAddr::read(&r.from[i], h.msg_namelen, &from_ip, &from_port) ||
+        !share_->from_member(from_ip, from_port)) {
       counters_.rx_port_errors.add();
       continue;
     }
     RxFrame f;
-    f.src_ip = wire::IpAddr(hdr.src_ip);
+    f.src_ip = hdr.src_ip;
     f.src_port = hdr.src_port;
-    f.dst_ip = wire::IpAddr(opt_.ipv4);
+    f.dst_ip = opt_.addr();
     f.dst_port = opt_.port;
     f.tos = hdr.tos;
     f.data = static_cast<const uint8_t*>(rx_slot_[slot + static_cast<size_t>(i)].iov.iov_base);
@@ -137,7 +139,7 @@ void UdpPort::reset_rx_slot(size_t i) {
   rx_msgs_[i].msg_len = 0;
 }
 
-size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
+size_t UdpPort::receive(int fd, const wire::IpAddr& dst_ip, size_t slot) {
   const size_t max = rx_slots_ - slot;
   mmsghdr* msgs = rx_msgs_.get() + slot;
   int n;
@@ -167,10 +169,11 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
   const bool shared = share_ && fd == fd_;
   for (int i = 0; i < n; ++i) {
     const msghdr& h = msgs[i].msg_hdr;
-    const sockaddr_in& from = rx_slot_[slot + static_cast<size_t>(i)].from;
     const uint8_t* buf = static_cast<const uint8_t*>(h.msg_iov->iov_base);
     size_t len = msgs[i].msg_len;
-    if (h.msg_namelen < sizeof(sockaddr_in)) {
+    RxFrame f;
+    if (!udp_port_detail::SockAddr::read(&rx_slot_[slot + static_cast<size_t>(i)].from,
+                                         h.msg_namelen, &f.src_ip, &f.src_port)) {
       counters_.rx_port_errors.add();
       continue;
     }
@@ -181,12 +184,9 @@ size_t UdpPort::receive(int fd, uint32_t dst_ip, size_t slot) {
         continue;
       }
     }
-    RxFrame f;
-    f.src_ip = wire::IpAddr(ntohl(from.sin_addr.s_addr));
-    f.src_port = ntohs(from.sin_port);
     // Each socket is bound to one address (the device's, or a group), so only datagrams for it
     // arrive there.
-    f.dst_ip = wire::IpAddr(dst_ip);
+    f.dst_ip = dst_ip;
     f.dst_port = opt_.port;
     const RxControl ctl = parse_rx_control(h);
     f.tos = ctl.tos;

@@ -25,15 +25,18 @@
 namespace uroce {
 
 using udp_port_detail::bound_socket;
-using udp_port_detail::make_addr;
+using udp_port_detail::SockAddr;
 
 namespace {
 
 // Errors a send or receive can return in place of its work when an earlier datagram's error is
 // pending on the socket (IP_RECVERR: ip_icmp_error / ip_local_error set sk_err, which the next
 // call returns once — sock_error()): ICMP destination unreachable by code (icmp_err_convert),
-// time exceeded and parameter problem, and a path MTU too small for a DF datagram.
-bool deferred_error(int e) {
+// time exceeded and parameter problem, and a path MTU too small for a DF datagram. ICMPv6's
+// (icmpv6_err_convert) are the same but for "administratively prohibited", EACCES, which an IPv6
+// socket's send returns for nothing else (IPv4 gives it for broadcast without SO_BROADCAST).
+bool deferred_error(int e, bool v6) {
+  if (v6 && e == EACCES) return true;
   switch (e) {
     case ECONNREFUSED:
     case EHOSTUNREACH:
@@ -88,7 +91,7 @@ int UdpPort::send_fd_for(uint16_t requested, uint16_t* actual) {
   if (it == src_socks_.end()) {
     int fd = -1;
     if (src_sock_count_ < opt_.max_src_port_sockets) {
-      fd = bound_socket(opt_.ipv4, requested);
+      fd = bound_socket(opt_.addr(), opt_.scope_id, requested);
       if (fd >= 0) {
         // This socket only sends.
         if (!make_send_only(fd)) {
@@ -114,16 +117,19 @@ int UdpPort::send_fd_for(uint16_t requested, uint16_t* actual) {
 int UdpPort::own_fallback(uint16_t* actual) {
   *actual = opt_.port;
   if (fallback_fd_ < 0) {
-    int fd = bound_socket(opt_.ipv4, 0);  // the kernel picks a free port
-    sockaddr_in a{};
+    int fd = bound_socket(opt_.addr(), opt_.scope_id, 0);  // the kernel picks a free port
+    sockaddr_in6 a{};                                      // either family
     socklen_t len = sizeof a;
+    wire::IpAddr ip;
+    uint16_t port = 0;
     if (fd < 0) return fd_;
-    if (!make_send_only(fd) || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (!make_send_only(fd) || getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+        !SockAddr::read(&a, len, &ip, &port)) {
       close(fd);
       return fd_;
     }
     fallback_fd_ = fd;
-    fallback_port_ = ntohs(a.sin_port);
+    fallback_port_ = port;
     watch_errors(fd);
   }
   *actual = fallback_port_;
@@ -190,10 +196,11 @@ int tos_of(const transport::TxBuf& b) {
   return (dscp & 0x3f) << 2 | (b.ecn & 3);
 }
 
-// Per-packet TOS and, for a GSO send, the segment size. Writes the control messages into `ctrl`
-// (zeroed whole: the kernel reads CMSG_SPACE bytes, padding included) and sets h's control
-// fields; none when not needed.
-void set_tx_cmsgs(msghdr& h, uint8_t* ctrl, size_t ctrl_bytes, int tos, uint16_t gso_size) {
+// Per-packet TOS (IPv4: IP_TOS; IPv6: IPV6_TCLASS, the same byte) and, for a GSO send, the
+// segment size. Writes the control messages into `ctrl` (zeroed whole: the kernel reads
+// CMSG_SPACE bytes, padding included) and sets h's control fields; none when not needed.
+void set_tx_cmsgs(msghdr& h, uint8_t* ctrl, size_t ctrl_bytes, int tos, uint16_t gso_size,
+                  bool v6) {
   h.msg_control = nullptr;
   h.msg_controllen = 0;
   if (tos == 0 && gso_size == 0) return;
@@ -203,8 +210,8 @@ void set_tx_cmsgs(msghdr& h, uint8_t* ctrl, size_t ctrl_bytes, int tos, uint16_t
   size_t used = 0;
   cmsghdr* c = CMSG_FIRSTHDR(&h);
   if (tos != 0) {
-    c->cmsg_level = IPPROTO_IP;
-    c->cmsg_type = IP_TOS;
+    c->cmsg_level = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+    c->cmsg_type = v6 ? IPV6_TCLASS : IP_TOS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
     used += CMSG_SPACE(sizeof(int));
@@ -249,7 +256,8 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
   mmsghdr msgs[kTxBatch];
   Msg meta[kTxBatch];
   iovec iov[3 * kTxRing];  // per packet of the messages being sent (packet_iovecs)
-  sockaddr_in to[kTxBatch];
+  SockAddr to[kTxBatch];
+  const bool v6 = opt_.is_ipv6();
   alignas(cmsghdr) uint8_t ctrl[kTxBatch][kTxCtrlBytes];
   while (i < bufs.size()) {
     const int fd = tx_route_[index_of(bufs[i])];
@@ -262,14 +270,15 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       while (end + count < bufs.size() && bufs[end + count]->ip_id == count &&
              tx_route_[index_of(bufs[end + count])] == fd)
         ++count;
-      to[n] = make_addr(first.dst_ip.v4(), opt_.dst_port);  // IPv4-mapped (Datapath::tx_commit)
+      // The device's family (Datapath::tx_commit drops the other).
+      to[n] = SockAddr::make(first.dst_ip, opt_.dst_port, opt_.scope_id);
       msghdr& h = msgs[n].msg_hdr;
       h = {};
-      h.msg_name = &to[n];
-      h.msg_namelen = sizeof to[n];
+      h.msg_name = to[n].get();
+      h.msg_namelen = to[n].len();
       meta[n] = {end, count};
       set_tx_cmsgs(h, ctrl[n], sizeof ctrl[n], tos_of(first),
-                   count > 1 ? static_cast<uint16_t>(first.ib_len() + wire::kIcrcBytes) : 0);
+                   count > 1 ? static_cast<uint16_t>(first.ib_len() + wire::kIcrcBytes) : 0, v6);
       ++n;
       end += count;
     }
@@ -292,7 +301,7 @@ size_t UdpPort::tx_burst(std::span<transport::TxBuf* const> bufs) {
       if (r < 0) {
         if (errno == EINTR) continue;
         const int e = errno;
-        if (!resent && deferred_error(e)) {
+        if (!resent && deferred_error(e, v6)) {
           resent = true;
           errq_pending_.store(true, std::memory_order_relaxed);
           continue;
@@ -336,25 +345,28 @@ size_t UdpPort::send_singly(int fd, std::span<transport::TxBuf* const> bufs) {
   size_t ok = 0;
   for (transport::TxBuf* bp : bufs) {
     transport::TxBuf& b = *bp;
-    // Alone, the packet leaves with IP ID 0: its ICRC changes with that.
-    wire::Ipv4UdpFraming f;
-    f.src_ip = opt_.ipv4;
-    f.dst_ip = b.dst_ip.v4();
-    f.ip_id = 0;
-    f.dont_fragment = true;
-    f.src_port = b.src_port;
-    f.dst_port = opt_.dst_port;
+    // Alone, the packet leaves with IP ID 0: its ICRC changes with that. (IPv6 has no IP ID:
+    // the ICRC computed stands.)
     b.ip_id = 0;
-    wire::store_le32(b.data + b.len, wire::icrc(f, {b.data, b.len}, {b.ext, b.ext_len}));
-    sockaddr_in to = make_addr(b.dst_ip.v4(), opt_.dst_port);
+    if (!opt_.is_ipv6()) {
+      wire::Ipv4UdpFraming f;
+      f.src_ip = opt_.ipv4;
+      f.dst_ip = b.dst_ip.v4();
+      f.ip_id = 0;
+      f.dont_fragment = true;
+      f.src_port = b.src_port;
+      f.dst_port = opt_.dst_port;
+      wire::store_le32(b.data + b.len, wire::icrc(f, {b.data, b.len}, {b.ext, b.ext_len}));
+    }
+    SockAddr to = SockAddr::make(b.dst_ip, opt_.dst_port, opt_.scope_id);
     iovec iov[3];
     msghdr h{};
-    h.msg_name = &to;
-    h.msg_namelen = sizeof to;
+    h.msg_name = to.get();
+    h.msg_namelen = to.len();
     h.msg_iov = iov;
     h.msg_iovlen = packet_iovecs(b, iov);
     alignas(cmsghdr) uint8_t ctrl[kTxCtrlBytes];
-    set_tx_cmsgs(h, ctrl, sizeof ctrl, tos_of(b), 0);
+    set_tx_cmsgs(h, ctrl, sizeof ctrl, tos_of(b), 0, opt_.is_ipv6());
     ssize_t r;
     bool resent = false;
     for (;;) {
@@ -363,7 +375,7 @@ size_t UdpPort::send_singly(int fd, std::span<transport::TxBuf* const> bufs) {
         if (r >= 0) break;
         continue;
       }
-      if (resent || !deferred_error(errno)) break;
+      if (resent || !deferred_error(errno, opt_.is_ipv6())) break;
       resent = true;  // an earlier datagram's pending error (as in tx_burst)
       errq_pending_.store(true, std::memory_order_relaxed);
     }
