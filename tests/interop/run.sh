@@ -17,7 +17,10 @@
 # then requires that uroce sent CNPs (np_cnp_sent) and that the capture holds them, decoded. UROCE_DPDK=1 puts the uroce side
 # on the DPDK port instead of the kernel-UDP one: net_af_packet on the tap, address DPDK_IP
 # (default 192.0.2.3) with a MAC of its own, beside the namespace's kernel address (which still
-# carries the programs' TCP set-up). TIMEOUT (s, default 240) bounds each
+# carries the programs' TCP set-up). IPV6=1 puts both sides on IPv6 (the kernel-UDP port only):
+# HOST_IP6 (fd00:c0::1) on the tap in the namespace for the uroce device, GUEST_IP6 (fd00:c0::2) on
+# the guest's eth0, whose rxe GID (a plain IPv6 one) the rxe side then uses; the programs' TCP
+# set-up stays on IPv4. TIMEOUT (s, default 240) bounds each
 # program. KEEP_PCAP=DIR keeps the captures. For "all": INTEROP_MTU (default 1024; 4096 needs the
 # VM started with RXEVM_MTU=9000), KEEP_VM=1 leaves the VM running, LOGDIR (default /tmp) gets one
 # log per run. RXEVM_TOOLS overrides the VM tooling directory (default: rxe-vm/ beside this script,
@@ -62,6 +65,18 @@ if [[ -n ${UROCE_DPDK:-} ]]; then
 else
   UROCE_IP=$HOST_IP
   UROCE_DEV="uroce0=$HOST_IP"
+fi
+RXE_IP=$GUEST_IP
+L3=ip
+if [[ -n ${IPV6:-} ]]; then
+  # uroce's own capture (what the DPDK runs check) writes IPv4 records only.
+  [[ -n ${UROCE_DPDK:-} ]] && skip "IPv6 against rxe runs on the kernel-UDP port only"
+  HOST_IP6=${HOST_IP6:-fd00:c0::1}
+  GUEST_IP6=${GUEST_IP6:-fd00:c0::2}
+  UROCE_IP=$HOST_IP6
+  UROCE_DEV="uroce0=$HOST_IP6"
+  RXE_IP=$GUEST_IP6
+  L3=ipv6
 fi
 TIMEOUT=${TIMEOUT:-240}
 owner_file=$RXEVM_DIR/interop.owner
@@ -182,8 +197,8 @@ cap_check() {
   total=$(ts -r "$pcap" | wc -l)
   roce=$(ts -r "$pcap" -Y infiniband | wc -l)
   malformed=$(ts -r "$pcap" -Y _ws.malformed | wc -l)
-  from_u=$(ts -r "$pcap" -Y "ip.src==$UROCE_IP" | wc -l)
-  from_r=$(ts -r "$pcap" -Y "ip.src==$GUEST_IP" | wc -l)
+  from_u=$(ts -r "$pcap" -Y "$L3.src==$UROCE_IP" | wc -l)
+  from_r=$(ts -r "$pcap" -Y "$L3.src==$RXE_IP" | wc -l)
   echo "capture: $total packets ($from_u from uroce, $from_r from rxe), $roce decoded as RoCEv2," \
     "$malformed malformed; opcodes: $(ts -r "$pcap" -T fields -e infiniband.bth.opcode \
       | sort -n | uniq -c | awk '{printf "%s×%s ", $2, $1}')"
@@ -747,6 +762,35 @@ cmd_all() {
   echo "$pass passed, $fail failed"
   ((fail == 0))
 }
+
+# IPv6 (IPV6=1): the addresses on both ends of the tap (added once; the VM keeps them), and
+# GUEST_GID_INDEX becomes the index of rxe's GID for the guest's IPv6 address.
+ipv6_setup() {
+  require_vm
+  ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$RXEVM_TAP.disable_ipv6=0"
+  ip -n "$NS" -6 addr replace "$HOST_IP6/64" dev "$RXEVM_TAP" nodad || {
+    echo "FAIL: cannot put $HOST_IP6 on $RXEVM_TAP"
+    exit 1
+  }
+  "$G" -t 30 "/usr/bin/ip -6 addr replace $GUEST_IP6/64 dev eth0 nodad" >/dev/null
+  local want i
+  want=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_address(sys.argv[1]).exploded)' "$GUEST_IP6")
+  for _ in $(seq 50); do
+    i=$("$G" -t 30 rxe-gids | awk -v g="$want" '$2 == g && $3 $4 == "RoCEv2" {print $1}')
+    [[ -n $i ]] && break
+    sleep 0.1
+  done
+  [[ -n $i ]] || {
+    echo "FAIL: rxe listed no RoCE v2 GID for $GUEST_IP6"
+    exit 1
+  }
+  GUEST_GID_INDEX=$i
+  echo "IPv6: uroce0 on $HOST_IP6, rxe0 GID index $i ($GUEST_IP6)"
+}
+case ${1:-} in
+start | stop | all) ;;
+*) [[ -n ${IPV6:-} ]] && ipv6_setup ;;
+esac
 
 case ${1:-} in
 start) cmd_start ;;
