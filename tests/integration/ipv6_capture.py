@@ -13,30 +13,9 @@ import struct
 import sys
 import zlib
 
+from pcap_records import ip_packets
+
 ROCEV2_PORT = 4791
-
-
-def records(path):
-    data = open(path, "rb").read()
-    magic, = struct.unpack("<I", data[:4])
-    if magic not in (0xA1B2C3D4, 0xA1B23C4D):
-        sys.exit(f"{path}: not a little-endian pcap file")
-    link, = struct.unpack("<I", data[20:24])
-    off = 24
-    while off + 16 <= len(data):
-        incl, = struct.unpack("<I", data[off + 8:off + 12])
-        off += 16
-        frame = data[off:off + incl]
-        off += incl
-        if link == 1:  # Ethernet: EtherType 0x86DD only
-            if frame[12:14] == b"\x86\xdd":
-                yield frame[14:]
-        elif link == 113:  # Linux cooked (SLL)
-            if frame[14:16] == b"\x86\xdd":
-                yield frame[16:]
-        elif link in (101, 228, 229):  # raw IP, raw IPv4, raw IPv6
-            if frame and frame[0] >> 4 == 6:
-                yield frame
 
 
 def icrc(ip6):
@@ -57,7 +36,7 @@ def main():
     packets = bad = 0
     errors = []
     opcodes = {}
-    for ip6 in records(path):
+    for ip6 in ip_packets(path, 6):
         if ip6[6] != 17 or len(ip6) < 48 + 12 + 4:  # next header UDP; BTH and ICRC at least
             continue
         dport, = struct.unpack(">H", ip6[42:44])

@@ -13,25 +13,12 @@ import struct
 import sys
 import zlib
 
+from pcap_records import ip_packets
+
 # XRC requests (Table 38, low five bits): SEND 0-5, WRITE 6-11, READ REQUEST 12, CMP SWAP 19,
 # FETCH ADD 20, SEND with invalidate 22-23. The rest (READ responses 13-16, ACK 17, ATOMIC ACK
 # 18) are responses.
 REQUESTS = set(range(0, 13)) | {19, 20, 22, 23}
-
-
-def records(path):
-    data = open(path, "rb").read()
-    magic, = struct.unpack("<I", data[:4])
-    if magic not in (0xA1B2C3D4, 0xA1B23C4D):
-        sys.exit(f"{path}: not a little-endian pcap file")
-    link, = struct.unpack("<I", data[20:24])
-    off = 24
-    while off + 16 <= len(data):
-        incl, = struct.unpack("<I", data[off + 8:off + 12])
-        off += 16
-        frame = data[off:off + incl]
-        off += incl
-        yield frame[14:] if link == 1 else frame  # Ethernet or raw IPv4 (228)
 
 
 def icrc(ip, ihl):
@@ -49,7 +36,7 @@ def main():
     srqn_of = {socket.inet_aton(srv_ip): int(srv_srqn, 16), socket.inet_aton(cli_ip): int(cli_srqn, 16)}
     counts = {"packets": 0, "requests": 0, "responses": 0}
     errors = []
-    for ip in records(path):
+    for ip in ip_packets(path, 4):
         counts["packets"] += 1
         ihl = (ip[0] & 0xF) * 4
         ib = ip[ihl + 8:]
