@@ -217,6 +217,29 @@ TEST(DoctorDevice, InterfaceMtuBelowRoce4096Warns) {
   EXPECT_EQ(mtu_verdict_device("eth0", 0).status, Status::kSkip);
 }
 
+TEST(DoctorDevice, AnIpv6DeviceIsCheckedOnItsOwnAddressAndGid) {
+  // check_config reads UROCE_DEVICES from the environment (envp is for the misspelt names).
+  const char* old = std::getenv("UROCE_DEVICES");
+  const std::string saved = old ? old : "";
+  setenv("UROCE_DEVICES", "u6=::1", 1);
+  const char* env[] = {"UROCE_DEVICES=u6=::1", nullptr};
+  std::vector<Check> cfg_checks;
+  const auto cfgs = check_config(env, cfg_checks);
+  if (old) {
+    setenv("UROCE_DEVICES", saved.c_str(), 1);
+  } else {
+    unsetenv("UROCE_DEVICES");
+  }
+  ASSERT_TRUE(cfgs.has_value());
+  EXPECT_TRUE(contains(cfg_checks.back().evidence, "u6 ::1"));
+  const std::vector<Check> checks = check_device(cfgs->at(0), {});
+  EXPECT_TRUE(contains(find(checks, "device.address").evidence, "::1 is on lo"));
+  EXPECT_TRUE(contains(find(checks, "device.gid").evidence, "index 0: ::1 (RoCE v2, the IPv6"));
+  // The bind probe ran on the IPv6 address (free, or held by a uroce process running now).
+  const Check& port = find(checks, "device.udp4791");
+  EXPECT_TRUE(contains(port.evidence, "[::1]:4791")) << port.evidence;
+}
+
 // ---- the SIDR probe ------------------------------------------------------------------------
 
 // ---- the physical link (nic_checks.h) --------------------------------------------------------

@@ -33,14 +33,20 @@ bool is_loopback(const std::string& netdev) {
   return netdev == "lo";
 }
 
+// The device's GID 0 as text: the IPv4-mapped address, or an IPv6 device's address itself.
+std::string gid0_text(const DeviceConfig& c) {
+  // append, not operator+: GCC 12's -Wrestrict false positive at -O3.
+  return c.is_ipv6() ? c.ipv6.to_string() : std::string("::ffff:").append(format_ipv4(c.ipv4));
+}
+
 Check address_check(const DeviceConfig& c) {
-  const std::string a = format_ipv4(c.ipv4);
+  const std::string a = format_device_addr(c);
   Check k{"device.address", "address"};
   if (c.netdev.empty()) {
     k.status = Status::kFail;
     k.evidence = "no local interface has " + a + ": the device cannot open (EADDRNOTAVAIL)";
-    k.fix = "add the address to the interface (ip addr add " + a +
-            "/24 dev IFACE), or name the interface: UROCE_DEVICES=" + c.name + "=IFACE";
+    k.fix = "add the address to the interface (ip addr add " + a + (c.is_ipv6() ? "/64" : "/24") +
+            " dev IFACE), or name the interface: UROCE_DEVICES=" + c.name + "=IFACE";
     return k;
   }
   k.evidence = a + " is on " + c.netdev;
@@ -73,13 +79,29 @@ Check link_check(const DeviceConfig& c) {
 // something else — then no uroce process of this user can open the device.
 Check port_check(const DeviceConfig& c, const std::string& pids) {
   Check k{"device.udp4791", "UDP 4791"};
-  const std::string a = format_ipv4(c.ipv4) + ":4791";
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_in s{};
-  s.sin_family = AF_INET;
-  s.sin_addr.s_addr = htonl(c.ipv4);
-  s.sin_port = htons(4791);
-  const int rc = fd < 0 ? -1 : bind(fd, reinterpret_cast<sockaddr*>(&s), sizeof s);
+  const std::string a = c.is_ipv6()
+                            ? std::string("[").append(format_device_addr(c)).append("]:4791")
+                            : format_ipv4(c.ipv4).append(":4791");
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (c.is_ipv6()) {
+    auto* s6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    s6->sin6_family = AF_INET6;
+    std::memcpy(&s6->sin6_addr, c.ipv6.data(), 16);
+    s6->sin6_port = htons(4791);
+    s6->sin6_scope_id = c.scope_id;
+    len = sizeof *s6;
+  } else {
+    auto* s4 = reinterpret_cast<sockaddr_in*>(&ss);
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(c.ipv4);
+    s4->sin_port = htons(4791);
+    len = sizeof *s4;
+  }
+  int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int on = 1;
+  if (fd >= 0 && c.is_ipv6()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  const int rc = fd < 0 ? -1 : bind(fd, reinterpret_cast<sockaddr*>(&ss), len);
   const int err = errno;
   if (fd >= 0) close(fd);
   if (rc == 0) {
@@ -108,7 +130,7 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
   uint32_t mtu = 0;
   const std::string pids = pids_of(c, published, &active, &mtu);
   out.push_back({"device.address", "address", Status::kPass,
-                 format_ipv4(c.ipv4) + " on DPDK device " + d.dev +
+                 format_device_addr(c) + " on DPDK device " + d.dev +
                      " (the port frames its own packets: no kernel interface has it)"});
   if (pids.empty()) {
     out.push_back({"device.link", "link", Status::kSkip,
@@ -124,7 +146,7 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
   }
   out.push_back(
       {"device.gid", "GID table", Status::kPass,
-       "index 0: ::ffff:" + format_ipv4(c.ipv4) + " (RoCE v2)" +
+       "index 0: " + gid0_text(c) + " (RoCE v2)" +
            (d.roce_v1 ? "; index 1: the same address as RoCE v1 (EtherType 0x8915)" : "")});
   const std::string port = d.dev.substr(0, d.dev.find(','));  // the PMD's name, without its args
   out.push_back(mtu_verdict_device("the DPDK port " + port, d.mtu ? d.mtu : 1500,
@@ -202,7 +224,7 @@ std::optional<std::vector<DeviceConfig>> check_config(const char* const* envp,
   const char* v = std::getenv("UROCE_DEVICES");
   std::string list;
   for (const DeviceConfig& c : *cfgs)
-    list += (list.empty() ? "" : ", ") + c.name + " " + format_ipv4(c.ipv4) +
+    list += (list.empty() ? "" : ", ") + c.name + " " + format_device_addr(c) +
             (c.port == PortKind::kDpdk
                  ? " (DPDK " + c.dpdk.dev + ")"
                  : " (kernel UDP on " + (c.netdev.empty() ? "no interface" : c.netdev) + ")");
@@ -219,9 +241,10 @@ std::vector<Check> check_device(const DeviceConfig& c, const tools::Published& p
   out.push_back(link_check(c));
   out.push_back(mtu_verdict_device(c.netdev, tools::netdev_mtu(c.netdev)));
   out.push_back({"device.gid", "GID table", Status::kPass,
-                 "index 0: ::ffff:" + format_ipv4(c.ipv4) +
-                     " (RoCE v2, the IPv4-mapped address; pass -g 0 to the pingpong "
-                     "programs)"});
+                 "index 0: " + gid0_text(c) +
+                     (c.is_ipv6() ? " (RoCE v2, the IPv6 address itself"
+                                  : " (RoCE v2, the IPv4-mapped address") +
+                     "; pass -g 0 to the pingpong programs)"});
   out.push_back(port_check(c, pids_of(c, published, nullptr, nullptr)));
   if (is_loopback(c.netdev)) {
     out.push_back({"device.nic", "NIC", Status::kSkip, "loopback: no physical link to look at"});

@@ -49,6 +49,14 @@ Section path_section(const DeviceConfig& c, uint32_t peer, const DoctorOptions& 
   p.peer_ip = peer;
   p.wait_ms = o.wait_ms;
   Section sec;
+  if (c.is_ipv6()) {
+    // The path probes (ICMP echo, UDP to 4791, PMTU) speak IPv4; say so rather than probe
+    // from another address than the device's.
+    sec.name = "Path from " + c.name + " (" + format_device_addr(c) + ") to " + format_ipv4(peer);
+    sec.checks.push_back({"path.family", "address family", Status::kSkip,
+                          "the path checks are IPv4 only, and " + c.name + " is on IPv6"});
+    return sec;
+  }
   if (c.port == PortKind::kUdp && !c.netdev.empty()) {
     p.src_ip = c.ipv4;
     p.if_mtu = tools::netdev_mtu(c.netdev);
@@ -149,7 +157,7 @@ int cmd_doctor(const DoctorOptions& o, const tools::Collect& collect) {
       if (!o.device.empty() && c.name != o.device) continue;
       if (!from) from = &c;
       r.sections.push_back(
-          {"Device " + c.name + " (" + format_ipv4(c.ipv4) + ")", check_device(c, pub)});
+          {"Device " + c.name + " (" + format_device_addr(c) + ")", check_device(c, pub)});
     }
     if (!o.device.empty() && !from) {
       std::fprintf(stderr, "uroce doctor: UROCE_DEVICES configures no device '%s'\n",
