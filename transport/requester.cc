@@ -42,8 +42,11 @@ void Requester::reset(Psn sq_psn) {
 }
 
 void Requester::clear_sacked(Psn from, Psn to) {
-  if (psn_span(from, to) >= kSrSackBits) {
+  if (!sr_marks_) return;  // every ACK without selective repeat, or without a SACK in flight
+  if (psn_span(from, to) >= kSrSackBits || to >= sr_high_) {
+    // Nothing SACKed is left beyond `to`: every mark goes.
     sr_sacked_.fill(0);
+    sr_marks_ = false;
     return;
   }
   for (Psn p = from; p < to; ++p) {
@@ -57,6 +60,7 @@ void Requester::on_sack(const Sacked& ev) {
       *ev.sacked < sent_end_) {
     const uint32_t i = ev.sacked->value() % kSrSackBits;
     sr_sacked_[i / 64] |= uint64_t{1} << (i % 64);
+    sr_marks_ = true;
     if (*ev.sacked >= sr_high_) sr_high_ = *ev.sacked + 1;
   }
   // A SACK shows a hole at ev.cumulative (the responder's expected PSN): the first one of an

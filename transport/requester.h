@@ -181,6 +181,7 @@ class Requester {
   // window is cut once per episode, as TCP's SACK recovery does (RFC 6675).
   static constexpr uint32_t kSrSackBits = 1024;
   std::array<uint64_t, kSrSackBits / 64> sr_sacked_{};
+  bool sr_marks_ = false;  // some bit of sr_sacked_ may be set
   Psn sr_high_, sr_next_, sr_episode_end_;
   bool sr_episode_ = false;
   // A timeout or probe under selective repeat resends one packet, the last one sent that no SACK
