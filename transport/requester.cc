@@ -38,7 +38,7 @@ bool SendWindowCtl::on_loss(Loss why) {
 void Requester::reset(Psn sq_psn) {
   *this = Requester{};
   cursor_psn_ = next_new_psn_ = sent_end_ = unacked_ = sq_psn;
-  sr_high_ = sr_next_ = sr_episode_end_ = sq_psn;
+  sr_high_ = sr_next_ = sr_episode_end_ = sr_resend_mark_ = sq_psn;
 }
 
 void Requester::clear_sacked(Psn from, Psn to) {
@@ -56,12 +56,27 @@ void Requester::clear_sacked(Psn from, Psn to) {
 }
 
 void Requester::on_sack(const Sacked& ev) {
+  bool fresh = false;  // a PSN not SACKed before
   if (ev.sacked && *ev.sacked >= unacked_ && psn_span(unacked_, *ev.sacked) < kSrSackBits &&
       *ev.sacked < sent_end_) {
+    fresh = !sacked(*ev.sacked);
     const uint32_t i = ev.sacked->value() % kSrSackBits;
     sr_sacked_[i / 64] |= uint64_t{1} << (i % 64);
     sr_marks_ = true;
     if (*ev.sacked >= sr_high_) sr_high_ = *ev.sacked + 1;
+  }
+  // A hole resent and lost again: the responder still lacks a hole already resent, and a SACK
+  // names a packet sent after that resend: one first sent after it (at or after the mark), or a
+  // later hole of the same pass (holes go in PSN order). RACK's reasoning (RFC 8985): a later
+  // transmission arrived, an earlier one did not. The holes from there go again, once per resend
+  // pass, instead of waiting for the timer. Not while a rewind is under way: its cursor is
+  // resending them. A late original taken for a resend costs one duplicate packet.
+  const bool later = ev.sacked && (*ev.sacked >= sr_resend_mark_ ||
+                                   (fresh && *ev.sacked > ev.cumulative && *ev.sacked < sr_next_));
+  if (later && sr_resent_ && ev.cumulative < sr_next_ && ev.cumulative >= unacked_ &&
+      cursor_psn_ >= sent_end_) {
+    sr_next_ = ev.cumulative;
+    sr_resent_ = false;
   }
   // A SACK shows a hole at ev.cumulative (the responder's expected PSN): the first one of an
   // episode cuts the window, as a sequence NAK does under go-back-N; the SACKs that follow for
@@ -97,6 +112,7 @@ void Requester::on_acked(const AckedThrough& ev, const SendQueue& sq) {
     // without it (or without losses), until they read as ahead again.
     if (sr_high_ < unacked_) sr_high_ = unacked_;
     if (sr_next_ < unacked_) sr_next_ = unacked_;
+    if (sr_resend_mark_ < unacked_) sr_resend_mark_ = unacked_;
     if (sr_episode_ && unacked_ >= sr_episode_end_) sr_episode_ = false;
   }
   // A retransmission may still be walking over PSNs the responder has meanwhile acknowledged
@@ -338,6 +354,8 @@ void Requester::selective_resend(Time now, const QpContext& ctx, SendQueue& sq, 
     if (transmit(now, ctx, e, p, tx, pacer, out, ack_req) != Tx::kSent) return;
     ++ctx.counters.retransmitted_pkts;
     ++ctx.counters.sr_selective_resends;
+    sr_resent_ = true;
+    sr_resend_mark_ = sent_end_;
     // A READ resent from p asks for the rest of its responses: its whole range is covered.
     sr_next_ = is_read_or_atomic(e.wqe.opcode) ? e.end_psn() : p + 1;
     out.sent = PacketsSent{sent_end_, false, Psn{}};

@@ -184,6 +184,10 @@ class Requester {
   bool sr_marks_ = false;  // some bit of sr_sacked_ may be set
   Psn sr_high_, sr_next_, sr_episode_end_;
   bool sr_episode_ = false;
+  // The last selective resend: sent_end_ when it went (a PSN at or after it was first sent
+  // later), and whether one went since the holes were last rearmed (on_sack).
+  Psn sr_resend_mark_;
+  bool sr_resent_ = false;
   // A timeout or probe under selective repeat resends one packet, the last one sent that no SACK
   // covers, as TCP's tail loss probe does (RFC 8985 7.3): the responder answers it with an ACK
   // (it had everything before) or a SACK (it names the holes), where a rewind would resend the

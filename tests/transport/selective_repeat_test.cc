@@ -518,8 +518,10 @@ TEST(SrCost, BulkWriteResendsAboutWhatWasLost) {
         (unsigned long long)sr.retransmitted, (unsigned long long)sr.selective,
         (unsigned long long)sr.lost, (unsigned long long)sr.timeouts, (unsigned long long)sr.probes,
         sr.virtual_ns / 1e6);
-    // link.lost counts both directions (SACKs and ACKs too), so it bounds the requests lost.
-    EXPECT_LE(sr.retransmitted, sr.lost + 8) << loss;
+    // link.lost counts both directions (SACKs and ACKs too). The slack is for resends taken for
+    // lost again while their SACK was still on its way (requester.cc, on_sack).
+    EXPECT_LE(sr.retransmitted, sr.lost + sr.lost / 8 + 8) << loss;
+    EXPECT_LE(sr.timeouts, gbn.timeouts) << loss;
     EXPECT_LE(sr.retransmitted, gbn.retransmitted) << loss;
   }
 }
