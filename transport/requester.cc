@@ -266,8 +266,11 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
       next_new_psn_ += e.npkts;
     }
     // Selective repeat: a resend skips what a SACK says the responder has (never a READ or an
-    // ATOMIC: the responder places only WRITE packets ahead).
-    if (cursor_psn_ < sent_end_ && !rd_atomic && sacked(cursor_psn_)) {
+    // ATOMIC: the responder places only WRITE packets ahead) — but not its first packet, the one
+    // that asks for an ACK: when everything a rewind would resend is SACKed, what the responder
+    // lacks is an ACK of what it has (its cumulative ACK came while a READ/ATOMIC response was
+    // missing, say), and only a request can draw one.
+    if (cursor_psn_ < sent_end_ && !rd_atomic && !ack_req_next_ && sacked(cursor_psn_)) {
       ++cursor_psn_;
       if (cursor_psn_ == e.end_psn()) ++cursor_seq_;
       continue;
