@@ -497,7 +497,10 @@ TEST_P(SrLossy, MixedOpsExactlyOnceInOrder) {
 
 INSTANTIATE_TEST_SUITE_P(Loss, SrLossy,
                          ::testing::Values(LossCase{0.01, 1}, LossCase{0.01, 2}, LossCase{0.05, 1},
-                                           LossCase{0.05, 2}, LossCase{0.20, 1}, LossCase{0.20, 3}),
+                                           LossCase{0.05, 2}, LossCase{0.20, 1}, LossCase{0.20, 3},
+                                           // Once stalled: a rewind whose every packet was
+                                           // SACKed sent nothing that draws an ACK.
+                                           LossCase{0.01, 10}, LossCase{0.10, 17}),
                          [](const auto& info) {
                            return "loss" + std::to_string(int(info.param.loss * 100)) + "_seed" +
                                   std::to_string(info.param.seed);
