@@ -353,6 +353,37 @@ TEST(SrLink, OverlappingWritesEndAsInOrder) {
   EXPECT_GT(p.b.qp->counters().sr_ooo_accepted, 0u);
 }
 
+// RNR under selective repeat: a SEND finds no receive WQE, WRITEs behind it; the IBTA rule
+// holds (everything after the RNR NAK dropped until the SEND is resent), then all completes.
+TEST(SrLink, RnrThenWritesBehindIt) {
+  Pair p(path(), true);
+  Link link(p.a, p.b, LinkParams{.loss = 0.02, .seed = 5});
+  ASSERT_EQ(p.a.qp->post_send(test::send_wqe(0, p.at(p.src, 0), 3000, p.skey), link.now), 0);
+  for (int i = 1; i <= 8; ++i) {
+    ASSERT_EQ(p.a.qp->post_send(test::rdma_wqe(i, IBV_WR_RDMA_WRITE, p.at(p.src, i * 100), 8192,
+                                               p.skey, p.at(p.rmem, i * 8192), p.rkey),
+                                link.now),
+              0);
+  }
+  link.run_until([] { return false; }, link.now + 200'000);  // RNR NAKs, no receive yet
+  EXPECT_GT(p.b.qp->counters().send_rnr_err, 0u);
+  EXPECT_TRUE(p.a.scq.wcs.empty());
+  ASSERT_EQ(p.b.qp->post_recv(test::recv_wqe(0, p.at(p.dst, 0), 4096, p.dkey)), 0);
+  ASSERT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == 9; }, 10 * kSecond));
+  for (int i = 0; i <= 8; ++i) {
+    EXPECT_EQ(p.a.scq.wcs[i].wr_id, uint64_t(i));
+    EXPECT_EQ(p.a.scq.wcs[i].status, IBV_WC_SUCCESS);
+  }
+  ASSERT_EQ(p.b.rcq.wcs.size(), 1u);
+  EXPECT_EQ(p.b.rcq.wcs[0].byte_len, 3000u);
+  EXPECT_TRUE(std::equal(p.src.begin(), p.src.begin() + 3000, p.dst.begin()));
+  for (int i = 1; i <= 8; ++i) {
+    EXPECT_TRUE(std::equal(p.src.begin() + i * 100, p.src.begin() + i * 100 + 8192,
+                           p.rmem.begin() + i * 8192))
+        << i;
+  }
+}
+
 // Mixed SEND/WRITE/READ/ATOMIC with random loss, duplication and reordering: every completion
 // successful and in order, every byte where it belongs, nothing received twice.
 struct LossCase {
