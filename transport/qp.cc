@@ -242,7 +242,7 @@ bool Qp::Impl::paced_work() const {
   return responder.next_response_is_data() ||
          (sending_state() &&
           (requester.state(at, ctx, sq, state == IBV_QPS_RTS) == Requester::State::kSending ||
-           requester.selective_resend_pending()));
+           (init.selective_repeat && requester.selective_resend_pending())));
 }
 
 int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
@@ -508,7 +508,7 @@ bool Qp::wants_pump() const {
   // Time 0: a running RNR wait reads as "not now"; next_deadline() reports when it ends.
   return q.sending_state() && !q.pacer.limiting() &&
          (q.requester.state(0, q.ctx, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending ||
-          q.requester.selective_resend_pending());
+          (q.init.selective_repeat && q.requester.selective_resend_pending()));
 }
 
 Time Qp::next_deadline() const {

@@ -294,9 +294,9 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   return out;
 }
 
-Requester::Tx Requester::transmit(Time now, const QpContext& ctx, SendEntry& e, Psn psn,
-                                  PacketSink& tx, cc::Pacer& pacer, RequesterOutcome& out,
-                                  bool& ack_req) {
+inline Requester::Tx Requester::transmit(Time now, const QpContext& ctx, SendEntry& e, Psn psn,
+                                         PacketSink& tx, cc::Pacer& pacer, RequesterOutcome& out,
+                                         bool& ack_req) {
   // Resolve the payload before taking a transmit buffer (which cannot be given back): memory
   // that went away while the WQE was in flight (MR deregistered) fails it here.
   const Segment seg = segment(ctx, e, psn);

@@ -141,8 +141,10 @@ class Requester {
   // Transmits the packet of `e` at `psn`: payload resolved, paced, a buffer taken. kSent, or why
   // not (a local error has marked `e` kLocalError).
   enum class Tx : uint8_t { kSent, kLocalError, kPaced, kPortFull };
-  Tx transmit(Time now, const QpContext& ctx, SendEntry& e, Psn psn, PacketSink& tx,
-              cc::Pacer& pacer, RequesterOutcome& out, bool& ack_req);
+  // Inlined into pump(), the path of every packet; selective_resend() is the other caller.
+  [[gnu::always_inline]] Tx transmit(Time now, const QpContext& ctx, SendEntry& e, Psn psn,
+                                     PacketSink& tx, cc::Pacer& pacer, RequesterOutcome& out,
+                                     bool& ack_req);
   // Selective repeat: resends the holes below the highest SACKed PSN (pump's first step).
   void selective_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
                         cc::Pacer& pacer, RequesterOutcome& out);
