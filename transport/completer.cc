@@ -326,6 +326,14 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
     return out;
   }
 
+  // Selective repeat: a sequence NAK that SACKs a PSN (its MSN field after its PSN). One that
+  // SACKs nothing says the responder dropped a request it could not place ahead (a SEND, a READ
+  // or ATOMIC, a WRITE with immediate): everything after the hole that no SACK covers must be
+  // resent, which is go-back-N's rewind (below); the requester skips the SACKed PSNs.
+  if (ctx.init.selective_repeat && type == AethType::kNak &&
+      wire::aeth_value(syn) == uint8_t(NakCode::kPsnSequenceError) && Psn(pkt.aeth.msn) > psn) {
+    return on_sack(pkt, now, ctx, sq);
+  }
   // A NAK names the PSN it refuses and implicitly acknowledges everything before it.
   if (psn < unacked_ || psn >= sent_end_) {
     if (psn >= sent_end_) ++ctx.counters.dropped_pkts;
@@ -393,6 +401,34 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
       return fail_front(Error::kRemoteInvalidRdRequest, ctx, sq);
   }
   ++ctx.counters.dropped_pkts;  // reserved NAK code
+  return out;
+}
+
+CompleterOutcome Completer::on_sack(const wire::Packet& pkt, Time now, const QpContext& ctx,
+                                    SendQueue& sq) {
+  // Selective repeat (docs/selective-repeat.md): the sequence NAK names the responder's expected
+  // PSN, the first one it lacks, and its AETH MSN field the PSN of the packet that drew it, which
+  // the responder placed (unless it is not after the NAK's PSN: then nothing is SACKed). It
+  // acknowledges what precedes the hole, as any NAK does. It spends no retry and moves no timer
+  // but by that progress: one comes per packet placed behind a hole, so they say the path works,
+  // not that the hole was filled. A resend that is lost again falls to the probe or ACK timer.
+  CompleterOutcome out;
+  const Psn psn(pkt.bth.psn);
+  if (psn >= sent_end_) {
+    ++ctx.counters.dropped_pkts;  // ghost
+    return out;
+  }
+  ++ctx.counters.sr_sack_rcvd;
+  Sacked s{psn, std::nullopt};
+  const Psn q(pkt.aeth.msn);
+  if (q < sent_end_) s.sacked = q;
+  if (psn > unacked_) {
+    const Psn limit = ack_limit(sq);
+    if (advance(std::min(psn, limit), now, ctx, sq)) out.acked = AckedThrough{unacked_};
+    // The responder is past a READ/ATOMIC whose responses we lack: they were lost.
+    if (psn > limit) implicit_nak(limit, now, ctx, out);
+  }
+  out.sack = s;
   return out;
 }
 

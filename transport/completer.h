@@ -58,6 +58,8 @@ class Completer {
 
  private:
   CompleterOutcome on_ack(const wire::Packet& pkt, Time now, const QpContext& ctx, SendQueue& sq);
+  // Selective repeat: a PSN sequence error NAK is a SACK (events.h Sacked).
+  CompleterOutcome on_sack(const wire::Packet& pkt, Time now, const QpContext& ctx, SendQueue& sq);
   CompleterOutcome on_read_response(const wire::Packet& pkt, Time now, const QpContext& ctx,
                                     SendQueue& sq);
   CompleterOutcome on_atomic_ack(const wire::Packet& pkt, Time now, const QpContext& ctx,

@@ -36,6 +36,15 @@ struct RetransmitFrom {
   Cause cause = Cause::kSequenceNak;
 };
 
+// Completer → requester, selective repeat only (QpInit::selective_repeat): a SACK. The responder
+// has every PSN before `cumulative` and, when `sacked` is set, that PSN too (it arrived ahead of
+// `cumulative` and was placed). The requester resends the PSNs below the highest SACKed one that
+// no SACK covers, each once per loss episode.
+struct Sacked {
+  Psn cumulative;
+  std::optional<Psn> sacked;
+};
+
 // Requester → completer: packets up to (excluding) `sent_end` have been transmitted at least
 // once; the retransmission timer must run while any of them is unacknowledged.
 struct PacketsSent {
@@ -58,6 +67,7 @@ struct CompleterOutcome {
   // congestion control (TIMELY).
   std::optional<Time> rtt;
   std::optional<RetransmitFrom> retransmit;
+  std::optional<Sacked> sack;
   std::optional<QpFatal> fatal;
 };
 

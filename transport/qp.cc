@@ -160,7 +160,8 @@ void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
     enter_error();
     return;
   }
-  if (o.retransmit) requester.on_retransmit(*o.retransmit, sq);
+  if (o.retransmit) requester.on_retransmit(*o.retransmit, sq, init.selective_repeat);
+  if (o.sack) requester.on_sack(*o.sack);
   // A WQE the requester could not execute completes once everything before it has.
   if (!sq.empty() && sq.front().state == WqeState::kLocalError) {
     handle(completer.complete_local_error(ctx, sq), now);
@@ -240,7 +241,8 @@ bool Qp::Impl::paced_work() const {
   const Time at = pacer.release_time();
   return responder.next_response_is_data() ||
          (sending_state() &&
-          requester.state(at, ctx, sq, state == IBV_QPS_RTS) == Requester::State::kSending);
+          (requester.state(at, ctx, sq, state == IBV_QPS_RTS) == Requester::State::kSending ||
+           (init.selective_repeat && requester.selective_resend_pending())));
 }
 
 int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
@@ -507,7 +509,8 @@ bool Qp::wants_pump() const {
     return true;
   // Time 0: a running RNR wait reads as "not now"; next_deadline() reports when it ends.
   return q.sending_state() && !q.pacer.limiting() &&
-         q.requester.state(0, q.ctx, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending;
+         (q.requester.state(0, q.ctx, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending ||
+          (q.init.selective_repeat && q.requester.selective_resend_pending()));
 }
 
 Time Qp::next_deadline() const {

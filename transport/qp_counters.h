@@ -77,7 +77,16 @@
   /* CNPs received that the rate control acted on (DCQCN). */                                      \
   X(rp_cnp_handled, "rp_cnp_handled", kInfo)                                                       \
   /* CNPs received and ignored: no DCQCN on this QP, or it is not sending. */                      \
-  X(rp_cnp_ignored, "rp_cnp_ignored", kInfo)
+  X(rp_cnp_ignored, "rp_cnp_ignored", kInfo)                                                       \
+  /* Selective repeat (QpInit::selective_repeat, docs/selective-repeat.md). No rxe equivalent. */  \
+  /* Responder: WRITE packets accepted and placed ahead of the expected PSN. */                    \
+  X(sr_ooo_accepted, "sr_ooo_accepted", kInfo)                                                     \
+  /* Responder: SACKs sent (a sequence NAK naming the first missing and one received PSN). */      \
+  X(sr_sack_sent, "sr_sack_sent", kInfo)                                                           \
+  /* Requester: SACKs received. */                                                                 \
+  X(sr_sack_rcvd, "sr_sack_rcvd", kInfo)                                                           \
+  /* Requester: packets resent for a hole below a SACKed PSN (also in retransmitted_pkts). */      \
+  X(sr_selective_resends, "sr_selective_resends", kInfo)
 
 namespace uroce::transport {
 

@@ -38,6 +38,55 @@ bool SendWindowCtl::on_loss(Loss why) {
 void Requester::reset(Psn sq_psn) {
   *this = Requester{};
   cursor_psn_ = next_new_psn_ = sent_end_ = unacked_ = sq_psn;
+  sr_high_ = sr_next_ = sr_episode_end_ = sr_resend_mark_ = sq_psn;
+}
+
+void Requester::clear_sacked(Psn from, Psn to) {
+  if (!sr_marks_) return;  // every ACK without selective repeat, or without a SACK in flight
+  if (psn_span(from, to) >= kSrSackBits || to >= sr_high_) {
+    // Nothing SACKed is left beyond `to`: every mark goes.
+    sr_sacked_.fill(0);
+    sr_marks_ = false;
+    return;
+  }
+  for (Psn p = from; p < to; ++p) {
+    const uint32_t i = p.value() % kSrSackBits;
+    sr_sacked_[i / 64] &= ~(uint64_t{1} << (i % 64));
+  }
+}
+
+void Requester::on_sack(const Sacked& ev) {
+  bool fresh = false;  // a PSN not SACKed before
+  if (ev.sacked && *ev.sacked >= unacked_ && psn_span(unacked_, *ev.sacked) < kSrSackBits &&
+      *ev.sacked < sent_end_) {
+    fresh = !sacked(*ev.sacked);
+    const uint32_t i = ev.sacked->value() % kSrSackBits;
+    sr_sacked_[i / 64] |= uint64_t{1} << (i % 64);
+    sr_marks_ = true;
+    if (*ev.sacked >= sr_high_) sr_high_ = *ev.sacked + 1;
+  }
+  // A hole resent and lost again: the responder still lacks a hole already resent, and a SACK
+  // names a packet sent after that resend: one first sent after it (at or after the mark), or a
+  // later hole of the same pass (holes go in PSN order). RACK's reasoning (RFC 8985): a later
+  // transmission arrived, an earlier one did not. The holes from there go again, once per resend
+  // pass, instead of waiting for the timer. Not while a rewind is under way: its cursor is
+  // resending them. A late original taken for a resend costs one duplicate packet.
+  const bool later = ev.sacked && (*ev.sacked >= sr_resend_mark_ ||
+                                   (fresh && *ev.sacked > ev.cumulative && *ev.sacked < sr_next_));
+  if (later && sr_resent_ && ev.cumulative < sr_next_ && ev.cumulative >= unacked_ &&
+      cursor_psn_ >= sent_end_) {
+    sr_next_ = ev.cumulative;
+    sr_resent_ = false;
+  }
+  // A SACK shows a hole at ev.cumulative (the responder's expected PSN): the first one of an
+  // episode cuts the window, as a sequence NAK does under go-back-N; the SACKs that follow for
+  // the same episode (one per packet placed behind the hole) do not.
+  if (!sr_episode_) {
+    sr_episode_ = true;
+    sr_episode_end_ = sent_end_;
+    if (window_.on_loss(SendWindowCtl::Loss::kSequenceNak)) ++cuts_unreported_;
+    ack_req_next_ = true;  // the first resend asks, so its ACK says where the responder stands
+  }
 }
 
 void Requester::seek(Psn psn, const SendQueue& sq) {
@@ -55,23 +104,67 @@ void Requester::seek(Psn psn, const SendQueue& sq) {
 void Requester::on_acked(const AckedThrough& ev, const SendQueue& sq) {
   if (ev.next_unacked > unacked_) {
     window_.on_acked(psn_span(unacked_, ev.next_unacked));
+    clear_sacked(unacked_, ev.next_unacked);
     unacked_ = ev.next_unacked;
+    sr_probed_ = false;
+    // Selective repeat's marks never fall behind unacked_: a PSN compares correctly only within
+    // half the PSN space of another, and these would otherwise stay put for ever on a QP
+    // without it (or without losses), until they read as ahead again.
+    if (sr_high_ < unacked_) sr_high_ = unacked_;
+    if (sr_next_ < unacked_) sr_next_ = unacked_;
+    if (sr_resend_mark_ < unacked_) sr_resend_mark_ = unacked_;
+    if (sr_episode_ && unacked_ >= sr_episode_end_) sr_episode_ = false;
   }
   // A retransmission may still be walking over PSNs the responder has meanwhile acknowledged
   // (it had them before the rewind); skip them.
   if (cursor_psn_ < unacked_ || cursor_seq_ < sq.begin()) seek(std::max(cursor_psn_, unacked_), sq);
 }
 
-void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq) {
+SendQueue::Seq Requester::find(const SendQueue& sq, Psn psn) const {
+  for (SendQueue::Seq s = sq.begin(); s != sq.end(); ++s) {
+    const SendEntry& e = sq.at(s);
+    if (e.state != WqeState::kInFlight) break;
+    if (psn >= e.first_psn && psn < e.end_psn()) return s;
+  }
+  return sq.end();
+}
+
+void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, bool sr) {
+  using Cause = RetransmitFrom::Cause;
+  // The one-packet probe only once per stall: if its answer is lost too, or the responder has no
+  // answer for it (it NAKs a gap of requests it cannot place ahead only once, like go-back-N),
+  // the next timeout rewinds.
+  if (sr && (ev.cause == Cause::kTimeout || ev.cause == Cause::kProbe) && unacked_ < sent_end_ &&
+      !sr_probed_) {
+    Psn last = sent_end_ - 1;
+    while (last > unacked_ && sacked(last)) last = last - 1;
+    const SendQueue::Seq s = find(sq, last);
+    // Only a packet of a SEND or WRITE: a READ or ATOMIC is resent by the rewind below, which
+    // the completer's READ bookkeeping expects.
+    if (last > unacked_ && s != sq.end() && !is_read_or_atomic(sq.at(s).wqe.opcode)) {
+      sr_probe_ = last;
+      sr_probed_ = true;
+      sr_next_ = unacked_;  // the holes may go again: their resends may be what was lost
+      ack_req_next_ = true;
+      if (window_.on_loss(ev.cause == Cause::kTimeout ? SendWindowCtl::Loss::kTimeout
+                                                      : SendWindowCtl::Loss::kSequenceNak))
+        ++cuts_unreported_;
+      return;
+    }
+  }
   Psn from = std::max(ev.psn, unacked_);
   if (from > sent_end_) from = sent_end_;  // never "resend" what was never sent
   seek(from, sq);
+  // The rewound cursor resends every PSN from `from` on that no SACK covers (pump()); the
+  // selective step must not send them a second time behind it. Below `from` there is nothing for
+  // it either: a timeout or probe rewinds to unacked_, and an RNR or implicit NAK acknowledges
+  // what precedes the PSN it names.
+  sr_next_ = std::max(sr_next_, sent_end_);
   not_before_ = ev.not_before;
   since_ack_req_ = 0;
   ack_req_next_ = true;
   // Loss signals shrink the window before the resend starts, so the resend itself is already
   // limited. An RNR NAK lost nothing: the window stays.
-  using Cause = RetransmitFrom::Cause;
   if (ev.cause == Cause::kSequenceNak || ev.cause == Cause::kImplicitNak) {
     if (window_.on_loss(SendWindowCtl::Loss::kSequenceNak)) ++cuts_unreported_;
   } else if (ev.cause == Cause::kTimeout) {
@@ -137,6 +230,11 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   if (not_before_ != 0 && now >= not_before_) not_before_ = 0;
   bool sent = false, timed = false;
   Psn timed_psn;
+  if (ctx.init.selective_repeat && not_before_ == 0 && selective_resend_pending()) {
+    selective_resend(now, ctx, sq, tx, pacer, out);
+    // Holes first: new packets wait while one is still to go (the port or the pacer said no).
+    if (selective_resend_pending() || out.local_error) return out;
+  }
   while (state(now, ctx, sq, may_start) == State::kSending) {
     SendEntry& e = sq.at(cursor_seq_);
     const bool rd_atomic = is_read_or_atomic(e.wqe.opcode);
@@ -167,36 +265,19 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
       e.state = WqeState::kInFlight;
       next_new_psn_ += e.npkts;
     }
-    // Resolve the payload before taking a transmit buffer (which cannot be given back): memory
-    // that went away while the WQE was in flight (MR deregistered) fails it here.
-    const Segment seg = segment(ctx, e);
-    MemPieces pieces;
-    uint32_t npieces = 0;
-    if (!(e.wqe.send_flags & IBV_SEND_INLINE) && seg.len != 0 &&
-        resolve_read(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, seg.offset, seg.len,
-                     pieces, &npieces) != MemStatus::kOk) {
-      e.state = WqeState::kLocalError;
-      e.error = IBV_WC_LOC_PROT_ERR;
-      out.local_error = true;
-      break;
+    // Selective repeat: a resend skips what a SACK says the responder has (never a READ or an
+    // ATOMIC: the responder places only WRITE packets ahead) — but not its first packet, the one
+    // that asks for an ACK: when everything a rewind would resend is SACKed, what the responder
+    // lacks is an ACK of what it has (its cumulative ACK came while a READ/ATOMIC response was
+    // missing, say), and only a request can draw one.
+    if (cursor_psn_ < sent_end_ && !rd_atomic && !ack_req_next_ && sacked(cursor_psn_)) {
+      ++cursor_psn_;
+      if (cursor_psn_ == e.end_psn()) ++cursor_seq_;
+      continue;
     }
-    // Congestion control: the packet leaves at the QP's rate (one branch while unlimited).
-    if (!pacer.may_send(now)) {
-      out.paced = true;
-      break;
-    }
-    TxBuf* buf = tx.tx_alloc();
-    if (buf == nullptr) {
-      out.blocked_by_port = true;
-      break;
-    }
-    const bool ack_req = write_packet(ctx, e, seg, pieces, npieces, tx.tx_gather_min(), buf);
-    const uint32_t ib_len = buf->ib_len();
-    const uint64_t frame = cc::frame_bytes(ib_len);
-    tx.tx_commit(buf);
-    pacer.on_sent(now, frame);
-    out.frame_bytes += frame;
-    count_sent(ctx.counters, ib_len);
+    bool ack_req = false;
+    const Tx r = transmit(now, ctx, e, cursor_psn_, tx, pacer, out, ack_req);
+    if (r != Tx::kSent) break;
     if (cursor_psn_ < sent_end_) {
       ++ctx.counters.retransmitted_pkts;
     } else if (ack_req) {
@@ -211,6 +292,92 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   }
   if (sent) out.sent = PacketsSent{sent_end_, timed, timed_psn};
   return out;
+}
+
+inline Requester::Tx Requester::transmit(Time now, const QpContext& ctx, SendEntry& e, Psn psn,
+                                         PacketSink& tx, cc::Pacer& pacer, RequesterOutcome& out,
+                                         bool& ack_req) {
+  // Resolve the payload before taking a transmit buffer (which cannot be given back): memory
+  // that went away while the WQE was in flight (MR deregistered) fails it here.
+  const Segment seg = segment(ctx, e, psn);
+  MemPieces pieces;
+  uint32_t npieces = 0;
+  if (!(e.wqe.send_flags & IBV_SEND_INLINE) && seg.len != 0 &&
+      resolve_read(ctx.mem, ctx.init.pd, e.wqe.sge.data(), e.wqe.num_sge, seg.offset, seg.len,
+                   pieces, &npieces) != MemStatus::kOk) {
+    e.state = WqeState::kLocalError;
+    e.error = IBV_WC_LOC_PROT_ERR;
+    out.local_error = true;
+    return Tx::kLocalError;
+  }
+  // Congestion control: the packet leaves at the QP's rate (one branch while unlimited).
+  if (!pacer.may_send(now)) {
+    out.paced = true;
+    return Tx::kPaced;
+  }
+  TxBuf* buf = tx.tx_alloc();
+  if (buf == nullptr) {
+    out.blocked_by_port = true;
+    return Tx::kPortFull;
+  }
+  ack_req = write_packet(ctx, e, psn, seg, pieces, npieces, tx.tx_gather_min(), buf);
+  const uint32_t ib_len = buf->ib_len();
+  const uint64_t frame = cc::frame_bytes(ib_len);
+  tx.tx_commit(buf);
+  pacer.on_sent(now, frame);
+  out.frame_bytes += frame;
+  count_sent(ctx.counters, ib_len);
+  return Tx::kSent;
+}
+
+void Requester::selective_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
+                                 cc::Pacer& pacer, RequesterOutcome& out) {
+  if (sr_next_ < unacked_) sr_next_ = unacked_;
+  SendQueue::Seq s = sq.begin();
+  while (holes_pending()) {
+    const Psn p = sr_next_;
+    if (sacked(p)) {
+      ++sr_next_;
+      continue;
+    }
+    // The WQE holding p: in flight, PSN order, so the scan resumes where the last one ended.
+    while (s < sq.end() && (sq.at(s).state != WqeState::kInFlight || sq.at(s).end_psn() <= p)) {
+      if (sq.at(s).state != WqeState::kInFlight) {
+        s = sq.end();
+        break;
+      }
+      ++s;
+    }
+    if (s >= sq.end() || p < sq.at(s).first_psn) {
+      ++sr_next_;  // no packet of ours holds it (a local operation's place): nothing to resend
+      continue;
+    }
+    SendEntry& e = sq.at(s);
+    bool ack_req = false;
+    if (transmit(now, ctx, e, p, tx, pacer, out, ack_req) != Tx::kSent) return;
+    ++ctx.counters.retransmitted_pkts;
+    ++ctx.counters.sr_selective_resends;
+    sr_resent_ = true;
+    sr_resend_mark_ = sent_end_;
+    // A READ resent from p asks for the rest of its responses: its whole range is covered.
+    sr_next_ = is_read_or_atomic(e.wqe.opcode) ? e.end_psn() : p + 1;
+    out.sent = PacketsSent{sent_end_, false, Psn{}};
+  }
+  if (sr_probe_) {
+    const Psn p = *sr_probe_;
+    const SendQueue::Seq ps = find(sq, p);
+    if (p < unacked_ || ps == sq.end() || sacked(p)) {
+      sr_probe_.reset();  // acknowledged or SACKed meanwhile
+      return;
+    }
+    ack_req_next_ = true;
+    bool ack_req = false;
+    if (transmit(now, ctx, sq.at(ps), p, tx, pacer, out, ack_req) != Tx::kSent) return;
+    sr_probe_.reset();
+    ++ctx.counters.retransmitted_pkts;
+    ++ctx.counters.sr_selective_resends;
+    out.sent = PacketsSent{sent_end_, false, Psn{}};
+  }
 }
 
 bool Requester::execute_local(const QpContext& ctx, SendEntry& e) {
@@ -237,16 +404,16 @@ bool Requester::execute_local(const QpContext& ctx, SendEntry& e) {
   return true;
 }
 
-Requester::Segment Requester::segment(const QpContext& ctx, const SendEntry& e) const {
+Requester::Segment Requester::segment(const QpContext& ctx, const SendEntry& e, Psn psn) const {
   Segment seg;
-  seg.index = psn_span(e.first_psn, cursor_psn_);
+  seg.index = psn_span(e.first_psn, psn);
   seg.offset = uint64_t{seg.index} * ctx.mtu;
   if (is_read_or_atomic(e.wqe.opcode)) return seg;  // no payload
   seg.len = static_cast<uint32_t>(std::min<uint64_t>(ctx.mtu, e.length - seg.offset));
   return seg;
 }
 
-bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
+bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, Psn psn, const Segment& seg,
                              const MemPieces& pieces, uint32_t npieces, uint32_t gather_min,
                              TxBuf* buf) {
   const bool first = seg.index == 0, last = seg.index + 1 == e.npkts;
@@ -255,7 +422,13 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   const bool rd_atomic = w.flags & kWrRespResource;
   // A READ resent from mid-stream is not its first packet, but READ and the ATOMICs name their
   // one request opcode in every position.
-  const Opcode op = wire_opcode(w, ctx.service, first, last);
+  // Selective repeat: every packet of a multi-packet RDMA WRITE goes as an RDMA WRITE ONLY with a
+  // RETH for its own bytes, so the responder can place it wherever it arrives in the PSN order
+  // (docs/selective-repeat.md). A WRITE with immediate keeps FIRST/MIDDLE/LAST: its LAST consumes
+  // a receive WQE and reports the whole length, so it is taken in order only.
+  const bool sr_split = ctx.init.selective_repeat && ctx.service == wire::Service::kRc &&
+                        e.wqe.opcode == IBV_WR_RDMA_WRITE;
+  const Opcode op = sr_split ? Opcode::kRcWriteOnly : wire_opcode(w, ctx.service, first, last);
   const wire::OpcodeInfo& info = wire::opcode_info(op);
 
   ++since_ack_req_;
@@ -277,7 +450,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   // ACKs each one: an ACK opens a slot or two, the packet that fills them asks, its ACK opens
   // one more, and so on (80 % of a 64 KiB ib_write_bw's packets asked over memif, and the
   // responder sent 0.8 ACKs per packet). The periodic asks keep the window moving either way.
-  const bool fills_window = psn_span(unacked_, cursor_psn_ + 1) >= limit;
+  const bool fills_window = psn_span(unacked_, psn + 1) >= limit;
   const bool ack_req = last || rd_atomic || ack_req_next_ || since_ack_req_ >= interval ||
                        (fills_window && since_ack_req_ >= std::max<uint32_t>(1, interval / 2));
   ack_req_next_ = false;
@@ -293,7 +466,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
   p.bth.pkey = wire::kDefaultPkey;
   p.bth.dest_qp = ctx.attr.dest_qp_num;
   p.bth.ack_req = ack_req;
-  p.bth.psn = cursor_psn_.value();
+  p.bth.psn = psn.value();
   if (info.flags & wire::kHasImm) p.imm_be = e.wqe.imm_be;
   if (info.flags & wire::kHasXrceth) p.xrc_srqn = e.wqe.xrc_srqn;
   if (info.flags & wire::kHasIeth) p.ieth_rkey = e.wqe.imm_be;  // host order (qp.h)
@@ -302,7 +475,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, const Seg
     // (the whole READ unless the completer asked to resume mid-stream).
     p.reth.va = e.wqe.remote_addr + seg.offset;
     p.reth.rkey = e.wqe.rkey;
-    p.reth.dma_len = static_cast<uint32_t>(e.length - seg.offset);
+    p.reth.dma_len = sr_split ? len : static_cast<uint32_t>(e.length - seg.offset);
   }
   if (info.flags & wire::kHasAtomicEth) {
     p.atomic.va = e.wqe.remote_addr;

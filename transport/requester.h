@@ -6,7 +6,10 @@
 // part still missing (9.7.4.1.3.2: the duplicate READ carries the adjusted VA, length and PSN).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <optional>
 
 #include "transport/cc/pacer.h"
 #include "transport/context.h"
@@ -82,7 +85,10 @@ class Requester {
 
   // Events from the completer.
   void on_acked(const AckedThrough& ev, const SendQueue& sq);
-  void on_retransmit(const RetransmitFrom& ev, const SendQueue& sq);
+  // `sr`: the QP uses selective repeat (a timeout or probe then resends one packet).
+  void on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, bool sr = false);
+  // Selective repeat: a SACK (events.h). Records the SACKed PSN and opens a loss episode.
+  void on_sack(const Sacked& ev);
 
   // Sends what the window, the RNR timer, the QP's pacer (congestion control) and the port
   // allow. `may_start` is false in SQD: WQEs already started finish, new ones wait (IBTA 10.3.1
@@ -94,8 +100,12 @@ class Requester {
   // no window cut is to be reported. A QP pumps after every packet it receives and every post,
   // several times a round trip with nothing to send; Qp::pump skips the call then.
   bool idle(const SendQueue& sq) const {
-    return cursor_seq_ >= sq.end() && not_before_ == 0 && cuts_unreported_ == 0;
+    return cursor_seq_ >= sq.end() && not_before_ == 0 && cuts_unreported_ == 0 &&
+           !selective_resend_pending();
   }
+  // Selective repeat: PSNs below the highest SACKed one are still to be looked at for a resend
+  // (pump() sends the holes among them first, before anything new).
+  bool selective_resend_pending() const { return holes_pending() || sr_probe_.has_value(); }
   // What pump() would do now, ignoring the port; kRnrWait while the RNR timer runs.
   State state(Time now, const QpContext& ctx, const SendQueue& sq, bool may_start) const;
   // The RNR timer's expiry while it runs, else kNever.
@@ -119,15 +129,36 @@ class Requester {
   // READ/ATOMIC WQEs started and not yet completed (the completer pops completed WQEs). Only
   // asked when the cursor is at a new WQE, so everything before the cursor is in flight.
   uint32_t rd_atomic_in_flight(const SendQueue& sq) const;
-  Segment segment(const QpContext& ctx, const SendEntry& e) const;
+  Segment segment(const QpContext& ctx, const SendEntry& e, Psn psn) const;
   // Executes a local operation (is_local_op) at the cursor through MemoryAccess: true and
   // kInFlight with no PSN on success, false and kLocalError otherwise.
   bool execute_local(const QpContext& ctx, SendEntry& e);
   // Writes the cursor's packet (headers, payload from `pieces` or the inline data, pad) to `buf`;
   // a payload of one piece of at least `gather_min` bytes (0: none) that needs no pad is left
   // where it lies (TxBuf::ext). Returns whether it asks for an ACK.
-  bool write_packet(const QpContext& ctx, const SendEntry& e, const Segment& seg,
+  bool write_packet(const QpContext& ctx, const SendEntry& e, Psn psn, const Segment& seg,
                     const MemPieces& pieces, uint32_t npieces, uint32_t gather_min, TxBuf* buf);
+  // Transmits the packet of `e` at `psn`: payload resolved, paced, a buffer taken. kSent, or why
+  // not (a local error has marked `e` kLocalError).
+  enum class Tx : uint8_t { kSent, kLocalError, kPaced, kPortFull };
+  // Inlined into pump(), the path of every packet; selective_resend() is the other caller.
+  [[gnu::always_inline]] Tx transmit(Time now, const QpContext& ctx, SendEntry& e, Psn psn,
+                                     PacketSink& tx, cc::Pacer& pacer, RequesterOutcome& out,
+                                     bool& ack_req);
+  // Selective repeat: resends the holes below the highest SACKed PSN (pump's first step).
+  void selective_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
+                        cc::Pacer& pacer, RequesterOutcome& out);
+  bool holes_pending() const {
+    const Psn lo = std::max(sr_next_, unacked_);
+    return lo < sr_high_ && lo < cursor_psn_;
+  }
+  bool sacked(Psn p) const {
+    const uint32_t d = psn_span(unacked_, p);
+    if (p < unacked_ || d >= kSrSackBits) return false;
+    const uint32_t i = p.value() % kSrSackBits;
+    return (sr_sacked_[i / 64] >> (i % 64)) & 1;
+  }
+  void clear_sacked(Psn from, Psn to);
   // Moves the cursor to the WQE holding `psn` (an in-flight PSN), or to the end.
   void seek(Psn psn, const SendQueue& sq);
 
@@ -143,6 +174,30 @@ class Requester {
   // Window cuts not yet added to QpCounters::send_window_cuts (on_retransmit has no context;
   // the next pump() adds them).
   uint32_t cuts_unreported_ = 0;
+
+  // Selective repeat (QpInit::selective_repeat). sr_sacked_: a bit per PSN in [unacked_,
+  // unacked_ + kSrSackBits), indexed by PSN modulo its size, set when a SACK named it. sr_high_:
+  // one past the highest SACKed PSN. sr_next_: where selective_resend() resumes, so a hole is
+  // resent once per episode (a resend lost again falls to the probe or the ACK timer, which
+  // rewind to unacked_). sr_episode_end_: a loss episode lasts until unacked_ reaches it; the
+  // window is cut once per episode, as TCP's SACK recovery does (RFC 6675).
+  static constexpr uint32_t kSrSackBits = 1024;
+  std::array<uint64_t, kSrSackBits / 64> sr_sacked_{};
+  bool sr_marks_ = false;  // some bit of sr_sacked_ may be set
+  Psn sr_high_, sr_next_, sr_episode_end_;
+  bool sr_episode_ = false;
+  // The last selective resend: sent_end_ when it went (a PSN at or after it was first sent
+  // later), and whether one went since the holes were last rearmed (on_sack).
+  Psn sr_resend_mark_;
+  bool sr_resent_ = false;
+  // A timeout or probe under selective repeat resends one packet, the last one sent that no SACK
+  // covers, as TCP's tail loss probe does (RFC 8985 7.3): the responder answers it with an ACK
+  // (it had everything before) or a SACK (it names the holes), where a rewind would resend the
+  // whole unacknowledged tail. pump() sends it after the holes.
+  std::optional<Psn> sr_probe_;
+  bool sr_probed_ = false;  // a probe went since the last ACK progress
+  // The in-flight WQE holding `psn`, or sq.end().
+  SendQueue::Seq find(const SendQueue& sq, Psn psn) const;
 };
 
 }  // namespace uroce::transport

@@ -50,7 +50,7 @@ void Responder::reset(Psn rq_psn) {
   epsn_ = rq_psn;
 }
 
-void Responder::queue_ack(uint8_t syndrome, Psn psn) {
+void Responder::queue_ack(uint8_t syndrome, Psn psn, uint32_t msn) {
   // While the port pushes back, ACKs and NAKs wait here. ACKs are cumulative: an ACK waiting
   // behind everything else is superseded by a newer ACK or NAK, which says at least as much. A
   // waiting NAK is never superseded — the requester must learn of the gap, the missing receive
@@ -64,7 +64,7 @@ void Responder::queue_ack(uint8_t syndrome, Psn psn) {
     if (waiting_ack) {
       b.syndrome = syndrome;
       b.psn = psn;
-      b.msn = msn_;
+      b.msn = msn;
       return;
     }
     if (is_ack && psn < b.psn) return;
@@ -73,7 +73,7 @@ void Responder::queue_ack(uint8_t syndrome, Psn psn) {
   r.kind = Response::Kind::kAck;
   r.syndrome = syndrome;
   r.psn = psn;
-  r.msn = msn_;
+  r.msn = msn;
   responses_.push_back(r);
 }
 
@@ -130,6 +130,12 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     // Out of sequence (9.7.4.1.3.3): a gap. One NAK per gap; the rest of the window is dropped
     // until the expected PSN arrives.
     ++ctx.counters.out_of_sequence;
+    // Selective repeat places what it can ahead; after an RNR NAK the IBTA rule below holds for
+    // it too (the requester waits, then resends from the refused PSN).
+    if (ctx.init.selective_repeat && nak_state_ != NakState::kRnrSent) {
+      sr_ahead(pkt, d, ctx);
+      return out;
+    }
     if (nak_state_ == NakState::kNone) {
       ++ctx.counters.out_of_seq_request;
       nak(Nak::kPsnSequenceError, epsn_, ctx);
@@ -159,7 +165,108 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
   } else {
     fail(Nak::kInvalidRequest, psn, ctx, rq, out);  // no such request opcode on RC
   }
+  if (sr_ != nullptr && sr_->count != 0 && !out.fatal) sr_catch_up(ctx, rq, out);
   return out;
+}
+
+void Responder::sack(std::optional<Psn> sacked, const QpContext& ctx) {
+  ++ctx.counters.sr_sack_sent;
+  queue_ack(syndrome(Nak::kPsnSequenceError, 0), epsn_,
+            sacked ? sacked->value() : (epsn_ - 1).value());
+}
+
+void Responder::sr_ahead(const wire::Packet& pkt, int32_t d, const QpContext& ctx) {
+  const Psn psn(pkt.bth.psn);
+  const size_t len = pkt.payload.size();
+  // Only an RC RDMA WRITE ONLY (no immediate) is self-contained: its RETH names where its bytes
+  // go, it consumes no receive WQE and completes nothing here. Everything else must wait for
+  // the requests before it (a SEND's offset in its receive WQE, a READ or ATOMIC's ordering).
+  if (uint32_t(d) < kSrWindowPkts && pkt.bth.opcode == uint8_t(Opcode::kRcWriteOnly) &&
+      !ctx.xrc_refused) {
+    if (sr_ == nullptr) sr_ = std::make_unique<SrState>();
+    if (sr_->has(psn)) {
+      ++ctx.counters.duplicate_request;  // its SACK was lost or late: say it again
+      sack(psn, ctx);
+      return;
+    }
+    // The checks execute_write makes of a WRITE ONLY. One that fails is not placed; it is
+    // refused in order when the requester resends it, after everything before it.
+    MemRef m{MemStatus::kOk, nullptr};
+    const bool ok_len = len <= ctx.mtu && len == pkt.reth.dma_len;
+    if (ok_len && len != 0 && (ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE)) {
+      m = ctx.mem.resolve_remote(pkt.reth.rkey, ctx.pd, pkt.reth.va, len, IBV_ACCESS_REMOTE_WRITE);
+    }
+    if (ok_len && (ctx.attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) &&
+        m.status == MemStatus::kOk) {
+      if (len != 0) place(m.ptr, pkt.payload.data(), len, psn);
+      const uint32_t i = psn.value() % kSrWindowPkts;
+      sr_->bits[i / 64] |= uint64_t{1} << (i % 64);
+      sr_->slots[i] = SrSlot{psn, m.ptr, static_cast<uint32_t>(len)};
+      ++sr_->count;
+      ++ctx.counters.sr_ooo_accepted;
+      sack(psn, ctx);
+      return;
+    }
+  }
+  // Dropped; the first packet of a gap still tells the requester where the hole starts.
+  if (nak_state_ == NakState::kNone) {
+    ++ctx.counters.out_of_seq_request;
+    sack(std::nullopt, ctx);
+    nak_state_ = NakState::kSeqErrSent;
+  }
+}
+
+void Responder::sr_catch_up(const QpContext& ctx, RecvQueue& rq, ResponderOutcome& out) {
+  bool moved = false;
+  while (sr_->count != 0 && sr_->has(epsn_)) {
+    if (msg_ != Msg::kNone) {
+      // A WRITE ONLY where the open message needs its next packet: the requester broke the
+      // opcode sequence (9.7.4.1.4).
+      fail(Nak::kInvalidRequest, epsn_, ctx, rq, out);
+      return;
+    }
+    const uint32_t i = epsn_.value() % kSrWindowPkts;
+    sr_->bits[i / 64] &= ~(uint64_t{1} << (i % 64));
+    --sr_->count;
+    ++epsn_;
+    msn_ = (msn_ + 1) & kPsnMask;  // each one was a whole message
+    moved = true;
+  }
+  if (moved) {
+    nak_state_ = NakState::kNone;
+    ack(ctx);
+  }
+}
+
+void Responder::place(uint8_t* dst, const uint8_t* src, size_t len, Psn psn) {
+  if (sr_ == nullptr || sr_->count == 0) {
+    std::memcpy(dst, src, len);
+    return;
+  }
+  // The ranges of [dst, dst + len) that packets after `psn`, placed ahead, already wrote.
+  std::array<std::pair<size_t, size_t>, kSrWindowPkts> cut;
+  size_t n = 0;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(dst), hi = lo + len;
+  for (uint32_t w = 0; w < sr_->bits.size(); ++w) {
+    for (uint64_t b = sr_->bits[w]; b != 0; b &= b - 1) {
+      const SrSlot& sl = sr_->slots[w * 64 + uint32_t(__builtin_ctzll(b))];
+      if (!(sl.psn > psn) || sl.len == 0) continue;
+      const uintptr_t a = std::max(lo, reinterpret_cast<uintptr_t>(sl.ptr));
+      const uintptr_t z = std::min(hi, reinterpret_cast<uintptr_t>(sl.ptr) + sl.len);
+      if (a < z) cut[n++] = {a - lo, z - lo};
+    }
+  }
+  if (n == 0) {
+    std::memcpy(dst, src, len);
+    return;
+  }
+  std::sort(cut.begin(), cut.begin() + static_cast<ptrdiff_t>(n));
+  size_t at = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (cut[k].first > at) std::memcpy(dst + at, src + at, cut[k].first - at);
+    at = std::max(at, cut[k].second);
+  }
+  if (at < len) std::memcpy(dst + at, src + at, len - at);
 }
 
 void Responder::execute_send(const wire::Packet& pkt, const QpContext& ctx, RecvQueue& rq,
@@ -282,7 +389,7 @@ void Responder::execute_write(const wire::Packet& pkt, const QpContext& ctx, Rec
       fail(Nak::kRemoteAccess, psn, ctx, rq, out);
       return;
     }
-    std::memcpy(m.ptr, pkt.payload.data(), len);
+    place(m.ptr, pkt.payload.data(), len, psn);
   }
   msg_offset_ = end;
   ++epsn_;

@@ -23,7 +23,10 @@
 // offering rxe's 128 costs a device of thousands of QPs nothing it does not use.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "transport/context.h"
@@ -36,6 +39,11 @@ namespace uroce::transport {
 // Most responses the responder queues (ACKs coalesce, so these are READ streams and ATOMIC ACKs
 // plus one ACK/NAK between each): bounds what duplicate READ requests can make it queue.
 inline constexpr size_t kMaxQueuedResponses = 64;
+
+// Selective repeat (QpInit::selective_repeat): how far ahead of the expected PSN a WRITE packet
+// may arrive and still be placed. The requester never has more PSNs outstanding than its send
+// window (kSendWindowPkts, the same 256), so this covers everything it may send.
+inline constexpr uint32_t kSrWindowPkts = 256;
 
 class Responder {
  public:
@@ -120,7 +128,21 @@ class Responder {
 
   void ack(const QpContext& ctx);  // cumulative ACK of epsn_ - 1
   void nak(Nak nak, Psn psn, const QpContext& ctx);
-  void queue_ack(uint8_t syndrome, Psn psn);
+  void queue_ack(uint8_t syndrome, Psn psn) { queue_ack(syndrome, psn, msn_); }
+  void queue_ack(uint8_t syndrome, Psn psn, uint32_t msn);
+  // Selective repeat (docs/selective-repeat.md). A request `d` PSNs ahead of the expected one:
+  // an RDMA WRITE ONLY within kSrWindowPkts is placed and SACKed, anything else dropped (the
+  // first of a gap draws a SACK naming only the hole).
+  void sr_ahead(const wire::Packet& pkt, int32_t d, const QpContext& ctx);
+  // After the expected PSN moved: steps over the PSNs placed ahead, each a whole message, and
+  // ACKs the new expected PSN when it moved that way.
+  void sr_catch_up(const QpContext& ctx, RecvQueue& rq, ResponderOutcome& out);
+  // A SACK: sequence NAK at the expected PSN; the AETH MSN field carries `sacked` (or, with
+  // nothing SACKed, the PSN before the NAK's, which no requester takes for a SACK).
+  void sack(std::optional<Psn> sacked, const QpContext& ctx);
+  // Copies WRITE data for the request at `psn` to `dst`, except the bytes a later request
+  // placed ahead has written (later writes win, as in PSN order).
+  void place(uint8_t* dst, const uint8_t* src, size_t len, Psn psn);
   // Refuses the request at `psn` with a fatal NAK: completes a SEND in progress with `recv_status`
   // and reports QpFatal.
   void fail(Nak nak, Psn psn, const QpContext& ctx, RecvQueue& rq, ResponderOutcome& out,
@@ -178,6 +200,25 @@ class Responder {
   // one overwrites it.
   std::vector<Resource> resources_;
   size_t res_head_ = 0;
+
+  // Selective repeat: the WRITE packets placed ahead of epsn_, a bit per PSN in (epsn_,
+  // epsn_ + kSrWindowPkts) indexed by PSN modulo the window, with where each one wrote (for
+  // place()). Allocated at the first packet placed ahead, so a QP without it costs a pointer.
+  struct SrSlot {
+    Psn psn;
+    uint8_t* ptr = nullptr;
+    uint32_t len = 0;
+  };
+  struct SrState {
+    std::array<uint64_t, kSrWindowPkts / 64> bits{};
+    std::array<SrSlot, kSrWindowPkts> slots{};
+    uint32_t count = 0;  // bits set
+    bool has(Psn p) const {
+      const uint32_t i = p.value() % kSrWindowPkts;
+      return ((bits[i / 64] >> (i % 64)) & 1) && slots[i].psn == p;
+    }
+  };
+  std::unique_ptr<SrState> sr_;
 };
 
 }  // namespace uroce::transport

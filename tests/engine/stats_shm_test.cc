@@ -96,7 +96,11 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "np_ecn_marked_roce_packets",
                                          "np_cnp_sent",
                                          "rp_cnp_handled",
-                                         "rp_cnp_ignored"};
+                                         "rp_cnp_ignored",
+                                         "sr_ooo_accepted",
+                                         "sr_sack_sent",
+                                         "sr_sack_rcvd",
+                                         "sr_selective_resends"};
   EXPECT_EQ(names, want);
   EXPECT_EQ(names.size(), transport::kQpCounterCount);
   for (const std::string& n : names) EXPECT_LT(n.size(), kNameLen) << n;
@@ -109,8 +113,8 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
   sum += a;
   v = 0;
   for_each_qp_counter(sum, [&v](const char* name, uint64_t c) { EXPECT_EQ(c, 2 * ++v) << name; });
-  EXPECT_EQ(sum.sent_pkts, 2u);                                   // the first row
-  EXPECT_EQ(sum.rp_cnp_ignored, 2 * transport::kQpCounterCount);  // the last
+  EXPECT_EQ(sum.sent_pkts, 2u);                                         // the first row
+  EXPECT_EQ(sum.sr_selective_resends, 2 * transport::kQpCounterCount);  // the last
 }
 
 TEST(StatsShmTest, LayoutRoundTrip) {

@@ -112,6 +112,10 @@ QpWorld::QpWorld(Transmitter& tx, RingSink* sink)
   q->post_send(t::rdma_wqe(next_wr_id_++, IBV_WR_RDMA_WRITE, l, 2000, kKeyRw, 0x9200, 0x77), now);
   q->post_send(t::send_wqe(next_wr_id_++, l, 100, kKeyRw), now);
   dispatch_.touch(q);
+  Qp* sr = qps_[kRcSr];
+  sr->post_send(t::rdma_wqe(next_wr_id_++, IBV_WR_RDMA_WRITE, l, 2000, kKeyRw, 0x9200, 0x77), now);
+  sr->post_send(t::send_wqe(next_wr_id_++, l, 100, kKeyRw), now);
+  dispatch_.touch(sr);
   Qp* rnr = qps_[kRcRnr];
   rnr->post_send(t::send_wqe(next_wr_id_++, kMemBase, 64, kKeyRw), now);
   dispatch_.touch(rnr);
@@ -155,6 +159,7 @@ transport::QpInit QpWorld::init_for(int role) {
   init.port_mtu = kPathMtu;
   init.early_retransmit = role % 3 == 0;
   if (role == kRcSrq) init.srq = srq_.get();
+  init.selective_repeat = role == kRcSr;
   if (role == kXrcSend) init.recv_cq = nullptr;
   if (role == kXrcRecv) {
     init.pd = 0;

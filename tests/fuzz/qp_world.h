@@ -54,6 +54,8 @@ class QpWorld {
     kUdRts,
     kXrcSend,  // RTS, an XRC send QP
     kXrcRecv,  // RTS, an XRC receive QP of domain kXrcd
+    kRcSr,     // RTS with selective repeat (QpInit::selective_repeat); a 2-packet WRITE and a
+               // SEND outstanding (PSNs kSqPsn..+2): its responder places WRITE ONLYs ahead
     kRoles
   };
   // The XRC SRQs: kXrcSrq in the receive QP's domain (with receive WQEs), kForeignSrq in another.
