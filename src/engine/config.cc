@@ -205,6 +205,9 @@ spec::Schema<Environment> make_environment_schema() {
   k.push_back(
       switch_var("UROCE_EARLY_RETRANSMIT", &Environment::early_retransmit, "1",
                  "RC QPs probe for a lost tail before the ACK timeout (0: IBTA timer only)"));
+  k.push_back(switch_var("UROCE_SR", &Environment::selective_repeat, "0",
+                         "1: RC QPs use selective repeat (every peer must have it too: not "
+                         "negotiated yet)"));
   k.push_back(switch_var("UROCE_SHARE", &Environment::share, "1",
                          "0: the device's address is this process's alone (no registry, no "
                          "steering: the single-process path)"));
@@ -388,6 +391,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     d.gso = env.gso;
     d.print_stats = env.print_stats;
     d.early_retransmit = env.early_retransmit;
+    d.selective_repeat = env.selective_repeat;
     d.share = env.share;
     d.rnr_grace_ns = env.rnr_grace_ns;
     d.icrc = env.icrc;
