@@ -212,7 +212,7 @@ TEST_F(OdpTest, RegistrationFlags) {
   EXPECT_EQ(errno, EINVAL);
   // Without the flag, NULL/SIZE_MAX is no region.
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(b_.pd, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(b_.pd, nullptr, SIZE_MAX, int{IBV_ACCESS_LOCAL_WRITE}), nullptr);
   EXPECT_NE(errno, 0);
 }
 
@@ -222,14 +222,14 @@ TEST_F(OdpTest, RegistrationFlags) {
 TEST_F(OdpTest, RegionsNotOnDemandMustBeMappedWhenRegistered) {
   for (size_t off : {kPage, kPage - 64}) {  // the hole; a range that reaches into it
     errno = 0;
-    EXPECT_EQ(ibv_reg_mr(b_.pd, mem_ + off, 128, IBV_ACCESS_LOCAL_WRITE), nullptr) << off;
+    EXPECT_EQ(ibv_reg_mr(b_.pd, mem_ + off, 128, int{IBV_ACCESS_LOCAL_WRITE}), nullptr) << off;
     EXPECT_EQ(errno, EFAULT);
   }
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(b_.pd, mem_ + 2 * kPage, kPage, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(b_.pd, mem_ + 2 * kPage, kPage, int{IBV_ACCESS_LOCAL_WRITE}), nullptr);
   EXPECT_EQ(errno, EFAULT);
   // Read-only memory may be registered for reading (a SEND's source, a remote READ).
-  ibv_mr* ro = ibv_reg_mr(b_.pd, mem_ + 2 * kPage, kPage, IBV_ACCESS_REMOTE_READ);
+  ibv_mr* ro = ibv_reg_mr(b_.pd, mem_ + 2 * kPage, kPage, int{IBV_ACCESS_REMOTE_READ});
   ASSERT_NE(ro, nullptr) << std::strerror(errno);
   // Nor can a region be moved onto the hole, or given write access to read-only pages; it stays
   // as it was.
