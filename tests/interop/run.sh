@@ -83,6 +83,17 @@ owner_file=$RXEVM_DIR/interop.owner
 # The guest's GID for its IPv4 address; rxe puts the link-local GID first (README of rxe-vm).
 GUEST_GID_INDEX=${GUEST_GID_INDEX:-1}
 
+# The guest's GID table (index, GID, type, netdev), as the guest's rxe-gids prints it, in one
+# process: rxe's table has 1024 entries, and rxe-gids' cat per entry costs ~22 s of forks in the
+# emulated (TCG) guest where this reads the non-zero ones in under a second.
+guest_gids() {
+  "$G" -t 60 'cd /sys/class/infiniband/rxe0/ports/1/gids &&
+    grep -v -H "^0000:0000:0000:0000:0000:0000:0000:0000\$" * 2>/dev/null |
+    while IFS=: read i gid; do
+      echo "$i $gid $(cat ../gid_attrs/types/$i 2>/dev/null) $(cat ../gid_attrs/ndevs/$i 2>/dev/null)"
+    done | sort -n'
+}
+
 vm_running() {
   [[ -f $RXEVM_RUN/qemu.pid ]] && kill -0 "$(cat "$RXEVM_RUN/qemu.pid")" 2>/dev/null &&
     "$G" -t 30 true >/dev/null 2>&1
@@ -118,9 +129,10 @@ cmd_start() {
     ((try == 2)) && skip "the rxe-vm guest did not boot"
     sleep 2
   done
-  "$G" -t 60 rxe-gids
-  local gid
-  gid=$("$G" -t 60 rxe-gids | awk -v i="$GUEST_GID_INDEX" '$1==i {print $2, $3, $4}')
+  local gids gid
+  gids=$(guest_gids)
+  echo "$gids"
+  gid=$(awk -v i="$GUEST_GID_INDEX" '$1==i {print $2, $3, $4}' <<<"$gids")
   [[ $gid == *":ffff:"*"RoCE v2" ]] || {
     echo "FAIL: guest GID index $GUEST_GID_INDEX is not the RoCEv2 IPv4 GID ($gid)"
     exit 1
@@ -193,15 +205,21 @@ cap_stop() {
 # The payload is the program's, not the transport's, so that dissector is off.
 ts() { tshark --disable-protocol rpcordma "$@" 2>/dev/null; }
 cap_check() {
-  local total roce malformed from_u from_r
-  total=$(ts -r "$pcap" | wc -l)
-  roce=$(ts -r "$pcap" -Y infiniband | wc -l)
-  malformed=$(ts -r "$pcap" -Y _ws.malformed | wc -l)
-  from_u=$(ts -r "$pcap" -Y "$L3.src==$UROCE_IP" | wc -l)
-  from_r=$(ts -r "$pcap" -Y "$L3.src==$RXE_IP" | wc -l)
+  # One tshark pass (each costs about a second): per packet its protocol stack, source address,
+  # BTH opcode and malformed mark; awk counts what the checks need.
+  local fields total roce malformed from_u from_r opcodes
+  fields=$(ts -r "$pcap" -T fields -E separator=/t -e frame.protocols -e "$L3.src" \
+    -e infiniband.bth.opcode -e _ws.malformed)
+  read -r total roce malformed from_u from_r <<<"$(awk -F'\t' -v u="$UROCE_IP" -v r="$RXE_IP" '
+      NF { total++ }
+      $1 ~ /(^|:)infiniband(:|$)/ { roce++ }
+      $4 != "" || $1 ~ /malformed/ { malformed++ }
+      $2 == u { from_u++ }
+      $2 == r { from_r++ }
+      END { printf "%d %d %d %d %d\n", total, roce, malformed, from_u, from_r }' <<<"$fields")"
+  opcodes=$(cut -f3 <<<"$fields" | grep . | sort -n | uniq -c | awk '{printf "%s×%s ", $2, $1}')
   echo "capture: $total packets ($from_u from uroce, $from_r from rxe), $roce decoded as RoCEv2," \
-    "$malformed malformed; opcodes: $(ts -r "$pcap" -T fields -e infiniband.bth.opcode \
-      | sort -n | uniq -c | awk '{printf "%s×%s ", $2, $1}')"
+    "$malformed malformed; opcodes: $opcodes"
   if [[ -n ${KEEP_PCAP:-} ]]; then
     mkdir -p "$KEEP_PCAP"
     cp "$pcap" "$KEEP_PCAP/"
@@ -776,7 +794,7 @@ ipv6_setup() {
   local want i
   want=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_address(sys.argv[1]).exploded)' "$GUEST_IP6")
   for _ in $(seq 50); do
-    i=$("$G" -t 30 rxe-gids | awk -v g="$want" '$2 == g && $3 $4 == "RoCEv2" {print $1}')
+    i=$(guest_gids | awk -v g="$want" '$2 == g && $3 $4 == "RoCEv2" {print $1}')
     [[ -n $i ]] && break
     sleep 0.1
   done
