@@ -330,7 +330,7 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
   // SACKs nothing says the responder dropped a request it could not place ahead (a SEND, a READ
   // or ATOMIC, a WRITE with immediate): everything after the hole that no SACK covers must be
   // resent, which is go-back-N's rewind (below); the requester skips the SACKed PSNs.
-  if (ctx.init.selective_repeat && type == AethType::kNak &&
+  if (ctx.sr() && type == AethType::kNak &&
       wire::aeth_value(syn) == uint8_t(NakCode::kPsnSequenceError) && Psn(pkt.aeth.msn) > psn) {
     return on_sack(pkt, now, ctx, sq);
   }

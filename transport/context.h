@@ -34,6 +34,16 @@ struct QpContext {
   uint8_t dscp = kDscpPortDefault;
   // The AV names the RoCE v1 GID (sgid_index kRoceV1GidIndex): the QP's packets go as RoCE v1.
   bool roce_v1 = false;
+  // Selective repeat: a packet from the peer carried wire::kBthExtSr (the peer QP speaks it).
+  // Learned on receipt, cleared by a reset; see sr().
+  bool peer_sr = false;
+
+  // Both ends speak selective repeat: SACKs, split WRITEs and placement ahead are on. The peer
+  // marks its first request, so a responder knows before its first ACK, and a requester learns
+  // it from that ACK — before any loss it could recover from selectively.
+  bool sr() const { return init.selective_repeat && peer_sr; }
+  // The extension bits of every RC packet this QP sends.
+  uint8_t bth_ext() const { return init.selective_repeat ? wire::kBthExtSr : 0; }
 };
 
 // The route of a connected QP's packets (RC requests and responses, UC): to the peer of its AV,

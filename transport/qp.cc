@@ -160,7 +160,7 @@ void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
     enter_error();
     return;
   }
-  if (o.retransmit) requester.on_retransmit(*o.retransmit, sq, init.selective_repeat);
+  if (o.retransmit) requester.on_retransmit(*o.retransmit, sq, ctx.sr());
   if (o.sack) requester.on_sack(*o.sack);
   // A WQE the requester could not execute completes once everything before it has.
   if (!sq.empty() && sq.front().state == WqeState::kLocalError) {
@@ -242,7 +242,7 @@ bool Qp::Impl::paced_work() const {
   return responder.next_response_is_data() ||
          (sending_state() &&
           (requester.state(at, ctx, sq, state == IBV_QPS_RTS) == Requester::State::kSending ||
-           (init.selective_repeat && requester.selective_resend_pending())));
+           (ctx.sr() && requester.selective_resend_pending())));
 }
 
 int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
@@ -275,6 +275,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       q.np = cc::CnpLimiter{};
       q.cnp_pending = false;
       q.cnp_to = {};
+      q.ctx.peer_sr = false;  // a new connection negotiates again
       if (q.init.type == IBV_QPT_XRC_RECV) {
         q.xrc_srq = nullptr;
         q.recv_guard.retarget(nullptr);
@@ -427,6 +428,8 @@ bool Qp::receive_deferring_pump(const wire::Packet& pkt, const RxInfo& rx, Time 
     return false;
   }
   count_rcvd(q.counters, wire::ib_length(pkt));
+  // Selective repeat is used once the peer shows it speaks it (docs/selective-repeat.md).
+  if (pkt.bth.ext & wire::kBthExtSr) q.ctx.peer_sr = true;
   if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
   if (flags & wire::kRequest) {
     // RNR grace: behind a message that waits for a receive WQE, every request waits too (they
@@ -510,7 +513,7 @@ bool Qp::wants_pump() const {
   // Time 0: a running RNR wait reads as "not now"; next_deadline() reports when it ends.
   return q.sending_state() && !q.pacer.limiting() &&
          (q.requester.state(0, q.ctx, q.sq, q.state == IBV_QPS_RTS) == Requester::State::kSending ||
-          (q.init.selective_repeat && q.requester.selective_resend_pending()));
+          (q.ctx.sr() && q.requester.selective_resend_pending()));
 }
 
 Time Qp::next_deadline() const {

@@ -71,13 +71,14 @@ struct QpInit {
   // describes and an RNIC does. The device sets it from DeviceConfig (UROCE_RNR_GRACE); 0 here
   // so a bare QpInit keeps the plain IBTA behaviour.
   Time rnr_grace_ns = 0;
-  // RC: selective repeat instead of go-back-N (docs/selective-repeat.md). The responder places
-  // RDMA WRITE packets that arrive ahead of the expected PSN (within kSrWindowPkts) and reports
-  // each with a SACK; the requester sends every packet of a multi-packet RDMA WRITE as a WRITE
-  // ONLY with its own RETH, and resends only the PSNs no SACK or ACK covers. Both ends of a
-  // connection must have it on (a peer without it would take a SACK for a go-back-N NAK and the
-  // split WRITEs for separate messages). Off, every byte on the wire is as without it. Off here
-  // and in the device until uroce peers negotiate it (issue 35).
+  // RC: the QP speaks selective repeat (docs/selective-repeat.md) and uses it with a peer that
+  // shows it does too. It marks every packet it sends (wire::kBthExtSr); once a packet from its
+  // peer carries the mark (QpContext::peer_sr), the responder places RDMA WRITE packets that
+  // arrive ahead of the expected PSN (within kSrWindowPkts) and reports each with a SACK, and the
+  // requester sends every packet of a multi-packet RDMA WRITE as a WRITE ONLY with its own RETH
+  // and resends only the PSNs no SACK or ACK covers. With a peer that never marks (rxe, an RNIC,
+  // uroce with it off) it is go-back-N: only the mark differs on the wire. Off, every byte is as
+  // without it. Off in a bare QpInit; the device turns it on (UROCE_SR, default 1).
   bool selective_repeat = false;
   // Congestion control (transport/cc, docs/congestion-control.md): the device's configuration,
   // copied per QP. The default, `none`, keeps the behaviour without it: no pacing, no CNPs.

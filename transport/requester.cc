@@ -230,7 +230,7 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   if (not_before_ != 0 && now >= not_before_) not_before_ = 0;
   bool sent = false, timed = false;
   Psn timed_psn;
-  if (ctx.init.selective_repeat && not_before_ == 0 && selective_resend_pending()) {
+  if (ctx.sr() && not_before_ == 0 && selective_resend_pending()) {
     selective_resend(now, ctx, sq, tx, pacer, out);
     // Holes first: new packets wait while one is still to go (the port or the pacer said no).
     if (selective_resend_pending() || out.local_error) return out;
@@ -263,7 +263,13 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
       e.first_psn = next_new_psn_;
       e.npkts = std::max<uint32_t>(1, (e.length + ctx.mtu - 1) / ctx.mtu);
       e.state = WqeState::kInFlight;
+      e.sr_split = ctx.sr() && ctx.service == wire::Service::kRc &&
+                   e.wqe.opcode == IBV_WR_RDMA_WRITE && e.npkts > 1;
       next_new_psn_ += e.npkts;
+      if (e.wqe.opcode == IBV_WR_SEND_WITH_INV) {
+        inv_pending_ = true;
+        inv_end_ = e.end_psn();
+      }
     }
     // Selective repeat: a resend skips what a SACK says the responder has (never a READ or an
     // ATOMIC: the responder places only WRITE packets ahead) — but not its first packet, the one
@@ -426,9 +432,13 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, Psn psn, 
   // RETH for its own bytes, so the responder can place it wherever it arrives in the PSN order
   // (docs/selective-repeat.md). A WRITE with immediate keeps FIRST/MIDDLE/LAST: its LAST consumes
   // a receive WQE and reports the whole length, so it is taken in order only.
-  const bool sr_split = ctx.init.selective_repeat && ctx.service == wire::Service::kRc &&
-                        e.wqe.opcode == IBV_WR_RDMA_WRITE;
+  const bool sr_split = e.sr_split;
   const Opcode op = sr_split ? Opcode::kRcWriteOnly : wire_opcode(w, ctx.service, first, last);
+  // May the responder place it ahead of a gap? Every RC RDMA WRITE ONLY may, unless a SEND with
+  // invalidate before it is not yet acknowledged: in PSN order that invalidation comes first,
+  // and a WRITE placed ahead would land with an R_Key it is about to invalidate.
+  if (inv_pending_ && unacked_ >= inv_end_) inv_pending_ = false;
+  const bool place = ctx.sr() && op == Opcode::kRcWriteOnly && !inv_pending_;
   const wire::OpcodeInfo& info = wire::opcode_info(op);
 
   ++since_ack_req_;
@@ -466,6 +476,7 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, Psn psn, 
   p.bth.pkey = wire::kDefaultPkey;
   p.bth.dest_qp = ctx.attr.dest_qp_num;
   p.bth.ack_req = ack_req;
+  p.bth.ext = uint8_t(ctx.bth_ext() | (place ? wire::kBthExtPlace : 0));
   p.bth.psn = psn.value();
   if (info.flags & wire::kHasImm) p.imm_be = e.wqe.imm_be;
   if (info.flags & wire::kHasXrceth) p.xrc_srqn = e.wqe.xrc_srqn;

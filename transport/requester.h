@@ -170,7 +170,11 @@ class Requester {
   Time not_before_ = 0;            // RNR wait: no transmission before this time; 0 = none
   uint32_t since_ack_req_ = 0;     // packets sent since the last one with AckReq
   bool ack_req_next_ = false;      // the next packet asks for an ACK (first of a resend)
-  SendWindowCtl window_;           // how far cursor_psn_ may run ahead of unacked_
+  // Selective repeat: a SEND with invalidate is in flight, ending before inv_end_ (the latest
+  // one); no WRITE is marked placeable ahead until it is acknowledged (write_packet).
+  bool inv_pending_ = false;
+  Psn inv_end_;
+  SendWindowCtl window_;  // how far cursor_psn_ may run ahead of unacked_
   // Window cuts not yet added to QpCounters::send_window_cuts (on_retransmit has no context;
   // the next pump() adds them).
   uint32_t cuts_unreported_ = 0;

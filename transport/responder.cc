@@ -132,7 +132,7 @@ ResponderOutcome Responder::on_request(const wire::Packet& pkt, const QpContext&
     ++ctx.counters.out_of_sequence;
     // Selective repeat places what it can ahead; after an RNR NAK the IBTA rule below holds for
     // it too (the requester waits, then resends from the refused PSN).
-    if (ctx.init.selective_repeat && nak_state_ != NakState::kRnrSent) {
+    if (ctx.sr() && nak_state_ != NakState::kRnrSent) {
       sr_ahead(pkt, d, ctx);
       return out;
     }
@@ -182,7 +182,7 @@ void Responder::sr_ahead(const wire::Packet& pkt, int32_t d, const QpContext& ct
   // go, it consumes no receive WQE and completes nothing here. Everything else must wait for
   // the requests before it (a SEND's offset in its receive WQE, a READ or ATOMIC's ordering).
   if (uint32_t(d) < kSrWindowPkts && pkt.bth.opcode == uint8_t(Opcode::kRcWriteOnly) &&
-      !ctx.xrc_refused) {
+      (pkt.bth.ext & wire::kBthExtPlace) && !ctx.xrc_refused) {
     if (sr_ == nullptr) sr_ = std::make_unique<SrState>();
     if (sr_->has(psn)) {
       ++ctx.counters.duplicate_request;  // its SACK was lost or late: say it again
@@ -640,6 +640,7 @@ bool Responder::write_response(const QpContext& ctx, uint32_t gather_min, TxBuf*
   p.bth.pkey = wire::kDefaultPkey;
   p.bth.dest_qp = ctx.attr.dest_qp_num;
   p.bth.psn = r.psn.value();
+  p.bth.ext = ctx.bth_ext();
   p.aeth.msn = r.msn;
   stamp_route(buf, data_route(ctx));  // ECN-capable like the QP's data (context.h)
   bool fatal = false;

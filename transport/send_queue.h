@@ -41,6 +41,10 @@ struct SendEntry {
   uint32_t npkts = 0;     // packets of the message, >= 1 (a zero-length SEND is one packet);
                           // 0 for an executed local operation (is_local_op)
   ibv_wc_status error = IBV_WC_SUCCESS;  // kLocalError: the status to complete with
+  // Selective repeat: every packet of this RDMA WRITE goes as a WRITE ONLY with its own RETH.
+  // Decided once, when its first packet leaves, so a resend from mid-message takes the form the
+  // responder saw first (a WRITE ONLY where it expects a MIDDLE is an opcode sequence error).
+  bool sr_split = false;
 
   Psn last_psn() const { return first_psn + (npkts - 1); }
   Psn end_psn() const { return first_psn + npkts; }
@@ -53,6 +57,7 @@ struct SendEntry {
     first_psn = Psn{};
     npkts = 0;
     error = IBV_WC_SUCCESS;
+    sr_split = false;
   }
 };
 

@@ -205,9 +205,9 @@ spec::Schema<Environment> make_environment_schema() {
   k.push_back(
       switch_var("UROCE_EARLY_RETRANSMIT", &Environment::early_retransmit, "1",
                  "RC QPs probe for a lost tail before the ACK timeout (0: IBTA timer only)"));
-  k.push_back(switch_var("UROCE_SR", &Environment::selective_repeat, "0",
-                         "1: RC QPs use selective repeat (every peer must have it too: not "
-                         "negotiated yet)"));
+  k.push_back(switch_var("UROCE_SR", &Environment::selective_repeat, "1",
+                         "0: RC QPs never use selective repeat (1: with every peer that shows it "
+                         "speaks it, go-back-N with others)"));
   k.push_back(switch_var("UROCE_SHARE", &Environment::share, "1",
                          "0: the device's address is this process's alone (no registry, no "
                          "steering: the single-process path)"));

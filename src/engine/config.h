@@ -94,9 +94,10 @@ struct DeviceConfig {
   // UROCE_EARLY_RETRANSMIT=0|1 (default 1): RC QPs probe for a lost tail before the ACK timeout
   // (transport QpInit::early_retransmit). 0 leaves only the IBTA local ACK timer.
   bool early_retransmit = true;
-  // UROCE_SR=0|1 (default 0): RC QPs use selective repeat (transport QpInit::selective_repeat,
-  // docs/selective-repeat.md); every peer of them must have it on too (not negotiated yet).
-  bool selective_repeat = false;
+  // UROCE_SR=0|1 (default 1): RC QPs speak selective repeat (transport QpInit::selective_repeat,
+  // docs/selective-repeat.md) and use it with a peer that marks its packets so (uroce);
+  // go-back-N with any other. 0: never, and no mark on the wire.
+  bool selective_repeat = true;
   // UROCE_RNR_GRACE=duration (default 10ms, 0 = off): how long an RC message that finds no receive
   // WQE may wait for one before the RNR NAK, at most the QP's min_rnr_timer (transport
   // QpInit::rnr_grace_ns).
@@ -158,7 +159,7 @@ struct Environment {
   FaultConfig fault_config;
   bool print_stats = false;
   bool early_retransmit = true;
-  bool selective_repeat = false;
+  bool selective_repeat = true;
   bool share = true;
   uint64_t rnr_grace_ns = DeviceConfig::kDefaultRnrGraceNs;
   DeviceConfig::Gso gso = DeviceConfig::Gso::kAuto;

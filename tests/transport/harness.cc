@@ -180,7 +180,7 @@ SendWqe atomic_wqe(uint64_t wr_id, ibv_wr_opcode op, uint64_t laddr, uint32_t lk
   return w;
 }
 
-Link::Link(Node& a, Node& b, LinkParams p) : nodes_{&a, &b}, rng_(p.seed) {
+Link::Link(Node& a, Node& b, LinkParams p, Time start) : nodes_{&a, &b}, rng_(p.seed) {
   const sim::ChannelParams cp{
       .delay = p.latency, .loss = p.loss, .dup = p.dup, .reorder = p.reorder};
   for (int i = 0; i < 2; ++i) {
@@ -194,6 +194,12 @@ Link::Link(Node& a, Node& b, LinkParams p) : nodes_{&a, &b}, rng_(p.seed) {
       return wire::parse(f.payload, pkt) == wire::ParseError::kOk && drop_if(from, pkt);
     };
     wake_[i] = std::make_unique<sim::Timer>(q_, &ends_[i]);
+  }
+  if (start != 0) {
+    // The event queue's clock moves only by running an event: one no-op event at `start`.
+    q_.schedule(start, sim::EventClass::kSample, &ends_[0]);
+    q_.run_until(start);
+    now = start;
   }
 }
 

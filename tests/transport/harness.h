@@ -178,7 +178,8 @@ struct LinkParams {
 // directly, so the link also touch()es each QP before choosing the next event).
 class Link {
  public:
-  Link(Node& a, Node& b, LinkParams p = {});
+  // `start`: the link's clock starts there (a link that takes over nodes another link drove).
+  Link(Node& a, Node& b, LinkParams p = {}, Time start = 0);
   // Returns true to drop this packet (sent by node `from`, 0 = a, 1 = b); applied before the
   // random loss.
   std::function<bool(int from, const wire::Packet&)> drop_if;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "harness.h"
@@ -30,8 +31,10 @@ constexpr Time kSecond = 1'000'000'000;
 // ---------------------------------------------------------------------------------------------
 // Crafted packets against one QP.
 
+// `sr`: the QP speaks selective repeat; `marks`: the crafted requests carry the peer's marks
+// (wire::kBthExtSr, and kBthExtPlace on WRITE ONLYs), as a uroce requester's do.
 struct One {
-  explicit One(bool sr) : n(kQpnB, kIpB) {
+  explicit One(bool sr, bool marks = true) : n(kQpnB, kIpB), marks(marks) {
     n.init.selective_repeat = sr;
     n.rebuild();
     test::PathParams p;
@@ -41,20 +44,32 @@ struct One {
     key = n.mem.reg(n.pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   }
   std::unique_ptr<test::Crafted> write_only(uint32_t psn, uint64_t off, uint8_t fill,
-                                            uint32_t len = 256) {
+                                            uint32_t len = 256, bool place = true) {
     wire::Packet h;
     h.bth.opcode = uint8_t(Opcode::kRcWriteOnly);
     h.bth.dest_qp = kQpnB;
     h.bth.psn = psn;
     h.bth.ack_req = false;
+    h.bth.ext = marks ? uint8_t(wire::kBthExtSr | (place ? wire::kBthExtPlace : 0)) : 0;
     h.reth.va = reinterpret_cast<uint64_t>(mem.data()) + off;
     h.reth.rkey = key;
     h.reth.dma_len = len;
     std::vector<uint8_t> pl(len, fill);
     return test::craft_headers(h, pl);
   }
+  std::unique_ptr<test::Crafted> send_only(uint32_t psn) {
+    wire::Packet h;
+    h.bth.opcode = uint8_t(Opcode::kRcSendOnly);
+    h.bth.dest_qp = kQpnB;
+    h.bth.psn = psn;
+    h.bth.ack_req = true;
+    h.bth.ext = marks ? wire::kBthExtSr : 0;
+    std::vector<uint8_t> pl(16, 1);
+    return test::craft_headers(h, pl);
+  }
   void deliver(const test::Crafted& c) { test::deliver(n, c, kIpA, ++now); }
   Node n;
+  bool marks;
   std::vector<uint8_t> mem;
   uint32_t key = 0;
   Time now = 0;
@@ -74,6 +89,7 @@ TEST(SrResponder, PlacesAWriteAheadAndSacksIt) {
   EXPECT_EQ(out[0]->pkt.aeth.syndrome, 0x60);
   EXPECT_EQ(out[0]->pkt.bth.psn, 100u);
   EXPECT_EQ(out[0]->pkt.aeth.msn, 102u);
+  EXPECT_EQ(out[0]->pkt.bth.ext, wire::kBthExtSr);  // this QP's mark, for the peer to learn
   EXPECT_EQ(o.n.qp->counters().sr_ooo_accepted, 1u);
   EXPECT_EQ(o.n.qp->counters().sr_sack_sent, 1u);
   // A duplicate of it is SACKed again, not placed again.
@@ -113,9 +129,8 @@ TEST(SrResponder, LaterWritesWinOverlappingBytes) {
 TEST(SrResponder, OnlyWriteOnlyIsTakenAhead) {
   One o(true);
   // A SEND ahead is dropped; the first drop of a gap draws a SACK naming only the hole.
-  std::vector<uint8_t> pl(16, 1);
-  o.deliver(*test::craft(Opcode::kRcSendOnly, kQpnB, 103, true, pl));
-  o.deliver(*test::craft(Opcode::kRcSendOnly, kQpnB, 104, true, pl));
+  o.deliver(*o.send_only(103));
+  o.deliver(*o.send_only(104));
   auto out = test::drain(o.n);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0]->pkt.aeth.syndrome, 0x60);
@@ -138,16 +153,58 @@ TEST(SrResponder, OffIsGoBackN) {
   EXPECT_EQ(out[0]->pkt.bth.psn, 100u);
   EXPECT_EQ(o.n.qp->counters().sr_ooo_accepted, 0u);
   EXPECT_EQ(o.n.qp->counters().sr_sack_sent, 0u);
+  EXPECT_EQ(out[0]->pkt.bth.ext, 0);  // no mark from a QP with it off
 }
 
-// The requester's side of the wire: a WRITE of four MTUs.
-std::vector<std::unique_ptr<test::Crafted>> write_packets(bool sr) {
+TEST(SrResponder, APeerThatDoesNotMarkGetsGoBackN) {
+  // rxe, an RNIC, or uroce with UROCE_SR=0: its requests carry no marks. The same WRITE ahead
+  // is dropped and the gap NAKed once, with the responder's real MSN (0: nothing completed), as
+  // go-back-N does; the NAK itself carries this QP's mark, which such a peer ignores.
+  One o(true, /*marks=*/false);
+  o.deliver(*o.write_only(102, 512, 0xcc));
+  o.deliver(*o.write_only(103, 768, 0xcc));
+  EXPECT_EQ(o.mem[512], 0);
+  auto out = test::drain(o.n);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0]->pkt.aeth.syndrome, 0x60);
+  EXPECT_EQ(out[0]->pkt.bth.psn, 100u);
+  EXPECT_EQ(out[0]->pkt.aeth.msn, 0u);
+  EXPECT_EQ(out[0]->pkt.bth.ext, wire::kBthExtSr);
+  EXPECT_EQ(o.n.qp->counters().sr_sack_sent, 0u);
+}
+
+TEST(SrResponder, AWriteWithoutThePlaceMarkWaitsForItsTurn) {
+  // A uroce peer leaves kBthExtPlace off a WRITE behind an unacknowledged SEND with invalidate:
+  // it is not placed ahead; the gap's NAK SACKs nothing.
+  One o(true);
+  auto w = o.write_only(102, 512, 0xcc, 256, /*place=*/false);
+  EXPECT_EQ(w->pkt.bth.ext, wire::kBthExtSr);
+  o.deliver(*w);
+  EXPECT_EQ(o.mem[512], 0);
+  EXPECT_EQ(o.n.qp->counters().sr_ooo_accepted, 0u);
+  auto out = test::drain(o.n);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0]->pkt.aeth.msn, 99u);
+}
+
+// The requester's side of the wire: a WRITE of four MTUs, after (`learned`) a marked ACK from
+// its peer or before any.
+std::vector<std::unique_ptr<test::Crafted>> write_packets(bool sr, bool learned = true) {
   Node n(kQpnA, kIpA);
   n.init.selective_repeat = sr;
   n.rebuild();
   test::PathParams p;
   p.mtu = IBV_MTU_256;
   n.connect(kIpB, kQpnB, 50, 0, p);
+  if (learned) {
+    wire::Packet h;
+    h.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+    h.bth.dest_qp = kQpnA;
+    h.bth.psn = 49;  // before anything sent: a stale ACK, which still carries the mark
+    h.bth.ext = wire::kBthExtSr;
+    h.aeth.syndrome = test::ack_syndrome();
+    test::deliver(n, *test::craft_headers(h), kIpB, 0);
+  }
   std::vector<uint8_t> src;
   const uint32_t k = n.buffer(src, 1000, 7);
   EXPECT_EQ(
@@ -158,32 +215,82 @@ std::vector<std::unique_ptr<test::Crafted>> write_packets(bool sr) {
   return test::drain(n);
 }
 
-TEST(SrRequester, SplitsAWriteIntoWriteOnlyPacketsEachWithItsRethOnlyWhenOn) {
+TEST(SrRequester, SplitsAWriteIntoWriteOnlyPacketsEachWithItsRethOnceThePeerMarks) {
   auto on = write_packets(true);
   ASSERT_EQ(on.size(), 4u);
   for (uint32_t i = 0; i < 4; ++i) {
     EXPECT_EQ(on[i]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteOnly));
     EXPECT_EQ(on[i]->pkt.bth.psn, 50 + i);
+    EXPECT_EQ(on[i]->pkt.bth.ext, wire::kBthExtSr | wire::kBthExtPlace);
     EXPECT_EQ(on[i]->pkt.reth.va, 0x10000u + 256 * i);
     EXPECT_EQ(on[i]->pkt.reth.rkey, 0x1234u);
     EXPECT_EQ(on[i]->pkt.reth.dma_len, i < 3 ? 256u : 232u);
     EXPECT_EQ(on[i]->pkt.payload.size(), i < 3 ? 256u : 232u);
   }
   EXPECT_TRUE(on[3]->pkt.bth.ack_req);
+  // Before the peer has marked anything: go-back-N's FIRST/MIDDLE/LAST, each with the mark.
+  auto unlearned = write_packets(true, /*learned=*/false);
+  ASSERT_EQ(unlearned.size(), 4u);
+  EXPECT_EQ(unlearned[0]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteFirst));
+  EXPECT_EQ(unlearned[3]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteLast));
+  for (const auto& c : unlearned) EXPECT_EQ(c->pkt.bth.ext, wire::kBthExtSr);
+  // Off: nothing of it on the wire, whatever the peer marks.
   auto off = write_packets(false);
   ASSERT_EQ(off.size(), 4u);
   EXPECT_EQ(off[0]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteFirst));
   EXPECT_EQ(off[0]->pkt.reth.dma_len, 1000u);
   EXPECT_EQ(off[1]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteMiddle));
   EXPECT_EQ(off[3]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteLast));
+  for (const auto& c : off) EXPECT_EQ(c->pkt.bth.ext, 0);
+}
+
+TEST(SrRequester, NoWriteIsPlaceableAheadWhileASendWithInvalidateIsUnacknowledged) {
+  Node n(kQpnA, kIpA);
+  n.init.selective_repeat = true;
+  n.rebuild();
+  test::PathParams p;
+  p.mtu = IBV_MTU_256;
+  n.connect(kIpB, kQpnB, 50, 0, p);
+  wire::Packet h;
+  h.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+  h.bth.dest_qp = kQpnA;
+  h.bth.psn = 49;
+  h.bth.ext = wire::kBthExtSr;
+  h.aeth.syndrome = test::ack_syndrome();
+  test::deliver(n, *test::craft_headers(h), kIpB, 0);
+  std::vector<uint8_t> src;
+  const uint32_t k = n.buffer(src, 600, 7);
+  const uint64_t at = reinterpret_cast<uint64_t>(src.data());
+  SendWqe inv = test::send_wqe(1, at, 16, k, IBV_WR_SEND_WITH_INV);
+  inv.imm_be = 0x1234;  // host order (qp.h)
+  ASSERT_EQ(n.qp->post_send(inv, 0), 0);
+  ASSERT_EQ(n.qp->post_send(test::rdma_wqe(2, IBV_WR_RDMA_WRITE, at, 600, k, 0x10000, 0x1234), 0),
+            0);
+  auto out = test::drain(n);
+  ASSERT_EQ(out.size(), 4u);  // PSN 50: the SEND; 51..53 the WRITE, split
+  for (uint32_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(out[i]->pkt.bth.opcode, uint8_t(Opcode::kRcWriteOnly));
+    EXPECT_EQ(out[i]->pkt.bth.ext, wire::kBthExtSr) << "packet " << i;
+  }
+  // The SEND acknowledged (its PSN 50): the next WRITE may be placed ahead again.
+  h.bth.psn = 50;
+  test::deliver(n, *test::craft_headers(h), kIpB, 1);
+  ASSERT_EQ(n.qp->post_send(test::rdma_wqe(3, IBV_WR_RDMA_WRITE, at, 100, k, 0x10000, 0x1234), 1),
+            0);
+  out = test::drain(n);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back()->pkt.bth.opcode, uint8_t(Opcode::kRcWriteOnly));
+  EXPECT_EQ(out.back()->pkt.bth.ext, wire::kBthExtSr | wire::kBthExtPlace);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Two QPs over the link.
 
 struct Pair {
-  Pair(test::PathParams pp, bool sr) : a(kQpnA, kIpA), b(kQpnB, kIpB) {
-    a.init.selective_repeat = b.init.selective_repeat = sr;
+  Pair(test::PathParams pp, bool sr, std::optional<bool> b_sr = std::nullopt)
+      : a(kQpnA, kIpA), b(kQpnB, kIpB) {
+    a.init.selective_repeat = sr;
+    b.init.selective_repeat = b_sr.value_or(sr);
     a.init.early_retransmit = b.init.early_retransmit = true;
     a.rebuild();
     b.rebuild();
@@ -210,6 +317,29 @@ struct Pair {
   uint32_t skey = 0, dkey = 0, rkey = 0, lkey = 0;
 };
 
+void negotiate_on(Pair& p, Link& link) {
+  const size_t before = p.a.scq.wcs.size();
+  ASSERT_EQ(p.a.qp->post_send(test::rdma_wqe(~0ull, IBV_WR_RDMA_WRITE, p.at(p.src, 0), 0, p.skey,
+                                             p.at(p.rmem, 0), p.rkey),
+                              link.now),
+            0);
+  ASSERT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == before + 1; }, 60 * kSecond));
+  ASSERT_EQ(p.a.scq.wcs.back().status, IBV_WC_SUCCESS);
+  p.a.scq.wcs.pop_back();
+}
+
+// Selective repeat is negotiated in band (docs/selective-repeat.md): each end marks its packets
+// and uses it once its peer's marks arrive, so the first round trip of a connection is go-back-N.
+// The tests that count resends first exchange one zero-length WRITE (it touches no memory) over
+// a lossless link, so that what they measure is the negotiated state and their lossy link's
+// random draws are the same for selective repeat and go-back-N; its completion is drained.
+// Returns the time it ended, where the test's own link starts.
+Time negotiate(Pair& p) {
+  Link link(p.a, p.b);
+  negotiate_on(p, link);
+  return link.now;
+}
+
 test::PathParams path() {
   test::PathParams pp;
   pp.mtu = IBV_MTU_1024;
@@ -228,7 +358,8 @@ struct BulkResult {
 BulkResult bulk_write(bool sr, LinkParams lp, int writes, uint32_t len,
                       const std::function<bool(uint32_t nth_request)>& drop = nullptr) {
   Pair p(path(), sr);
-  Link link(p.a, p.b, lp);
+  const Time t0 = negotiate(p);
+  Link link(p.a, p.b, lp, t0);
   uint32_t nth = 0;
   std::vector<bool> seen(1 << 24);
   if (drop) {
@@ -272,6 +403,81 @@ BulkResult bulk_write(bool sr, LinkParams lp, int writes, uint32_t len,
   return r;
 }
 
+// Negotiation (docs/selective-repeat.md): what each end puts on the wire, and when it starts
+// using selective repeat, over a lossy link with no warm-up.
+struct Observed {
+  uint64_t pkts[2] = {0, 0};      // by sender: 0 = a, 1 = b
+  uint64_t marked[2] = {0, 0};    // with kBthExtSr
+  uint64_t write_only_split = 0;  // a's WRITE ONLY packets shorter than the WRITE (split)
+  uint64_t write_first = 0;       // a's WRITE FIRST packets
+  int first_split_write = -1;     // the index of the first WRITE a sent split
+};
+
+// 24 WRITEs of 16 KiB from a to b at 2 % loss, their data checked.
+Observed negotiated_writes(Pair& p, int writes = 24) {
+  Link link(p.a, p.b, LinkParams{.loss = 0.02, .seed = 11});
+  Observed o;
+  constexpr uint32_t kLen = 16 * 1024;
+  link.drop_if = [&](int from, const wire::Packet& pkt) {
+    ++o.pkts[from];
+    if (pkt.bth.ext & wire::kBthExtSr) ++o.marked[from];
+    if (from == 0 && pkt.bth.opcode == uint8_t(Opcode::kRcWriteFirst)) ++o.write_first;
+    if (from == 0 && pkt.bth.opcode == uint8_t(Opcode::kRcWriteOnly) && pkt.reth.dma_len < kLen) {
+      ++o.write_only_split;
+      const int w = int((pkt.reth.va - p.at(p.rmem, 0)) / kLen);
+      if (o.first_split_write < 0 || w < o.first_split_write) o.first_split_write = w;
+    }
+    return false;
+  };
+  for (int i = 0; i < writes; ++i) {
+    EXPECT_EQ(p.a.qp->post_send(test::rdma_wqe(i, IBV_WR_RDMA_WRITE, p.at(p.src, i * kLen + i),
+                                               kLen, p.skey, p.at(p.rmem, i * kLen), p.rkey),
+                                link.now),
+              0);
+  }
+  EXPECT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == size_t(writes); }, 60 * kSecond));
+  for (int i = 0; i < writes; ++i) {
+    EXPECT_EQ(p.a.scq.wcs[i].status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(std::equal(p.src.begin() + i * kLen + i, p.src.begin() + (i + 1) * kLen + i,
+                           p.rmem.begin() + i * kLen))
+        << "WRITE " << i;
+  }
+  return o;
+}
+
+TEST(SrNegotiation, BothEndsUseItFromTheirFirstRoundTrip) {
+  Pair pair(path(), true, true);
+  const Observed o = negotiated_writes(pair);
+  // Every packet both ways carries the mark.
+  EXPECT_EQ(o.marked[0], o.pkts[0]);
+  EXPECT_EQ(o.marked[1], o.pkts[1]);
+  // The WRITEs posted before the first ACK went whole (FIRST/MIDDLE/LAST); later ones split.
+  EXPECT_GT(o.write_first, 0u);
+  EXPECT_GT(o.write_only_split, 0u);
+  EXPECT_GT(o.first_split_write, 0);
+  // The losses were recovered selectively.
+  EXPECT_GT(pair.a.qp->counters().sr_sack_rcvd, 0u);
+  EXPECT_GT(pair.a.qp->counters().sr_selective_resends, 0u);
+  EXPECT_GT(pair.b.qp->counters().sr_ooo_accepted, 0u);
+}
+
+TEST(SrNegotiation, APeerWithoutItGetsGoBackNAndNoMark) {
+  for (const bool a_on : {true, false}) {
+    Pair pair(path(), a_on, !a_on);
+    const Observed o = negotiated_writes(pair);
+    const int on = a_on ? 0 : 1, off = 1 - on;
+    EXPECT_EQ(o.marked[on], o.pkts[on]) << "a_on " << a_on;
+    EXPECT_EQ(o.marked[off], 0u) << "a_on " << a_on;
+    EXPECT_EQ(o.write_only_split, 0u) << "a_on " << a_on;
+    for (Node* n : {&pair.a, &pair.b}) {
+      const QpCounters& c = n->qp->counters();
+      EXPECT_EQ(c.sr_sack_rcvd + c.sr_sack_sent + c.sr_ooo_accepted + c.sr_selective_resends, 0u)
+          << "a_on " << a_on;
+    }
+    EXPECT_GT(pair.a.qp->counters().retransmitted_pkts, 0u);  // go-back-N did recover losses
+  }
+}
+
 TEST(SrLink, OneLostPacketIsResentAlone) {
   // 8 WRITEs of 16 packets; the 20th request packet is lost once.
   const auto drop = [](uint32_t n) { return n == 20; };
@@ -308,7 +514,8 @@ TEST(SrLink, LostSacksOnlyCostDuplicates) {
   // Every other response from b lost for a while: SACKs go missing; what they would have said is
   // resent (the responder SACKs it again as a duplicate), and everything completes.
   Pair p(path(), true);
-  Link link(p.a, p.b, LinkParams{.loss = 0.02, .seed = 3});
+  const Time t0 = negotiate(p);
+  Link link(p.a, p.b, LinkParams{.loss = 0.02, .seed = 3}, t0);
   int n_resp = 0;
   link.drop_if = [&](int from, const wire::Packet&) { return from == 1 && (++n_resp % 2) == 0; };
   constexpr int kWrites = 40;
@@ -334,7 +541,8 @@ TEST(SrLink, LostSacksOnlyCostDuplicates) {
 // order.
 TEST(SrLink, OverlappingWritesEndAsInOrder) {
   Pair p(path(), true);
-  Link link(p.a, p.b, {});
+  const Time t0 = negotiate(p);
+  Link link(p.a, p.b, {}, t0);
   bool dropped = false;
   link.drop_if = [&](int from, const wire::Packet& pkt) {
     if (from != 0 || dropped || pkt.bth.psn != 0xffff01) return false;
@@ -357,7 +565,8 @@ TEST(SrLink, OverlappingWritesEndAsInOrder) {
 // holds (everything after the RNR NAK dropped until the SEND is resent), then all completes.
 TEST(SrLink, RnrThenWritesBehindIt) {
   Pair p(path(), true);
-  Link link(p.a, p.b, LinkParams{.loss = 0.02, .seed = 5});
+  const Time t0 = negotiate(p);
+  Link link(p.a, p.b, LinkParams{.loss = 0.02, .seed = 5}, t0);
   ASSERT_EQ(p.a.qp->post_send(test::send_wqe(0, p.at(p.src, 0), 3000, p.skey), link.now), 0);
   for (int i = 1; i <= 8; ++i) {
     ASSERT_EQ(p.a.qp->post_send(test::rdma_wqe(i, IBV_WR_RDMA_WRITE, p.at(p.src, i * 100), 8192,
@@ -416,7 +625,9 @@ MixedResult mixed(const LossCase& lc, bool sr) {
     if (o.kind == kSend) ++recvs;
     ops.push_back(o);
   }
-  Link link(p.a, p.b, LinkParams{.loss = lc.loss, .dup = 0.01, .reorder = 0.05, .seed = lc.seed});
+  const Time t0 = negotiate(p);
+  Link link(p.a, p.b, LinkParams{.loss = lc.loss, .dup = 0.01, .reorder = 0.05, .seed = lc.seed},
+            t0);
   int posted = 0, posted_recvs = 0;
   std::vector<int> recv_op;
   for (int i = 0; i < kOps; ++i) {

@@ -297,6 +297,7 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out) {
   b.becn = p[kBthResv8a] & kBecnBit;
   b.dest_qp = load_be24(p + kBthDestQp);
   b.ack_req = p[kBthAckReq] & kAckReqBit;
+  b.ext = p[kBthAckReq] & kBthExtMask;
   b.psn = load_be24(p + kBthPsn);
   out.info = &info;
 
@@ -339,9 +340,9 @@ size_t build_headers(const Packet& p, uint8_t* out) {
   const OpcodeInfo& info = kTable[p.bth.opcode];
   // An invalid opcode has header_len 0: nothing is written and the caller sees 0 bytes.
   if (info.name == nullptr) return 0;
-  // Every byte is written below, reserved ones as zero, rather than the header cleared first:
-  // a memset of a variable length became a `rep stos`, two thirds of this function's time on a
-  // sending application thread (perf, 64 KiB ib_write_bw over memif).
+  // Every byte is written below, reserved ones as zero (Resv7: uroce's extension bits), rather than
+  // the header cleared first: a memset of a variable length became a `rep stos`, two thirds of this
+  // function's time on a sending application thread (perf, 64 KiB ib_write_bw over memif).
   const Bth& b = p.bth;
   out[kBthOpcode] = b.opcode;
   out[kBthFlags] = uint8_t((b.se ? kSeBit : 0) | (b.migreq ? kMigReqBit : 0) |
@@ -349,7 +350,7 @@ size_t build_headers(const Packet& p, uint8_t* out) {
   store_be16(out + kBthPkey, b.pkey);
   out[kBthResv8a] = uint8_t((b.fecn ? kFecnBit : 0) | (b.becn ? kBecnBit : 0));
   store_be24(out + kBthDestQp, b.dest_qp & kQpnMask);
-  out[kBthAckReq] = b.ack_req ? kAckReqBit : 0;
+  out[kBthAckReq] = uint8_t((b.ack_req ? kAckReqBit : 0) | (b.ext & kBthExtMask));
   store_be24(out + kBthPsn, b.psn & 0xffffff);
 
   if (info.reth_off) {

@@ -207,8 +207,22 @@ struct Bth {
   bool becn = false;
   uint32_t dest_qp = 0;  // 24 bits
   bool ack_req = false;
+  // The 7 bits after AckReq (IBTA 9.2: Resv7, zero from every other sender and ignored by
+  // receivers): uroce's extension bits between two uroce ends (kBthExt*, docs/wire-format.md).
+  uint8_t ext = 0;
   uint32_t psn = 0;  // 24 bits
 };
+// uroce's BTH extension bits (Bth::ext). Set only by QPs with selective repeat on; a peer that
+// is not uroce sends zero there and ignores what it receives (IBTA 9.2 reserved fields), so
+// neither bit changes anything for it (docs/selective-repeat.md, "Negotiation").
+//   kBthExtSr: the sending QP speaks selective repeat. On every RC packet such a QP sends,
+//     requests and responses; a QP that sees it from its peer uses selective repeat with it.
+//   kBthExtPlace: this RC RDMA WRITE ONLY may be placed ahead of a PSN gap (requests only).
+//     The requester leaves it off while an earlier SEND with invalidate is unacknowledged, so a
+//     WRITE never lands before the invalidation PSN order puts ahead of it.
+inline constexpr uint8_t kBthExtSr = 0x01;
+inline constexpr uint8_t kBthExtPlace = 0x02;
+inline constexpr uint8_t kBthExtMask = 0x7f;
 struct Reth {
   uint64_t va = 0;
   uint32_t rkey = 0;
@@ -268,9 +282,9 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out);
 
 // Writes BTH and every extended header the opcode carries (taken from `p`; p.info and p.payload are
 // ignored) into `out`, which must hold opcode_info(p.bth.opcode).header_len bytes. Returns the
-// number of bytes written (0, writing nothing, for an opcode not in the table). Reserved bits and
-// the CNP's 16 reserved bytes are written as zero; 24-bit fields are masked to 24 bits. The caller
-// appends payload and `p.bth.pad` zero bytes.
+// number of bytes written (0, writing nothing, for an opcode not in the table). Reserved bits
+// (but Bth::ext, in Resv7) and the CNP's 16 reserved bytes are written as zero; 24-bit fields are
+// masked to 24 bits. The caller appends payload and `p.bth.pad` zero bytes.
 size_t build_headers(const Packet& p, uint8_t* out);
 
 // A RoCEv2 Congestion Notification Packet (IBTA Annex A17.9.3) for the QP `dest_qp`, which is
