@@ -411,7 +411,18 @@ int listen_id(IdObj* o) {
       int err = 0;
       if (CmPort* p = svc().port_of(d, &err); p && serves(o, p)) ports.push_back(p);
     }
-    if (ports.empty()) return fail(ENODEV);
+    // The kernel's CM would listen on no device and wait for one; here the device list is fixed
+    // for the process's life, so nothing could ever connect: ENODEV, and why (a 0.0.0.0
+    // listener where every device is IPv6 — rdma_server's and perftest -R's default).
+    if (ports.empty()) {
+      if (!svc().devices().empty())
+        warn_once(fmt::format(
+            "rdma_cm: rdma_listen: ENODEV: a wildcard {} listener takes {} requests only and no "
+            "uroce device is {}; listen on the device's address or on [::] (both families)",
+            o->family == AF_INET ? "0.0.0.0" : "AFONLY [::]",
+            o->family == AF_INET ? "IPv4" : "IPv6", o->family == AF_INET ? "IPv4" : "IPv6"));
+      return fail(ENODEV);
+    }
   }
   // Other processes sharing a device: the port is this process's there (a wildcard's too, on
   // every device), and the device's connection requests for it come here.
