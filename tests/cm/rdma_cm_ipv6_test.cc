@@ -5,6 +5,9 @@
 // EADDRINUSE. ::1 is the one IPv6 loopback address, so both ends are the one device (its CM
 // connects to itself, as the kernel's does on one RNIC). The CM thread and the engine are real;
 // every wait has a bound.
+//
+// Built twice: rdma_cm_ipv6_tests with the IPv6 device alone, rdma_cm_dual_stack_tests
+// (UROCE_CM_DUAL_STACK) with an IPv4 device beside it (127.0.48.1), for the wildcards' families.
 #include <arpa/inet.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
@@ -21,7 +24,15 @@ namespace {
 
 class Env : public ::testing::Environment {
  public:
-  void SetUp() override { setenv("UROCE_DEVICES", "uroce0=::1", 1); }
+#ifdef UROCE_CM_DUAL_STACK
+  void SetUp() override {
+    setenv("UROCE_DEVICES", "uroce0=::1,uroce1=127.0.48.1", 1);
+  }
+#else
+  void SetUp() override {
+    setenv("UROCE_DEVICES", "uroce0=::1", 1);
+  }
+#endif
 };
 [[maybe_unused]] const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
 
@@ -263,6 +274,7 @@ TEST(RdmaCmIpv6, UdIdsResolveTheRemoteQpWithSidr) {
   EXPECT_EQ(errno, EOPNOTSUPP);
 }
 
+#ifndef UROCE_CM_DUAL_STACK
 // What an IPv6-only list of devices refuses, with the kernel CM's errnos.
 TEST(RdmaCmIpv6, Ipv4OnAnIpv6OnlyDeviceListIsRefused) {
   rdma_event_channel* ch = rdma_create_event_channel();
@@ -292,6 +304,7 @@ TEST(RdmaCmIpv6, Ipv4OnAnIpv6OnlyDeviceListIsRefused) {
   rdma_destroy_id(id);
   rdma_destroy_event_channel(ch);
 }
+#endif
 
 // [::] listens on the IPv6 device (dual-stack: every device); ports collide as the kernel's
 // cma_check_port says, across families too.
@@ -360,5 +373,87 @@ TEST(RdmaCmIpv6, GetaddrinfoGivesSockaddrIn6) {
   EXPECT_EQ(res->ai_dst_addr->sa_family, AF_INET6);
   rdma_freeaddrinfo(res);
 }
+
+#ifdef UROCE_CM_DUAL_STACK
+// A client id on `ch` connected (REQ sent) to `dst`, from the device the route picks.
+rdma_cm_id* connect_to(rdma_event_channel* ch, sockaddr* dst) {
+  rdma_cm_id* id = nullptr;
+  EXPECT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0);
+  EXPECT_EQ(rdma_resolve_addr(id, nullptr, dst, 2000), 0);
+  expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+  EXPECT_EQ(rdma_resolve_route(id, 2000), 0);
+  expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ibv_qp_init_attr a = qp_attr();
+  EXPECT_EQ(rdma_create_qp(id, nullptr, &a), 0);
+  EXPECT_EQ(rdma_connect(id, nullptr), 0);
+  return id;
+}
+
+void drop(rdma_cm_id* id) {
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+}
+
+// [::] is dual-stack (the kernel's default, net.ipv6.bindv6only 0): it listens on both devices
+// and each new id has its request's family, on the device the request came to.
+TEST(RdmaCmDualStack, Ipv6WildcardTakesBothFamilies) {
+  Pair p;
+  p.listen("::", 7110);
+  sockaddr_in6 to6 = sin6_of("::1", 7110);
+  sockaddr_in to4 = sin_of("127.0.48.1", 7110);
+  for (sockaddr* to : {sa(to6), sa(to4)}) {
+    rdma_cm_id* c = connect_to(p.cch, to);
+    Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(req.id, nullptr);
+    EXPECT_EQ(rdma_get_local_addr(req.id)->sa_family, to->sa_family);
+    EXPECT_EQ(rdma_get_peer_addr(req.id)->sa_family, to->sa_family);
+    EXPECT_EQ(text_of(rdma_get_local_addr(req.id)), text_of(to));
+    EXPECT_STREQ(ibv_get_device_name(req.id->verbs->device),
+                 to->sa_family == AF_INET6 ? "uroce0" : "uroce1");
+    ASSERT_EQ(rdma_reject(req.id, nullptr, 0), 0);
+    expect(p.cch, RDMA_CM_EVENT_REJECTED, 28);  // the listener's consumer said no
+    rdma_destroy_id(req.id);
+    drop(c);
+  }
+}
+
+// 0.0.0.0 takes IPv4 only, an AFONLY [::] IPv6 only, and the two share a port; a request of the
+// other family finds no listener (REJ reason 8), as cma_match_private_data decides.
+TEST(RdmaCmDualStack, EachFamilyOnlyWildcards) {
+  rdma_event_channel* sch = rdma_create_event_channel();
+  rdma_event_channel* cch = rdma_create_event_channel();
+  rdma_cm_id *l4, *l6;
+  ASSERT_EQ(rdma_create_id(sch, &l6, nullptr, RDMA_PS_TCP), 0);
+  int on = 1;
+  ASSERT_EQ(rdma_set_option(l6, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &on, sizeof on), 0);
+  sockaddr_in6 any6 = sin6_of("::", 7111);
+  ASSERT_EQ(rdma_bind_addr(l6, sa(any6)), 0);
+  ASSERT_EQ(rdma_listen(l6, 2), 0);
+  sockaddr_in to4 = sin_of("127.0.48.1", 7111);
+  rdma_cm_id* c = connect_to(cch, sa(to4));
+  expect(cch, RDMA_CM_EVENT_REJECTED, 8);  // no IPv4 listener on 7111
+  drop(c);
+
+  ASSERT_EQ(rdma_create_id(sch, &l4, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in any4 = sin_of("0.0.0.0", 7111);
+  ASSERT_EQ(rdma_bind_addr(l4, sa(any4)), 0);  // shares 7111 with the AFONLY [::]
+  ASSERT_EQ(rdma_listen(l4, 2), 0);
+  sockaddr_in6 to6 = sin6_of("::1", 7111);
+  for (sockaddr* to : {sa(to4), sa(to6)}) {
+    c = connect_to(cch, to);
+    Seen req = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(req.id, nullptr);
+    EXPECT_EQ(rdma_get_local_addr(req.id)->sa_family, to->sa_family);
+    ASSERT_EQ(rdma_reject(req.id, nullptr, 0), 0);
+    expect(cch, RDMA_CM_EVENT_REJECTED, 28);
+    rdma_destroy_id(req.id);
+    drop(c);
+  }
+  rdma_destroy_id(l4);
+  rdma_destroy_id(l6);
+  rdma_destroy_event_channel(sch);
+  rdma_destroy_event_channel(cch);
+}
+#endif
 
 }  // namespace
