@@ -80,22 +80,14 @@ void on_request(CmPort& p, const Event& ev) {
   const bool sidr = ev.type == Event::Type::kSidrReq;
   const auto& pd = sidr ? ev.sidr_req.private_data : ev.req.private_data;
   auto h = parse_ip_private_data(pd);
-  // A header of another IP version than the device's is malformed; one the listener does not
-  // take (an IPv6 request for a 0.0.0.0 listener on a dual-stack list of devices, or an IPv4
-  // one for an AFONLY [::] listener) finds no listener, as in the kernel's
-  // cma_match_private_data.
+  // A header of another IP version than the device's is malformed, and one the listener does
+  // not take (an IPv6 request for a 0.0.0.0 listener, an IPv4 one for an AFONLY [::]) finds no
+  // listener (cma_match_private_data): the kernel's CM then fails the request in its handler, and
+  // the IB CM answers with REJ reason 28 (consumer defined) / SIDR status 2 (rejected) — as for
+  // a missing header below.
   if (h && (h->ip_version == 6) != p.is_v6()) h.reset();
-  if (h && ids().count(l) && af_only(l) && (l->family == AF_INET6) != (h->ip_version == 6)) {
-    if (sidr) {
-      SidrRep r;
-      r.status = SidrStatus::kServiceIdNotSupported;
-      r.service_id = ev.sidr_req.service_id;
-      p.agent->sidr_reply(ev.id, r, svc().now());
-    } else {
-      p.agent->reject(ev.id, static_cast<uint16_t>(RejReason::kInvalidServiceId), {}, svc().now());
-    }
-    return;
-  }
+  if (h && ids().count(l) && af_only(l) && (l->family == AF_INET6) != (h->ip_version == 6))
+    h.reset();
   if (!ids().count(l) || l->state != IdState::kListen || !h) {
     if (sidr) {
       SidrRep r;

@@ -417,8 +417,10 @@ TEST(RdmaCmDualStack, Ipv6WildcardTakesBothFamilies) {
   }
 }
 
-// 0.0.0.0 takes IPv4 only, an AFONLY [::] IPv6 only, and the two share a port; a request of the
-// other family finds no listener (REJ reason 8), as cma_match_private_data decides.
+// 0.0.0.0 takes IPv4 only, an AFONLY [::] IPv6 only, and the two share a port. A wildcard
+// listens on the devices of its family only, so a request of the other family finds no listener
+// on its device: REJ reason 8 (the kernel's CM, whose listeners cover every device, fails it in
+// cma_match_private_data instead: reason 28).
 TEST(RdmaCmDualStack, EachFamilyOnlyWildcards) {
   rdma_event_channel* sch = rdma_create_event_channel();
   rdma_event_channel* cch = rdma_create_event_channel();
