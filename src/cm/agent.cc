@@ -100,7 +100,7 @@ void Agent::take_held(uint64_t service_id, Time now) {
   if (listeners_.count(service_id)) replay(service_id, now);
 }
 
-bool Agent::hold(uint32_t src, const MadHeader& h, std::span<const uint8_t> mad) {
+bool Agent::hold(IpAddr src, const MadHeader& h, std::span<const uint8_t> mad) {
   const uint8_t* msg = mad.data() + kMadHeaderBytes;
   const uint64_t sid = static_cast<AttrId>(h.attr_id) == AttrId::kReq
                            ? decode_req(msg).service_id
@@ -142,7 +142,7 @@ Time Agent::wait_for(uint8_t timeout_value) const {
   return cm_timeout_ns(timeout_value) + 2 * cm_timeout_ns(cfg_.packet_lifetime);
 }
 
-void Agent::send(uint32_t dst_ip, const Mad& mad) {
+void Agent::send(IpAddr dst_ip, const Mad& mad) {
   mads_.push_back(OutMad{dst_ip, mad});
   ++counters_.mads_sent;
 }
@@ -175,13 +175,13 @@ ConnState Agent::state(uint32_t id) const {
   return it == conns_.end() ? ConnState::kIdle : it->second.state;
 }
 
-Agent::Conn* Agent::find(uint32_t id, uint32_t src) {
+Agent::Conn* Agent::find(uint32_t id, IpAddr src) {
   auto it = conns_.find(id);
   if (it == conns_.end() || it->second.peer_ip != src) return nullptr;
   return &it->second;
 }
 
-void Agent::send_rej_raw(uint32_t dst_ip, uint64_t tid, uint32_t local_id, uint32_t remote_id,
+void Agent::send_rej_raw(IpAddr dst_ip, uint64_t tid, uint32_t local_id, uint32_t remote_id,
                          MsgRef what, uint16_t reason, std::span<const uint8_t> pd) {
   Rej r;
   r.local_comm_id = local_id;
@@ -204,7 +204,7 @@ void Agent::enter_time_wait(uint32_t id, Conn& c, Time now) {
 
 // ---- active side --------------------------------------------------------------------------
 
-uint32_t Agent::connect(uint32_t dst_ip, Req req, Time now) {
+uint32_t Agent::connect(IpAddr dst_ip, Req req, Time now) {
   const uint32_t id = alloc_id();
   req.local_comm_id = id;
   req.local_ca_guid = cfg_.ca_guid;
@@ -243,7 +243,7 @@ int Agent::establish(uint32_t id, std::span<const uint8_t> pd, Time now) {
   return 0;
 }
 
-void Agent::on_rep(uint32_t src, const uint8_t* msg, Time now) {
+void Agent::on_rep(IpAddr src, const uint8_t* msg, Time now) {
   Rep rep = decode_rep(msg);
   Conn* c = find(rep.remote_comm_id, src);
   if (!c || !c->active) {
@@ -279,7 +279,7 @@ void Agent::on_rep(uint32_t src, const uint8_t* msg, Time now) {
   (void)now;
 }
 
-void Agent::on_mra(uint32_t src, const uint8_t* msg, Time now) {
+void Agent::on_mra(IpAddr src, const uint8_t* msg, Time now) {
   Mra mra = decode_mra(msg);
   Conn* c = find(mra.remote_comm_id, src);
   if (!c) {
@@ -304,7 +304,7 @@ void Agent::on_mra(uint32_t src, const uint8_t* msg, Time now) {
 
 // ---- passive side -------------------------------------------------------------------------
 
-void Agent::on_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now) {
+void Agent::on_req(IpAddr src, const MadHeader& h, const uint8_t* msg, Time now) {
   Req req = decode_req(msg);
   // A duplicate: the active side resent its REQ before hearing from us (12.9.6.1).
   auto dup = remote_index_.find({src, req.local_comm_id});
@@ -391,7 +391,7 @@ int Agent::accept(uint32_t id, Rep rep, Time now) {
   return 0;
 }
 
-void Agent::on_rtu(uint32_t src, const uint8_t* msg, Time now) {
+void Agent::on_rtu(IpAddr src, const uint8_t* msg, Time now) {
   Rtu rtu = decode_rtu(msg);
   Conn* c = find(rtu.remote_comm_id, src);
   if (!c || c->remote_id != rtu.local_comm_id) {
@@ -447,7 +447,7 @@ int Agent::reject(uint32_t id, uint16_t reason, std::span<const uint8_t> pd, Tim
   return 0;
 }
 
-void Agent::on_rej(uint32_t src, const uint8_t* msg, Time now) {
+void Agent::on_rej(IpAddr src, const uint8_t* msg, Time now) {
   Rej rej = decode_rej(msg);
   Conn* c = find(rej.remote_comm_id, src);
   if (!c && rej.remote_comm_id == 0) {
@@ -526,7 +526,7 @@ int Agent::disconnect(uint32_t id, std::span<const uint8_t> pd, Time now) {
   }
 }
 
-void Agent::on_dreq(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now) {
+void Agent::on_dreq(IpAddr src, const MadHeader& h, const uint8_t* msg, Time now) {
   Dreq d = decode_dreq(msg);
   Conn* c = find(d.remote_comm_id, src);
   if (!c || c->remote_id != d.local_comm_id) {
@@ -593,7 +593,7 @@ void Agent::on_dreq(uint32_t src, const MadHeader& h, const uint8_t* msg, Time n
   }
 }
 
-void Agent::on_drep(uint32_t src, const uint8_t* msg, Time now) {
+void Agent::on_drep(IpAddr src, const uint8_t* msg, Time now) {
   Drep d = decode_drep(msg);
   Conn* c = find(d.remote_comm_id, src);
   if (!c || c->state != ConnState::kDreqSent) {

@@ -5,7 +5,8 @@
 // (take_mads(), take_events()). The caller (src/cm/service.cc) owns the socket-side GSI QP and the
 // clock; tests drive two agents over a lossy virtual link (tests/cm/agent_test.cc).
 //
-// Addresses: a peer is its IPv4 address (host order): MADs go to that address's GSI QP (QPN 1).
+// Addresses: a peer is its IP address (wire::IpAddr: IPv4-mapped or IPv6): MADs go to that
+// address's GSI QP (QPN 1).
 //
 // The consumer (rdma_cm) decides what to answer: a REQ becomes an Event::kReq and stays in
 // REQ_RCVD until accept() (REP) or reject() (REJ); a REP becomes an Event::kRep and stays in
@@ -20,8 +21,11 @@
 #include <vector>
 
 #include "cm/mad.h"
+#include "wire/ip.h"
 
 namespace uroce::cm {
+
+using wire::IpAddr;
 
 using Time = uint64_t;  // nanoseconds, any epoch (the caller's clock)
 inline constexpr Time kNever = ~Time{0};
@@ -73,7 +77,7 @@ struct AgentConfig {
 };
 
 struct OutMad {
-  uint32_t dst_ip = 0;  // host order; the MAD goes to that address's QP1
+  IpAddr dst_ip{};  // the MAD goes to that address's QP1
   Mad mad{};
 };
 
@@ -95,12 +99,12 @@ struct Event {
   };
   explicit Event(Type t) : type(t) {}
   // A request for a listener (kReq, kSidrReq) from `peer_ip`, handled under `id`.
-  Event(Type t, uint32_t id, uint64_t listen_cookie, uint32_t peer_ip)
+  Event(Type t, uint32_t id, uint64_t listen_cookie, IpAddr peer_ip)
       : type(t), id(id), listen_cookie(listen_cookie), peer_ip(peer_ip) {}
   Type type;
   uint32_t id = 0;             // local communication ID (or SIDR handle / request ID)
   uint64_t listen_cookie = 0;  // kReq/kSidrReq: what listen() was given
-  uint32_t peer_ip = 0;
+  IpAddr peer_ip{};
   Req req;                            // kReq
   Rep rep;                            // kRep
   Rej rej;                            // kRej
@@ -146,7 +150,7 @@ class Agent {
 
   // Active side. `req` carries everything but the communication ID, the CA GUID and the CM
   // timeouts/retries, which the agent fills in. Returns the local communication ID (never 0).
-  uint32_t connect(uint32_t dst_ip, Req req, Time now);
+  uint32_t connect(IpAddr dst_ip, Req req, Time now);
   // REP_RCVD → ESTABLISHED: sends RTU. EINVAL in another state or for an unknown ID.
   int establish(uint32_t id, std::span<const uint8_t> private_data, Time now);
 
@@ -175,13 +179,13 @@ class Agent {
 
   // SIDR (12.11). Active: returns the request ID; `timeout` and `retries` from the consumer
   // (rdma_resolve_route's timeout, librdmacm's defaults otherwise).
-  uint32_t sidr_request(uint32_t dst_ip, SidrReq req, Time now);
+  uint32_t sidr_request(IpAddr dst_ip, SidrReq req, Time now);
   // Passive: answers the SIDR REQ event `id` (and later duplicates from cache). EINVAL unknown.
   int sidr_reply(uint32_t id, SidrRep rep, Time now);
   void sidr_cancel(uint32_t id);  // active: stop retrying, no event
 
   // A MAD received on QP1 from `src_ip`. Anything malformed is counted and dropped.
-  void on_mad(uint32_t src_ip, std::span<const uint8_t> mad, Time now);
+  void on_mad(IpAddr src_ip, std::span<const uint8_t> mad, Time now);
   // Runs what is due at `now` (retransmissions, timeouts, time wait).
   void on_timer(Time now);
   // The port learnt that nothing listens on `peer_ip`'s UDP 4791 (ICMP port unreachable for a
@@ -191,7 +195,7 @@ class Agent {
   // read it), a DREQ (kDreqTimeout, then time wait), an active SIDR REQ (kSidrTimeout). Nothing
   // else changes: an established connection's QPs learn of it from their own packets. Returns
   // how many attempts ended.
-  size_t on_unreachable(uint32_t peer_ip, Time now);
+  size_t on_unreachable(IpAddr peer_ip, Time now);
   Time next_deadline() const;
 
   std::vector<OutMad> take_mads();
@@ -206,7 +210,7 @@ class Agent {
     ConnState state = ConnState::kIdle;
     bool active = false;
     bool orphan = false;  // destroyed by the consumer: no events, forgotten after time wait
-    uint32_t peer_ip = 0;
+    IpAddr peer_ip{};
     uint32_t remote_id = 0;
     uint32_t remote_qpn = 0;
     uint64_t tid = 0;
@@ -224,7 +228,7 @@ class Agent {
   };
   struct Sidr {
     bool active = false;
-    uint32_t peer_ip = 0;
+    IpAddr peer_ip{};
     uint32_t remote_request_id = 0;  // passive: the peer's request ID
     uint64_t tid = 0;
     uint64_t listen_cookie = 0;
@@ -238,7 +242,7 @@ class Agent {
   uint32_t alloc_id();
   uint64_t new_tid();
   Time wait_for(uint8_t timeout_value) const;  // timeout + 2 × packet lifetime
-  void send(uint32_t dst_ip, const Mad& mad);
+  void send(IpAddr dst_ip, const Mad& mad);
   void emit(Event ev);
   void emit_for(uint32_t id, const Conn& c, Event ev);
   void enter_time_wait(uint32_t id, Conn& c, Time now);
@@ -246,19 +250,19 @@ class Agent {
   // says for its state; returns the iterator after it.
   std::map<uint32_t, Conn>::iterator give_up(std::map<uint32_t, Conn>::iterator it, Time now,
                                              bool unreachable);
-  void send_rej_raw(uint32_t dst_ip, uint64_t tid, uint32_t local_id, uint32_t remote_id,
-                    MsgRef what, uint16_t reason, std::span<const uint8_t> pd = {});
+  void send_rej_raw(IpAddr dst_ip, uint64_t tid, uint32_t local_id, uint32_t remote_id, MsgRef what,
+                    uint16_t reason, std::span<const uint8_t> pd = {});
 
-  void on_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now);
-  void on_mra(uint32_t src, const uint8_t* msg, Time now);
-  void on_rej(uint32_t src, const uint8_t* msg, Time now);
-  void on_rep(uint32_t src, const uint8_t* msg, Time now);
-  void on_rtu(uint32_t src, const uint8_t* msg, Time now);
-  void on_dreq(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now);
-  void on_drep(uint32_t src, const uint8_t* msg, Time now);
-  void on_sidr_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now);
-  void on_sidr_rep(uint32_t src, const uint8_t* msg, Time now);
-  Conn* find(uint32_t id, uint32_t src);
+  void on_req(IpAddr src, const MadHeader& h, const uint8_t* msg, Time now);
+  void on_mra(IpAddr src, const uint8_t* msg, Time now);
+  void on_rej(IpAddr src, const uint8_t* msg, Time now);
+  void on_rep(IpAddr src, const uint8_t* msg, Time now);
+  void on_rtu(IpAddr src, const uint8_t* msg, Time now);
+  void on_dreq(IpAddr src, const MadHeader& h, const uint8_t* msg, Time now);
+  void on_drep(IpAddr src, const uint8_t* msg, Time now);
+  void on_sidr_req(IpAddr src, const MadHeader& h, const uint8_t* msg, Time now);
+  void on_sidr_rep(IpAddr src, const uint8_t* msg, Time now);
+  Conn* find(uint32_t id, IpAddr src);
 
   AgentConfig cfg_;
   uint32_t next_id_;
@@ -266,15 +270,15 @@ class Agent {
   std::map<uint32_t, Conn> conns_;  // by local communication ID
   std::map<uint32_t, Sidr> sidrs_;  // by local ID (request ID when active)
   // (peer ip, peer's comm ID / request ID) → local ID: duplicate REQ / SIDR REQ detection.
-  std::map<std::pair<uint32_t, uint32_t>, uint32_t> remote_index_, sidr_index_;
+  std::map<std::pair<IpAddr, uint32_t>, uint32_t> remote_index_, sidr_index_;
   std::map<uint64_t, uint64_t> listeners_;  // service ID → cookie
   // A REQ / SIDR REQ waiting for its service's listen(): where from, its TID, the whole MAD.
   struct Held {
-    uint32_t src;
+    IpAddr src;
     uint64_t tid;
     std::vector<uint8_t> mad;
   };
-  bool hold(uint32_t src, const MadHeader& h, std::span<const uint8_t> mad);
+  bool hold(IpAddr src, const MadHeader& h, std::span<const uint8_t> mad);
   void replay(uint64_t service_id, Time now);
   std::map<uint64_t, int> reserved_;  // service ID → reservations
   std::map<uint64_t, std::vector<Held>> held_;

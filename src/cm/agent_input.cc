@@ -10,7 +10,7 @@
 
 namespace uroce::cm {
 
-void Agent::on_mad(uint32_t src_ip, std::span<const uint8_t> mad, Time now) {
+void Agent::on_mad(IpAddr src_ip, std::span<const uint8_t> mad, Time now) {
   MadHeader h;
   if (!parse_header(mad, &h)) {
     ++counters_.dropped;
@@ -136,7 +136,7 @@ std::map<uint32_t, Agent::Conn>::iterator Agent::give_up(std::map<uint32_t, Conn
   }
 }
 
-size_t Agent::on_unreachable(uint32_t peer_ip, Time now) {
+size_t Agent::on_unreachable(IpAddr peer_ip, Time now) {
   size_t ended = 0;
   for (auto it = conns_.begin(); it != conns_.end();) {
     Conn& c = it->second;

@@ -8,7 +8,7 @@
 
 namespace uroce::cm {
 
-uint32_t Agent::sidr_request(uint32_t dst_ip, SidrReq req, Time now) {
+uint32_t Agent::sidr_request(IpAddr dst_ip, SidrReq req, Time now) {
   const uint32_t id = alloc_id();
   req.request_id = id;
   Sidr s;
@@ -29,7 +29,7 @@ void Agent::sidr_cancel(uint32_t id) {
   if (it != sidrs_.end() && it->second.active) sidrs_.erase(it);
 }
 
-void Agent::on_sidr_req(uint32_t src, const MadHeader& h, const uint8_t* msg, Time now) {
+void Agent::on_sidr_req(IpAddr src, const MadHeader& h, const uint8_t* msg, Time now) {
   SidrReq req = decode_sidr_req(msg);
   auto dup = sidr_index_.find({src, req.request_id});
   if (dup != sidr_index_.end()) {
@@ -75,7 +75,7 @@ int Agent::sidr_reply(uint32_t id, SidrRep rep, Time now) {
   return 0;
 }
 
-void Agent::on_sidr_rep(uint32_t src, const uint8_t* msg, Time now) {
+void Agent::on_sidr_rep(IpAddr src, const uint8_t* msg, Time now) {
   SidrRep rep = decode_sidr_rep(msg);
   auto it = sidrs_.find(rep.request_id);
   if (it == sidrs_.end() || !it->second.active || it->second.peer_ip != src) {

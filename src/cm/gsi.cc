@@ -88,11 +88,11 @@ int Gsi::post_recv(size_t slot) {
   return dev_->post_recv(qp_, &w, 1, &bad);
 }
 
-int Gsi::send(uint32_t dst_ip, const Mad& mad) {
+int Gsi::send(const wire::IpAddr& dst_ip, const Mad& mad) {
   transport::SendWqe w;
   w.opcode = IBV_WR_SEND;
   w.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
-  w.ud_dst_ip = wire::IpAddr(dst_ip);
+  w.ud_dst_ip = dst_ip;
   w.ud_remote_qpn = kGsiQpn;
   w.ud_remote_qkey = kGsiQkey;
   w.inline_len = kMadBytes;
@@ -107,7 +107,7 @@ int Gsi::send(uint32_t dst_ip, const Mad& mad) {
   return 0;
 }
 
-size_t Gsi::poll(const std::function<void(uint32_t, std::span<const uint8_t>)>& fn) {
+size_t Gsi::poll(const std::function<void(const wire::IpAddr&, std::span<const uint8_t>)>& fn) {
   ibv_wc wc[16];
   for (int n; (n = send_cq_.poll(16, wc)) > 0;)
     for (int i = 0; i < n; ++i)
@@ -126,9 +126,13 @@ size_t Gsi::poll(const std::function<void(uint32_t, std::span<const uint8_t>)>& 
       if (wc[i].status == IBV_WC_SUCCESS && wc[i].byte_len >= kSlotBytes) {
         ++counters_.received;
         ++delivered;
-        // The GRH area holds the IPv4 header in its last 20 bytes (RoCEv2, IBTA A17.4.5.1):
-        // the source address is at offset 12 of it.
-        fn(get32(b + 20 + 12), std::span<const uint8_t>(b + kGrhBytes, kMadBytes));
+        // The GRH area holds the IPv4 header in its last 20 bytes (RoCEv2, IBTA A17.4.5.1),
+        // the source address at offset 12 of it; over IPv6 the IPv6 header fills all 40 bytes
+        // (A17.4.5.2), the source address at offset 8. The IP version nibble tells them apart
+        // (an IPv4 packet's GRH area starts with 20 zero bytes).
+        const wire::IpAddr src =
+            (b[0] >> 4) == 6 ? wire::IpAddr::from_bytes(b + 8) : wire::IpAddr(get32(b + 20 + 12));
+        fn(src, std::span<const uint8_t>(b + kGrhBytes, kMadBytes));
       } else {
         ++counters_.bad_receives;
       }

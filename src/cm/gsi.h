@@ -38,11 +38,11 @@ class Gsi {
   Gsi(const Gsi&) = delete;
   Gsi& operator=(const Gsi&) = delete;
 
-  // Sends one MAD to QP1 of `dst_ip` (host order). 0 or the errno of the post.
-  int send(uint32_t dst_ip, const Mad& mad);
+  // Sends one MAD to QP1 of `dst_ip` (of the device's family). 0 or the errno of the post.
+  int send(const wire::IpAddr& dst_ip, const Mad& mad);
   // Hands every MAD received since the last call to `fn(src_ip, mad)`, reposts the buffers and
   // reaps send completions. Returns how many MADs were delivered.
-  size_t poll(const std::function<void(uint32_t, std::span<const uint8_t>)>& fn);
+  size_t poll(const std::function<void(const wire::IpAddr&, std::span<const uint8_t>)>& fn);
   // Readable when a receive completed after the last rearm(); rearm after draining with poll().
   int fd() const { return channel_.fd(); }
   void rearm();

@@ -154,7 +154,13 @@ struct IdObj {
   IdState state = IdState::kIdle;
   CmPort* port = nullptr;  // the device the id is bound to; null: unbound or wildcard
   bool wildcard = false;
-  uint32_t local_ip = 0, remote_ip = 0;  // host order
+  // The id's addresses, of either family (wire::IpAddr: IPv4 ones IPv4-mapped), and the family
+  // of the sockaddrs the application gave and reads back (AF_INET, AF_INET6). An unspecified
+  // local address (0.0.0.0, ::) is a wildcard's. scope_id: sin6_scope_id of a link-local local
+  // address (the device's interface), also reported with a link-local peer's address.
+  sa_family_t family = AF_INET;
+  IpAddr local_ip{}, remote_ip{};
+  uint32_t scope_id = 0;
   uint16_t local_port = 0, remote_port = 0;
   std::vector<CmPort*> listen_ports;
   // The devices whose agents hold REQs for this id's service until it listens (rdma_bind_addr:
@@ -307,10 +313,31 @@ auto fwd(IdObj* o, Call&& call) {
 // ---- rdma_cm_address.cc -----------------------------------------------------------------------
 
 ibv_gid gid_of(uint32_t ip);  // the RoCEv2 GID of an IPv4 address (::ffff:a.b.c.d)
+// The RoCEv2 GID of an address: its 16 bytes (IPv4-mapped for IPv4, the IPv6 address itself).
+ibv_gid gid_of(const IpAddr& ip);
 Gid to_gid(const ibv_gid& g);
-void set_sin(sockaddr_storage& ss, uint32_t ip, uint16_t port);
 bool get_sin(const sockaddr* a, uint32_t* ip, uint16_t* port);  // false: not AF_INET
-bool qp_type_for(rdma_port_space ps, ibv_qp_type* t);           // false: not a port space
+// An AF_INET or AF_INET6 sockaddr, taken apart (an IPv4-mapped sin6_addr stays AF_INET6 with an
+// IPv4 address, as the kernel's CM keeps the family the application gave).
+struct SockAddr {
+  sa_family_t family = AF_INET;
+  IpAddr ip{};
+  uint16_t port = 0;  // host order
+  uint32_t scope_id = 0;
+};
+bool get_sa(const sockaddr* a, SockAddr* out);  // false: neither AF_INET nor AF_INET6
+// Writes a sockaddr_in (AF_INET; `ip` must be IPv4) or sockaddr_in6 into `ss`.
+void set_sa(sockaddr_storage& ss, sa_family_t family, const IpAddr& ip, uint16_t port,
+            uint32_t scope_id = 0);
+// The unspecified address of a family (0.0.0.0 IPv4-mapped, or ::), and whether an address is
+// one (either), or a loopback address (127.0.0.0/8, ::1).
+IpAddr any_addr(sa_family_t family);
+bool is_any(const IpAddr& ip);
+bool is_loopback(const IpAddr& ip);
+// Whether an id accepts requests of one family only: an AF_INET id always; an AF_INET6 one when
+// RDMA_OPTION_ID_AFONLY says so (the kernel's default is net.ipv6.bindv6only, 0).
+bool af_only(const IdObj* o);
+bool qp_type_for(rdma_port_space ps, ibv_qp_type* t);  // false: not a port space
 void fill_route(IdObj* o);
 // The uroce side of rdma_bind_addr, rdma_listen, rdma_resolve_addr, rdma_resolve_route: 0, or -1
 // with errno; a bind or resolve may hand the id to the system librdmacm. mu not held.
@@ -318,8 +345,8 @@ int bind_id(IdObj* o, sockaddr* addr);
 int listen_id(IdObj* o);
 int resolve_addr(IdObj* o, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms);
 int resolve_route(IdObj* o);
-int getaddrinfo_ipv4(const char* node, const char* service, const rdma_addrinfo* hints,
-                     rdma_addrinfo** res);
+int getaddrinfo_ip(const char* node, const char* service, const rdma_addrinfo* hints,
+                   rdma_addrinfo** res);
 void freeaddrinfo_all(rdma_addrinfo* res);
 
 // ---- rdma_cm_qp.cc ----------------------------------------------------------------------------
@@ -336,6 +363,8 @@ void destroy_qp(IdObj* o);
 int create_srq(IdObj* o, ibv_pd* pd, ibv_srq_init_attr* attr);
 void destroy_srq(IdObj* o);  // touches the id's SRQ only: mu not needed
 int join_multicast(IdObj* o, uint32_t group, void* context);
+// An IPv6 group (rdma_join_multicast): -1 with EOPNOTSUPP, said once. mu not needed.
+int refuse_ipv6_multicast();
 int leave_multicast(IdObj* o, uint32_t group);
 
 // ---- rdma_cm_connect.cc -----------------------------------------------------------------------

@@ -63,9 +63,10 @@ int connect_id(IdObj* o, const rdma_conn_param* cp) {
   if (!s.ok) return s.err;
   CmPort* p = o->port;
   IpCmHeader h;
+  h.ip_version = o->remote_ip.is_v4() ? 4 : 6;  // the device's family (resolve_addr checks)
   h.src_port = o->local_port;
-  h.src_ip = o->local_ip;
-  h.dst_ip = o->remote_ip;
+  h.src = o->local_ip;
+  h.dst = o->remote_ip;
   std::span<const uint8_t> user;
   if (cp && cp->private_data_len)
     user = {static_cast<const uint8_t*>(cp->private_data), cp->private_data_len};

@@ -29,7 +29,7 @@ void set_conn_param(EventObj* e, const ReqOrRep& m) {
 
 // The new id of a REQ or SIDR REQ for listener `l` on device `p`, in the listener's channel
 // (a synchronous listener's get synchronous channels of their own, as librdmacm migrates them).
-IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
+IdObj* child_of(IdObj* l, CmPort& p, const IpAddr& peer, const IpCmHeader& h) {
   auto* c = new IdObj();
   c->accepted = true;
   c->id.context = l->id.context;
@@ -48,6 +48,10 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   }
   c->id.channel = &c->chan->ch;
   c->port = &p;
+  // The new id's addresses are of the request's IP version, whatever the listener's family (a
+  // dual-stack [::] listener's IPv4 connections are AF_INET: the kernel's cma_save_ip_info).
+  c->family = h.ip_version == 6 ? AF_INET6 : AF_INET;
+  c->scope_id = p.scope_id;
   c->local_ip = p.ip;
   c->local_port = l->local_port;
   c->remote_ip = peer;
@@ -58,8 +62,8 @@ IdObj* child_of(IdObj* l, CmPort& p, uint32_t peer, const IpCmHeader& h) {
   c->local_psn = rng()() & 0xffffff;
   c->tos = l->tos;
   c->ack_timeout = l->ack_timeout;
-  set_sin(c->id.route.addr.src_storage, c->local_ip, c->local_port);
-  set_sin(c->id.route.addr.dst_storage, c->remote_ip, c->remote_port);
+  set_sa(c->id.route.addr.src_storage, c->family, c->local_ip, c->local_port, c->scope_id);
+  set_sa(c->id.route.addr.dst_storage, c->family, c->remote_ip, c->remote_port, c->scope_id);
   c->id.route.addr.addr.ibaddr.sgid = p.gid;
   c->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
   fill_route(c);
@@ -76,6 +80,14 @@ void on_request(CmPort& p, const Event& ev) {
   const bool sidr = ev.type == Event::Type::kSidrReq;
   const auto& pd = sidr ? ev.sidr_req.private_data : ev.req.private_data;
   auto h = parse_ip_private_data(pd);
+  // A header of another IP version than the device's is malformed, and one the listener does
+  // not take (an IPv6 request for a 0.0.0.0 listener, an IPv4 one for an AFONLY [::]) finds no
+  // listener (cma_match_private_data): the kernel's CM then fails the request in its handler, and
+  // the IB CM answers with REJ reason 28 (consumer defined) / SIDR status 2 (rejected) — as for
+  // a missing header below.
+  if (h && (h->ip_version == 6) != p.is_v6()) h.reset();
+  if (h && ids().count(l) && af_only(l) && (l->family == AF_INET6) != (h->ip_version == 6))
+    h.reset();
   if (!ids().count(l) || l->state != IdState::kListen || !h) {
     if (sidr) {
       SidrRep r;
@@ -215,8 +227,8 @@ void on_conn_event(IdObj* o, const Event& ev) {
     case T::kRej:
       // Said at info level, with what the reason means: the program sees only
       // RDMA_CM_EVENT_REJECTED and a number.
-      log().info("rdma_cm: connection to {}:{} rejected by the peer: {} (REJ reason {})",
-                 format_ipv4(o->remote_ip), o->remote_port, rej_reason_text(ev.rej.reason),
+      log().info("rdma_cm: connection to {} rejected by the peer: {} (REJ reason {})",
+                 format_ip_port(o->remote_ip, o->remote_port), rej_reason_text(ev.rej.reason),
                  ev.rej.reason);
       [[fallthrough]];
     case T::kReqTimeout:
@@ -247,7 +259,7 @@ void on_conn_event(IdObj* o, const Event& ev) {
 void on_agent_event(CmPort& p, const Event& ev) {
   using T = Event::Type;
   log().debug("rdma_cm: {}: CM {} for connection {:#x} from {}", p.vdev->cfg.name,
-              event_name(ev.type), ev.id, format_ipv4(ev.peer_ip));
+              event_name(ev.type), ev.id, ev.peer_ip.to_string());
   switch (ev.type) {
     case T::kReq:
     case T::kSidrReq:

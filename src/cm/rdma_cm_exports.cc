@@ -439,6 +439,7 @@ UROCE_EXPORT int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* conte
     return complete(to_obj(id));
   }
   if (!id || !addr) return fail(EINVAL);
+  if (addr->sa_family == AF_INET6) return refuse_ipv6_multicast();
   uint32_t group;
   uint16_t port;
   if (!get_sin(addr, &group, &port)) return fail(EAFNOSUPPORT);
@@ -466,6 +467,7 @@ UROCE_EXPORT int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
   PASS_TO_REAL(rdma_leave_multicast, "RDMACM_1.0", id, addr);
   if (forwarded(id)) return CALL_REAL(id, rdma_leave_multicast, "RDMACM_1.0", addr);
   if (!id || !addr) return fail(EINVAL);
+  if (addr->sa_family == AF_INET6) return fail(EADDRNOTAVAIL);  // never joined (join refuses it)
   uint32_t group;
   uint16_t port;
   if (!get_sin(addr, &group, &port)) return fail(EAFNOSUPPORT);
@@ -474,15 +476,29 @@ UROCE_EXPORT int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
 
 // ---- addresses and devices ------------------------------------------------------------------
 
+// The port of an address, in network order, as librdmacm's ucma_get_port reads it: sin_port,
+// sin6_port; 0 for another family (librdmacm takes an AF_IB address's from its service ID:
+// rdma-core 44 ships no <rdma/ib.h> here, and no uroce id is AF_IB).
+static uint16_t port_of(const sockaddr* a) {
+  switch (a->sa_family) {
+    case AF_INET:
+      return reinterpret_cast<const sockaddr_in*>(a)->sin_port;
+    case AF_INET6:
+      return reinterpret_cast<const sockaddr_in6*>(a)->sin6_port;
+    default:
+      return 0;
+  }
+}
+
 UROCE_EXPORT uint16_t rdma_get_src_port(rdma_cm_id* id) {
   PASS_TO_REAL(rdma_get_src_port, "RDMACM_1.0", id);
   // A forwarded id's route is the real id's, pulled after every call and event.
-  return id ? id->route.addr.src_sin.sin_port : 0;  // network order, as librdmacm
+  return id ? port_of(&id->route.addr.src_addr) : 0;  // network order, as librdmacm
 }
 
 UROCE_EXPORT uint16_t rdma_get_dst_port(rdma_cm_id* id) {
   PASS_TO_REAL(rdma_get_dst_port, "RDMACM_1.0", id);
-  return id ? id->route.addr.dst_sin.sin_port : 0;
+  return id ? port_of(&id->route.addr.dst_addr) : 0;
 }
 
 UROCE_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
@@ -526,7 +542,7 @@ UROCE_EXPORT int rdma_get_remote_ece(rdma_cm_id* id, ibv_ece* ece) {
 UROCE_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                   rdma_addrinfo** res) {
   PASS_TO_REAL(rdma_getaddrinfo, "RDMACM_1.0", node, service, hints, res);
-  return getaddrinfo_ipv4(node, service, hints, res);
+  return getaddrinfo_ip(node, service, hints, res);
 }
 
 UROCE_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) {

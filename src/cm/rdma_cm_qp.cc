@@ -8,6 +8,7 @@
 #include "ah.h"
 #include "cm/rdma_cm.h"
 #include "provider.h"
+#include "util/log.h"
 
 namespace uroce::cm {
 
@@ -216,9 +217,22 @@ void destroy_srq(IdObj* o) {
 
 // ---- multicast (UD ids; IPv4 groups joined locally, no SA) ----------------------------------
 
+// IPv6 multicast (ff00::/8 groups, MLD) is not done: the UDP port joins IPv4 groups only. The
+// kernel's CM does join IPv6 groups on RoCE devices, so this is uroce's limit, said as such.
+int refuse_ipv6_multicast() {
+  warn_once(
+      "rdma_cm: rdma_join_multicast: EOPNOTSUPP: uroce joins IPv4 multicast groups only (on an "
+      "IPv4 device); IPv6 multicast is not supported (docs/rdma-cm.md)");
+  return fail(EOPNOTSUPP);
+}
+
 int join_multicast(IdObj* o, uint32_t group, void* context) {
   if ((group >> 28) != 0xe || o->id.qp_type != IBV_QPT_UD) return EINVAL;
   if (!o->port || o->mcast.count(group)) return EINVAL;
+  if (o->port->is_v6()) {  // an IPv4 group from an IPv6 device: neither family fits
+    refuse_ipv6_multicast();
+    return EOPNOTSUPP;
+  }
   if (o->id.qp) {
     ibv_gid gid = gid_of(group);
     if (int rc = uv::attach_mcast(o->id.qp, &gid, 0)) return rc;

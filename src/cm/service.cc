@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <random>
 
+#include "cm/ip_cm.h"
 #include "engine/engine.h"
 #include "util/log.h"
 #include "objects.h"
@@ -71,9 +72,9 @@ void CmService::set_handler(Handler h) {
   handler_ = std::move(h);
 }
 
-CmPort* CmService::port_by_ip(uint32_t ip, int* err) {
+CmPort* CmService::port_by_ip(const wire::IpAddr& ip, int* err) {
   for (verbs::VDevice* d : devices())
-    if (d->cfg.ipv4 == ip) return port_of(d, err);
+    if (d->cfg.addr() == ip) return port_of(d, err);
   return nullptr;
 }
 
@@ -82,7 +83,8 @@ CmPort* CmService::port_of(verbs::VDevice* vdev, int* err) {
     if (p->vdev == vdev) return p.get();
   auto p = std::make_unique<CmPort>();
   p->vdev = vdev;
-  p->ip = vdev->cfg.ipv4;
+  p->ip = vdev->cfg.addr();
+  p->scope_id = vdev->cfg.scope_id;
   p->ctx = verbs::open_device(&vdev->dev);
   if (!p->ctx) {
     *err = errno ? errno : ENODEV;
@@ -121,13 +123,12 @@ CmPort* CmService::port_of(verbs::VDevice* vdev, int* err) {
   epoll_ctl(epfd_, EPOLL_CTL_ADD, raw->gsi->fd(), &ev);
   // Never removed: the port and the service live until the process exits.
   raw->dev->add_port_event_listener([this, raw](const PortEvent& e) {
-    // rdma_cm is IPv4 (its connections to IPv6 peers are not made): an IPv6 one is not its own.
-    if (e.port_unreachable() && e.dst_ip.is_v4()) queue_unreachable(raw, e.dst_ip.v4(), e.dst_port);
+    if (e.port_unreachable()) queue_unreachable(raw, e.dst_ip, e.dst_port);
   });
   return raw;
 }
 
-void CmService::queue_unreachable(CmPort* p, uint32_t ip, uint16_t port) {
+void CmService::queue_unreachable(CmPort* p, const wire::IpAddr& ip, uint16_t port) {
   {
     std::lock_guard<std::mutex> g(unreach_mu_);
     unreach_.push_back({p, ip, port});
@@ -150,10 +151,10 @@ void CmService::fail_unreachable(Time now) {
     const size_t ended = u.port->agent->on_unreachable(u.ip, now);
     if (ended > 0 && told_unreachable_.insert(u.ip).second)
       log().warn(
-          "rdma_cm: no RoCE endpoint at {}:{} (ICMP port unreachable): a connection to it fails "
+          "rdma_cm: no RoCE endpoint at {} (ICMP port unreachable): a connection to it fails "
           "at once (RDMA_CM_EVENT_UNREACHABLE, status -ECONNREFUSED); is the peer program "
           "running, on a RoCE device with that address?",
-          format_ipv4(u.ip), u.udp_port);
+          format_ip_port(u.ip, u.udp_port));
     drain(*u.port);
   }
 }
@@ -224,7 +225,7 @@ void CmService::run() {
     const Time t = now();
     fail_unreachable(t);
     for (auto& p : ports_) {
-      auto deliver = [&](uint32_t src, std::span<const uint8_t> mad) {
+      auto deliver = [&](const wire::IpAddr& src, std::span<const uint8_t> mad) {
         p->agent->on_mad(src, mad, t);
       };
       p->gsi->poll(deliver);

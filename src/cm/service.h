@@ -36,14 +36,16 @@ namespace uroce::cm {
 // One uroce device as the CM sees it.
 struct CmPort {
   verbs::VDevice* vdev = nullptr;
-  uint32_t ip = 0;              // host order
+  wire::IpAddr ip{};            // the device's address (IPv4-mapped for an IPv4 device)
+  uint32_t scope_id = 0;        // a link-local IPv6 address's interface
   ibv_context* ctx = nullptr;   // what ids on this device report as id->verbs
   ibv_pd* pd = nullptr;         // the default PD of rdma_create_qp(id, NULL, …)
   std::shared_ptr<Device> dev;  // ctx's engine device
   std::unique_ptr<Gsi> gsi;
   std::unique_ptr<Agent> agent;
   uint8_t mtu_enum = IBV_MTU_1024;  // the device's active MTU as an ibv_mtu
-  ibv_gid gid{};                    // GID index 0 (IPv4-mapped)
+  ibv_gid gid{};                    // GID index 0 (IPv4-mapped, or the IPv6 address)
+  bool is_v6() const { return !ip.is_v4(); }
 };
 
 class CmService {
@@ -63,7 +65,7 @@ class CmService {
   const std::vector<verbs::VDevice*>& devices();
   // The port of the device bound to `ip`, opened if needed; nullptr if no uroce device has that
   // address, or *err (an errno) when the device or its GSI cannot be opened. mu() held.
-  CmPort* port_by_ip(uint32_t ip, int* err);
+  CmPort* port_by_ip(const wire::IpAddr& ip, int* err);
   CmPort* port_of(verbs::VDevice* vdev, int* err);
 
   // Called by the service with mu() held for every event an agent raises.
@@ -86,17 +88,17 @@ class CmService {
   // A port's ICMP port unreachable (Device::add_port_event_listener: any thread, no lock but
   // unreach_mu_): queued for the CM thread, which fails the attempts waiting on that address
   // (Agent::on_unreachable) and says so once per address (fail_unreachable, mu() held).
-  void queue_unreachable(CmPort* p, uint32_t ip, uint16_t port);
+  void queue_unreachable(CmPort* p, const wire::IpAddr& ip, uint16_t port);
   void fail_unreachable(Time now);
 
   struct Unreachable {
     CmPort* port;
-    uint32_t ip;
+    wire::IpAddr ip;
     uint16_t udp_port;
   };
   std::mutex unreach_mu_;
   std::vector<Unreachable> unreach_;
-  std::set<uint32_t> told_unreachable_;  // mu()
+  std::set<wire::IpAddr> told_unreachable_;  // mu()
   std::mutex mu_;
   std::vector<std::unique_ptr<CmPort>> ports_;
   Handler handler_;

@@ -14,8 +14,8 @@
 
 namespace uroce::cm {
 
-inline constexpr uint32_t kIpA = 0x0a000001;
-inline constexpr uint32_t kIpB = 0x0a000002;
+inline constexpr IpAddr kIpA{0x0a000001u};
+inline constexpr IpAddr kIpB{0x0a000002u};
 inline constexpr uint64_t kSid = service_id(kPsTcp, 7174);
 
 inline AgentConfig config(uint32_t first_id, uint64_t guid) {

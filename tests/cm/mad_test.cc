@@ -298,8 +298,8 @@ TEST(IpCm, ServiceIdsOfAnnexA11) {
 TEST(IpCm, PrivateDataHeader) {
   IpCmHeader h;
   h.src_port = 0x1234;
-  h.src_ip = 0x7f000002;
-  h.dst_ip = 0x7f000001;
+  h.src = wire::IpAddr(0x7f000002u);
+  h.dst = wire::IpAddr(0x7f000001u);
   const uint8_t user[] = {0xaa, 0xbb};
   auto pd = make_ip_private_data(h, user, req::kPrivateData.len);
   ASSERT_TRUE(pd);
@@ -316,15 +316,57 @@ TEST(IpCm, PrivateDataHeader) {
   auto back = parse_ip_private_data(*pd);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->src_port, 0x1234);
-  EXPECT_EQ(back->src_ip, h.src_ip);
-  EXPECT_EQ(back->dst_ip, h.dst_ip);
+  EXPECT_EQ(back->ip_version, 4);
+  EXPECT_EQ(back->src, h.src);
+  EXPECT_EQ(back->dst, h.dst);
 
   std::vector<uint8_t> big(57, 0);  // 36 + 57 > 92
   EXPECT_FALSE(make_ip_private_data(h, big, req::kPrivateData.len));
-  std::vector<uint8_t> v6 = *pd;
-  v6[1] = 0x60;
-  EXPECT_FALSE(parse_ip_private_data(v6));
+  std::vector<uint8_t> v5 = *pd;
+  v5[1] = 0x50;  // neither 4 nor 6
+  EXPECT_FALSE(parse_ip_private_data(v5));
+  std::vector<uint8_t> major1 = *pd;
+  major1[0] = 0x10;
+  EXPECT_FALSE(parse_ip_private_data(major1));
   EXPECT_FALSE(parse_ip_private_data(std::span<const uint8_t>(pd->data(), 35)));
+  // An IPv6 address in a version 4 header is refused, not truncated.
+  IpCmHeader mixed = h;
+  mixed.dst = *wire::IpAddr::parse("fd00::1");
+  EXPECT_FALSE(make_ip_private_data(mixed, user, req::kPrivateData.len));
+}
+
+// Annex A11.2.2 with IP version 6: the 16 bytes of each address as they are, in network order
+// (the kernel's cma_format_hdr copies sin6_addr), the IP version 6 in the high nibble.
+TEST(IpCm, PrivateDataHeaderIpv6) {
+  IpCmHeader h;
+  h.ip_version = 6;
+  h.src_port = 0xc001;
+  h.src = *wire::IpAddr::parse("fd00:c0::2");
+  h.dst = *wire::IpAddr::parse("::1");
+  const uint8_t user[] = {0x5a};
+  auto pd = make_ip_private_data(h, user, sidr_req::kPrivateData.len);
+  ASSERT_TRUE(pd);
+  ASSERT_EQ(pd->size(), 37u);
+  const std::vector<uint8_t> want = {
+      0x00, 0x60, 0xc0, 0x01,                                         // ver, IPv6, port
+      0xfd, 0x00, 0x00, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02,  // fd00:c0::2
+      0,    0,    0,    0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,  // ::1
+      0x5a};
+  EXPECT_EQ(*pd, want);
+  auto back = parse_ip_private_data(*pd);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->ip_version, 6);
+  EXPECT_EQ(back->src_port, 0xc001);
+  EXPECT_EQ(back->src, h.src);
+  EXPECT_EQ(back->dst, h.dst);
+  EXPECT_FALSE(back->src.is_v4());
+  // An IPv4 address in a version 6 header is refused.
+  IpCmHeader mixed = h;
+  mixed.src = wire::IpAddr(0x0a000001u);
+  EXPECT_FALSE(make_ip_private_data(mixed, user, req::kPrivateData.len));
+  // 36 + 56 fits a REQ, 57 does not: the same budget as over IPv4.
+  EXPECT_TRUE(make_ip_private_data(h, std::vector<uint8_t>(56, 0), req::kPrivateData.len));
+  EXPECT_FALSE(make_ip_private_data(h, std::vector<uint8_t>(57, 0), req::kPrivateData.len));
 }
 
 // Known answers: every field of every message at a distinct value, and the bytes the encoders

@@ -681,7 +681,10 @@ TEST(RdmaCm, LoopbackAddressNoDeviceHasBindsLikeTheWildcard) {
 
 // An address no uroce device has, and an IPv6 address: refused with the kernel CM's errno, and
 // said at the default log level with what to do — once per cause, not once per call.
-TEST(RdmaCm, AnAddressNoDeviceHasAndIpv6AreSaidOnce) {
+// An address no device has, of either family, is EADDRNOTAVAIL (an IPv6 one where the devices are
+// IPv4: the kernel's rdma_translate_ip finds no netdev with it either), an address of a family
+// rdma_cm does not serve without a system librdmacm EAFNOSUPPORT; each said once.
+TEST(RdmaCm, AnAddressNoDeviceHasAndOtherFamiliesAreSaidOnce) {
   rdma_event_channel* ch = rdma_create_event_channel();
   uroce::test::StderrCapture cap;
   for (int i = 0; i < 2; ++i) {
@@ -692,9 +695,13 @@ TEST(RdmaCm, AnAddressNoDeviceHasAndIpv6AreSaidOnce) {
     EXPECT_EQ(errno, EADDRNOTAVAIL);
     sockaddr_in6 v6{};
     v6.sin6_family = AF_INET6;
-    v6.sin6_addr = in6addr_loopback;
+    inet_pton(AF_INET6, "2001:db8::2", &v6.sin6_addr);
     v6.sin6_port = htons(7016);
     EXPECT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&v6)), -1);
+    EXPECT_EQ(errno, EADDRNOTAVAIL);
+    sockaddr_storage ib{};
+    ib.ss_family = AF_IB;
+    EXPECT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&ib)), -1);
     EXPECT_EQ(errno, EAFNOSUPPORT);
     rdma_destroy_id(id);
   }
@@ -708,7 +715,8 @@ TEST(RdmaCm, AnAddressNoDeviceHasAndIpv6AreSaidOnce) {
                   "address"),
             1u)
       << log;
-  EXPECT_EQ(count("rdma_cm: rdma_bind_addr: EAFNOSUPPORT: IPv6 is not supported"), 1u) << log;
+  EXPECT_EQ(count("rdma_cm: rdma_bind_addr(2001:db8::2): EADDRNOTAVAIL"), 1u) << log;
+  EXPECT_EQ(count("rdma_cm: rdma_bind_addr: EAFNOSUPPORT"), 1u) << log;
   rdma_destroy_event_channel(ch);
 }
 
