@@ -53,7 +53,8 @@ echo "== ThreadSanitizer build: the engine thread, the verbs layer and the CM th
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DUROCE_SANITIZE=thread \
   -DUROCE_WERROR=ON -DUROCE_BUILD_BENCH=OFF >/dev/null
 cmake --build "$root/build-tsan" -j"$jobs" --target engine_tests verbs_tests verbs_config_tests \
-  verbs_port_tests cm_tests cm_gsi_tests rdma_cm_tests rdma_cm_forward_linked_tests
+  verbs_port_tests cm_tests cm_gsi_tests rdma_cm_tests rdma_cm_forward_linked_tests \
+  rdma_cm_ipv6_tests rdma_cm_dual_stack_tests
 ctest --test-dir "$root/build-tsan" -j"$jobs" --output-on-failure --timeout 600 -L "engine|verbs|cm" \
   -LE integration
 

@@ -541,7 +541,8 @@ cmd_perftest() {
 
 # ---------------------------------------------------------------- rdma_cm (the IB CM on QP1)
 # cm_args SIDE PROGRAM PEER_IP ARGS…: the command line of PROGRAM as SIDE (server|client) of an
-# rdma_cm pair, with PEER_IP the server's address (rping binds it as server too).
+# rdma_cm pair, with PEER_IP the server's address (rping binds it as server too). Over IPv6
+# (IPV6=1) the addresses are the IPv6 ones; perftest -R resolves IPv4 only (perftest 4.5).
 cm_args() {
   local side=$1 prog=$2 ip=$3
   shift 3
@@ -549,7 +550,8 @@ cm_args() {
     rping)
       if [[ $side == server ]]; then echo rping -s -v -a "$ip" "$@"; else echo rping -c -v -a "$ip" "$@"; fi ;;
     ucmatose | udaddy)
-      if [[ $side == server ]]; then echo "$prog" "$@"; else echo "$prog" -s "$ip" "$@"; fi ;;
+      # Their server binds the wildcard 0.0.0.0 unless told: over IPv6 it binds its address.
+      if [[ $side == server ]]; then echo "$prog" ${IPV6:+-b "$ip"} "$@"; else echo "$prog" -s "$ip" "$@"; fi ;;
     rdma_server)
       if [[ $side == server ]]; then echo rdma_server "$@"; else echo rdma_client -s "$ip" "$@"; fi ;;
     ib_*)
@@ -563,6 +565,7 @@ cm_args() {
 # UROCE_LOG=info, the guest's kernel lists it in `rdma resource show cm_id`.
 cmd_rdma_cm() {
   local attempt
+  [[ -n ${IPV6:-} && $2 == ib_* ]] && skip "perftest -R resolves IPv4 addresses only (perftest 4.5)"
   for attempt in 1 2 3; do
     cm_pair "$@"
     # (perftest -R's own race — its client connecting the test connection before its server
@@ -595,7 +598,7 @@ cm_pair() {
   cap_start
   if [[ $dir == u2r ]]; then
     # shellcheck disable=SC2046 # cm_args prints words
-    "$G" -b "$guest_job" -t 60 $(cm_args server "$prog" "$GUEST_IP" "${rdev[@]}" "$@") >/dev/null
+    "$G" -b "$guest_job" -t 60 $(cm_args server "$prog" "$RXE_IP" "${rdev[@]}" "$@") >/dev/null
     local listening=''
     for _ in $(seq 100); do
       listening=$(guest_listeners)
@@ -609,7 +612,7 @@ cm_pair() {
       local gate=$tmp/connect-gate
       # shellcheck disable=SC2016,SC2046 # $0 and $LD_PRELOAD are the inner shell's
       URO_CONNECT_GATE=$gate UROCE_LOG=info uroce sh -c 'LD_PRELOAD="$0:$LD_PRELOAD" exec "$@"' \
-        "$GATE_LIB" $(cm_args client "$prog" "$GUEST_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1 &
+        "$GATE_LIB" $(cm_args client "$prog" "$RXE_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1 &
       local cli_pid=$!
       while kill -0 "$cli_pid" 2>/dev/null; do
         if guest_listeners | grep -qvxF "$listening"; then
@@ -622,7 +625,7 @@ cm_pair() {
       cli_rc=$?
     else
       # shellcheck disable=SC2046
-      UROCE_LOG=info uroce $(cm_args client "$prog" "$GUEST_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1
+      UROCE_LOG=info uroce $(cm_args client "$prog" "$RXE_IP" "${udev[@]}" "$@") >"$tmp/client.out" 2>&1
       cli_rc=$?
     fi
     local wait_s=$TIMEOUT
@@ -631,7 +634,7 @@ cm_pair() {
     srv_rc=$?
   else
     # shellcheck disable=SC2046
-    UROCE_LOG=info uroce $(cm_args server "$prog" "$HOST_IP" "${udev[@]}" "$@") >"$tmp/server.out" 2>&1 &
+    UROCE_LOG=info uroce $(cm_args server "$prog" "$UROCE_IP" "${udev[@]}" "$@") >"$tmp/server.out" 2>&1 &
     srv_pid=$!
     for _ in $(seq 400); do
       grep -q "rdma_cm: listening on" "$tmp/server.out" && break
@@ -651,7 +654,7 @@ cm_pair() {
       gate_pid=$!
     fi
     # shellcheck disable=SC2046
-    "$G" -t "$TIMEOUT" "${pre[@]}" $(cm_args client "$prog" "$HOST_IP" "${rdev[@]}" "$@") \
+    "$G" -t "$TIMEOUT" "${pre[@]}" $(cm_args client "$prog" "$UROCE_IP" "${rdev[@]}" "$@") \
       >"$tmp/client.out" 2>&1
     cli_rc=$?
     if [[ -n $gate_pid ]]; then
