@@ -55,7 +55,7 @@ std::unique_ptr<stats_shm::Publisher> make_publisher(const DeviceConfig& cfg, co
     id.comm = self->comm;
   }
   id.device = cfg.name;
-  id.ipv4 = cfg.ipv4;
+  id.ip = cfg.addr();
   id.netdev = cfg.netdev;
   id.mtu = mtu;
   std::vector<std::string> names;

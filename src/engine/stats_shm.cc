@@ -122,7 +122,8 @@ bool write_layout(void* buf, const Identity& id, const std::vector<std::string>&
   h->entry_size = sizeof(Entry);
   h->n_entries = static_cast<uint32_t>(names.size());
   h->pid = id.pid;
-  h->ipv4 = id.ipv4;
+  h->ipv4 = id.ip.is_v4() ? id.ip.v4() : 0;
+  std::memcpy(h->ip, id.ip.data(), sizeof h->ip);
   h->start_time = id.start_time;
   copy_cstr(h->comm, sizeof h->comm, id.comm);
   copy_cstr(h->device, sizeof h->device, id.device);
@@ -175,7 +176,7 @@ std::optional<Snapshot> parse(const void* data, size_t len, std::string* err) {
       h.header_size > len)
     return fail("bad header sizes");
   // A header without the QP table's fields (an older publisher) has none.
-  if (h.header_size < sizeof(Header)) {
+  if (h.header_size < offsetof(Header, qp_used) + sizeof h.qp_used) {
     h.qp_table_offset = h.qp_columns = h.qp_capacity = h.qp_row_size = 0;
   }
   if ((len - h.header_size) / h.entry_size < h.n_entries) return fail("truncated entries");
@@ -184,7 +185,13 @@ std::optional<Snapshot> parse(const void* data, size_t len, std::string* err) {
   s.id.start_time = h.start_time;
   s.id.comm = read_cstr(h.comm, sizeof h.comm);
   s.id.device = read_cstr(h.device, sizeof h.device);
-  s.id.ipv4 = h.ipv4;
+  // A header from before the 16-byte address (152 bytes) has only the IPv4 one. The address
+  // never changes after the file is made: a plain copy (header_size <= len was checked).
+  if (h.header_size >= offsetof(Header, ip) + sizeof h.ip) {
+    s.id.ip = wire::IpAddr::from_bytes(reinterpret_cast<const uint8_t*>(p) + offsetof(Header, ip));
+  } else {
+    s.id.ip = wire::IpAddr(h.ipv4);
+  }
   s.id.netdev = read_cstr(h.netdev, sizeof h.netdev);
   s.id.mtu = h.mtu;
   uint32_t port;

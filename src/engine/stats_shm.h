@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "transport/qp_counters.h"
+#include "transport/wire/ip.h"
 
 namespace uroce::stats_shm {
 
@@ -78,8 +79,12 @@ struct Header {
   uint64_t qp_seq;
   uint32_t qp_live;  // the device's QPs (more than qp_capacity: only the lowest QPNs have rows)
   uint32_t qp_used;  // rows [0, qp_used) may hold QPs; the rest are empty
+  // The device address of either family: 16 bytes in network order, IPv4-mapped for an IPv4
+  // device (wire::IpAddr). `ipv4` above still holds an IPv4 device's address (0 for IPv6), for
+  // readers of the 152-byte header, which lacks this field.
+  uint8_t ip[16];
 };
-static_assert(sizeof(Header) == 152);
+static_assert(sizeof(Header) == 168);
 
 struct Entry {
   char name[kNameLen];  // NUL-terminated
@@ -124,7 +129,7 @@ struct Identity {
   uint64_t start_time = 0;
   std::string comm;
   std::string device;
-  uint32_t ipv4 = 0;  // host byte order
+  wire::IpAddr ip{};  // the device address (IPv4-mapped for IPv4)
   std::string netdev;
   uint32_t mtu = 0;
 };

@@ -114,7 +114,7 @@ void print_qps_human(const Published& devs, const PrevQps& prev, double elapsed,
   const bool rates = elapsed > 0;
   for (const auto& [path, s] : devs) {
     std::printf("%s  pid %d (%s)  %s  %zu QP%s\n", s.id.device.c_str(), static_cast<int>(s.id.pid),
-                s.id.comm.c_str(), format_ipv4(s.id.ipv4).c_str(), s.qps.size(),
+                s.id.comm.c_str(), s.id.ip.to_string().c_str(), s.qps.size(),
                 s.qps.size() == 1 ? "" : "s");
     note_table(s, stdout);
     for (const shm::QpRow& q : s.qps) {
@@ -149,7 +149,7 @@ void print_qps_json(const Published& devs, const PrevQps& prev, double elapsed) 
   for (const auto& [path, s] : devs) {
     out += std::string(first_dev ? "" : ",") + "{\"pid\":" + std::to_string(s.id.pid) +
            ",\"comm\":" + json_string(s.id.comm) + ",\"device\":" + json_string(s.id.device) +
-           ",\"address\":" + json_string(format_ipv4(s.id.ipv4)) +
+           ",\"address\":" + json_string(s.id.ip.to_string()) +
            ",\"qp_table\":" + (s.has_qp_table ? "true" : "false") +
            ",\"qp_table_busy\":" + (s.qp_table_busy ? "true" : "false") +
            ",\"qps_live\":" + std::to_string(s.qp_live) +
@@ -162,8 +162,8 @@ void print_qps_json(const Published& devs, const PrevQps& prev, double elapsed) 
       qps +=
           std::string(qps.empty() ? "" : ",") + "{\"pid\":" + std::to_string(s.id.pid) +
           ",\"comm\":" + json_string(s.id.comm) + ",\"device\":" + json_string(s.id.device) +
-          ",\"address\":" + json_string(format_ipv4(s.id.ipv4)) +
-          ",\"qpn\":" + std::to_string(q.qpn) + ",\"type\":" + json_string(qp_type_name(q.type)) +
+          ",\"address\":" + json_string(s.id.ip.to_string()) + ",\"qpn\":" + std::to_string(q.qpn) +
+          ",\"type\":" + json_string(qp_type_name(q.type)) +
           ",\"state\":" + json_string(qp_state_name(q.state)) +
           ",\"peer_qpn\":" + std::to_string(q.peer_qpn) +
           ",\"peer_address\":" + (q.peer_ip != 0 ? json_string(format_ipv4(q.peer_ip)) : "null") +

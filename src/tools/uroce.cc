@@ -70,10 +70,10 @@ int cmd_devices(bool json) {
     return 1;
   }
   // Which running processes have each device open (by name and address).
-  std::map<std::pair<std::string, uint32_t>, std::vector<pid_t>> users;
+  std::map<std::pair<std::string, wire::IpAddr>, std::vector<pid_t>> users;
   for (const std::string& path : shm::list_files()) {
     auto s = shm::read_file(path, nullptr);
-    if (s && shm::publisher_alive(s->id)) users[{s->id.device, s->id.ipv4}].push_back(s->id.pid);
+    if (s && shm::publisher_alive(s->id)) users[{s->id.device, s->id.ip}].push_back(s->id.pid);
   }
   struct Row {
     std::string name, addr, gid, netdev, state, users;
@@ -95,7 +95,7 @@ int cmd_devices(bool json) {
     std::string why;
     auto link = c.netdev.empty() ? nullptr : LinkWatch::open(c.netdev, &why);
     r.state = !link || link->up() ? "ACTIVE" : "DOWN";
-    for (pid_t p : users[{c.name, c.ipv4}])
+    for (pid_t p : users[{c.name, c.addr()}])
       r.users += (r.users.empty() ? "" : ",") + std::to_string(p);
     rows.push_back(std::move(r));
   }
@@ -357,11 +357,11 @@ struct DeviceTotal {
   std::vector<pid_t> pids;
   std::map<std::string, uint64_t> counters;
 };
-std::map<uint32_t, DeviceTotal> shared_totals(
+std::map<wire::IpAddr, DeviceTotal> shared_totals(
     const std::vector<std::pair<std::string, shm::Snapshot>>& devs) {
-  std::map<uint32_t, DeviceTotal> by_ip;
+  std::map<wire::IpAddr, DeviceTotal> by_ip;
   for (const auto& [path, s] : devs) {
-    DeviceTotal& t = by_ip[s.id.ipv4];
+    DeviceTotal& t = by_ip[s.id.ip];
     t.pids.push_back(s.id.pid);
     for (const auto& [name, v] : s.counters)
       if (!is_cc_slot(name)) t.counters[name] += v;
@@ -391,7 +391,7 @@ void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
   bool rates = !prev.empty() || elapsed > 0;
   for (const auto& [path, s] : devs) {
     std::printf("%s  pid %d (%s)  %s  netdev %s  mtu %u  port %s\n", s.id.device.c_str(),
-                static_cast<int>(s.id.pid), s.id.comm.c_str(), format_ipv4(s.id.ipv4).c_str(),
+                static_cast<int>(s.id.pid), s.id.comm.c_str(), s.id.ip.to_string().c_str(),
                 s.id.netdev.empty() ? "-" : s.id.netdev.c_str(), s.id.mtu,
                 port_state_name(s.port_state));
     auto pit = prev.find(path);
@@ -424,7 +424,7 @@ void print_human(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     std::printf("\n");
   }
   for (const auto& [ip, t] : shared_totals(devs)) {
-    std::printf("%s  total of %zu processes sharing it (pids %s)\n", format_ipv4(ip).c_str(),
+    std::printf("%s  total of %zu processes sharing it (pids %s)\n", ip.to_string().c_str(),
                 t.pids.size(), pid_list(t.pids).c_str());
     for (const auto& [name, v] : t.counters)
       if (o.all || v != 0) std::printf("  %-*s %20" PRIu64 "\n", int(w), name.c_str(), v);
@@ -444,7 +444,7 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
     first_dev = false;
     out += "\"pid\":" + std::to_string(s.id.pid) + ",\"comm\":" + json_string(s.id.comm) +
            ",\"device\":" + json_string(s.id.device) +
-           ",\"address\":" + json_string(format_ipv4(s.id.ipv4)) +
+           ",\"address\":" + json_string(s.id.ip.to_string()) +
            ",\"netdev\":" + json_string(s.id.netdev) + ",\"mtu\":" + std::to_string(s.id.mtu) +
            ",\"port_state\":" + json_string(port_state_name(s.port_state)) +
            ",\"file\":" + json_string(path) + ",\"counters\":{";
@@ -478,7 +478,7 @@ void print_json(const std::vector<std::pair<std::string, shm::Snapshot>>& devs,
   out += "],\"shared\":[";
   bool first_total = true;
   for (const auto& [ip, t] : shared_totals(devs)) {
-    out += std::string(first_total ? "" : ",") + "{\"address\":" + json_string(format_ipv4(ip)) +
+    out += std::string(first_total ? "" : ",") + "{\"address\":" + json_string(ip.to_string()) +
            ",\"pids\":[" + pid_list(t.pids) + "],\"counters\":{";
     first_total = false;
     bool first = true;

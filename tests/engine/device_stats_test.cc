@@ -53,7 +53,7 @@ TEST(DeviceStatsTest, PublishesLiveCountersWhileOpen) {
   ASSERT_TRUE(s) << err;
   EXPECT_EQ(s->id.pid, getpid());
   EXPECT_EQ(s->id.device, name);
-  EXPECT_EQ(s->id.ipv4, loopback(71, 1, 1));
+  EXPECT_EQ(s->id.ip, wire::IpAddr(loopback(71, 1, 1)));
   EXPECT_EQ(s->id.netdev, "lo");
   EXPECT_EQ(s->id.mtu, dev->mtu_bytes());
   EXPECT_EQ(s->port_state, stats_shm::kPortActive);
@@ -206,7 +206,7 @@ TEST(DeviceStatsTest, DeviceOpensWhenItCannotPublish) {
   ASSERT_NE(b, nullptr) << err;
   auto s = stats_shm::read_file(path_of(name), &err);
   ASSERT_TRUE(s) << err;
-  EXPECT_EQ(s->id.ipv4, loopback(71, 1, 4));
+  EXPECT_EQ(s->id.ip, wire::IpAddr(loopback(71, 1, 4)));
   b.reset();  // not its file: it must not remove it
   EXPECT_TRUE(stats_shm::read_file(path_of(name), &err)) << err;
   a.reset();

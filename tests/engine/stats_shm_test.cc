@@ -33,7 +33,7 @@ Identity identity(const std::string& device) {
     id.comm = self->comm;
   }
   id.device = device;
-  id.ipv4 = 0x7f470102;  // 127.71.1.2
+  id.ip = wire::IpAddr(0x7f470102);  // 127.71.1.2
   id.netdev = "lo";
   id.mtu = 4096;
   return id;
@@ -131,7 +131,7 @@ TEST(StatsShmTest, LayoutRoundTrip) {
   EXPECT_EQ(s->id.start_time, id.start_time);
   EXPECT_EQ(s->id.comm, id.comm);
   EXPECT_EQ(s->id.device, "uroce7");
-  EXPECT_EQ(s->id.ipv4, id.ipv4);
+  EXPECT_EQ(s->id.ip, id.ip);
   EXPECT_EQ(s->id.netdev, "lo");
   EXPECT_EQ(s->id.mtu, 4096u);
   EXPECT_EQ(s->port_state, kPortActive);
@@ -553,6 +553,36 @@ TEST(StatsShmTest, QpTableColumnsByNameAndOlderFilesWithout) {
   s = parse(old.data(), 120 + sizeof(Entry), &err);
   ASSERT_TRUE(s) << err;
   EXPECT_FALSE(s->has_qp_table);
+  ASSERT_EQ(s->counters.size(), 1u);
+  EXPECT_EQ(s->counters[0].first, "a");
+}
+
+TEST(StatsShmTest, AnIpv6DeviceAddressAndThe152ByteHeaderBeforeIt) {
+  Identity id = identity("u6");
+  id.ip = *wire::IpAddr::parse("fd00::1");
+  std::vector<std::string> names = {"a"};
+  auto buf = layout(id, names);
+  auto s = parse(buf.data(), layout_size(names.size()), nullptr);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->id.ip.to_string(), "fd00::1");
+  EXPECT_EQ(reinterpret_cast<Header*>(buf.data())->ipv4, 0u);  // for readers of 152 bytes
+
+  // A publisher from before the 16-byte address: a 152-byte header, the entries right after it,
+  // the address in `ipv4` only.
+  constexpr size_t kOld = offsetof(Header, ip);
+  static_assert(kOld == 152);
+  Identity v4 = identity("u4");
+  auto full = layout(v4, names);
+  std::vector<uint64_t> old((kOld + sizeof(Entry) + 7) / 8);
+  std::memcpy(old.data(), full.data(), kOld);
+  std::memcpy(reinterpret_cast<char*>(old.data()) + kOld,
+              reinterpret_cast<char*>(full.data()) + sizeof(Header), sizeof(Entry));
+  reinterpret_cast<Header*>(old.data())->header_size = kOld;
+  std::string err;
+  s = parse(old.data(), kOld + sizeof(Entry), &err);
+  ASSERT_TRUE(s) << err;
+  EXPECT_EQ(s->id.ip, v4.ip);
+  EXPECT_EQ(s->id.ip.to_string(), "127.71.1.2");
   ASSERT_EQ(s->counters.size(), 1u);
   EXPECT_EQ(s->counters[0].first, "a");
 }

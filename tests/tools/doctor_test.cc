@@ -38,7 +38,7 @@ bool contains(const std::string& s, const std::string& part) {
 TEST(DoctorCounters, QuietDevicePassesEveryCheckNamingTheCountersItRead) {
   DeviceCounterView v;
   v.device = "uroce0";
-  v.ipv4 = 0x0a000001;
+  v.ip = wire::IpAddr(0x0a000001);
   v.counters = {{"qp_sent_pkts", 1000}, {"sent_pkts", 1000}};
   const auto checks = diagnose_counters(v);
   for (const Check& c : checks) EXPECT_EQ(c.status, Status::kPass) << c.id << ": " << c.evidence;
@@ -50,7 +50,7 @@ TEST(DoctorCounters, QuietDevicePassesEveryCheckNamingTheCountersItRead) {
 TEST(DoctorCounters, RetransmissionsAreLossBetweenTheDevicesWithTheWorstPeer) {
   DeviceCounterView v;
   v.device = "uroce0";
-  v.ipv4 = 0x0a000001;
+  v.ip = wire::IpAddr(0x0a000001);
   v.counters = {{"qp_sent_pkts", 1000}, {"retransmitted_pkts", 50}, {"rcvd_seq_err", 7}};
   v.peers[0x0a000002] = {.retransmitted_pkts = 45};
   v.peers[0x0a000003] = {.retransmitted_pkts = 5};

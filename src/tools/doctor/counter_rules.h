@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tools/doctor/report.h"
+#include "transport/wire/ip.h"
 
 namespace uroce::doctor {
 
@@ -26,7 +27,7 @@ struct PeerFigures {
 };
 struct DeviceCounterView {
   std::string device;
-  uint32_t ipv4 = 0;
+  wire::IpAddr ip{};
   std::vector<pid_t> pids;
   bool port_active = true;
   std::map<std::string, uint64_t> counters;  // absent counters read as 0

@@ -20,7 +20,7 @@ std::string pids_of(const DeviceConfig& c, const tools::Published& published, bo
                     uint32_t* mtu) {
   std::string pids;
   for (const auto& [path, s] : published) {
-    if (s.id.device != c.name || s.id.ipv4 != c.ipv4) continue;
+    if (s.id.device != c.name || s.id.ip != c.addr()) continue;
     if (!pids.empty()) pids += ',';
     pids += std::to_string(s.id.pid);
     if (active) *active = s.port_state == stats_shm::kPortActive;
@@ -167,7 +167,7 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
   out.push_back(q);
   // The NIC's own figures, as the process that runs the port publishes them.
   for (const auto& [path, s] : published) {
-    if (s.id.device != c.name || s.id.ipv4 != c.ipv4) continue;
+    if (s.id.device != c.name || s.id.ip != c.addr()) continue;
     if (auto nic = nic_from_snapshot(s)) {
       for (Check& k : nic_checks(*nic, "the DPDK port " + port + " as process " +
                                            std::to_string(s.id.pid) + " reads it"))

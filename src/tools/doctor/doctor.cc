@@ -79,13 +79,13 @@ Section path_section(const DeviceConfig& c, uint32_t peer, const DoctorOptions& 
 // another host's device of the same name is not it).
 std::vector<Section> counter_sections(const tools::Published& pub, const std::string& device,
                                       const DeviceConfig* chosen) {
-  std::map<std::pair<std::string, uint32_t>, DeviceCounterView> views;
+  std::map<std::pair<std::string, wire::IpAddr>, DeviceCounterView> views;
   for (const auto& [path, s] : pub) {
     if (!device.empty() && s.id.device != device) continue;
-    if (!device.empty() && chosen && s.id.ipv4 != chosen->ipv4) continue;
-    DeviceCounterView& v = views[{s.id.device, s.id.ipv4}];
+    if (!device.empty() && chosen && s.id.ip != chosen->addr()) continue;
+    DeviceCounterView& v = views[{s.id.device, s.id.ip}];
     v.device = s.id.device;
-    v.ipv4 = s.id.ipv4;
+    v.ip = s.id.ip;
     v.pids.push_back(s.id.pid);
     v.port_active = v.port_active && s.port_state == stats_shm::kPortActive;
     for (const auto& [name, value] : s.counters) v.counters[name] += value;
@@ -104,7 +104,7 @@ std::vector<Section> counter_sections(const tools::Published& pub, const std::st
       if (!pids.empty()) pids += ',';  // appended, not `a + b`: GCC 12's -Wrestrict at -O3
       pids += std::to_string(p);
     }
-    out.push_back({"Counters of " + v.device + " (" + format_ipv4(v.ipv4) + ") in pid " + pids +
+    out.push_back({"Counters of " + v.device + " (" + v.ip.to_string() + ") in pid " + pids +
                        ", since each started",
                    diagnose_counters(v)});
   }
