@@ -20,7 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "rdma_cm_events.h"
+
 namespace {
+
+using uroce::test::expect;
+using uroce::test::qp_attr;
+using uroce::test::sa;
+using uroce::test::Seen;
 
 class Env : public ::testing::Environment {
  public:
@@ -52,11 +59,6 @@ sockaddr_in sin_of(const char* ip, uint16_t port) {
   return s;
 }
 
-template <typename T>
-sockaddr* sa(T& s) {
-  return reinterpret_cast<sockaddr*>(&s);
-}
-
 std::string text_of(const sockaddr* a) {
   char buf[INET6_ADDRSTRLEN] = "?";
   if (a->sa_family == AF_INET6)
@@ -64,45 +66,6 @@ std::string text_of(const sockaddr* a) {
   else if (a->sa_family == AF_INET)
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(a)->sin_addr, buf, sizeof buf);
   return buf;
-}
-
-struct Seen {
-  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
-  int status = -1;
-  rdma_cm_id* id = nullptr;
-  std::vector<uint8_t> pd;
-  rdma_ud_param ud{};
-};
-
-Seen expect(rdma_event_channel* ch, rdma_cm_event_type type, int status = 0) {
-  Seen s;
-  pollfd p{ch->fd, POLLIN, 0};
-  rdma_cm_event* e = nullptr;
-  if (poll(&p, 1, 10000) != 1 || rdma_get_cm_event(ch, &e) != 0) {
-    ADD_FAILURE() << "no event, expected " << rdma_event_str(type);
-    return s;
-  }
-  s.type = e->event;
-  s.status = e->status;
-  s.id = e->id;
-  s.ud = e->param.ud;
-  const bool ud = e->id->qp_type == IBV_QPT_UD;
-  const void* pd = ud ? e->param.ud.private_data : e->param.conn.private_data;
-  const uint8_t len = ud ? e->param.ud.private_data_len : e->param.conn.private_data_len;
-  if (pd && len)
-    s.pd.assign(static_cast<const uint8_t*>(pd), static_cast<const uint8_t*>(pd) + len);
-  EXPECT_EQ(e->event, type) << rdma_event_str(e->event) << " instead of " << rdma_event_str(type);
-  EXPECT_EQ(e->status, status) << rdma_event_str(e->event);
-  EXPECT_EQ(rdma_ack_cm_event(e), 0);
-  return s;
-}
-
-ibv_qp_init_attr qp_attr(ibv_qp_type t = IBV_QPT_RC) {
-  ibv_qp_init_attr a{};
-  a.qp_type = t;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  return a;
 }
 
 struct Pair {

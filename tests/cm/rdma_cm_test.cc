@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/stats_shm.h"
+#include "rdma_cm_events.h"
 #include "stderr_capture.h"
 
 namespace {
@@ -43,62 +44,11 @@ sockaddr_in sin_of(uint32_t ip, uint16_t port) {
   return s;
 }
 
-sockaddr* sa(sockaddr_in& s) {
-  return reinterpret_cast<sockaddr*>(&s);
-}
-
-// The next event of `ch`, waiting at most `ms`; nullptr when none came.
-rdma_cm_event* next(rdma_event_channel* ch, int ms = 10000) {
-  pollfd p{ch->fd, POLLIN, 0};
-  if (poll(&p, 1, ms) != 1) return nullptr;
-  rdma_cm_event* e = nullptr;
-  if (rdma_get_cm_event(ch, &e) != 0) return nullptr;
-  return e;
-}
-
-// Takes the next event, expects its type and status, and acknowledges it (returns a copy of the
-// fields tests look at).
-struct Seen {
-  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_ERROR;
-  int status = -1;
-  rdma_cm_id* id = nullptr;
-  rdma_cm_id* listen_id = nullptr;
-  std::vector<uint8_t> pd;
-  rdma_conn_param conn{};
-  rdma_ud_param ud{};
-};
-Seen expect(rdma_event_channel* ch, rdma_cm_event_type type, int status = 0) {
-  Seen s;
-  rdma_cm_event* e = next(ch);
-  EXPECT_NE(e, nullptr) << "no event, expected " << rdma_event_str(type);
-  if (!e) return s;
-  s.type = e->event;
-  s.status = e->status;
-  s.id = e->id;
-  s.listen_id = e->listen_id;
-  s.conn = e->param.conn;
-  s.ud = e->param.ud;
-  const void* pd = e->param.conn.private_data;
-  uint8_t len = e->param.conn.private_data_len;
-  if (e->id->qp_type == IBV_QPT_UD) {
-    pd = e->param.ud.private_data;
-    len = e->param.ud.private_data_len;
-  }
-  if (pd && len)
-    s.pd.assign(static_cast<const uint8_t*>(pd), static_cast<const uint8_t*>(pd) + len);
-  EXPECT_EQ(e->event, type) << rdma_event_str(e->event) << " instead of " << rdma_event_str(type);
-  EXPECT_EQ(e->status, status) << rdma_event_str(e->event);
-  EXPECT_EQ(rdma_ack_cm_event(e), 0);
-  return s;
-}
-
-ibv_qp_init_attr qp_attr(ibv_qp_type t = IBV_QPT_RC) {
-  ibv_qp_init_attr a{};
-  a.qp_type = t;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  return a;
-}
+using uroce::test::expect;
+using uroce::test::next;
+using uroce::test::qp_attr;
+using uroce::test::sa;
+using uroce::test::Seen;
 
 // A listener on the server device and a client id resolved to it, each on its own channel.
 struct Pair {

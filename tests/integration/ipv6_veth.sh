@@ -19,35 +19,16 @@ fi
 nsa=uroce-6a$idx nsb=uroce-6b$idx
 a6=fd00:$idx::1 b6=fd00:$idx::2 a4=10.97.$idx.1 b4=10.97.$idx.2
 dir=$(mktemp -d /tmp/uroce-ipv6.XXXXXX)
-cap_pid=
-cleanup() {
-  [[ -n $cap_pid ]] && kill "$cap_pid" 2>/dev/null
-  ip netns del "$nsa" 2>/dev/null
-  ip netns del "$nsb" 2>/dev/null
-  rm -rf "$dir"
-}
+. "$here/ipv6_lib.sh"
 trap cleanup EXIT
-cleanup_ns() { ip netns del "$nsa" 2>/dev/null; ip netns del "$nsb" 2>/dev/null; }
-cleanup_ns
 set -e
-ip netns add "$nsa"
-ip netns add "$nsb"
-ip link add v6a$idx netns "$nsa" type veth peer name v6b$idx netns "$nsb"
-for side in a b; do
-  ns=uroce-6$side$idx
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set v6$side$idx up
-done
+veth_pair v6a$idx v6b$idx
 ip -n "$nsa" -6 addr add "$a6/64" dev v6a$idx nodad
 ip -n "$nsb" -6 addr add "$b6/64" dev v6b$idx nodad
 ip -n "$nsa" addr add "$a4/24" dev v6a$idx
 ip -n "$nsb" addr add "$b4/24" dev v6b$idx
 set +e
-
-ip netns exec "$nsa" dumpcap -q -i v6a$idx -f "udp port 4791" -w "$dir/veth.pcapng" \
-  2>"$dir/capture.err" &
-cap_pid=$!
-for _ in $(seq 50); do [[ -s $dir/veth.pcapng ]] && break; sleep 0.1; done
+capture_start v6a$idx "$dir/veth.pcapng"
 
 fail=
 export SERVER_NETNS=$nsa CLIENT_NETNS=$nsb TCP_HOST=$a4
@@ -57,21 +38,9 @@ PROGRAM=/usr/bin/ibv_rc_pingpong "$here/pingpong.sh" "$run" "$a6" "$b6" "$port" 
   -s 4096 -n 200 || fail="ibv_rc_pingpong failed"
 PROGRAM=/usr/bin/ibv_ud_pingpong "$here/pingpong.sh" "$run" "$a6" "$b6" $((port + 1)) -c \
   -s 1024 -n 200 || fail="${fail:-ibv_ud_pingpong failed}"
-sleep 0.3
-kill -INT "$cap_pid" 2>/dev/null
-wait "$cap_pid" 2>/dev/null
-cap_pid=
-
+capture_stop
 pcap=$dir/veth.pcapng
-total=$(tshark -r "$pcap" -Y "ipv6 && udp.port == 4791" 2>/dev/null | wc -l)
-roce=$(tshark -r "$pcap" -Y "ipv6 && infiniband" 2>/dev/null | wc -l)
-malformed=$(tshark -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
-echo "capture: IPv6 RoCEv2 packets: $total, decoded as RoCE: $roce, malformed: $malformed"
-echo "opcodes seen (count opcode):"
-tshark -r "$pcap" -Y infiniband -T fields -e infiniband.bth.opcode 2>/dev/null | sort | uniq -c
-((total > 0)) || fail="${fail:-no IPv6 RoCE packets captured}"
-((roce == total)) || fail="${fail:-$((total - roce)) packets did not decode as RoCE}"
-((malformed == 0)) || fail="${fail:-$malformed malformed packets}"
+ipv6_roce_check "$pcap"
 # tshark reads pcapng; ipv6_capture.py reads pcap: convert.
 editcap -F pcap "$pcap" "$dir/veth.pcap" 2>/dev/null || fail="${fail:-editcap failed}"
 python3 "$here/ipv6_capture.py" "$dir/veth.pcap" "$a6" "$b6" || fail="${fail:-ICRC check failed}"

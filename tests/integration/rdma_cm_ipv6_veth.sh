@@ -23,52 +23,22 @@ fi
 nsa=uroce-c6a$idx nsb=uroce-c6b$idx if=cm6l$idx
 a6=fe80::$idx:1 b6=fe80::$idx:2
 dir=$(mktemp -d /tmp/uroce-cm6.XXXXXX)
-cap_pid=
-cleanup() {
-  [[ -n $cap_pid ]] && kill "$cap_pid" 2>/dev/null
-  ip netns del "$nsa" 2>/dev/null
-  ip netns del "$nsb" 2>/dev/null
-  rm -rf "$dir"
-}
+. "$here/ipv6_lib.sh"
 trap cleanup EXIT
-ip netns del "$nsa" 2>/dev/null
-ip netns del "$nsb" 2>/dev/null
 set -e
-ip netns add "$nsa"
-ip netns add "$nsb"
-ip link add "$if" netns "$nsa" type veth peer name "$if" netns "$nsb"
-for ns in "$nsa" "$nsb"; do
-  ip -n "$ns" link set lo up
-  # Only the addresses below: no kernel-made link-local address to pick as a route's source.
-  ip netns exec "$ns" sysctl -qw "net.ipv6.conf.$if.addr_gen_mode=1"
-  ip -n "$ns" link set "$if" up
-done
+veth_pair "$if" "$if"
 ip -n "$nsa" -6 addr add "$a6/64" dev "$if" nodad
 ip -n "$nsb" -6 addr add "$b6/64" dev "$if" nodad
 set +e
-
-ip netns exec "$nsa" dumpcap -q -i "$if" -f "udp port 4791" -w "$dir/cm.pcapng" \
-  2>"$dir/capture.err" &
-cap_pid=$!
-for _ in $(seq 50); do [[ -s $dir/cm.pcapng ]] && break; sleep 0.1; done
+capture_start "$if" "$dir/cm.pcapng"
 
 fail=
 export SERVER_NETNS=$nsa CLIENT_NETNS=$nsb
 export SERVER_DEVICES="uroce0=$a6%$if" CLIENT_DEVICES="uroce0=$b6%$if"
 "$here/rdma_cm.sh" "$run" "$a6%$if" "$b6%$if" "$port" rping -C 10 || fail="rping failed"
-sleep 0.3
-kill -INT "$cap_pid" 2>/dev/null
-wait "$cap_pid" 2>/dev/null
-cap_pid=
-
+capture_stop
 pcap=$dir/cm.pcapng
-total=$(tshark -r "$pcap" -Y "ipv6 && udp.port == 4791" 2>/dev/null | wc -l)
-roce=$(tshark -r "$pcap" -Y "ipv6 && infiniband" 2>/dev/null | wc -l)
-malformed=$(tshark -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
-echo "capture: IPv6 RoCEv2 packets: $total, decoded as RoCE: $roce, malformed: $malformed"
-((total > 0)) || fail="${fail:-no IPv6 RoCE packets captured}"
-((roce == total)) || fail="${fail:-$((total - roce)) packets did not decode as RoCE}"
-((malformed == 0)) || fail="${fail:-$malformed malformed packets}"
+ipv6_roce_check "$pcap"
 # The REQ's IP CM header, as tshark decodes it.
 req=$(tshark -r "$pcap" -Y 'infiniband.cm.req' -V 2>/dev/null)
 echo "REQ's IP CM header:"

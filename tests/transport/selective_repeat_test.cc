@@ -187,6 +187,17 @@ TEST(SrResponder, AWriteWithoutThePlaceMarkWaitsForItsTurn) {
   EXPECT_EQ(out[0]->pkt.aeth.msn, 99u);
 }
 
+// An ACK of `psn` from a's peer b that carries b's selective-repeat mark.
+void marked_ack(Node& n, uint32_t psn, Time now) {
+  wire::Packet h;
+  h.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+  h.bth.dest_qp = kQpnA;
+  h.bth.psn = psn;
+  h.bth.ext = wire::kBthExtSr;
+  h.aeth.syndrome = test::ack_syndrome();
+  test::deliver(n, *test::craft_headers(h), kIpB, now);
+}
+
 // The requester's side of the wire: a WRITE of four MTUs, after (`learned`) a marked ACK from
 // its peer or before any.
 std::vector<std::unique_ptr<test::Crafted>> write_packets(bool sr, bool learned = true) {
@@ -196,15 +207,7 @@ std::vector<std::unique_ptr<test::Crafted>> write_packets(bool sr, bool learned 
   test::PathParams p;
   p.mtu = IBV_MTU_256;
   n.connect(kIpB, kQpnB, 50, 0, p);
-  if (learned) {
-    wire::Packet h;
-    h.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
-    h.bth.dest_qp = kQpnA;
-    h.bth.psn = 49;  // before anything sent: a stale ACK, which still carries the mark
-    h.bth.ext = wire::kBthExtSr;
-    h.aeth.syndrome = test::ack_syndrome();
-    test::deliver(n, *test::craft_headers(h), kIpB, 0);
-  }
+  if (learned) marked_ack(n, 49, 0);  // before anything sent: stale, but it carries the mark
   std::vector<uint8_t> src;
   const uint32_t k = n.buffer(src, 1000, 7);
   EXPECT_EQ(
@@ -251,13 +254,7 @@ TEST(SrRequester, NoWriteIsPlaceableAheadWhileASendWithInvalidateIsUnacknowledge
   test::PathParams p;
   p.mtu = IBV_MTU_256;
   n.connect(kIpB, kQpnB, 50, 0, p);
-  wire::Packet h;
-  h.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
-  h.bth.dest_qp = kQpnA;
-  h.bth.psn = 49;
-  h.bth.ext = wire::kBthExtSr;
-  h.aeth.syndrome = test::ack_syndrome();
-  test::deliver(n, *test::craft_headers(h), kIpB, 0);
+  marked_ack(n, 49, 0);
   std::vector<uint8_t> src;
   const uint32_t k = n.buffer(src, 600, 7);
   const uint64_t at = reinterpret_cast<uint64_t>(src.data());
@@ -273,8 +270,7 @@ TEST(SrRequester, NoWriteIsPlaceableAheadWhileASendWithInvalidateIsUnacknowledge
     EXPECT_EQ(out[i]->pkt.bth.ext, wire::kBthExtSr) << "packet " << i;
   }
   // The SEND acknowledged (its PSN 50): the next WRITE may be placed ahead again.
-  h.bth.psn = 50;
-  test::deliver(n, *test::craft_headers(h), kIpB, 1);
+  marked_ack(n, 50, 1);
   ASSERT_EQ(n.qp->post_send(test::rdma_wqe(3, IBV_WR_RDMA_WRITE, at, 100, k, 0x10000, 0x1234), 1),
             0);
   out = test::drain(n);
