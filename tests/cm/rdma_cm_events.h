@@ -4,10 +4,12 @@
 
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace uroce::test {
@@ -67,5 +69,62 @@ inline ibv_qp_init_attr qp_attr(ibv_qp_type t = IBV_QPT_RC) {
   a.cap.max_send_sge = a.cap.max_recv_sge = 1;
   return a;
 }
+
+// A listener and a client id resolved to it, each on its own event channel; the tests' own Pair
+// adds how they name the addresses.
+struct CmPair {
+  rdma_event_channel* sch = rdma_create_event_channel();
+  rdma_event_channel* cch = rdma_create_event_channel();
+  rdma_cm_id* listener = nullptr;
+  rdma_cm_id* client = nullptr;
+  rdma_cm_id* child = nullptr;  // the passive side's id of the connection
+
+  void listen_at(sockaddr* addr, rdma_port_space ps) {
+    ASSERT_EQ(rdma_create_id(sch, &listener, this, ps), 0);
+    ASSERT_EQ(rdma_bind_addr(listener, addr), 0);
+    ASSERT_EQ(rdma_listen(listener, 4), 0);
+  }
+  // src nullptr: the address the route gives.
+  void resolve_to(sockaddr* src, sockaddr* dst, rdma_port_space ps) {
+    ASSERT_EQ(rdma_create_id(cch, &client, this, ps), 0);
+    ASSERT_EQ(rdma_resolve_addr(client, src, dst, 2000), 0);
+    expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
+    expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  }
+  // On a connection: `text` (NUL included) sent from client to child into a receive the child
+  // posted at `rbuf` (registered as rmr), both completions checked; both MRs deregistered.
+  void send_and_check(const char* text, std::vector<char>& rbuf, ibv_mr* rmr) {
+    std::vector<char> sbuf(text, text + std::strlen(text) + 1);
+    ibv_mr* smr = rdma_reg_msgs(client, sbuf.data(), sbuf.size());
+    ASSERT_NE(smr, nullptr);
+    ASSERT_EQ(rdma_post_send(client, nullptr, sbuf.data(), sbuf.size(), smr, IBV_SEND_SIGNALED), 0);
+    ibv_wc wc;
+    ASSERT_EQ(rdma_get_recv_comp(child, &wc), 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_STREQ(rbuf.data(), text);
+    ASSERT_EQ(rdma_get_send_comp(client, &wc), 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    rdma_dereg_mr(smr);
+    rdma_dereg_mr(rmr);
+  }
+  // The client disconnects; both sides hear it.
+  void disconnect() {
+    ASSERT_EQ(rdma_disconnect(client), 0);
+    expect(sch, RDMA_CM_EVENT_DISCONNECTED);
+    ASSERT_EQ(rdma_disconnect(child), 0);  // answers the DREQ
+    expect(cch, RDMA_CM_EVENT_DISCONNECTED);
+  }
+  ~CmPair() {
+    for (rdma_cm_id* id : {child, client}) {
+      if (!id) continue;
+      rdma_destroy_qp(id);
+      rdma_destroy_id(id);
+    }
+    if (listener) rdma_destroy_id(listener);
+    rdma_destroy_event_channel(sch);
+    rdma_destroy_event_channel(cch);
+  }
+};
 
 }  // namespace uroce::test

@@ -68,36 +68,14 @@ std::string text_of(const sockaddr* a) {
   return buf;
 }
 
-struct Pair {
-  rdma_event_channel* sch = rdma_create_event_channel();
-  rdma_event_channel* cch = rdma_create_event_channel();
-  rdma_cm_id* listener = nullptr;
-  rdma_cm_id* client = nullptr;
-  rdma_cm_id* child = nullptr;
-
+struct Pair : uroce::test::CmPair {
   void listen(const char* ip, uint16_t port, rdma_port_space ps = RDMA_PS_TCP) {
-    ASSERT_EQ(rdma_create_id(sch, &listener, this, ps), 0);
     sockaddr_in6 s = sin6_of(ip, port);
-    ASSERT_EQ(rdma_bind_addr(listener, sa(s)), 0);
-    ASSERT_EQ(rdma_listen(listener, 4), 0);
+    listen_at(sa(s), ps);
   }
   void resolve(uint16_t port, rdma_port_space ps = RDMA_PS_TCP) {
-    ASSERT_EQ(rdma_create_id(cch, &client, this, ps), 0);
     sockaddr_in6 dst = sin6_of("::1", port);
-    ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(dst), 2000), 0);
-    expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
-    ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
-    expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
-  }
-  ~Pair() {
-    for (rdma_cm_id* id : {child, client}) {
-      if (!id) continue;
-      rdma_destroy_qp(id);
-      rdma_destroy_id(id);
-    }
-    if (listener) rdma_destroy_id(listener);
-    rdma_destroy_event_channel(sch);
-    rdma_destroy_event_channel(cch);
+    resolve_to(nullptr, sa(dst), ps);
   }
 };
 
@@ -167,23 +145,8 @@ TEST(RdmaCmIpv6, ConnectAcceptSendDisconnect) {
   expect(p.sch, RDMA_CM_EVENT_ESTABLISHED);
   EXPECT_EQ(p.client->qp->state, IBV_QPS_RTS);
 
-  std::strcpy(sbuf.data(), "data over an IPv6 connection");
-  ibv_mr* smr = rdma_reg_msgs(p.client, sbuf.data(), sbuf.size());
-  ASSERT_NE(smr, nullptr);
-  ASSERT_EQ(rdma_post_send(p.client, nullptr, sbuf.data(), 40, smr, IBV_SEND_SIGNALED), 0);
-  ibv_wc wc;
-  ASSERT_EQ(rdma_get_recv_comp(p.child, &wc), 1);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_STREQ(rbuf.data(), "data over an IPv6 connection");
-  ASSERT_EQ(rdma_get_send_comp(p.client, &wc), 1);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  rdma_dereg_mr(smr);
-  rdma_dereg_mr(rmr);
-
-  ASSERT_EQ(rdma_disconnect(p.client), 0);
-  expect(p.sch, RDMA_CM_EVENT_DISCONNECTED);
-  ASSERT_EQ(rdma_disconnect(p.child), 0);
-  expect(p.cch, RDMA_CM_EVENT_DISCONNECTED);
+  p.send_and_check("data over an IPv6 connection", rbuf, rmr);
+  p.disconnect();
 }
 
 // UD over IPv6: the SIDR REQ carries the version 6 header; the answer's AH is the IPv6 GID.

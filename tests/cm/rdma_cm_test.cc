@@ -51,39 +51,14 @@ using uroce::test::sa;
 using uroce::test::Seen;
 
 // A listener on the server device and a client id resolved to it, each on its own channel.
-struct Pair {
-  rdma_event_channel* sch = rdma_create_event_channel();
-  rdma_event_channel* cch = rdma_create_event_channel();
-  rdma_cm_id* listener = nullptr;
-  rdma_cm_id* client = nullptr;
-  rdma_cm_id* child = nullptr;
-
+struct Pair : uroce::test::CmPair {
   void listen(uint16_t port, rdma_port_space ps = RDMA_PS_TCP) {
-    ASSERT_EQ(rdma_create_id(sch, &listener, this, ps), 0);
     sockaddr_in s = sin_of(kServerIp, port);
-    ASSERT_EQ(rdma_bind_addr(listener, sa(s)), 0);
-    ASSERT_EQ(rdma_listen(listener, 4), 0);
+    listen_at(sa(s), ps);
   }
   void resolve(uint16_t port, rdma_port_space ps = RDMA_PS_TCP) {
-    ASSERT_EQ(rdma_create_id(cch, &client, this, ps), 0);
     sockaddr_in src = sin_of(kClientIp, 0), dst = sin_of(kServerIp, port);
-    ASSERT_EQ(rdma_resolve_addr(client, sa(src), sa(dst), 2000), 0);
-    expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
-    ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
-    expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
-  }
-  ~Pair() {
-    if (child) {
-      rdma_destroy_qp(child);
-      rdma_destroy_id(child);
-    }
-    if (client) {
-      rdma_destroy_qp(client);
-      rdma_destroy_id(client);
-    }
-    if (listener) rdma_destroy_id(listener);
-    rdma_destroy_event_channel(sch);
-    rdma_destroy_event_channel(cch);
+    resolve_to(sa(src), sa(dst), ps);
   }
 };
 
@@ -246,24 +221,10 @@ TEST(RdmaCm, ConnectAcceptSendDisconnect) {
   EXPECT_EQ(qa.max_dest_rd_atomic, 2);  // what the server may read from us
 
   // The QPs are connected to each other.
-  std::strcpy(sbuf.data(), "data over the connection");
-  ibv_mr* smr = rdma_reg_msgs(p.client, sbuf.data(), sbuf.size());
-  ASSERT_NE(smr, nullptr);
-  ASSERT_EQ(rdma_post_send(p.client, nullptr, sbuf.data(), 32, smr, IBV_SEND_SIGNALED), 0);
-  ibv_wc wc;
-  ASSERT_EQ(rdma_get_recv_comp(p.child, &wc), 1);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_STREQ(rbuf.data(), "data over the connection");
-  ASSERT_EQ(rdma_get_send_comp(p.client, &wc), 1);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  rdma_dereg_mr(smr);
-  rdma_dereg_mr(rmr);
+  p.send_and_check("data over the connection", rbuf, rmr);
 
   // The client disconnects; both sides hear it, then both time-wait out.
-  ASSERT_EQ(rdma_disconnect(p.client), 0);
-  expect(p.sch, RDMA_CM_EVENT_DISCONNECTED);
-  ASSERT_EQ(rdma_disconnect(p.child), 0);  // answers the DREQ
-  expect(p.cch, RDMA_CM_EVENT_DISCONNECTED);
+  p.disconnect();
   expect(p.cch, RDMA_CM_EVENT_TIMEWAIT_EXIT);
   expect(p.sch, RDMA_CM_EVENT_TIMEWAIT_EXIT);
 }
