@@ -51,6 +51,10 @@ transport::Time now_ns() {
          static_cast<transport::Time>(ts.tv_nsec);
 }
 
+// Poll this long after the last frame either way before backing off, as the engine does over a
+// poll-mode port. Longer spins (0.5, 2 ms) were slower on a 2-core host shared with other work:
+// two spinning hosts beside two spinning applications (ib_send_lat) left the clients' threads
+// waiting for a core (docs/performance.md).
 constexpr transport::Time kSpinNs = 50'000;
 constexpr transport::Time kMinBackoffNs = 20'000;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
@@ -266,8 +270,20 @@ size_t Host::client_tx(uint32_t slot) {
     msgs[i].msg_hdr.msg_iov = &iov[i];
     msgs[i].msg_hdr.msg_iovlen = 1;
   }
-  const int n = recvmmsg(c.data, msgs, kBurst, MSG_DONTWAIT, nullptr);
-  if (n < 0) return 0;
+  // As many frames as the port has buffers for: what it cannot take stays in the client's socket
+  // (backpressure: the client waits, then drops, as at a full NIC ring), not dropped here.
+  transport::TxBuf* spare[kBurst];
+  unsigned m = 0;
+  while (m < kBurst && (spare[m] = port_->tx_alloc()) != nullptr) ++m;
+  unsigned used = 0;
+  const int n = m ? recvmmsg(c.data, msgs, m, MSG_DONTWAIT, nullptr) : -1;
+  auto give_back = [&] {
+    for (unsigned i = used; i < m; ++i) port_->tx_free(spare[i]);
+  };
+  if (n < 0) {
+    give_back();
+    return 0;
+  }
   transport::TxBuf* out[kBurst];
   uint16_t ids[kBurst];
   size_t k = 0;
@@ -290,11 +306,7 @@ size_t Host::client_tx(uint32_t slot) {
       ++c.tx;
       continue;
     }
-    transport::TxBuf* b = port_->tx_alloc();
-    if (!b) {
-      ++c.tx_dropped;
-      continue;
-    }
+    transport::TxBuf* b = spare[used++];
     const size_t ib = len - sizeof h;  // IB packet and ICRC
     std::memcpy(b->data, p + sizeof h, ib);
     b->len = static_cast<uint32_t>(ib - 4);
@@ -318,6 +330,7 @@ size_t Host::client_tx(uint32_t slot) {
     c.tx += sent;
     c.tx_dropped += k - sent;
   }
+  give_back();
   if (eof) drop(slot_ctl_[slot]);
   return static_cast<size_t>(n);
 }
@@ -585,6 +598,8 @@ int main(int argc, char** argv) {
       close(fd);
     }
   }
+  // Its log says who came and went, with each client's frames and drops.
+  setenv("UROCE_LOG", "info", 0);
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   // The name first: a second host started meanwhile finds it taken and leaves the device to us.

@@ -99,7 +99,7 @@ case $mode in
     victim=$!
     pids+=("$victim")
     wait_listen $((port + 9)) "$victim" || fail="${fail:-the victim never opened the device}"
-    start_pair long $((port + 1)) "$dev_a" "$dev_b" -s 4096 -n 3000
+    start_pair long $((port + 1)) "$dev_a" "$dev_b" -s 4096 -n 1500
     sleep 0.5
     kill -9 "$victim"
     echo "--- killed the victim (pid $victim) while the pair ran"
