@@ -15,6 +15,7 @@
 // receive interrupts where the PMD has them (memif), else on a timer backing off to 1 ms.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -58,6 +59,10 @@ transport::Time now_ns() {
 constexpr transport::Time kSpinNs = 50'000;
 constexpr transport::Time kMinBackoffNs = 20'000;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
+// The longest sleep on a PMD without receive interrupts (memif, af_packet) while clients are
+// connected: each frame from the wire waits for the host's next look, twice per round trip, and
+// the engine's 1 ms made a 64-byte round trip over memif 0.5-4 ms (docs/performance.md).
+constexpr transport::Time kMaxClientBackoffNs = 100'000;
 constexpr uint16_t kBurst = 32;
 
 // epoll tags: kind in the top byte, the slot below.
@@ -481,7 +486,7 @@ int Host::run(const DpdkPortOptions& opt) {
         sleep = 0;
       } else if (poll_mode && !armed) {
         sleep = backoff;
-        backoff = std::min(backoff * 2, kMaxBackoffNs);
+        backoff = std::min(backoff * 2, by_ctl_.empty() ? kMaxBackoffNs : kMaxClientBackoffNs);
       }
       const transport::Time due = std::min(port_->next_deadline(), next_publish_);
       if (due != transport::kNever) sleep = std::min(sleep, due > t ? due - t : 0);
@@ -600,6 +605,9 @@ int main(int argc, char** argv) {
   }
   // Its log says who came and went, with each client's frames and drops.
   setenv("UROCE_LOG", "info", 0);
+  // Its backoff sleeps are tens of microseconds: the kernel's default 50 µs timer slack would
+  // add more than that to each (a 64-byte round trip over memif never went below 83 µs with it).
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   // The name first: a second host started meanwhile finds it taken and leaves the device to us.
