@@ -56,7 +56,7 @@ transport::Time now_ns() {
 // poll-mode port. Longer spins (0.5, 2 ms) were slower on a 2-core host shared with other work:
 // two spinning hosts beside two spinning applications (ib_send_lat) left the clients' threads
 // waiting for a core (docs/performance.md).
-constexpr transport::Time kSpinNs = 50'000;
+constexpr transport::Time kSpinNs = 50'000;  // UROCE_DPDK_HOST_SPIN_US overrides it
 constexpr transport::Time kMinBackoffNs = 20'000;
 constexpr transport::Time kMaxBackoffNs = 1'000'000;
 // The longest sleep on a PMD without receive interrupts (memif, af_packet) while clients are
@@ -107,6 +107,7 @@ class Host {
   int listen_;
   std::string name_;
   transport::Time linger_;
+  transport::Time spin_ns_ = kSpinNs;  // UROCE_DPDK_HOST_SPIN_US
   int ep_ = -1;
   DpdkPortOptions opt_;
   PortCounters counters_;
@@ -432,6 +433,8 @@ size_t Host::port_rx() {
 int Host::run(const DpdkPortOptions& opt) {
   opt_ = opt;
   slot_ctl_.fill(-1);
+  if (const char* e = getenv("UROCE_DPDK_HOST_SPIN_US"))
+    spin_ns_ = static_cast<transport::Time>(std::strtoull(e, nullptr, 10)) * 1000;
   shm_fd_ = memfd_create("uroce-dpdk-host", MFD_CLOEXEC);
   if (shm_fd_ < 0 || ftruncate(shm_fd_, sizeof(Shared)) != 0) return 1;
   void* m = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd_, 0);
@@ -479,7 +482,7 @@ int Host::run(const DpdkPortOptions& opt) {
     const timespec* tsp = &ts;
     if (!again) {
       transport::Time sleep = transport::kNever;
-      if (poll_mode && t - last_active < kSpinNs) {
+      if (poll_mode && t - last_active < spin_ns_) {
         sleep = 0;
       } else if (poll_mode && !armed && port_->arm_wait()) {
         armed = true;  // one more pass: what came before arming raised no interrupt
