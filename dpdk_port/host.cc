@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,6 +97,9 @@ class Host {
   // as the port would have received it, without leaving the host (two processes of one device
   // talking to each other).
   void deliver_local(const TxHeader& h, const uint8_t* data, size_t len);
+  // A datagram to an IPv4 multicast group: to every client that joined it.
+  void fan_out(uint32_t group, const RxHeader& h, const uint8_t* data, size_t len);
+  static bool multicast(const wire::IpAddr& ip) { return ip.is_v4() && (ip.v4() >> 28) == 0xe; }
   void publish();
   void add(int fd, uint64_t t) {
     epoll_event ev{};
@@ -113,8 +117,9 @@ class Host {
   PortCounters counters_;
   std::unique_ptr<Port> port_;
   Router router_;
-  std::map<int, Client> by_ctl_;               // every connection, joined or not
-  std::array<int, share::kSlots> slot_ctl_{};  // a joined slot's control fd
+  std::map<uint32_t, std::set<uint32_t>> groups_;  // multicast group → the slots that joined
+  std::map<int, Client> by_ctl_;                   // every connection, joined or not
+  std::array<int, share::kSlots> slot_ctl_{};      // a joined slot's control fd
   int shm_fd_ = -1;
   Shared* shared_ = nullptr;
   transport::Time last_left_ = 0;
@@ -168,6 +173,15 @@ void Host::drop(int fd) {
       if (slot_ctl_[s] == fd) {
         router_.leave(s);
         slot_ctl_[s] = -1;
+        for (auto g = groups_.begin(); g != groups_.end();) {
+          g->second.erase(s);
+          if (g->second.empty()) {
+            port_->leave_group(g->first);
+            g = groups_.erase(g);
+          } else {
+            ++g;
+          }
+        }
         log().info(
             "process {} (slot {}) left: {} frames to it ({} dropped: its socket full), {} from it "
             "({} dropped: the port's ring full)",
@@ -259,6 +273,19 @@ void Host::on_ctl(int fd) {
       router_.release(slot, rq.port_space, rq.port);
     } else if (rq.op == Op::kListen) {
       router_.listen(slot, rq.port_space, rq.port, rq.on != 0);
+    } else if (rq.op == Op::kJoinGroup) {
+      std::set<uint32_t>& m = groups_[rq.group];
+      if (m.empty()) rep.rc = port_->join_group(rq.group);  // the port joins once for all
+      if (rep.rc == 0)
+        m.insert(slot);
+      else if (m.empty())
+        groups_.erase(rq.group);
+    } else if (rq.op == Op::kLeaveGroup) {
+      auto g = groups_.find(rq.group);
+      if (g != groups_.end() && g->second.erase(slot) && g->second.empty()) {
+        port_->leave_group(rq.group);
+        groups_.erase(g);
+      }
     } else {
       rep.rc = EINVAL;
     }
@@ -311,6 +338,20 @@ size_t Host::client_tx(uint32_t slot) {
       deliver_local(h, p + sizeof h, len - sizeof h);
       ++c.tx;
       continue;
+    }
+    if (multicast(h.dst_ip) && groups_.count(h.dst_ip.v4())) {
+      // The group's members on this device get it too, as the kernel loops a multicast
+      // datagram back to its host's sockets; it also leaves on the wire for the others.
+      RxHeader r;
+      r.src_ip = opt_.ip;
+      r.dst_ip = h.dst_ip;
+      r.src_port = h.src_port;
+      r.dst_port = 4791;
+      r.ip_id = h.ip_id;
+      r.tos = static_cast<uint8_t>(h.dscp << 2 | (h.ecn & 3));
+      r.ip_id_known = 1;
+      r.dont_fragment = 1;
+      fan_out(h.dst_ip.v4(), r, p + sizeof h, len - sizeof h);
     }
     transport::TxBuf* b = spare[used++];
     const size_t ib = len - sizeof h;  // IB packet and ICRC
@@ -368,6 +409,22 @@ void Host::deliver_local(const TxHeader& h, const uint8_t* data, size_t len) {
     ++c.rx_dropped;
 }
 
+void Host::fan_out(uint32_t group, const RxHeader& h, const uint8_t* data, size_t len) {
+  auto g = groups_.find(group);
+  if (g == groups_.end()) return;
+  iovec iov[2] = {{const_cast<RxHeader*>(&h), sizeof h}, {const_cast<uint8_t*>(data), len}};
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = 2;
+  for (uint32_t slot : g->second) {
+    Client& c = by_ctl_[slot_ctl_[slot]];
+    if (sendmsg(c.data, &m, MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+      ++c.rx;
+    else
+      ++c.rx_dropped;
+  }
+}
+
 size_t Host::port_rx() {
   const std::span<const RxFrame> frames = port_->rx_burst();
   if (frames.empty()) return 0;
@@ -378,8 +435,9 @@ size_t Host::port_rx() {
   const size_t n = std::min<size_t>(frames.size(), kBurst);
   for (size_t i = 0; i < n; ++i) {
     const RxFrame& f = frames[i];
-    dest[i] = router_.route(f.data, f.len);
-    if (dest[i] < 0) {
+    const bool group = multicast(f.dst_ip);
+    dest[i] = group ? -1 : router_.route(f.data, f.len);
+    if (dest[i] < 0 && !group) {
       ++unrouted_;
       continue;
     }
@@ -397,6 +455,7 @@ size_t Host::port_rx() {
     h.truncated = f.truncated;
     iov[i][0] = {&h, sizeof h};
     iov[i][1] = {const_cast<uint8_t*>(f.data), f.len};
+    if (group) fan_out(f.dst_ip.v4(), h, f.data, f.len);
   }
   std::array<bool, kBurst> done{};
   for (size_t i = 0; i < n; ++i) {

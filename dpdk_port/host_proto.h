@@ -32,7 +32,14 @@ inline constexpr uint32_t kVersion = 1;
 // of the device string (opt.dev), so two users or namespaces never meet.
 std::string socket_name(const DpdkPortOptions& opt);
 
-enum class Op : uint32_t { kJoin = 1, kClaim = 2, kRelease = 3, kListen = 4 };
+enum class Op : uint32_t {
+  kJoin = 1,
+  kClaim = 2,
+  kRelease = 3,
+  kListen = 4,
+  kJoinGroup = 5,  // IPv4 multicast group (host order) for the client's UD QPs
+  kLeaveGroup = 6
+};
 
 struct Request {
   uint32_t magic = kMagic;
@@ -43,6 +50,7 @@ struct Request {
   uint16_t port_space = 0, port = 0;  // kClaim, kRelease, kListen
   uint8_t on = 0;                     // kListen
   uint8_t pad[3] = {};
+  uint32_t group = 0;  // kJoinGroup, kLeaveGroup
 };
 
 struct JoinReply {

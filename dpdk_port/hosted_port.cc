@@ -163,6 +163,11 @@ class HostedPort final : public Port, public PortShare {
       d[i] = at(s[i]).load(std::memory_order_relaxed);
     return true;
   }
+  int join_group(uint32_t group) override {
+    if ((group >> 28) != 0xe) return EINVAL;
+    return call(host::Op::kJoinGroup, 0, 0, false, group);
+  }
+  void leave_group(uint32_t group) override { call(host::Op::kLeaveGroup, 0, 0, false, group); }
   PortShare* share() override { return this; }
 
   // PortShare.
@@ -183,7 +188,7 @@ class HostedPort final : public Port, public PortShare {
 
  private:
   // One request to the host and its answer (the CM's claims: rare, any thread).
-  int call(host::Op op, uint16_t space, uint16_t port, bool on);
+  int call(host::Op op, uint16_t space, uint16_t port, bool on, uint32_t group = 0);
   // The host is gone (it never exits while it has clients: killed): the port's link goes down and
   // its socket stops waking the engine.
   void host_lost();
@@ -298,13 +303,14 @@ bool HostedPort::join(std::string* err) {
     caps_.exact_icrc = rep.exact_icrc;
     caps_.roce_v1 = rep.roce_v1;
     caps_.tx_gather_min = kGatherMin;
+    caps_.multicast = opt_.ip.is_v4();  // the host joins the group on the port for its clients
     last_up_ = link_up();
     for (auto& b : pool_) free_.push_back(&b);
     return true;
   }
 }
 
-int HostedPort::call(host::Op op, uint16_t space, uint16_t port, bool on) {
+int HostedPort::call(host::Op op, uint16_t space, uint16_t port, bool on, uint32_t group) {
   std::lock_guard<std::mutex> g(ctl_mu_);
   host::Request rq;
   rq.op = op;
@@ -312,6 +318,7 @@ int HostedPort::call(host::Op op, uint16_t space, uint16_t port, bool on) {
   rq.port_space = space;
   rq.port = port;
   rq.on = on;
+  rq.group = group;
   host::Reply rep;
   if (send(ctl_fd_, &rq, sizeof rq, MSG_NOSIGNAL) != sizeof rq ||
       recv(ctl_fd_, &rep, sizeof rep, 0) != sizeof rep)
