@@ -96,15 +96,24 @@ case $mode in
     check_pair ba "$pair_srv" "$pair_cli"
     ;;
   kill)
-    UROCE_DEVICES=$dev_a timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p $((port + 9)) \
-      >"$log/victim" 2>&1 &
+    # Without `timeout` in front: $! is then the program itself (uroce-run execs it), the process
+    # the SIGKILL must reach.
+    UROCE_DEVICES=$dev_a "$run" ibv_rc_pingpong -d uroce0 -g 0 -p $((port + 9)) >"$log/victim" 2>&1 &
     victim=$!
     pids+=("$victim")
     wait_listen $((port + 9)) "$victim" || fail="${fail:-the victim never opened the device}"
     start_pair long $((port + 1)) "$dev_a" "$dev_b" -s 4096 -n 1500
     sleep 0.5
     kill -9 "$victim"
+    wait "$victim" 2>/dev/null
     echo "--- killed the victim (pid $victim) while the pair ran"
+    # A's host frees its slot at once (its sockets closed with it): its log says so.
+    seen=
+    for _ in $(seq 40); do
+      grep -qs "process $victim (slot [0-9]*) left" /tmp/uroce-dpdk.*.log && seen=1 && break
+      sleep 0.05
+    done
+    [[ -n $seen ]] || fail="${fail:-the host of A did not see the victim go}"
     check_pair long "$pair_srv" "$pair_cli"
     start_pair after $((port + 2)) "$dev_a" "$dev_a" -s 4096 -n 200
     check_pair after "$pair_srv" "$pair_cli"
