@@ -187,6 +187,11 @@ spec::Schema<DpdkPortOptions> make_schema() {
   k.push_back(spec::bool_key<DpdkPortOptions>(
       "roce_v1", spec::kAllScopes, [](auto& o) -> auto& { return o.roce_v1; },
       "RoCE v1 (EtherType 0x8915) beside v2, at GID index 1", "0", "1", "0"));
+  k.push_back(spec::bool_key<DpdkPortOptions>(
+      "share", spec::kAllScopes, [](auto& o) -> auto& { return o.share; },
+      "share the device with the user's other processes through a host process that owns the "
+      "port (uroce-dpdk-host)",
+      "0", "1", "0"));
   return s;
 }
 
@@ -200,6 +205,7 @@ const spec::Schema<DpdkPortOptions>& options_schema() {
 bool parse_options(std::string_view body, DpdkPortOptions* o, std::string* err) {
   if (!spec::apply(options_schema(), spec::entries(body, ';'), *o, err, {.skip_empty = true}))
     return false;
+  o->body = std::string(body);
   // One family per device: its gateway and neighbours are of its address's.
   const bool v4 = o->ip.is_v4();
   const auto other = [&](const wire::IpAddr& a) { return a.is_v4() != v4; };

@@ -50,6 +50,11 @@ struct DpdkPortOptions {
   // while the test still holds the payload. uroce turns gathering on by itself only where it is
   // safe (memif in copy mode).
   bool force_tx_gather = false;
+  // Share the device with the other processes of the user that open it (share=1): a host process
+  // (uroce-dpdk-host) owns the port and each process is its client (hosted_port.h).
+  bool share = false;
+  // The body as written (parse_options): what a client hands the host it starts.
+  std::string body;
 };
 
 // Every key of a dpdk(…) body.

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "dpdk_port/hosted_port.h"
 #include "ports/udp/udp_port.h"
 #if UROCE_HAVE_DPDK
 #include "dpdk_port/dpdk.h"
@@ -30,6 +31,13 @@ bool is_loopback(const std::string& netdev) {
 }  // namespace
 
 std::unique_ptr<Port> open_port(const DeviceConfig& cfg, PortCounters& counters, std::string* err) {
+  if (cfg.port == PortKind::kDpdk && cfg.dpdk.share) {
+    // A device several processes share: its host process owns the port (hosted_port.h).
+    dpdk::DpdkPortOptions o = cfg.dpdk;
+    o.ip = cfg.addr();
+    o.data_dscp = cfg.dscp;
+    return dpdk::open_hosted_port(o, counters, err);
+  }
   if (cfg.port == PortKind::kDpdk) {
 #if UROCE_HAVE_DPDK
     // The port read its own options from the dpdk(…) body (parse_dpdk_device); the address and

@@ -352,7 +352,7 @@ bool is_cc_slot(const std::string& name) {
 
 // A device several processes share (docs/architecture.md, "One device, many processes") is one
 // address published by each of them: its totals are their counters summed (the congestion-control
-// slots, per QP, are not counters).
+// slots, per QP, are not counters; the NIC's nic_* are the device's, not summed).
 struct DeviceTotal {
   std::vector<pid_t> pids;
   std::map<std::string, uint64_t> counters;
@@ -363,8 +363,15 @@ std::map<wire::IpAddr, DeviceTotal> shared_totals(
   for (const auto& [path, s] : devs) {
     DeviceTotal& t = by_ip[s.id.ip];
     t.pids.push_back(s.id.pid);
-    for (const auto& [name, v] : s.counters)
-      if (!is_cc_slot(name)) t.counters[name] += v;
+    for (const auto& [name, v] : s.counters) {
+      if (is_cc_slot(name)) continue;
+      // nic_*: the NIC's own view (a shared DPDK device's host publishes it to every client),
+      // the same in each process, not a share of it.
+      if (name.starts_with("nic_"))
+        t.counters[name] = std::max(t.counters[name], v);
+      else
+        t.counters[name] += v;
+    }
   }
   std::erase_if(by_ip, [](const auto& e) { return e.second.pids.size() < 2; });
   return by_ip;

@@ -437,7 +437,7 @@ TEST(ConfigTest, RejectsBadDpdkFieldsNamingThem) {
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;mtu=100)", "mtu '100'");
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;colour=blue)",
                        "dpdk: unknown key 'colour' (known: dev, ip, gw, mac, vlan, prio, dscp, "
-                       "mtu, neigh, eal, roce_v1)");
+                       "mtu, neigh, eal, roce_v1, share)");
   // A key given twice is refused (neigh= excepted: each adds a neighbour).
   expect_devices_error("u0=dpdk(dev=net_ring0;ip=10.1.1.1;vlan=3;vlan=4)",
                        "dpdk: key 'vlan' given twice");
