@@ -149,24 +149,36 @@ case $mode in
     ;;
   mcast)
     group=239.91.$idx.$((port % 256))
+    # receivers: wait until N of them listen
+    receivers_listening() {
+      for _ in $(seq 400); do
+        n=$(grep -l "receiving data transfers" "$log"/r? 2>/dev/null | wc -l)
+        ((n >= $1)) && return 0
+        sleep 0.05
+      done
+    }
     for k in 1 2 3; do
       dev=$dev_a
-      ((k == 3)) && dev=$dev_b
-      # Line-buffered: the wait below reads what it printed.
+      # A's host (the memif server) first: B's, its client, needs the server's socket there when
+      # it starts (started together, B's host now and then came up first and never connected).
+      if ((k == 3)); then
+        receivers_listening 2
+        dev=$dev_b
+      fi
+      # Line-buffered: the wait reads what it printed.
       UROCE_DEVICES=$dev timeout "$TIMEOUT" stdbuf -oL "$run" mckey -m "$group" \
         -b "$([[ $dev == "$dev_a" ]] && echo "$ip_a" || echo "$ip_b")" -C 20 >"$log/r$k" 2>&1 &
       pids+=("$!")
     done
     rcv=("${pids[@]: -3}")
-    for _ in $(seq 400); do
-      n=$(grep -l "receiving data transfers" "$log"/r? 2>/dev/null | wc -l)
-      ((n == 3)) && break
-      sleep 0.05
-    done
+    receivers_listening 3
     # B's host started with receiver 3, a moment ago: its memif connection to A's may still be
     # coming up (the port reports ACTIVE before a memif peer first connects), and UD multicast
-    # sent before it is lost on the way to A (one run in five, on a loaded host).
-    sleep 1
+    # sent before it is lost on the way to A. A sleep was not enough on a loaded host (two runs
+    # in six lost every datagram to A): an RC pair A↔B, which retransmits until the path
+    # carries it, shows the path is up before the first datagram.
+    start_pair link $((port + 2)) "$dev_a" "$dev_b" -s 64 -n 5
+    check_pair link "$pair_srv" "$pair_cli"
     UROCE_DEVICES=$dev_b timeout "$TIMEOUT" "$run" mckey -m "$group" -b "$ip_b" -s -C 20 \
       >"$log/s" 2>&1
     src=$?
