@@ -214,7 +214,8 @@ struct Bth {
 };
 // uroce's BTH extension bits (Bth::ext). Set only by QPs with selective repeat on; a peer that
 // is not uroce sends zero there and ignores what it receives (IBTA 9.2 reserved fields), so
-// neither bit changes anything for it (docs/selective-repeat.md, "Negotiation").
+// neither bit changes anything for it (docs/selective-repeat.md, "The switch and the
+// negotiation").
 //   kBthExtSr: the sending QP speaks selective repeat. On every RC packet such a QP sends,
 //     requests and responses; a QP that sees it from its peer uses selective repeat with it.
 //   kBthExtPlace: this RC RDMA WRITE ONLY may be placed ahead of a PSN gap (requests only).
