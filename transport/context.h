@@ -37,13 +37,21 @@ struct QpContext {
   // Selective repeat: a packet from the peer carried wire::kBthExtSr (the peer QP speaks it).
   // Learned on receipt, cleared by a reset; see sr().
   bool peer_sr = false;
+  // ACK riders: a packet from the peer carried wire::kBthExtRides (it takes ACKs riding on
+  // requests). Learned on receipt, cleared by a reset; see rides().
+  bool peer_rides = false;
 
   // Both ends speak selective repeat: SACKs, split WRITEs and placement ahead are on. The peer
   // marks its first request, so a responder knows before its first ACK, and a requester learns
   // it from that ACK — before any loss it could recover from selectively.
   bool sr() const { return init.selective_repeat && peer_sr; }
+  // Both ends take ACK riders: this QP's ACKs may ride on its requests (TxBuf::acks_ride).
+  bool rides() const { return init.ack_riders && peer_rides; }
   // The extension bits of every RC packet this QP sends.
-  uint8_t bth_ext() const { return init.selective_repeat ? wire::kBthExtSr : 0; }
+  uint8_t bth_ext() const {
+    return static_cast<uint8_t>((init.selective_repeat ? wire::kBthExtSr : 0) |
+                                (init.ack_riders ? wire::kBthExtRides : 0));
+  }
 };
 
 // The route of a connected QP's packets (RC requests and responses, UC): to the peer of its AV,
@@ -57,7 +65,8 @@ inline Route data_route(const QpContext& ctx) {
                .ecn = kEcnEct0,
                .dscp = ctx.dscp,
                .pcp = kPcpPortDefault,
-               .roce_v1 = ctx.roce_v1};
+               .roce_v1 = ctx.roce_v1,
+               .acks_ride = ctx.rides()};
 }
 
 // UDP source port for a QPN: RoCEv2 leaves it free for ECMP entropy (Annex A17.5.1.2); the top

@@ -66,6 +66,9 @@ struct TxBuf {
   // the UD AH) uses the device's RoCE v1 GID (kRoceV1GidIndex). Only ports with
   // PortCaps::roce_v1 carry it.
   bool roce_v1 = false;
+  // The packet is an RC QP's, and that QP's peer takes ACK riders (wire::kBthExtRides): an ACK of
+  // it may ride on a request of it in the same flush (ride_acks(), transport/ack_rider.h).
+  bool acks_ride = false;
   // IPv4 Identification the packet leaves with, chosen by the port before the ICRC (which covers
   // it) is computed. Not the transport's business.
   uint16_t ip_id = 0;
@@ -95,6 +98,7 @@ struct Route {
   uint8_t dscp = kDscpPortDefault;
   uint8_t pcp = kPcpPortDefault;
   bool roce_v1 = false;
+  bool acks_ride = false;  // TxBuf::acks_ride
 };
 inline void stamp_route(TxBuf* buf, const Route& r) {
   buf->dst_ip = r.dst_ip;
@@ -103,6 +107,7 @@ inline void stamp_route(TxBuf* buf, const Route& r) {
   buf->dscp = r.dscp;
   buf->pcp = r.pcp;
   buf->roce_v1 = r.roce_v1;
+  buf->acks_ride = r.acks_ride;
 }
 
 class PacketSink {

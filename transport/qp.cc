@@ -276,6 +276,7 @@ int Qp::modify(const ibv_qp_attr& a, int mask, Time now) {
       q.cnp_pending = false;
       q.cnp_to = {};
       q.ctx.peer_sr = false;  // a new connection negotiates again
+      q.ctx.peer_rides = false;
       if (q.init.type == IBV_QPT_XRC_RECV) {
         q.xrc_srq = nullptr;
         q.recv_guard.retarget(nullptr);
@@ -430,7 +431,13 @@ bool Qp::receive_deferring_pump(const wire::Packet& pkt, const RxInfo& rx, Time 
   count_rcvd(q.counters, wire::ib_length(pkt));
   // Selective repeat is used once the peer shows it speaks it (docs/selective-repeat.md).
   if (pkt.bth.ext & wire::kBthExtSr) q.ctx.peer_sr = true;
+  // So are ACK riders (ack_rider.h).
+  if (pkt.bth.ext & wire::kBthExtRides) q.ctx.peer_rides = true;
   if (rx.ecn == kEcnCe) q.on_marked(pkt, rx, now);
+  // An ACK riding on a request is the ACK packet its sender queued before the request: taken
+  // first, as that packet would have been, whatever then becomes of the request (parked, a
+  // duplicate, refused). It passed the same checks (QP, state, source, P_Key) as its carrier.
+  if (pkt.has_rider) q.take_rider(pkt, now);
   if (flags & wire::kRequest) {
     // RNR grace: behind a message that waits for a receive WQE, every request waits too (they
     // are in PSN order); the first that would find none starts the wait.
@@ -548,6 +555,25 @@ Time Qp::Impl::rnr_grace() const {
 bool Qp::Impl::must_wait(const wire::Packet& pkt) {
   return init.rnr_grace_ns != 0 && init.srq == nullptr && init.type != IBV_QPT_XRC_RECV &&
          takes_recv_wqe(pkt) && Psn(pkt.bth.psn) == responder.expected_psn() && rq.empty();
+}
+
+void Qp::Impl::take_rider(const wire::Packet& pkt, Time now) {
+  ++counters.ack_riders_rcvd;
+  if (!sending_state()) {
+    ++counters.dropped_pkts;  // as the ACK itself would have been: nothing sent yet
+    return;
+  }
+  wire::Packet ack;
+  ack.bth = pkt.bth;
+  ack.bth.opcode = uint8_t(wire::Opcode::kRcAcknowledge);
+  ack.bth.se = false;
+  ack.bth.pad = 0;
+  ack.bth.ack_req = false;
+  ack.bth.ext = static_cast<uint8_t>(pkt.bth.ext & ~(wire::kBthExtAck | wire::kBthExtPlace));
+  ack.bth.psn = pkt.rider_psn;
+  ack.info = &wire::opcode_info(wire::Opcode::kRcAcknowledge);
+  ack.aeth = pkt.rider_aeth;
+  handle(completer.on_response(ack, now, ctx, sq), now);
 }
 
 void Qp::Impl::park(const wire::Packet& pkt, const RxInfo& rx, Time now) {

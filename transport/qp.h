@@ -80,6 +80,14 @@ struct QpInit {
   // uroce with it off) it is go-back-N: only the mark differs on the wire. Off, every byte is as
   // without it. Off in a bare QpInit; the device turns it on (UROCE_SR, default 1).
   bool selective_repeat = false;
+  // RC: the QP takes ACKs riding on its peer's requests and, with a peer that shows it does too,
+  // lets its own ACKs ride on its requests (transport/ack_rider.h): it marks every packet it
+  // sends (wire::kBthExtRides), and once a packet from its peer carries the mark
+  // (QpContext::peer_rides) its packets are TxBuf::acks_ride. Whether an ACK does ride is the
+  // flush's business (ride_acks): an ACK and a request of the QP must leave together. A packet
+  // carrying one (wire::kBthExtAck) is taken whatever this says. Off in a bare QpInit; the device
+  // turns it on (UROCE_ACK_RIDERS, default 1).
+  bool ack_riders = false;
   // Congestion control (transport/cc, docs/congestion-control.md): the device's configuration,
   // copied per QP. The default, `none`, keeps the behaviour without it: no pacing, no CNPs.
   cc::CcConfig cc;

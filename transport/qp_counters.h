@@ -86,7 +86,10 @@
   /* Requester: SACKs received. */                                                                 \
   X(sr_sack_rcvd, "sr_sack_rcvd", kInfo)                                                           \
   /* Requester: packets resent for a hole below a SACKed PSN (also in retransmitted_pkts). */      \
-  X(sr_selective_resends, "sr_selective_resends", kInfo)
+  X(sr_selective_resends, "sr_selective_resends", kInfo)                                           \
+  /* ACKs that arrived riding on the peer's requests (transport/ack_rider.h): each one an ACK */   \
+  /* packet the peer did not send. No rxe equivalent. */                                           \
+  X(ack_riders_rcvd, "ack_riders_rcvd", kInfo)
 
 namespace uroce::transport {
 

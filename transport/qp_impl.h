@@ -130,6 +130,8 @@ struct Qp::Impl {
   // RNR grace: whether `pkt` would find no receive WQE (and so waits), keeping it, replaying.
   bool must_wait(const wire::Packet& pkt);
   void park(const wire::Packet& pkt, const RxInfo& rx, Time now);
+  // The ACK riding on `pkt` (ack_rider.h), taken as the ACK packet it stands for.
+  void take_rider(const wire::Packet& pkt, Time now);
   void release_parked(Time now);
   void drop_parked();
   // How long a message waits: min(init.rnr_grace_ns, the QP's min_rnr_timer).

@@ -208,6 +208,9 @@ spec::Schema<Environment> make_environment_schema() {
   k.push_back(switch_var("UROCE_SR", &Environment::selective_repeat, "1",
                          "0: RC QPs never use selective repeat (1: with every peer that shows it "
                          "speaks it, go-back-N with others)"));
+  k.push_back(switch_var("UROCE_ACK_RIDERS", &Environment::ack_riders, "1",
+                         "0: every RC ACK is a packet of its own (1: an ACK rides on a request "
+                         "of its QP leaving with it, to a peer that takes riders)"));
   k.push_back(switch_var("UROCE_SHARE", &Environment::share, "1",
                          "0: the device's address is this process's alone (no registry, no "
                          "steering: the single-process path)"));
@@ -392,6 +395,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     d.print_stats = env.print_stats;
     d.early_retransmit = env.early_retransmit;
     d.selective_repeat = env.selective_repeat;
+    d.ack_riders = env.ack_riders;
     d.share = env.share;
     d.rnr_grace_ns = env.rnr_grace_ns;
     d.icrc = env.icrc;

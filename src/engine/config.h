@@ -98,6 +98,10 @@ struct DeviceConfig {
   // docs/selective-repeat.md) and use it with a peer that marks its packets so (uroce);
   // go-back-N with any other. 0: never, and no mark on the wire.
   bool selective_repeat = true;
+  // UROCE_ACK_RIDERS=0|1 (default 1): RC QPs let their ACKs ride on their requests to a peer that
+  // takes them (uroce), and take those of their peer (transport QpInit::ack_riders,
+  // transport/ack_rider.h). 0: every ACK is a packet of its own, and no mark on the wire.
+  bool ack_riders = true;
   // UROCE_RNR_GRACE=duration (default 10ms, 0 = off): how long an RC message that finds no receive
   // WQE may wait for one before the RNR NAK, at most the QP's min_rnr_timer (transport
   // QpInit::rnr_grace_ns).
@@ -160,6 +164,7 @@ struct Environment {
   bool print_stats = false;
   bool early_retransmit = true;
   bool selective_repeat = true;
+  bool ack_riders = true;
   bool share = true;
   uint64_t rnr_grace_ns = DeviceConfig::kDefaultRnrGraceNs;
   DeviceConfig::Gso gso = DeviceConfig::Gso::kAuto;

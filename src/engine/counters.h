@@ -88,6 +88,10 @@ struct DeviceCounters {
   // lapse moves its work to the engine thread for a while.
   Counter engine_handoff_lapses;
 
+  // ACK riders (transport/ack_rider.h): RC ACKs that left riding on a request of their QP (each
+  // a datagram not sent), and requests that arrived carrying one.
+  Counter tx_ack_riders, rx_ack_riders;
+
   // Port state transitions seen on the netdev (IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE).
   Counter port_down_events, port_up_events;
 
@@ -150,6 +154,8 @@ struct DeviceCounters {
     f("app_progress_passes", s.app_progress_passes);
     f("engine_rx_takeovers", s.engine_rx_takeovers);
     f("engine_handoff_lapses", s.engine_handoff_lapses);
+    f("tx_ack_riders", s.tx_ack_riders);
+    f("rx_ack_riders", s.rx_ack_riders);
     f("port_down_events", s.port_down_events);
     f("port_up_events", s.port_up_events);
     f("odp_faults", s.odp_faults);

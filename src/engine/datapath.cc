@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "transport/ack_rider.h"
 #include "wire/icrc.h"
 
 namespace uroce {
@@ -210,6 +211,7 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     rx_out_.pop_back();
     return;
   }
+  if (out.pkt.has_rider) counters_.rx_ack_riders.add();
   out.info.src_ip = meta.src_ip;
   out.info.dst_ip = meta.dst_ip;
   out.info.src_port = meta.src_port;
@@ -373,6 +375,7 @@ size_t Datapath::tx_flush(transport::Time now) {
   }
   held_n_ = 0;
   update_flush_by();
+  const size_t rode = ride_acks();
   port_->tx_prepare(queue_, /*batch=*/true);
   uint64_t gathered = 0;
   for (transport::TxBuf* b : queue_) {
@@ -395,7 +398,16 @@ size_t Datapath::tx_flush(transport::Time now) {
   queue_.clear();
   if (ext_queued_) counters_.port.tx_gathered.add(gathered);
   ext_queued_ = false;
-  return sent;
+  return sent + rode;  // an ACK that rides left the queue as surely as its carrier
+}
+
+size_t Datapath::ride_acks() {
+  if (queue_.size() < 2) return 0;
+  rode_.clear();
+  queue_.resize(transport::ride_acks(queue_, rode_));
+  for (transport::TxBuf* b : rode_) port_->tx_free(b);
+  counters_.tx_ack_riders.add(rode_.size());
+  return rode_.size();
 }
 
 // Each queued packet gets its ICRC, then goes through the injector as one datagram (so
@@ -404,7 +416,9 @@ size_t Datapath::tx_flush(transport::Time now) {
 size_t Datapath::tx_flush_faulty(transport::Time now) {
   tx_frames_.clear();
   tx_faults_->release_due(now, tx_frames_);
+  // ACKs ride as on the fault-free path: the injector sees the datagrams that would leave.
   const size_t taken = queue_.size();
+  ride_acks();
   if (!queue_.empty()) port_->tx_prepare(queue_, /*batch=*/false);
   for (transport::TxBuf* b : queue_) {
     const wire::Ipv4UdpFraming f = tx_framing(*b);

@@ -173,6 +173,9 @@ class Datapath : public Transmitter {
   static uint8_t tos_of(const transport::TxBuf& b) { return uint8_t(b.dscp << 2 | (b.ecn & 3)); }
   // tx_flush() with transmit faults on.
   size_t tx_flush_faulty(transport::Time now);
+  // Lets the queued ACKs ride on their QPs' requests (transport::ride_acks) and gives their
+  // buffers back to the port. Returns how many rode.
+  size_t ride_acks();
   // Sends injector output, copying it into port buffers as they free up.
   void send_frames(std::vector<FaultFrame>& frames);
 
@@ -200,6 +203,7 @@ class Datapath : public Transmitter {
   size_t held_n_ = 0;                    // queue_[0, held_n_) are held until the next call
   transport::Time held_since_ = 0;       // when the first of them was held (held_n_ != 0)
   std::vector<transport::TxBuf*> post_;  // ACKs held for a post (Hold::kUntilPost)
+  std::vector<transport::TxBuf*> rode_;  // ride_acks(): ACK buffers that rode, back to the port
   transport::Time post_since_ = 0;       // when the first of them was held
   bool replying_ = false;      // a burst that ended inside a message kept them (kMaxReplyHoldNs)
   bool release_post_ = false;  // release_post_hold()

@@ -100,7 +100,8 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "sr_ooo_accepted",
                                          "sr_sack_sent",
                                          "sr_sack_rcvd",
-                                         "sr_selective_resends"};
+                                         "sr_selective_resends",
+                                         "ack_riders_rcvd"};
   EXPECT_EQ(names, want);
   EXPECT_EQ(names.size(), transport::kQpCounterCount);
   for (const std::string& n : names) EXPECT_LT(n.size(), kNameLen) << n;
@@ -113,8 +114,8 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
   sum += a;
   v = 0;
   for_each_qp_counter(sum, [&v](const char* name, uint64_t c) { EXPECT_EQ(c, 2 * ++v) << name; });
-  EXPECT_EQ(sum.sent_pkts, 2u);                                         // the first row
-  EXPECT_EQ(sum.sr_selective_resends, 2 * transport::kQpCounterCount);  // the last
+  EXPECT_EQ(sum.sent_pkts, 2u);                                    // the first row
+  EXPECT_EQ(sum.ack_riders_rcvd, 2 * transport::kQpCounterCount);  // the last
 }
 
 TEST(StatsShmTest, LayoutRoundTrip) {

@@ -46,6 +46,7 @@ void CaptureSink::tx_commit(TxBuf* buf) {
   t.dscp = buf->dscp;
   t.pcp = buf->pcp;
   t.roce_v1 = buf->roce_v1;
+  t.acks_ride = buf->acks_ride;
   t.len = buf->len;
   std::memcpy(t.data, buf->data, buf->len);
   // A payload by reference only where the sink offered it, and only when big enough.
@@ -342,6 +343,8 @@ std::vector<std::unique_ptr<Crafted>> drain(Node& n) {
     c->buf.ecn = b.ecn;
     c->buf.dscp = b.dscp;
     c->buf.pcp = b.pcp;
+    c->buf.roce_v1 = b.roce_v1;
+    c->buf.acks_ride = b.acks_ride;
     std::memcpy(c->buf.data, b.data, b.len);
     c->pkt = parsed(c->buf);
     out.push_back(std::move(c));

@@ -169,8 +169,9 @@ TEST(OpcodeTable, ServiceOf) {
 
 TEST(ParseError, ToStringIsDistinct) {
   std::set<std::string> seen;
-  for (auto e : {ParseError::kOk, ParseError::kTooShort, ParseError::kBadOpcode,
-                 ParseError::kBadVersion, ParseError::kBadPad, ParseError::kBadLength}) {
+  for (auto e :
+       {ParseError::kOk, ParseError::kTooShort, ParseError::kBadOpcode, ParseError::kBadVersion,
+        ParseError::kBadPad, ParseError::kBadLength, ParseError::kBadRider}) {
     ASSERT_NE(to_string(e), nullptr);
     EXPECT_TRUE(seen.insert(to_string(e)).second) << to_string(e);
   }
@@ -439,6 +440,87 @@ TEST(Parse, RejectsBadOpcodeVersionPadAndLength) {
   }
 }
 
+// An ACK rider (wire-format.md, "ACK riders") comes off before the request parses: every RC and
+// XRC request, with and without payload and pad, parses as it would without it.
+TEST(Parse, AnAckRiderComesOffBeforeTheRequest) {
+  std::mt19937_64 rng(11);
+  Packet ack;
+  ack.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+  ack.bth.psn = 0xabcdef;
+  ack.aeth = {aeth_syndrome(AethType::kAck, kAethCreditInvalid), 0x123456};
+  const std::vector<uint8_t> a = build(ack, {});
+  int requests = 0;
+  for (int op = 0; op < 256; ++op) {
+    const OpcodeInfo& info = opcode_info(uint8_t(op));
+    const Service svc = service_of(uint8_t(op));
+    if (!info.name || !(info.flags & kRequest) || (svc != Service::kRc && svc != Service::kXrc))
+      continue;
+    ++requests;
+    for (size_t len : {0, 1, 3, 8}) {
+      if (len != 0 && !(info.flags & kHasPayload)) continue;
+      Packet p = random_packet(uint8_t(op), rng);
+      p.bth.ext = 0;
+      std::vector<uint8_t> payload(len);
+      for (auto& x : payload) x = uint8_t(rng());
+      std::vector<uint8_t> w = build(p, payload);
+      Packet plain;
+      ASSERT_EQ(parse(w, plain), ParseError::kOk) << info.name;
+      const size_t n = w.size();
+      w.resize(n + kAckRiderBytes);
+      attach_ack_rider(w.data(), n, a.data());
+      Packet out;
+      ASSERT_EQ(parse(w, out), ParseError::kOk) << info.name << " " << len;
+      EXPECT_TRUE(out.has_rider);
+      EXPECT_EQ(out.rider_psn, 0xabcdefu);
+      EXPECT_EQ(out.rider_aeth.syndrome, ack.aeth.syndrome);
+      EXPECT_EQ(out.rider_aeth.msn, 0x123456u);
+      EXPECT_EQ(out.bth.ext, kBthExtAck);
+      EXPECT_EQ(out.bth.psn, plain.bth.psn);
+      EXPECT_EQ(out.bth.pad, plain.bth.pad);
+      ASSERT_EQ(out.payload.size(), len);
+      EXPECT_TRUE(std::equal(payload.begin(), payload.end(), out.payload.begin()));
+      EXPECT_EQ(ib_length(out), n);
+    }
+  }
+  EXPECT_GT(requests, 20);
+}
+
+TEST(Parse, RefusesABadAckRider) {
+  Packet ack;
+  ack.bth.opcode = uint8_t(Opcode::kRcAcknowledge);
+  ack.aeth = {aeth_syndrome(AethType::kAck, kAethCreditInvalid), 1};
+  const std::vector<uint8_t> a = build(ack, {});
+  const auto with_rider = [&](Opcode op, std::vector<uint8_t> payload) {
+    Packet p;
+    p.bth.opcode = uint8_t(op);
+    std::vector<uint8_t> w = build(p, payload);
+    const size_t n = w.size();
+    w.resize(n + kAckRiderBytes);
+    attach_ack_rider(w.data(), n, a.data());
+    return w;
+  };
+  Packet out;
+  // On a response, a UD or UC request, a CNP: the bit means nothing there.
+  for (Opcode op : {Opcode::kRcAcknowledge, Opcode::kRcReadResponseOnly, Opcode::kUdSendOnly,
+                    Opcode::kUcSendOnly}) {
+    const std::vector<uint8_t> w = with_rider(op, {});
+    EXPECT_EQ(parse(w, out), ParseError::kBadRider) << opcode_info(op).name;
+  }
+  // Too short to hold one.
+  std::vector<uint8_t> w = with_rider(Opcode::kRcSendOnly, {});
+  w.resize(w.size() - 1);
+  EXPECT_EQ(parse(w, out), ParseError::kBadRider);
+  // A NAK does not ride; nor does a rider whose first byte is not zero.
+  w = with_rider(Opcode::kRcSendOnly, {1, 2, 3, 4});
+  ASSERT_EQ(parse(w, out), ParseError::kOk);
+  std::vector<uint8_t> v = w;
+  v[v.size() - 4] = aeth_syndrome(AethType::kNak, 0);
+  EXPECT_EQ(parse(v, out), ParseError::kBadRider);
+  v = w;
+  v[v.size() - kAckRiderBytes] = 1;
+  EXPECT_EQ(parse(v, out), ParseError::kBadRider);
+}
+
 // Random bytes, random lengths, with opcodes steered towards valid ones half of the time: parse
 // must never crash or read outside the span (run under ASan to check the latter), and whatever it
 // accepts must be self-consistent.
@@ -459,7 +541,9 @@ TEST(Parse, FuzzRandomBytes) {
     ++ok;
     ASSERT_NE(out.info, nullptr);
     ASSERT_EQ(out.info, &opcode_info(b[0]));
-    ASSERT_EQ(out.info->header_len + out.payload.size() + out.bth.pad, b.size());
+    ASSERT_EQ(out.info->header_len + out.payload.size() + out.bth.pad +
+                  (out.has_rider ? kAckRiderBytes : 0),
+              b.size());
     ASSERT_EQ(out.payload.data(), b.data() + out.info->header_len);
     ASSERT_LE(out.bth.dest_qp, kQpnMask);
     ASSERT_LE(out.bth.psn, 0xffffffu);

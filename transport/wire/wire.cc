@@ -260,6 +260,8 @@ const char* to_string(ParseError e) {
       return "bad pad count";
     case ParseError::kBadLength:
       return "payload on an opcode that carries none";
+    case ParseError::kBadRider:
+      return "bad ACK rider";
   }
   return "unknown parse error";
 }
@@ -274,6 +276,23 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out) {
   // BTH TVer (IBTA 9.2): only version 0 is defined; other versions are dropped.
   if ((flags & kTverMask) != 0) return ParseError::kBadVersion;
   if (ib.size() < info.header_len) return ParseError::kTooShort;
+  // An ACK rider (kBthExtAck) lies between the pad and the ICRC: it comes off first, and the rest
+  // parses as the request it rides on. Only RC and XRC requests carry one, and only an ACK rides.
+  bool rider = false;
+  uint32_t rider_psn = 0;
+  Aeth rider_aeth;
+  if (p[kBthAckReq] & kBthExtAck) {
+    const Service svc = service_of(p[kBthOpcode]);
+    if (!(info.flags & kRequest) || (svc != Service::kRc && svc != Service::kXrc) ||
+        ib.size() < size_t{info.header_len} + kAckRiderBytes)
+      return ParseError::kBadRider;
+    const uint8_t* t = p + ib.size() - kAckRiderBytes;
+    if (t[0] != 0 || aeth_type(t[4]) != AethType::kAck) return ParseError::kBadRider;
+    rider = true;
+    rider_psn = load_be24(t + 1);
+    rider_aeth = {t[4], load_be24(t + 5)};
+    ib = ib.first(ib.size() - kAckRiderBytes);
+  }
   const uint8_t pad = uint8_t((flags >> kPadShift) & 3);
   const size_t rest = ib.size() - info.header_len;
   if (!(info.flags & kHasPayload)) {
@@ -322,7 +341,26 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out) {
   if (info.atomic_ack_off) out.atomic_ack = load_be64(p + info.atomic_ack_off);
   if (info.xrceth_off) out.xrc_srqn = load_be24(p + info.xrceth_off + 1);
   out.payload = ib.subspan(info.header_len, rest - pad);
+  out.has_rider = rider;
+  out.rider_psn = rider_psn;
+  out.rider_aeth = rider_aeth;
   return ParseError::kOk;
+}
+
+void attach_ack_rider(uint8_t* req, size_t req_len, const uint8_t* ack) {
+  uint8_t* t = req + req_len;
+  t[0] = 0;
+  std::memcpy(t + 1, ack + kBthPsn, 3);             // the PSN the ACK acknowledges
+  std::memcpy(t + 4, ack + kBthBytes, kAethBytes);  // its AETH: syndrome, MSN
+  req[kBthAckReq] |= kBthExtAck;
+}
+
+uint32_t bth_dest_qp(const uint8_t* bth) {
+  return load_be24(bth + kBthDestQp);
+}
+
+uint8_t bth_ext(const uint8_t* bth) {
+  return bth[kBthAckReq] & kBthExtMask;
 }
 
 Packet cnp_packet(uint32_t dest_qp) {

@@ -221,9 +221,18 @@ struct Bth {
 //   kBthExtPlace: this RC RDMA WRITE ONLY may be placed ahead of a PSN gap (requests only).
 //     The requester leaves it off while an earlier SEND with invalidate is unacknowledged, so a
 //     WRITE never lands before the invalidation PSN order puts ahead of it.
+//   kBthExtRides: the sending QP takes ACKs riding on requests (its peer may send kBthExtAck
+//     packets to it). On every RC packet of a QP with ACK riders on, like kBthExtSr.
+//   kBthExtAck: this RC request carries an ACK of the opposite direction (an "ACK rider",
+//     transport/ack_rider.h): kAckRiderBytes between the pad and the ICRC — the acknowledged PSN
+//     (a byte of zero, 24 bits) and its AETH — which the receiver takes as the ACK packet it
+//     replaces. Sent only to a QP that showed kBthExtRides.
 inline constexpr uint8_t kBthExtSr = 0x01;
 inline constexpr uint8_t kBthExtPlace = 0x02;
+inline constexpr uint8_t kBthExtRides = 0x04;
+inline constexpr uint8_t kBthExtAck = 0x08;
 inline constexpr uint8_t kBthExtMask = 0x7f;
+inline constexpr size_t kAckRiderBytes = 8;
 struct Reth {
   uint64_t va = 0;
   uint32_t rkey = 0;
@@ -258,10 +267,15 @@ struct Packet {
   uint64_t atomic_ack = 0;  // AtomicAckETH: original remote data
   uint32_t xrc_srqn = 0;    // XRCETH: the XRC SRQ at the responder, 24 bits
   std::span<const uint8_t> payload;
+  // An ACK riding on this request (Bth::ext has kBthExtAck): the PSN and AETH of the RC
+  // ACKNOWLEDGE packet it stands for. Not part of payload or ib_length().
+  bool has_rider = false;
+  uint32_t rider_psn = 0;  // 24 bits
+  Aeth rider_aeth;
 };
 
 // The IB length of a parsed packet: BTH .. pad, without the ICRC (what TxBuf::ib_len() is for a
-// packet built). p.info must be set (parse() succeeded).
+// packet built), and without an ACK rider's bytes. p.info must be set (parse() succeeded).
 inline size_t ib_length(const Packet& p) {
   return size_t{p.info->header_len} + p.payload.size() + p.bth.pad;
 }
@@ -275,6 +289,8 @@ enum class ParseError : uint8_t {
   kBadPad,      // pad on an opcode that carries no payload
   kBadLength,   // bytes after the headers of an opcode that carries no payload (ACK, READ
                 // REQUEST, atomics, CNP)
+  kBadRider,    // kBthExtAck on a packet that is not an RC or XRC request, too short for the
+                // rider, or a rider whose AETH is not an ACK
 };
 const char* to_string(ParseError e);
 
@@ -287,6 +303,16 @@ ParseError parse(std::span<const uint8_t> ib, Packet& out);
 // (but Bth::ext, in Resv7) and the CNP's 16 reserved bytes are written as zero; 24-bit fields are
 // masked to 24 bits. The caller appends payload and `p.bth.pad` zero bytes.
 size_t build_headers(const Packet& p, uint8_t* out);
+
+// ACK riders (transport/ack_rider.h). Writes the RC ACKNOWLEDGE packet `ack` (BTH + AETH, as
+// built) as a rider after the request `req` of `req_len` bytes (BTH .. pad), which must have room
+// for kAckRiderBytes more, and sets kBthExtAck in the request's BTH; the request is then
+// req_len + kAckRiderBytes long (its ICRC, computed after, covers the rider).
+void attach_ack_rider(uint8_t* req, size_t req_len, const uint8_t* ack);
+// BTH DestQP of a packet as built (at least kBthBytes).
+uint32_t bth_dest_qp(const uint8_t* bth);
+// Bth::ext of a packet as built (at least kBthBytes).
+uint8_t bth_ext(const uint8_t* bth);
 
 // A RoCEv2 Congestion Notification Packet (IBTA Annex A17.9.3) for the QP `dest_qp`, which is
 // the QP that sent the CE-marked packet (its peer's QPN, as the marked packet's sender knows
