@@ -147,6 +147,10 @@ struct Host {
     init.max_recv_sge = 1;
     init.send_cq = &send_cq;
     init.recv_cq = &recv_cq;
+    // As the device makes an RC QP by default (UROCE_SR, UROCE_ACK_RIDERS): the two hosts are
+    // uroce peers, so a round trip's ACKs ride on the replies.
+    init.selective_repeat = true;
+    init.ack_riders = true;
     int e = 0;
     qp = dispatch->create_qp(init, &e);
   }
@@ -190,17 +194,20 @@ struct Host {
     r.wr_id = 1;
     r.num_sge = 1;
     r.sge[0] = {reinterpret_cast<uintptr_t>(buf.data()), len, lkey};
+    // Device::post_recv touches neither the device lock nor the datapath (recv_queue.h).
     qp->post_recv(r);
-    bool more = false;
-    dispatch->after_call(qp, now, &more);
   }
-  // What an engine pass does: receive a burst, dispatch it, run timers and pumps, flush.
-  void pass() {
+  // What an engine pass does: receive a burst, dispatch it, run timers and pumps, flush. `app`:
+  // the pass of an application thread polling its CQ (Engine::poll_from_app), whose ACKs wait
+  // for its next call (Datapath::Hold::kUntilNextCall) — its reply, which they then ride on.
+  void pass(bool app = false) {
     auto rx = dp->rx_burst(now);
     if (!rx.empty()) dispatch->receive(rx, now);
     bool again = false;
     dispatch->progress(now, &again);
+    if (app) dp->set_hold(Datapath::Hold::kUntilNextCall);
     dp->tx_flush(now);
+    dp->set_hold(Datapath::Hold::kOff);
   }
   transport::SendWqe send_wqe(uint32_t len, ibv_wr_opcode op, unsigned flags) const {
     transport::SendWqe w;
@@ -242,20 +249,29 @@ void BM_RcSendRoundTrip(benchmark::State& state) {
   const transport::SendWqe sa = p.a.send_wqe(len, IBV_WR_SEND, IBV_SEND_SIGNALED);
   const transport::SendWqe sb = p.b.send_wqe(len, IBV_WR_SEND, IBV_SEND_SIGNALED);
   int64_t lost = 0;
+  // As ibv_rc_pingpong runs it, both sides busy-polling: each side's poll pass holds the ACK of
+  // what it received for its next call, the reply, which it rides on (transport/ack_rider.h).
+  p.b.post_recv(len);
+  p.a.post_recv(len);
+  int64_t b_sends = 0;
   for (auto _ : state) {
-    p.b.post_recv(len);
-    p.a.post_recv(len);
-    p.a.post_send(sa);
-    p.b.pass();  // the SEND arrives: receive completion, ACK out
+    p.a.post_send(sa);  // the ping, with the ACK of the last pong riding on it
+    p.b.pass(true);     // ping (and ACK) arrive: receive completion, the ACK held
     lost += 1 - p.b.recv_cq.poll(4, wc);
-    p.b.post_send(sb);
-    p.a.pass();  // ACK and SEND arrive: both completions, ACK out
+    b_sends += p.b.send_cq.poll(4, wc);
+    p.b.post_recv(len);
+    p.b.post_send(sb);  // the pong, the ping's ACK on it
+    p.a.pass(true);     // both completions; the pong's ACK held
     lost += 2 - p.a.send_cq.poll(4, wc) - p.a.recv_cq.poll(4, wc);
-    p.b.pass();  // the last ACK
-    lost += 1 - p.b.send_cq.poll(4, wc);
+    p.a.post_recv(len);
     p.a.now += 1000;
     p.b.now += 1000;
   }
+  // The last pong's ACK, which no ping takes along.
+  p.a.dp->send_held(p.a.now);
+  p.b.pass();
+  b_sends += p.b.send_cq.poll(4, wc);
+  lost += int64_t(state.iterations()) - b_sends;
   if (lost != 0) state.SkipWithError("a completion was missing");
   state.counters["ns_per_rt"] = benchmark::Counter(
       double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
