@@ -97,6 +97,11 @@ class Host {
   // as the port would have received it, without leaving the host (two processes of one device
   // talking to each other).
   void deliver_local(const TxHeader& h, const uint8_t* data, size_t len);
+  // The RxHeader of a client's datagram to `dst` that the host hands to clients of its own device
+  // (deliver_local, fan_out to a group's members here) instead of the port: from the device's
+  // address to UDP 4791. One place, so the two loopback paths cannot drift apart; roce_v1 is left
+  // to the caller (deliver_local copies the client's, the multicast copy has always left it 0).
+  RxHeader loopback_header(const TxHeader& h, const wire::IpAddr& dst) const;
   // A datagram to an IPv4 multicast group: to every client that joined it.
   void fan_out(uint32_t group, const RxHeader& h, const uint8_t* data, size_t len);
   static bool multicast(const wire::IpAddr& ip) { return ip.is_v4() && (ip.v4() >> 28) == 0xe; }
@@ -342,16 +347,7 @@ size_t Host::client_tx(uint32_t slot) {
     if (multicast(h.dst_ip) && groups_.count(h.dst_ip.v4())) {
       // The group's members on this device get it too, as the kernel loops a multicast
       // datagram back to its host's sockets; it also leaves on the wire for the others.
-      RxHeader r;
-      r.src_ip = opt_.ip;
-      r.dst_ip = h.dst_ip;
-      r.src_port = h.src_port;
-      r.dst_port = 4791;
-      r.ip_id = h.ip_id;
-      r.tos = static_cast<uint8_t>(h.dscp << 2 | (h.ecn & 3));
-      r.ip_id_known = 1;
-      r.dont_fragment = 1;
-      fan_out(h.dst_ip.v4(), r, p + sizeof h, len - sizeof h);
+      fan_out(h.dst_ip.v4(), loopback_header(h, h.dst_ip), p + sizeof h, len - sizeof h);
     }
     transport::TxBuf* b = spare[used++];
     const size_t ib = len - sizeof h;  // IB packet and ICRC
@@ -388,15 +384,7 @@ void Host::deliver_local(const TxHeader& h, const uint8_t* data, size_t len) {
     ++unrouted_;
     return;
   }
-  RxHeader r;
-  r.src_ip = opt_.ip;
-  r.dst_ip = opt_.ip;
-  r.src_port = h.src_port;
-  r.dst_port = 4791;
-  r.ip_id = h.ip_id;
-  r.tos = static_cast<uint8_t>(h.dscp << 2 | (h.ecn & 3));
-  r.ip_id_known = opt_.ip.is_v4();
-  r.dont_fragment = 1;
+  RxHeader r = loopback_header(h, opt_.ip);
   r.roce_v1 = h.roce_v1;
   iovec iov[2] = {{&r, sizeof r}, {const_cast<uint8_t*>(data), len}};
   msghdr m{};
@@ -407,6 +395,19 @@ void Host::deliver_local(const TxHeader& h, const uint8_t* data, size_t len) {
     ++c.rx;
   else
     ++c.rx_dropped;
+}
+
+RxHeader Host::loopback_header(const TxHeader& h, const wire::IpAddr& dst) const {
+  RxHeader r;
+  r.src_ip = opt_.ip;
+  r.dst_ip = dst;
+  r.src_port = h.src_port;
+  r.dst_port = 4791;
+  r.ip_id = h.ip_id;
+  r.tos = static_cast<uint8_t>(h.dscp << 2 | (h.ecn & 3));
+  r.ip_id_known = dst.is_v4();  // IPv6 has no ID
+  r.dont_fragment = 1;
+  return r;
 }
 
 void Host::fan_out(uint32_t group, const RxHeader& h, const uint8_t* data, size_t len) {

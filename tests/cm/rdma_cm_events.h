@@ -70,6 +70,14 @@ inline ibv_qp_init_attr qp_attr(ibv_qp_type t = IBV_QPT_RC) {
   return a;
 }
 
+// What CmPair::ud_exchange saw: the client's ESTABLISHED event, the child's receive buffer (the
+// 40-byte GRH area, then the 64-byte datagram) and the receive's completion.
+struct UdExchange {
+  Seen est;
+  std::vector<char> rbuf = std::vector<char>(40 + 64);
+  ibv_wc wc{};
+};
+
 // A listener and a client id resolved to it, each on its own event channel; the tests' own Pair
 // adds how they name the addresses.
 struct CmPair {
@@ -105,6 +113,43 @@ struct CmPair {
     EXPECT_STREQ(rbuf.data(), text);
     ASSERT_EQ(rdma_get_send_comp(client, &wc), 1);
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    rdma_dereg_mr(smr);
+    rdma_dereg_mr(rmr);
+  }
+  // On UD ids (the client's UD QP created): SIDR, its REQ carrying `text` (NUL included) to the
+  // listener, whose child gets a UD QP and accepts; the client's ESTABLISHED names the child's QP.
+  // Then one 64-byte datagram from the client to the address and QPN the event gave, received by
+  // the child, both completions taken (the receive's checked). What it saw goes to *x.
+  void ud_exchange(const char* text, UdExchange* x) {
+    const size_t len = std::strlen(text) + 1;
+    rdma_conn_param cp{};
+    cp.private_data = text;
+    cp.private_data_len = static_cast<uint8_t>(len);
+    ASSERT_EQ(rdma_connect(client, &cp), 0);
+    Seen req = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    child = req.id;
+    ASSERT_GE(req.pd.size(), len);
+    EXPECT_EQ(std::memcmp(req.pd.data(), text, len), 0);
+    ibv_qp_init_attr a = qp_attr(IBV_QPT_UD);
+    ASSERT_EQ(rdma_create_qp(child, nullptr, &a), 0);
+    ASSERT_EQ(rdma_accept(child, nullptr), 0);
+    x->est = expect(cch, RDMA_CM_EVENT_ESTABLISHED);
+    EXPECT_EQ(x->est.ud.qp_num, child->qp->qp_num);
+    // The event's address works: a datagram reaches the child's QP.
+    ibv_ah* ah = ibv_create_ah(client->pd, &x->est.ud.ah_attr);
+    ASSERT_NE(ah, nullptr);
+    std::vector<char> sbuf(64, 'u');
+    ibv_mr* rmr = rdma_reg_msgs(child, x->rbuf.data(), x->rbuf.size());
+    ibv_mr* smr = rdma_reg_msgs(client, sbuf.data(), sbuf.size());
+    ASSERT_EQ(rdma_post_recv(child, nullptr, x->rbuf.data(), x->rbuf.size(), rmr), 0);
+    ASSERT_EQ(rdma_post_ud_send(client, nullptr, sbuf.data(), sbuf.size(), smr, IBV_SEND_SIGNALED,
+                                ah, x->est.ud.qp_num),
+              0);
+    ASSERT_EQ(rdma_get_recv_comp(child, &x->wc), 1);
+    EXPECT_EQ(x->wc.status, IBV_WC_SUCCESS);
+    ibv_wc swc;
+    ASSERT_EQ(rdma_get_send_comp(client, &swc), 1);
+    ibv_destroy_ah(ah);
     rdma_dereg_mr(smr);
     rdma_dereg_mr(rmr);
   }

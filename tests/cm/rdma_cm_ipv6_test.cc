@@ -156,40 +156,12 @@ TEST(RdmaCmIpv6, UdIdsResolveTheRemoteQpWithSidr) {
   p.resolve(7103, RDMA_PS_UDP);
   ibv_qp_init_attr a = qp_attr(IBV_QPT_UD);
   ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
-  const char hi[] = "sidr6";
-  rdma_conn_param cp{};
-  cp.private_data = hi;
-  cp.private_data_len = sizeof hi;
-  ASSERT_EQ(rdma_connect(p.client, &cp), 0);
-  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
-  p.child = req.id;
-  ASSERT_GE(req.pd.size(), sizeof hi);
-  EXPECT_EQ(std::memcmp(req.pd.data(), hi, sizeof hi), 0);
+  uroce::test::UdExchange x;
+  ASSERT_NO_FATAL_FAILURE(p.ud_exchange("sidr6", &x));
   EXPECT_EQ(rdma_get_peer_addr(p.child)->sa_family, AF_INET6);
-  ibv_qp_init_attr a2 = qp_attr(IBV_QPT_UD);
-  ASSERT_EQ(rdma_create_qp(p.child, nullptr, &a2), 0);
-  ASSERT_EQ(rdma_accept(p.child, nullptr), 0);
-  Seen est = expect(p.cch, RDMA_CM_EVENT_ESTABLISHED);
-  EXPECT_EQ(est.ud.qp_num, p.child->qp->qp_num);
-  EXPECT_EQ(est.ud.ah_attr.grh.dgid.raw[10], 0);  // not IPv4-mapped
-  EXPECT_EQ(est.ud.ah_attr.grh.dgid.raw[15], 1);
-  ibv_ah* ah = ibv_create_ah(p.client->pd, &est.ud.ah_attr);
-  ASSERT_NE(ah, nullptr);
-  std::vector<char> rbuf(40 + 64), sbuf(64, 'v');
-  ibv_mr* rmr = rdma_reg_msgs(p.child, rbuf.data(), rbuf.size());
-  ibv_mr* smr = rdma_reg_msgs(p.client, sbuf.data(), sbuf.size());
-  ASSERT_EQ(rdma_post_recv(p.child, nullptr, rbuf.data(), rbuf.size(), rmr), 0);
-  ASSERT_EQ(rdma_post_ud_send(p.client, nullptr, sbuf.data(), 64, smr, IBV_SEND_SIGNALED, ah,
-                              est.ud.qp_num),
-            0);
-  ibv_wc wc;
-  ASSERT_EQ(rdma_get_recv_comp(p.child, &wc), 1);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(rbuf[0] >> 4, 6);  // the GRH area holds the IPv6 header
-  ASSERT_EQ(rdma_get_send_comp(p.client, &wc), 1);
-  ibv_destroy_ah(ah);
-  rdma_dereg_mr(smr);
-  rdma_dereg_mr(rmr);
+  EXPECT_EQ(x.est.ud.ah_attr.grh.dgid.raw[10], 0);  // not IPv4-mapped
+  EXPECT_EQ(x.est.ud.ah_attr.grh.dgid.raw[15], 1);
+  EXPECT_EQ(x.rbuf[0] >> 4, 6);  // the GRH area holds the IPv6 header
 
   // IPv6 multicast is refused honestly; so is an IPv4 group on this IPv6 device.
   sockaddr_in6 g6 = sin6_of("ff0e::1:2", 0);

@@ -481,41 +481,12 @@ TEST(RdmaCm, UdIdsResolveTheRemoteQpWithSidr) {
   ibv_qp_init_attr a = qp_attr(IBV_QPT_UD);
   ASSERT_EQ(rdma_create_qp(p.client, nullptr, &a), 0);
   EXPECT_EQ(p.client->qp->state, IBV_QPS_RTS);  // UD QPs are ready at once
-  const char hi[] = "sidr";
-  rdma_conn_param cp{};
-  cp.private_data = hi;
-  cp.private_data_len = sizeof hi;
-  ASSERT_EQ(rdma_connect(p.client, &cp), 0);
-  Seen req = expect(p.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
-  p.child = req.id;
-  ASSERT_GE(req.pd.size(), sizeof hi);
-  EXPECT_EQ(std::memcmp(req.pd.data(), hi, sizeof hi), 0);
-  ibv_qp_init_attr sa2 = qp_attr(IBV_QPT_UD);
-  ASSERT_EQ(rdma_create_qp(p.child, nullptr, &sa2), 0);
-  ASSERT_EQ(rdma_accept(p.child, nullptr), 0);
-  Seen est = expect(p.cch, RDMA_CM_EVENT_ESTABLISHED);
-  EXPECT_EQ(est.ud.qp_num, p.child->qp->qp_num);
-  EXPECT_EQ(est.ud.qkey, static_cast<uint32_t>(RDMA_UDP_QKEY));
-  EXPECT_EQ(est.ud.ah_attr.is_global, 1);
-  EXPECT_EQ(est.ud.ah_attr.grh.dgid.raw[15], 1);
-  // The event's address works: a datagram reaches the server's QP.
-  ibv_ah* ah = ibv_create_ah(p.client->pd, &est.ud.ah_attr);
-  ASSERT_NE(ah, nullptr);
-  std::vector<char> rbuf(40 + 64), sbuf(64, 'u');
-  ibv_mr* rmr = rdma_reg_msgs(p.child, rbuf.data(), rbuf.size());
-  ibv_mr* smr = rdma_reg_msgs(p.client, sbuf.data(), sbuf.size());
-  ASSERT_EQ(rdma_post_recv(p.child, nullptr, rbuf.data(), rbuf.size(), rmr), 0);
-  ASSERT_EQ(rdma_post_ud_send(p.client, nullptr, sbuf.data(), 64, smr, IBV_SEND_SIGNALED, ah,
-                              est.ud.qp_num),
-            0);
-  ibv_wc wc;
-  ASSERT_EQ(rdma_get_recv_comp(p.child, &wc), 1);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(wc.src_qp, p.client->qp->qp_num);
-  ASSERT_EQ(rdma_get_send_comp(p.client, &wc), 1);
-  ibv_destroy_ah(ah);
-  rdma_dereg_mr(smr);
-  rdma_dereg_mr(rmr);
+  uroce::test::UdExchange x;
+  ASSERT_NO_FATAL_FAILURE(p.ud_exchange("sidr", &x));
+  EXPECT_EQ(x.est.ud.qkey, static_cast<uint32_t>(RDMA_UDP_QKEY));
+  EXPECT_EQ(x.est.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(x.est.ud.ah_attr.grh.dgid.raw[15], 1);
+  EXPECT_EQ(x.wc.src_qp, p.client->qp->qp_num);
 }
 
 TEST(RdmaCm, UdToNobodyIsUnreachable) {

@@ -41,42 +41,10 @@ cleanup() {
 trap cleanup EXIT
 rm -f "$sock"
 
-wait_listen() {  # wait_listen TCP_PORT PID
-  for _ in $(seq 400); do
-    ss -ltnH "sport = :$1" | grep -q . && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
-# start_pair NAME TCP_PORT SERVER_DEVICES CLIENT_DEVICES pingpong-options… → pair_srv, pair_cli
-start_pair() {
-  local name=$1 p=$2 sdev=$3 cdev=$4
-  shift 4
-  UROCE_DEVICES=$sdev timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p "$p" -c "$@" \
-    >"$log/$name.srv" 2>&1 &
-  pair_srv=$!
-  pids+=("$pair_srv")
-  wait_listen "$p" "$pair_srv" || fail="${fail:-$name: the server never listened}"
-  UROCE_DEVICES=$cdev timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p "$p" -c "$@" \
-    127.0.0.1 >"$log/$name.cli" 2>&1 &
-  pair_cli=$!
-  pids+=("$pair_cli")
-}
-
-check_pair() {  # check_pair NAME SERVER_PID CLIENT_PID
-  local name=$1
-  wait "$2"; local src=$?
-  wait "$3"; local crc=$?
-  echo "--- $name: server exit $src, client exit $crc"
-  cat "$log/$name.srv" "$log/$name.cli"
-  ((src == 0 && crc == 0)) || fail="${fail:-$name: server exit $src, client exit $crc}"
-  grep -q "invalid data\|Couldn't" "$log/$name.srv" "$log/$name.cli" &&
-    fail="${fail:-$name: an error or invalid data}"
-  grep -q "bytes in" "$log/$name.srv" && grep -q "bytes in" "$log/$name.cli" ||
-    fail="${fail:-$name: no transfer reported}"
-}
+# wait_listen, start_pair, check_pair, check_mckey; a pair also fails on a "Couldn't …" line.
+# shellcheck source=tests/integration/share_lib.sh
+. "$(dirname "$0")/share_lib.sh"
+pair_errors="invalid data\|Couldn't"
 
 # B's host has a peer to talk to only once A's is up: open A first where both are used.
 case $mode in
@@ -181,18 +149,7 @@ case $mode in
     check_pair link "$pair_srv" "$pair_cli"
     UROCE_DEVICES=$dev_b timeout "$TIMEOUT" "$run" mckey -m "$group" -b "$ip_b" -s -C 20 \
       >"$log/s" 2>&1
-    src=$?
-    for k in 1 2 3; do
-      wait "${rcv[k - 1]}"
-      rc=$?
-      echo "--- receiver $k (exit $rc)"
-      cat "$log/r$k"
-      ((rc == 0)) && grep -q "data transfers complete" "$log/r$k" ||
-        fail="${fail:-receiver $k did not get all 20 messages (exit $rc)}"
-    done
-    echo "--- sender (exit $src)"
-    cat "$log/s"
-    ((src == 0)) || fail="${fail:-the sender exited $src}"
+    check_mckey $? "${rcv[@]}"
     ;;
   *)
     echo "unknown mode $mode" >&2

@@ -39,43 +39,10 @@ trap cleanup EXIT
 fail=
 TIMEOUT=${TIMEOUT:-120}
 
-# Waits until TCP port $1 listens (the pingpong server is ready) or $2 (a pid) exits.
-wait_listen() {
-  for _ in $(seq 400); do
-    ss -ltnH "sport = :$1" | grep -q . && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
-# Starts an ibv_rc_pingpong pair on TCP port $1 in the background, named $2; the server and the
-# client are both on uroce0=$ip. Leaves the two pids in pair_srv and pair_cli.
-start_pair() {
-  local p=$1 name=$2
-  shift 2
-  timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p "$p" -c "$@" >"$log/$name.srv" 2>&1 &
-  pair_srv=$!
-  pids+=("$pair_srv")
-  wait_listen "$p" "$pair_srv" || { fail="${fail:-server $name never listened}"; return; }
-  timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p "$p" -c "$@" 127.0.0.1 \
-    >"$log/$name.cli" 2>&1 &
-  pair_cli=$!
-  pids+=("$pair_cli")
-}
-
-# The pair's verdict: both exit 0, both report a transfer, no bad data.
-check_pair() {
-  local name=$1 srv=$2 cli=$3
-  wait "$srv"; local src=$?
-  wait "$cli"; local crc=$?
-  echo "--- $name: server exit $src, client exit $crc"
-  cat "$log/$name.srv" "$log/$name.cli"
-  ((src == 0 && crc == 0)) || fail="${fail:-$name: server exit $src, client exit $crc}"
-  grep -q "invalid data" "$log/$name.srv" "$log/$name.cli" && fail="${fail:-$name: invalid data}"
-  grep -q "bytes in" "$log/$name.srv" && grep -q "bytes in" "$log/$name.cli" ||
-    fail="${fail:-$name: no transfer reported}"
-}
+# wait_listen, start_pair, check_pair, check_mckey; every process on the one device.
+# shellcheck source=tests/integration/share_lib.sh
+. "$(dirname "$0")/share_lib.sh"
+dev=$UROCE_DEVICES
 
 # The QPNs a pingpong log shows ("local address: … QPN 0x060011").
 qpns() { grep -ho "local address: .*QPN 0x[0-9a-f]*" "$@" | grep -o "0x[0-9a-f]*$"; }
@@ -92,7 +59,7 @@ case $mode in
     wait_listen $((port + 9)) "$holder" || fail="${fail:-the holding process never listened}"
     srvs=() clis=()
     for i in 1 2 3 4; do
-      start_pair $((port + i)) "pair$i" -s 16384 -n 300
+      start_pair "pair$i" $((port + i)) "$dev" "$dev" -s 16384 -n 300
       srvs+=("$pair_srv") clis+=("$pair_cli")
     done
     for i in 1 2 3 4; do check_pair "pair$i" "${srvs[i - 1]}" "${clis[i - 1]}"; done
@@ -141,12 +108,12 @@ case $mode in
     victim=$!
     pids+=("$victim")
     wait_listen $((port + 9)) "$victim" || fail="${fail:-the victim never opened the device}"
-    start_pair $((port + 1)) long -s 4096 -n 2000
+    start_pair long $((port + 1)) "$dev" "$dev" -s 4096 -n 2000
     long_srv=$pair_srv long_cli=$pair_cli
     # The victim's timeout is its parent: kill the program itself.
     kill -9 "$(pgrep -P "$victim" | head -1)" 2>/dev/null
     wait "$victim" 2>/dev/null
-    start_pair $((port + 2)) after -s 4096 -n 200
+    start_pair after $((port + 2)) "$dev" "$dev" -s 4096 -n 200
     check_pair after "$pair_srv" "$pair_cli"
     check_pair long "$long_srv" "$long_cli"
     # The dead process's QPN never comes back while the device lives.
@@ -179,15 +146,15 @@ case $mode in
     while ((SECONDS < end)) && [[ -z $fail ]]; do
       round=$((round + 1))
       # The long-lived data check: one pingpong pair after another, for the whole run.
-      start_pair $((port + 2)) "seq$round" -s 4096 -n 200
+      start_pair "seq$round" $((port + 2)) "$dev" "$dev" -s 4096 -n 200
       seq_srv=$pair_srv seq_cli=$pair_cli
       # Two pairs that run to their end, one whose two processes are killed mid-run, and a
       # process that only opened the device when it is killed.
-      start_pair $((port + 3)) "a$round" -s 1024 -n 100
+      start_pair "a$round" $((port + 3)) "$dev" "$dev" -s 1024 -n 100
       a_srv=$pair_srv a_cli=$pair_cli
-      start_pair $((port + 4)) "c$round" -s 8192 -n 100
+      start_pair "c$round" $((port + 4)) "$dev" "$dev" -s 8192 -n 100
       c_srv=$pair_srv c_cli=$pair_cli
-      start_pair $((port + 5)) "k$round" -s 4096 -n 100000
+      start_pair "k$round" $((port + 5)) "$dev" "$dev" -s 4096 -n 100000
       k_srv=$pair_srv k_cli=$pair_cli
       timeout "$TIMEOUT" "$run" ibv_rc_pingpong -d uroce0 -g 0 -p $((port + 6)) \
         >"$log/v$round.victim" 2>&1 &
@@ -233,18 +200,7 @@ case $mode in
       sleep 0.05
     done
     timeout "$TIMEOUT" "$run" mckey -m "$group" -b "$ip" -s -C 20 >"$log/s" 2>&1
-    src=$?
-    for k in 1 2; do
-      wait "${rcv[k - 1]}"
-      rc=$?
-      echo "--- receiver $k (exit $rc)"
-      cat "$log/r$k"
-      ((rc == 0)) && grep -q "data transfers complete" "$log/r$k" ||
-        fail="${fail:-receiver $k did not get all 20 messages (exit $rc)}"
-    done
-    echo "--- sender (exit $src)"
-    cat "$log/s"
-    ((src == 0)) || fail="${fail:-the sender exited $src}"
+    check_mckey $? "${rcv[@]}"
     ;;
   netns)
     ((EUID == 0)) || { echo "SKIP: network namespaces need root"; exit 77; }
