@@ -45,7 +45,8 @@ inline constexpr uint32_t kMinSendWindowPkts = 32;
 
 // The loss-adaptive limit on PSNs in flight, AIMD in the manner of TCP Reno's congestion window
 // (RFC 5681) but in packets: it starts at kSendWindowPkts; a sequence NAK (or an implicit NAK for
-// a lost READ/ATOMIC response, or an early-retransmit probe) halves it, an ACK timeout collapses it
+// a lost READ/ATOMIC response, or an early-retransmit probe) halves it — under selective repeat a
+// SACKed hole and a probe do not (Requester::on_sack says why) — an ACK timeout collapses it
 // to kMinSendWindowPkts and remembers half the old limit as the slow-start threshold; acknowledged
 // PSNs grow it by one per PSN below the threshold (doubling per round trip) and by one per window's
 // worth above it. It never leaves [kMinSendWindowPkts, kSendWindowPkts]. It changes only how far

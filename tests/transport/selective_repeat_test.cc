@@ -760,10 +760,18 @@ TEST(SrCost, BulkWriteResendsAboutWhatWasLost) {
         (unsigned long long)sr.lost, (unsigned long long)sr.timeouts, (unsigned long long)sr.probes,
         sr.virtual_ns / 1e6);
     // link.lost counts both directions (SACKs and ACKs too). The slack is for resends taken for
-    // lost again while their SACK was still on its way (requester.cc, on_sack).
-    EXPECT_LE(sr.retransmitted, sr.lost + sr.lost / 8 + 8) << loss;
+    // lost again while their SACK was still on its way (requester.cc, on_sack). At 5 % the
+    // window, which a SACK no longer cuts (IRN's fixed cap), keeps ~250 packets behind each hole,
+    // and the holes' second and third passes resend packets the responder had (a SACK names one
+    // PSN; a lost one hides it): about 2.7x what was lost, a quarter of go-back-N's resends, in a
+    // twentieth of its time (docs/selective-repeat.md).
+    if (loss <= 0.01)
+      EXPECT_LE(sr.retransmitted, sr.lost + sr.lost / 8 + 8) << loss;
+    else
+      EXPECT_LE(sr.retransmitted, 3 * sr.lost) << loss;
     EXPECT_LE(sr.timeouts, gbn.timeouts) << loss;
     EXPECT_LE(sr.retransmitted, gbn.retransmitted) << loss;
+    EXPECT_LE(sr.virtual_ns, gbn.virtual_ns) << loss;
   }
 }
 
