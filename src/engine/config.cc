@@ -57,6 +57,12 @@ std::string expand_pcap_path(const std::string& pattern, const std::string& devi
   return out;
 }
 
+transport::cc::CcConfig default_cc() {
+  transport::cc::CcConfig c = transport::cc::make_config(transport::cc::Algorithm::kNone);
+  c.np.enabled = true;
+  return c;
+}
+
 bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std::string* err) {
   namespace cc = transport::cc;
   std::optional<cc::CcConfig> all;
@@ -106,7 +112,7 @@ bool apply_cc(const std::string& value, std::vector<DeviceConfig>& devices, std:
     if (semi == std::string_view::npos) break;
     rest.remove_prefix(semi + 1);
   }
-  for (DeviceConfig& d : devices) d.cc = all ? *all : cc::CcConfig{};
+  for (DeviceConfig& d : devices) d.cc = all ? *all : default_cc();
   for (const auto& [d, c] : per_device) d->cc = c;
   return true;
 }
@@ -182,7 +188,8 @@ spec::Schema<Environment> make_environment_schema() {
       [](Environment&, std::string_view, std::string*) {
         return true;  // applied to the devices once they are known (load_device_config)
       },
-      "none", "congestion control: [device:]algorithm,key=value,… sections separated by ';'"));
+      "none,np=1",
+      "congestion control: [device:]algorithm,key=value,… sections separated by ';'"));
   k.push_back(spec_var(
       "UROCE_PCAP", &Environment::pcap,
       [](Environment&, std::string_view, std::string*) { return true; }, "",

@@ -75,6 +75,14 @@ struct FaultConfig {
 
 enum class PortKind { kUdp, kDpdk };
 
+// The congestion control of a device that UROCE_CC does not name: no rate control (`none`), and
+// the notification point on (`none,np=1`): an RNIC answers CE marks with CNPs out of the box
+// (ConnectX: roce_np enabled on every priority) whatever its own reaction point does, so a sender
+// on an ECN-marking fabric — an RNIC, rxe, a uroce with UROCE_CC=dcqcn — hears of the marks its
+// packets collect at a default uroce too. Without marks it costs nothing. `UROCE_CC=none`
+// spelled out keeps the NP off, as before.
+transport::cc::CcConfig default_cc();
+
 struct DeviceConfig {
   std::string name;  // "uroce0"
   // The device address. An IPv4 device: ipv4 (host byte order), ipv6 unspecified. An IPv6 device
@@ -129,8 +137,8 @@ struct DeviceConfig {
   PortKind port = PortKind::kUdp;
   dpdk::DpdkPortOptions dpdk;  // port == kDpdk: the dpdk(…) body as the port read it
   // UROCE_CC: congestion control of the device's QPs (transport/cc/params.h,
-  // docs/congestion-control.md); default none.
-  transport::cc::CcConfig cc;
+  // docs/congestion-control.md); default default_cc().
+  transport::cc::CcConfig cc = default_cc();
 };
 
 // Hands one dpdk(…) device body ("dev=…;ip=…;…") to the DPDK port's own parser

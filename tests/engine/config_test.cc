@@ -467,9 +467,10 @@ TEST(ConfigCc, AllDevicesAndPerDevice) {
   EXPECT_EQ((*devs)[1].cc.algorithm, transport::cc::Algorithm::kTimely);
   EXPECT_EQ((*devs)[2].cc.algorithm, transport::cc::Algorithm::kNone);
   EXPECT_TRUE((*devs)[2].cc.np.enabled);
-  // Only named devices: the others keep none.
+  // Only named devices: the others keep the default (none, the NP on).
   ASSERT_TRUE(apply_cc("u1:dcqcn,rpg_ai_rate=9", *devs, &err)) << err;
   EXPECT_EQ((*devs)[0].cc.algorithm, transport::cc::Algorithm::kNone);
+  EXPECT_TRUE((*devs)[0].cc.np.enabled);
   EXPECT_EQ((*devs)[1].cc.dcqcn.rpg_ai_rate, 9u);
 }
 
@@ -501,7 +502,15 @@ TEST(ConfigCc, FromTheEnvironment) {
     auto cfg = load_device_config(&err);
     ASSERT_TRUE(cfg.has_value()) << err;
     EXPECT_EQ((*cfg)[0].cc.algorithm, transport::cc::Algorithm::kNone);
-    EXPECT_FALSE((*cfg)[0].cc.np.enabled);
+    // As an RNIC's: no rate control, but CE marks answered (default_cc()).
+    EXPECT_TRUE((*cfg)[0].cc.np.enabled);
+  }
+  {
+    ScopedEnv c("UROCE_CC", "none");
+    auto cfg = load_device_config(&err);
+    ASSERT_TRUE(cfg.has_value()) << err;
+    EXPECT_EQ((*cfg)[0].cc.algorithm, transport::cc::Algorithm::kNone);
+    EXPECT_FALSE((*cfg)[0].cc.np.enabled);  // spelled out: nothing at all
   }
   {
     ScopedEnv c("UROCE_CC", "dcqcn,min_time_between_cnps=50");
