@@ -457,7 +457,7 @@ transport::Time Device::publish(transport::Time now, bool force) {
                     .type = static_cast<uint32_t>(q.type()),
                     .state = static_cast<uint32_t>(q.state()),
                     .peer_qpn = peer.qpn,
-                    .peer_ip = peer.ip.is_v4() ? peer.ip.v4() : 0,  // the table is IPv4
+                    .peer_ip = peer.ip,
                     .counters = q.counters()});
   }
   publisher_->set_qps(rows);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -255,7 +256,9 @@ bool read_qp_table(const char* p, size_t len, const Header& h, Snapshot* s) {
       row.type = static_cast<uint32_t>((w[0] >> 32) & 0xff);
       row.state = static_cast<uint32_t>((w[0] >> 40) & 0xff);
       row.peer_qpn = static_cast<uint32_t>(w[1] & 0xffffffff);
-      row.peer_ip = static_cast<uint32_t>(w[1] >> 32);
+      std::array<uint8_t, 16> peer;
+      std::memcpy(peer.data(), &w[2], 16);
+      row.peer_ip = wire::IpAddr(peer);
       uint64_t values[transport::kQpCounterCount] = {};
       for (uint32_t c = 0; c < h.qp_columns; ++c)
         if (field[c] >= 0) values[field[c]] = w[kQpRowWords + c];
@@ -286,7 +289,11 @@ void set_qp_rows(void* buf, std::span<const QpRow> rows) {
   for (uint32_t i = 0; i < n; ++i) {
     uint64_t* w = qp_row_words(buf, i);
     store_u64(&w[0], row_word0(*order[i]));
-    store_u64(&w[1], order[i]->peer_qpn | uint64_t{order[i]->peer_ip} << 32);
+    store_u64(&w[1], order[i]->peer_qpn);
+    uint64_t peer[2];
+    std::memcpy(peer, order[i]->peer_ip.data(), 16);
+    store_u64(&w[2], peer[0]);
+    store_u64(&w[3], peer[1]);
     size_t k = kQpRowWords;
     transport::for_each_qp_counter(order[i]->counters,
                                    [&](const char*, uint64_t v) { store_u64(&w[k++], v); });

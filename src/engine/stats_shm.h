@@ -40,10 +40,10 @@
 namespace uroce::stats_shm {
 
 inline constexpr char kMagic[8] = {'U', 'R', 'O', 'C', 'E', 'S', 'T', 'A'};
-inline constexpr uint32_t kLayoutVersion = 1;
-inline constexpr size_t kNameLen = 32;    // Entry::name, device names
-inline constexpr size_t kCommLen = 16;    // TASK_COMM_LEN
-inline constexpr size_t kNetdevLen = 16;  // IFNAMSIZ
+inline constexpr uint32_t kLayoutVersion = 2;  // 2: QP rows carry the peer's IPv6 address
+inline constexpr size_t kNameLen = 32;         // Entry::name, device names
+inline constexpr size_t kCommLen = 16;         // TASK_COMM_LEN
+inline constexpr size_t kNetdevLen = 16;       // IFNAMSIZ
 // Publishing is capped: a damaged header cannot make a reader allocate without bound.
 inline constexpr uint32_t kMaxEntries = 4096;
 
@@ -99,7 +99,9 @@ static_assert(sizeof(Header) % alignof(uint64_t) == 0, "entry values stay 8-byte
 //   char column[qp_columns][kNameLen]   the counter names of transport/qp_counters.h, in order
 //   row[qp_capacity]                    qp_row_size bytes each, 8-byte words:
 //     word 0: QPN (bits 0..23; 0: an empty row) | ibv_qp_type << 32 | ibv_qp_state << 40
-//     word 1: the peer's QPN | its IPv4 address (host order) << 32 (zeros for UD)
+//     word 1: the peer's QPN (zero for UD)
+//     words 2-3: the peer's address, its 16 bytes in network order (IPv4-mapped for IPv4; zeros
+//     for UD)
 //     word kQpRowWords + c: the counter of column c
 // Consistency: one seqlock (Header::qp_seq) guards the whole table. The publisher makes it odd,
 // rewrites the rows (sorted by QPN, the live QPs only), clears the rows it no longer uses and
@@ -108,7 +110,7 @@ static_assert(sizeof(Header) % alignof(uint64_t) == 0, "entry values stay 8-byte
 // never sees a row half-written, a QP twice or a destroyed QP beside the QP now in its row; the
 // file is never shrunk, so it never reads unmapped memory. Publishing happens with the device
 // counters' snapshot (at most every 100 ms) and when a QP is destroyed (its row goes at once).
-inline constexpr uint32_t kQpRowWords = 2;
+inline constexpr uint32_t kQpRowWords = 4;
 // Rows a device's file holds: a table for every QP a device allows (16384) would cost 4.5 MB of
 // /dev/shm per device; 1024 rows take ~300 KB, of which only the pages of used rows are touched.
 inline constexpr uint32_t kQpTableCapacity = 1024;
@@ -119,7 +121,7 @@ struct QpRow {
   uint32_t type = 0;   // ibv_qp_type
   uint32_t state = 0;  // ibv_qp_state
   uint32_t peer_qpn = 0;
-  uint32_t peer_ip = 0;  // host byte order
+  wire::IpAddr peer_ip{};  // IPv4-mapped for IPv4; all zeros: none (UD, before RTR)
   transport::QpCounters counters;
 };
 

@@ -45,10 +45,10 @@ const char* qp_state_name(uint32_t s) {
 
 // "0x000022 @ 10.0.0.2", or "-" for a QP without a peer (UD, before RTR).
 std::string peer_of(const shm::QpRow& q) {
-  if (q.peer_qpn == 0 && q.peer_ip == 0) return "-";
+  if (q.peer_qpn == 0 && q.peer_ip == wire::IpAddr{}) return "-";
   char b[24];
   std::snprintf(b, sizeof b, "0x%06x", q.peer_qpn);
-  return std::string(b) + " @ " + format_ipv4(q.peer_ip);
+  return std::string(b) + " @ " + q.peer_ip.to_string();
 }
 
 // One QP of one process, as two refreshes tell it apart: a file (pid and device) and a QPN, in
@@ -159,15 +159,15 @@ void print_qps_json(const Published& devs, const PrevQps& prev, double elapsed) 
       const QpCounters* p = prev_of(prev, path, s, q);
       const std::vector<uint64_t> now = values_of(q.counters);
       const std::vector<uint64_t> before = p ? values_of(*p) : std::vector<uint64_t>{};
-      qps +=
-          std::string(qps.empty() ? "" : ",") + "{\"pid\":" + std::to_string(s.id.pid) +
-          ",\"comm\":" + json_string(s.id.comm) + ",\"device\":" + json_string(s.id.device) +
-          ",\"address\":" + json_string(s.id.ip.to_string()) + ",\"qpn\":" + std::to_string(q.qpn) +
-          ",\"type\":" + json_string(qp_type_name(q.type)) +
-          ",\"state\":" + json_string(qp_state_name(q.state)) +
-          ",\"peer_qpn\":" + std::to_string(q.peer_qpn) +
-          ",\"peer_address\":" + (q.peer_ip != 0 ? json_string(format_ipv4(q.peer_ip)) : "null") +
-          ",\"counters\":{";
+      qps += std::string(qps.empty() ? "" : ",") + "{\"pid\":" + std::to_string(s.id.pid) +
+             ",\"comm\":" + json_string(s.id.comm) + ",\"device\":" + json_string(s.id.device) +
+             ",\"address\":" + json_string(s.id.ip.to_string()) +
+             ",\"qpn\":" + std::to_string(q.qpn) +
+             ",\"type\":" + json_string(qp_type_name(q.type)) +
+             ",\"state\":" + json_string(qp_state_name(q.state)) +
+             ",\"peer_qpn\":" + std::to_string(q.peer_qpn) + ",\"peer_address\":" +
+             (q.peer_ip != wire::IpAddr{} ? json_string(q.peer_ip.to_string()) : "null") +
+             ",\"counters\":{";
       // Every counter, zero or not: a script finds each key in every row.
       std::string rates;
       for (size_t k = 0; k < now.size(); ++k) {

@@ -370,7 +370,7 @@ QpRow row(uint32_t qpn, uint64_t v) {
   r.type = IBV_QPT_RC;
   r.state = IBV_QPS_RTS;
   r.peer_qpn = qpn + 0x100;
-  r.peer_ip = 0x7f000000 | qpn;
+  r.peer_ip = wire::IpAddr(0x7f000000 | qpn);
   for_each_qp_counter(r.counters, [v](const char*, uint64_t& c) { c = v; });
   return r;
 }
@@ -381,7 +381,7 @@ void expect_row(const QpRow& got, uint32_t qpn, uint64_t v) {
   EXPECT_EQ(got.type, uint32_t{IBV_QPT_RC});
   EXPECT_EQ(got.state, uint32_t{IBV_QPS_RTS});
   EXPECT_EQ(got.peer_qpn, qpn + 0x100);
-  EXPECT_EQ(got.peer_ip, 0x7f000000 | qpn);
+  EXPECT_EQ(got.peer_ip, wire::IpAddr(0x7f000000 | qpn));
   for_each_qp_counter(got.counters, [&](const char* name, uint64_t c) {
     EXPECT_EQ(c, v) << "QP " << qpn << " " << name;
   });

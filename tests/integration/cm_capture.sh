@@ -11,6 +11,9 @@ run=$1 srv_ip=$2 cli_ip=$3 port=$4
 dir=$(mktemp -d /tmp/uroce-cm-capture.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 fail=
+# The first failure is the one reported. (A function, not fail="${fail:-…}": inside that
+# double-quoted expansion bash takes an apostrophe for a quote, and the text after it for code.)
+failing() { [[ -n $fail ]] || fail=$1; }
 
 CAPTURE_DIR=$dir "$here/rdma_cm.sh" "$run" "$srv_ip" "$cli_ip" "$port" rping -C 10 >"$dir/run.out" 2>&1 ||
   { cat "$dir/run.out"; echo "FAIL: rping over rdma_cm failed"; exit 1; }
@@ -30,17 +33,17 @@ echo "CM messages on the client: $seq"
 seq=$(cm_sequence "$dir/server.pcap")
 echo "CM messages on the server: $seq"
 [[ $seq == "0x0010 0x0013 0x0014 0x0015 0x0016 " ]] ||
-  fail="${fail:-server: expected REQ REP RTU DREQ DREP, got: $seq}"
+  failing "server: expected REQ REP RTU DREQ DREP, got: $seq"
 pcap=$dir/client.pcap
 malformed=$(tshark -r "$pcap" -Y _ws.malformed 2>/dev/null | wc -l)
-((malformed == 0)) || fail="${fail:-$malformed malformed packets}"
+((malformed == 0)) || failing "$malformed malformed packets"
 sid=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid == 0x0010' -T fields \
   -e infiniband.cm.req.serviceid 2>/dev/null | head -1)
 printf -v want '0x00000000010%x%04x' 6 "$port"
-[[ $sid == "$want" ]] || fail="${fail:-REQ service ID $sid, expected $want}"
+[[ $sid == "$want" ]] || failing "REQ service ID $sid, expected $want"
 qpn=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid == 0x0010' -T fields -e infiniband.bth.destqp \
   2>/dev/null | head -1)
-[[ $qpn == 0x000001 ]] || fail="${fail:-the REQ went to QP $qpn, not QP1}"
+[[ $qpn == 0x000001 ]] || failing "the REQ went to QP $qpn, not QP1"
 
 # A REQ's and a REP's Starting PSN is the PSN its sender receives (IBTA 12.7; the kernel's CM):
 # the server's first request carries the REQ's, the client's first request the REP's.
@@ -56,8 +59,8 @@ rep_psn=$(hex_to_dec "$(tshark -r "$dir/client.pcap" -Y 'infiniband.mad.attribut
 srv_psn=$(first_request_psn "$dir/server.pcap" "$srv_ip")
 cli_psn=$(first_request_psn "$dir/client.pcap" "$cli_ip")
 echo "REQ Starting PSN $req_psn, server's first PSN $srv_psn; REP Starting PSN $rep_psn, client's first PSN $cli_psn"
-[[ -n $req_psn && $srv_psn == "$req_psn" ]] || fail="${fail:-the server did not start at the REQ's PSN}"
-[[ -n $rep_psn && $cli_psn == "$rep_psn" ]] || fail="${fail:-the client did not start at the REP's PSN}"
+[[ -n $req_psn && $srv_psn == "$req_psn" ]] || failing "the server did not start at the REQ's PSN"
+[[ -n $rep_psn && $cli_psn == "$rep_psn" ]] || failing "the client did not start at the REP's PSN"
 
 # Nobody listens on PORT+1: rping's client is rejected at once with reason 8, and told why.
 (
@@ -70,14 +73,14 @@ echo "REQ Starting PSN $req_psn, server's first PSN $srv_psn; REP Starting PSN $
   wait
 )
 cat "$dir/rej.out"
-grep -q "RDMA_CM_EVENT_REJECTED" "$dir/rej.out" || fail="${fail:-no REJECTED event for an unserved port}"
+grep -q "RDMA_CM_EVENT_REJECTED" "$dir/rej.out" || failing "no REJECTED event for an unserved port"
 # uroce's log (UROCE_LOG=info) says what the event's number means.
 grep -q "connection to $srv_ip:$((port + 1)) rejected by the peer: nobody listens on that port" \
-  "$dir/rej.out" || fail="${fail:-uroce did not say why the connection was rejected}"
+  "$dir/rej.out" || failing "uroce did not say why the connection was rejected"
 reason=$(tshark -r "$dir/rej.pcap" -Y 'infiniband.mad.attributeid == 0x0012' -T fields \
   -e infiniband.cm.rej.reason 2>/dev/null | head -1)
 echo "REJ reason: $reason"
-[[ $reason == 0x0008 || $reason == 8 ]] || fail="${fail:-REJ reason $reason, expected 8}"
+[[ $reason == 0x0008 || $reason == 8 ]] || failing "REJ reason $reason, expected 8"
 
 if [[ -n $fail ]]; then
   echo "FAIL: $fail"

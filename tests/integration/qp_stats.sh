@@ -11,6 +11,9 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 run=$1 uroce=$2 srv_ip=$3 cli_ip=$4 port=$5
 fail=
+# The first failure is the one reported. (A function, not fail="${fail:-…}": inside that
+# double-quoted expansion bash takes an apostrophe for a quote, and the text after it for code.)
+failing() { [[ -n $fail ]] || fail=$1; }
 
 # The server's RC QP in one `uroce stats --qp --json` document, as
 # "pid qpn state peer_address qp_sent_pkts qp_sent_bytes", or nothing.
@@ -46,15 +49,16 @@ if qps:
 poller=$!
 
 server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 50000)
-client_cmd=("${server_cmd[@]}" "$srv_ip")
+# TCP_HOST: where the client's TCP exchange goes (the pingpong server listens on IPv4 only).
+client_cmd=("${server_cmd[@]}" "${TCP_HOST:-$srv_ip}")
 run_pair "$srv_ip" "$cli_ip" "$port"
 touch "$log/done"
 wait "$poller"
 ((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
-[[ -s $log/poll.rc ]] && fail="${fail:-uroce failed: $(cat "$log/poll.rc")}"
+[[ -s $log/poll.rc ]] && failing "uroce failed: $(cat "$log/poll.rc")"
 
 if [[ ! -s $log/live.json ]]; then
-  fail="${fail:-uroce stats --qp / top --once never showed the server's QP with traffic}"
+  failing "uroce stats --qp / top --once never showed the server's QP with traffic"
   cat "$log/top.txt" 2>/dev/null
 else
   echo "--- uroce top --once while running"
@@ -63,13 +67,13 @@ else
   cat "$log/live.txt"
   read -r pid qpn state peer sent bytes < <(server_qp "$log/live.json")
   echo "server pid $pid QP $qpn $state peer $peer: qp_sent_pkts $sent qp_sent_bytes $bytes"
-  [[ $state == RTS ]] || fail="${fail:-the server's QP is $state, not RTS}"
-  [[ $peer == "$cli_ip" ]] || fail="${fail:-the server's QP's peer is $peer, not $cli_ip}"
+  [[ $state == RTS ]] || failing "the server's QP is $state, not RTS"
+  [[ $peer == "$cli_ip" ]] || failing "the server's QP's peer is $peer, not $cli_ip"
   # ibv_rc_pingpong's 64-byte SENDs: each request packet is BTH + 64 bytes, each ACK BTH + AETH;
   # the QP's bytes are at least 16 per packet and at most 76.
   ((bytes >= 16 * sent && bytes <= 76 * sent)) ||
-    fail="${fail:-qp_sent_bytes $bytes does not fit $sent packets}"
-  python3 - "$log/live.json" "$pid" "$qpn" <<'PY' || fail="${fail:-the JSON row lacks fields}"
+    failing "qp_sent_bytes $bytes does not fit $sent packets"
+  python3 - "$log/live.json" "$pid" "$qpn" <<'PY' || failing "the JSON row lacks fields"
 import json, sys
 doc = json.load(open(sys.argv[1]))
 q = [q for q in doc["qps"] if q["pid"] == int(sys.argv[2]) and q["qpn"] == int(sys.argv[3])][0]
@@ -84,16 +88,16 @@ dev = [d for d in doc["devices"] if d["pid"] == q["pid"] and d["device"] == q["d
 assert dev["qp_table"] and dev["qps_live"] >= 1
 PY
   grep -Eq "^  QP $(printf '0x%06x' "$qpn")  RC  RTS  peer 0x[0-9a-f]{6} @ $cli_ip" "$log/live.txt" ||
-    fail="${fail:-uroce stats --qp lacks the QP line}"
-  grep -Eq '^    qp_sent_bytes +[1-9]' "$log/live.txt" || fail="${fail:-uroce stats --qp lacks qp_sent_bytes}"
+    failing "uroce stats --qp lacks the QP line"
+  grep -Eq '^    qp_sent_bytes +[1-9]' "$log/live.txt" || failing "uroce stats --qp lacks qp_sent_bytes"
 fi
 
 # Rates: two refreshes of the JSON view (whatever runs now), each a whole document.
-"$uroce" stats --qp --json -w 0.2 -n 2 >"$log/watch.json" 2>&1 || fail="${fail:-uroce stats --qp -w failed}"
+"$uroce" stats --qp --json -w 0.2 -n 2 >"$log/watch.json" 2>&1 || failing "uroce stats --qp -w failed"
 python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1]) if l.strip()]' "$log/watch.json" ||
-  fail="${fail:-uroce stats --qp -w printed something that is not JSON}"
+  failing "uroce stats --qp -w printed something that is not JSON"
 # Options: a bad sort key is refused; top with no matching process says so.
-"$uroce" top --once --sort bytes >/dev/null 2>&1 && fail="${fail:-uroce top --sort bytes accepted}"
-"$uroce" top --once --sort errors --pid 1 >"$log/none.out" 2>&1 || fail="${fail:-uroce top --pid 1 failed}"
-grep -q "no running uroce processes" "$log/none.out" || fail="${fail:-top: no 'no running' message}"
+"$uroce" top --once --sort bytes >/dev/null 2>&1 && failing "uroce top --sort bytes accepted"
+"$uroce" top --once --sort errors --pid 1 >"$log/none.out" 2>&1 || failing "uroce top --pid 1 failed"
+grep -q "no running uroce processes" "$log/none.out" || failing "top: no 'no running' message"
 verdict "$fail"

@@ -9,6 +9,9 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 run=$1 uroce=$2 srv_ip=$3 cli_ip=$4 port=$5
 fail=
+# The first failure is the one reported. (A function, not fail="${fail:-…}": inside that
+# double-quoted expansion bash takes an apostrophe for a quote, and the text after it for code.)
+failing() { [[ -n $fail ]] || fail=$1; }
 
 # The server's device line of one JSON document, as "pid sent_pkts", or nothing. When server and
 # client share the address (tools.uroce_stats_shared_device) both are listed under it, in no set
@@ -63,40 +66,40 @@ wait "$poller"
 
 echo "--- uroce stats while running"
 cat "$log/live.txt" 2>/dev/null
-[[ -s $log/poll.rc ]] && fail="${fail:-uroce stats --json failed: $(cat "$log/poll.rc")}"
+[[ -s $log/poll.rc ]] && failing "uroce stats --json failed: $(cat "$log/poll.rc")"
 if [[ ! -s $log/live.json ]]; then
-  fail="${fail:-uroce stats never showed the server ($srv_ip) with sent_pkts > 0}"
+  failing "uroce stats never showed the server ($srv_ip) with sent_pkts > 0"
 else
   read -r pid sent < <(server_entry "$log/live.json")
   echo "server pid $pid, sent_pkts $sent"
   grep -Eq "^uroce0  pid $pid \(ibv_rc_pingpong\)  $srv_ip  netdev lo  mtu 4096  port ACTIVE" \
-    "$log/live.txt" || fail="${fail:-human-readable stats lack the server device line}"
+    "$log/live.txt" || failing "human-readable stats lack the server device line"
   # Gone once the process exits.
-  [[ -e /dev/shm/uroce.$pid.uroce0 ]] && fail="${fail:-/dev/shm/uroce.$pid.uroce0 outlives its process}"
-  "$uroce" stats --json >"$log/after.json" || fail="${fail:-uroce stats failed after the run}"
-  [[ -n $(server_entry "$log/after.json") ]] && fail="${fail:-the server is still listed after exit}"
+  [[ -e /dev/shm/uroce.$pid.uroce0 ]] && failing "/dev/shm/uroce.$pid.uroce0 outlives its process"
+  "$uroce" stats --json >"$log/after.json" || failing "uroce stats failed after the run"
+  [[ -n $(server_entry "$log/after.json") ]] && failing "the server is still listed after exit"
   # A process killed with its device open leaves its file: the reader removes it, with a note —
   # unless a device that opened meanwhile (a test beside this one) removed it first
   # (stats_shm::remove_dead_files): then there is nothing to note, and it is gone all the same.
   if [[ -s $log/published.copy ]]; then
     cp "$log/published.copy" "/dev/shm/uroce.$pid.uroce0"
-    "$uroce" stats >"$log/stale.out" 2>&1 || fail="${fail:-uroce stats failed on a stale file}"
+    "$uroce" stats >"$log/stale.out" 2>&1 || failing "uroce stats failed on a stale file"
     cat "$log/stale.out"
     grep -q "no longer runs" "$log/stale.out" || grep -q "pid $pid " "$log/stale.out" ||
       echo "note: a device opened meanwhile removed the stale file before uroce stats saw it"
-    grep -q "pid $pid " "$log/stale.out" && fail="${fail:-a dead process was listed}"
-    [[ -e /dev/shm/uroce.$pid.uroce0 ]] && { rm -f "/dev/shm/uroce.$pid.uroce0"; fail="${fail:-stale file not removed}"; }
+    grep -q "pid $pid " "$log/stale.out" && failing "a dead process was listed"
+    [[ -e /dev/shm/uroce.$pid.uroce0 ]] && { rm -f "/dev/shm/uroce.$pid.uroce0"; failing "stale file not removed"; }
   else
-    fail="${fail:-could not copy the published file}"
+    failing "could not copy the published file"
   fi
 fi
 
 # Bad arguments are an error; no matching process is not.
-"$uroce" stats --watch 0 >/dev/null 2>&1 && fail="${fail:-uroce stats --watch 0 accepted}"
-"$uroce" frobnicate >/dev/null 2>&1 && fail="${fail:-unknown subcommand accepted}"
-"$uroce" stats --pid 1 >"$log/none.out" 2>&1 || fail="${fail:-no matching process is an error}"
-grep -q "no running uroce processes" "$log/none.out" || fail="${fail:-no 'no running' message}"
-UROCE_DEVICES=uroce0=$srv_ip "$uroce" devices >"$log/devices.out" 2>&1 || fail="${fail:-uroce devices failed}"
+"$uroce" stats --watch 0 >/dev/null 2>&1 && failing "uroce stats --watch 0 accepted"
+"$uroce" frobnicate >/dev/null 2>&1 && failing "unknown subcommand accepted"
+"$uroce" stats --pid 1 >"$log/none.out" 2>&1 || failing "no matching process is an error"
+grep -q "no running uroce processes" "$log/none.out" || failing "no 'no running' message"
+UROCE_DEVICES=uroce0=$srv_ip "$uroce" devices >"$log/devices.out" 2>&1 || failing "uroce devices failed"
 cat "$log/devices.out"
-grep -Eq "^uroce0 +$srv_ip .* ACTIVE" "$log/devices.out" || fail="${fail:-uroce devices lacks uroce0}"
+grep -Eq "^uroce0 +$srv_ip .* ACTIVE" "$log/devices.out" || failing "uroce devices lacks uroce0"
 verdict "$fail"
