@@ -68,14 +68,11 @@ Datapath::Datapath(std::unique_ptr<Port> port, const DatapathOptions& opt, Devic
 std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const DatapathOptions& opt,
                                          DeviceCounters& counters, std::string* err) {
   std::unique_ptr<Datapath> d(new Datapath(std::move(port), opt, counters));
-  if (!opt.pcap_path.empty() && d->local_v6_) {
-    // The capture's records are raw IPv4 datagrams (pcap.h): an IPv6 device has none to write.
-    log().warn(
-        "{}: UROCE_PCAP is not written for an IPv6 device (its records are IPv4 datagrams); "
-        "capture the interface instead (dumpcap -i IFACE -f 'udp port 4791')",
-        d->port_->describe());
-  } else if (!opt.pcap_path.empty()) {
-    d->pcap_ = PcapWriter::open(opt.pcap_path, err);
+  if (!opt.pcap_path.empty()) {
+    // Raw IP datagrams of the device's family (pcap.h).
+    d->pcap_ = PcapWriter::open(
+        opt.pcap_path, err,
+        d->local_v6_ ? PcapWriter::LinkType::kIpv6 : PcapWriter::LinkType::kIpv4);
     if (!d->pcap_) return nullptr;
   }
   if (!d->tx_faults_ && !d->pcap_) d->set_tx_gather_min(d->port_->caps().tx_gather_min);
@@ -193,11 +190,15 @@ void Datapath::accept(const uint8_t* buf, size_t len, const RxFrame& meta) {
     icrc_ok = wire::icrc_matches_some_ip_id(f, {buf, ib_len}, received, &f.ip_id);
     suspect = icrc_ok && !id_guard_.accept(f.src_ip, f.ip_id);
   }
-  if (pcap_ && !meta.roce_v1 && v4) {
+  if (pcap_ && !meta.roce_v1 && v4 != local_v6_) {
     // Captured with the IP ID that makes the ICRC valid, so the record is the packet as sent;
-    // a packet no ID validates is written with ID 0, and its ICRC shows as bad. (The capture's
-    // records are IPv4 datagrams: RoCE v1 and IPv6 frames are not written; capture the interface.)
-    pcap_->write(f, meta.tos, {buf, ib_len}, buf + ib_len);
+    // a packet no ID validates is written with ID 0, and its ICRC shows as bad. (RoCE v1 frames
+    // are not written, nor datagrams of the other family: capture the interface.)
+    if (v4)
+      pcap_->write(f, meta.tos, {buf, ib_len}, buf + ib_len);
+    else
+      pcap_->write6({meta.src_ip, meta.dst_ip, meta.src_port, meta.dst_port}, meta.tos,
+                    {buf, ib_len}, buf + ib_len);
   }
   if (!icrc_ok || suspect) {
     counters_.rcvd_icrc_err.add();
@@ -266,6 +267,14 @@ bool Datapath::only_acks(size_t from, size_t to) const {
   return std::all_of(queue_.begin() + static_cast<ptrdiff_t>(from),
                      queue_.begin() + static_cast<ptrdiff_t>(to),
                      [](const transport::TxBuf* b) { return wire::is_acknowledge(b->data[0]); });
+}
+
+void Datapath::capture_tx(const transport::TxBuf& b, const uint8_t* icrc) {
+  if (local_v6_)
+    pcap_->write6({local_ip_, b.dst_ip, b.src_port, port_->udp_dst_port()}, tos_of(b),
+                  {b.data, b.len}, icrc);
+  else
+    pcap_->write(tx_framing(b), tos_of(b), {b.data, b.len}, icrc);
 }
 
 wire::Ipv4UdpFraming Datapath::tx_framing(const transport::TxBuf& b) const {
@@ -389,10 +398,8 @@ size_t Datapath::tx_flush(transport::Time now) {
     }
     wire::store_le32(b->data + b->len, tx_icrc(*b, ext));
     // Captured as sent: each packet with the IP ID its ICRC was computed for (never by
-    // reference: a capture turns gathering off). The capture's records are IPv4 datagrams: an
-    // IPv6 device's packets are not written (capture the interface).
-    if (pcap_ && !local_v6_)
-      pcap_->write(tx_framing(*b), tos_of(*b), {b->data, b->len}, b->data + b->len);
+    // reference: a capture turns gathering off).
+    if (pcap_) capture_tx(*b, b->data + b->len);
   }
   size_t sent = port_->tx_burst(queue_);
   queue_.clear();
@@ -421,7 +428,6 @@ size_t Datapath::tx_flush_faulty(transport::Time now) {
   ride_acks();
   if (!queue_.empty()) port_->tx_prepare(queue_, /*batch=*/false);
   for (transport::TxBuf* b : queue_) {
-    const wire::Ipv4UdpFraming f = tx_framing(*b);
     FaultFrame fr;
     fr.bytes.resize(b->len + wire::kIcrcBytes);
     std::memcpy(fr.bytes.data(), b->data, b->len);
@@ -430,8 +436,7 @@ size_t Datapath::tx_flush_faulty(transport::Time now) {
                      b->roce_v1 ? wire::icrc_grh(local_ip_.v4(), b->dst_ip.v4(), {b->data, b->len})
                                 : tx_icrc(*b, {}));
     // Captured as uroce sent it, before the injected faults (which stand for the wire).
-    if (pcap_ && !b->roce_v1 && !local_v6_)
-      pcap_->write(f, tos_of(*b), {b->data, b->len}, fr.bytes.data() + b->len);
+    if (pcap_ && !b->roce_v1) capture_tx(*b, fr.bytes.data() + b->len);
     fr.addr = b->dst_ip;
     fr.port = b->src_port;
     fr.tos = tos_of(*b);

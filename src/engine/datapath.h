@@ -173,6 +173,8 @@ class Datapath : public Transmitter {
   static uint8_t tos_of(const transport::TxBuf& b) { return uint8_t(b.dscp << 2 | (b.ecn & 3)); }
   // tx_flush() with transmit faults on.
   size_t tx_flush_faulty(transport::Time now);
+  // Writes a packet leaving (its ICRC at `icrc`) to the capture, as an IPv4 or IPv6 datagram.
+  void capture_tx(const transport::TxBuf& b, const uint8_t* icrc);
   // Lets the queued ACKs ride on their QPs' requests (transport::ride_acks) and gives their
   // buffers back to the port. Returns how many rode.
   size_t ride_acks();

@@ -63,6 +63,11 @@ for pcap in "${files[@]}"; do
   for op in $opcodes; do
     [[ $op =~ ^(0|1|2|4|17)$ ]] || fail="${fail:-unexpected opcode $op}"
   done
+  # IPv6 devices (an address with a colon): every record's ICRC recomputed independently of
+  # uroce's code, over the IPv6 pseudo-packet (ipv6_capture.py).
+  if [[ $2 == *:* ]]; then
+    python3 "$here/ipv6_capture.py" "$pcap" "$2" "$3" || fail="${fail:-bad IPv6 records in $pcap}"
+  fi
 done
 if [[ -n $fail ]]; then
   echo "FAIL: $fail"
