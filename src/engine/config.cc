@@ -188,8 +188,7 @@ spec::Schema<Environment> make_environment_schema() {
       [](Environment&, std::string_view, std::string*) {
         return true;  // applied to the devices once they are known (load_device_config)
       },
-      "none,np=1",
-      "congestion control: [device:]algorithm,key=value,… sections separated by ';'"));
+      "none,np=1", "congestion control: [device:]algorithm,key=value,… sections separated by ';'"));
   k.push_back(spec_var(
       "UROCE_PCAP", &Environment::pcap,
       [](Environment&, std::string_view, std::string*) { return true; }, "",

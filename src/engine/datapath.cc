@@ -70,9 +70,9 @@ std::unique_ptr<Datapath> Datapath::open(std::unique_ptr<Port> port, const Datap
   std::unique_ptr<Datapath> d(new Datapath(std::move(port), opt, counters));
   if (!opt.pcap_path.empty()) {
     // Raw IP datagrams of the device's family (pcap.h).
-    d->pcap_ = PcapWriter::open(
-        opt.pcap_path, err,
-        d->local_v6_ ? PcapWriter::LinkType::kIpv6 : PcapWriter::LinkType::kIpv4);
+    d->pcap_ =
+        PcapWriter::open(opt.pcap_path, err,
+                         d->local_v6_ ? PcapWriter::LinkType::kIpv6 : PcapWriter::LinkType::kIpv4);
     if (!d->pcap_) return nullptr;
   }
   if (!d->tx_faults_ && !d->pcap_) d->set_tx_gather_min(d->port_->caps().tx_gather_min);
