@@ -7,15 +7,10 @@ namespace uroce::transport {
 
 namespace {
 
-// BTH DestQP, read in place (the flush runs this on every packet it sends).
-uint32_t dest_qp(const TxBuf& b) {
-  return uint32_t{b.data[5]} << 16 | uint32_t{b.data[6]} << 8 | b.data[7];
-}
-
 // The same QP's packets: destination, the peer's QPN and the QP's own UDP source port.
 bool same_qp(const TxBuf& a, uint32_t a_dest_qp, const TxBuf& b) {
-  return a.src_port == b.src_port && dest_qp(b) == a_dest_qp && a.dst_ip == b.dst_ip &&
-         a.roce_v1 == b.roce_v1;
+  return a.src_port == b.src_port && wire::bth_dest_qp(b.data) == a_dest_qp &&
+         a.dst_ip == b.dst_ip && a.roce_v1 == b.roce_v1;
 }
 
 // A positive RC ACK of a QP whose peer takes riders.
@@ -35,7 +30,7 @@ bool carries(const TxBuf& b, const wire::OpcodeInfo& info) {
 // none can or another response of the QP is in the queue.
 TxBuf* carrier_for(std::span<TxBuf*> queue, size_t i) {
   const TxBuf& a = *queue[i];
-  const uint32_t qp = dest_qp(a);
+  const uint32_t qp = wire::bth_dest_qp(a.data);
   TxBuf* carrier = nullptr;
   for (size_t j = 0; j < queue.size(); ++j) {
     TxBuf* b = queue[j];
