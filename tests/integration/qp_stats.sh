@@ -30,6 +30,10 @@ if qps:
 ' "$1" "$srv_ip"
 }
 
+# The pair runs until the poller has seen what it needs and stops it, not for a fixed time: a
+# round (python, `uroce stats`, `uroce top`) can take longer than a short run lasts on a loaded
+# machine. 2 000 000 round trips (a minute or more) only bound it.
+pair_cmd="ibv_rc_pingpong -d uroce0 -g 0 -p $port -s 64 -n 2000000"
 (
   while [[ ! -e $log/done ]]; do
     "$uroce" stats --qp --json >"$log/poll.json" 2>>"$log/poll.err" || { echo "rc $?" >"$log/poll.rc"; exit; }
@@ -40,6 +44,8 @@ if qps:
       if grep -Eq "^$pid +ibv_rc_pingpong +uroce0 +$(printf '0x%06x' "$qpn") +RC +RTS " "$log/top.txt"; then
         cp "$log/poll.json" "$log/live.json"
         "$uroce" stats --qp --pid "$pid" >"$log/live.txt" 2>&1
+        # Seen: the pair has served its purpose and is stopped (below).
+        pkill -f -- "$pair_cmd" 2>/dev/null
         exit
       fi
     fi
@@ -48,13 +54,15 @@ if qps:
 ) &
 poller=$!
 
-server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 50000)
+server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 2000000)
 # TCP_HOST: where the client's TCP exchange goes (the pingpong server listens on IPv4 only).
 client_cmd=("${server_cmd[@]}" "${TCP_HOST:-$srv_ip}")
 run_pair "$srv_ip" "$cli_ip" "$port"
 touch "$log/done"
 wait "$poller"
-((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
+# Stopped by the poller once it saw the QP: then their exit statuses are the signal's.
+[[ -s $log/live.json ]] || ((srv_rc == 0 && cli_rc == 0)) ||
+  failing "server exit $srv_rc, client exit $cli_rc"
 [[ -s $log/poll.rc ]] && failing "uroce failed: $(cat "$log/poll.rc")"
 
 if [[ ! -s $log/live.json ]]; then
@@ -93,7 +101,8 @@ PY
 fi
 
 # Rates: two refreshes of the JSON view (whatever runs now), each a whole document.
-"$uroce" stats --qp --json -w 0.2 -n 2 >"$log/watch.json" 2>&1 || failing "uroce stats --qp -w failed"
+# (Its notes go to stderr: the stopped pair's files, which the reader removes, are noted there.)
+"$uroce" stats --qp --json -w 0.2 -n 2 >"$log/watch.json" 2>"$log/watch.err" || failing "uroce stats --qp -w failed"
 python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1]) if l.strip()]' "$log/watch.json" ||
   failing "uroce stats --qp -w printed something that is not JSON"
 # Options: a bad sort key is refused; top with no matching process says so.
