@@ -88,6 +88,8 @@ struct QpInit {
   // carrying one (wire::kBthExtAck) is taken whatever this says. Off in a bare QpInit; the device
   // turns it on (UROCE_ACK_RIDERS, default 1).
   bool ack_riders = false;
+  // RC with selective repeat: spread split RDMA WRITE packets over this many UDP source ports (paths). 1: one.
+  uint8_t paths = 1;
   // Congestion control (transport/cc, docs/congestion-control.md): the device's configuration,
   // copied per QP. The default, `none`, keeps the behaviour without it: no pacing, no CNPs.
   cc::CcConfig cc;
