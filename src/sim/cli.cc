@@ -287,12 +287,20 @@ spec::Schema<Flags> make_schema() {
       integer("ring", kFabric, FIELD(fabric.ring), 1, 65536, "16", "NIC transmit ring, frames"));
   k.push_back(integer("qp-timeout", kFabric, FIELD(fabric.qp_timeout), 1, 31, "14",
                       "QP local ACK timeout exponent (4.096 µs · 2^t)"));
+  k.push_back(flag("sr", kFabric, FIELD(fabric.sr),
+                   "selective repeat on every QP (default: go-back-N, as RNICs)"));
+  k.push_back(integer("paths", kFabric, FIELD(fabric.paths), 1, 64, "1",
+                      "UDP source ports (paths) each QP sprays over, 1..64 (needs --sr)"));
+  k.push_back(decimal("loss", kFabric, FIELD(fabric.loss), 0, 1, false, "0",
+                      "probability each frame a switch sends to a host is lost (seeded)"));
   k.push_back(integer("seed", kFabric, FIELD(fabric.seed), 0, ~uint64_t{0}, "1",
                       "seed of every random choice"));
   k.push_back(decimal("sample-us", kFabric, FIELD(fabric.sample_us), 0, 1e9, false, "",
                       "CSV sampling interval, µs (default: 1/1000 of the run)"));
   k.push_back(text("json", kFabric, FIELD(fabric.json), {}, "", "summary file ('-': stdout)"));
   k.push_back(text("csv", kFabric, FIELD(fabric.csv), {}, "", "time-series file ('-': stdout)"));
+  k.push_back(text("pfc-report", kFabric, FIELD(fabric.pfc_report), {}, "",
+                   "PFC counters per port and priority, as a switch shows them ('-': stdout)"));
   k.push_back(text("pcap", kFabric, FIELD(fabric.pcap), {}, "", "capture a link into this file"));
   k.push_back(text("pcap-link", kFabric, FIELD(fabric.pcap_link), {}, "",
                    "the link to capture, e.g. s0-s1 (default: the bottleneck)"));

@@ -60,9 +60,12 @@ struct FabricFlags {
   std::string link_mtu;   // NAME=BYTES,…
   uint32_t ring = 16;
   uint32_t qp_timeout = 14;
+  bool sr = false;
+  uint32_t paths = 1;
+  double loss = 0;
   uint64_t seed = 1;
   double sample_us = 0;
-  std::string json, csv, pcap, pcap_link;
+  std::string json, csv, pcap, pcap_link, pfc_report;
 };
 
 struct DumbbellFlags {

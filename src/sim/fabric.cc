@@ -44,10 +44,11 @@ uint32_t Fabric::connect(NodeRef a, NodeRef b, const LinkSpec& spec) {
       std::make_unique<Rng>(Rng::stream(seed_, 0x11'0000'0000ull + links_.size())));
   Rng& rng = *link_rngs_.back();
   const ChannelParams cp{.delay = spec.delay};
+  const ChannelParams lossy{.delay = spec.delay, .loss = spec.loss_to_a};
   // The sinks are set once both ends have their ports.
   Switch& sb = *switches_[b.index];
   auto ab = std::make_unique<Channel>(q_, pool_, rng, cp, nullptr);
-  auto ba = std::make_unique<Channel>(q_, pool_, rng, cp, nullptr);
+  auto ba = std::make_unique<Channel>(q_, pool_, rng, lossy, nullptr);
   l.ab = ab.get();
   l.ba = ba.get();
   if (a.kind == NodeRef::Kind::kHost) {

@@ -22,6 +22,9 @@ namespace uroce::sim {
 struct LinkSpec {
   uint64_t rate_bps = 40'000'000'000ull;
   Time delay = 1000;  // propagation, ns
+  // Probability that a frame b sends towards a is lost (a host's link: the switch's frames to
+  // the host, as Fabric::connect puts the host at a), drawn from the link's seeded stream.
+  double loss_to_a = 0;
 };
 
 // A node: a host or a switch, by index.

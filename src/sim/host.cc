@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "transport/responder.h"
+
 namespace uroce::sim {
 
 Host::Host(EventQueue& q, FramePool& pool, std::string name, uint32_t id, uint32_t ip,
@@ -48,6 +50,8 @@ transport::Qp* Host::create_qp(uint32_t qpn, QpUser* user) {
   init.max_send_sge = init.max_recv_sge = 1;
   init.send_cq = init.recv_cq = &cq_;
   init.early_retransmit = c_.qp.early_retransmit;
+  init.selective_repeat = c_.qp.selective_repeat;
+  init.paths = c_.qp.paths;
   init.cc = c_.cc;
   init.line_rate_bps = c_.rate_bps;
   int err = 0;
@@ -115,6 +119,7 @@ int Host::post(transport::Qp* qp, const transport::SendWqe& wqe) {
 GoodputTap& Host::tap(uint32_t qpn, uint32_t rq_psn) {
   GoodputTap& t = taps_[qpn];
   t.expected_psn = rq_psn & 0xffffff;
+  t.selective_repeat = c_.qp.selective_repeat;
   return t;
 }
 
@@ -144,9 +149,23 @@ void Host::count_goodput(std::span<const RxPacket> rx) {
   for (const RxPacket& p : rx) {
     if (p.pkt.info == nullptr || !(p.pkt.info->flags & wire::kRequest)) continue;
     auto it = taps_.find(p.pkt.bth.dest_qp);
-    if (it == taps_.end() || p.pkt.bth.psn != it->second.expected_psn) continue;
-    it->second.bytes += p.pkt.payload.size();
-    it->second.expected_psn = (it->second.expected_psn + 1) & 0xffffff;
+    if (it == taps_.end()) continue;
+    GoodputTap& t = it->second;
+    const uint32_t ahead = (p.pkt.bth.psn - t.expected_psn) & 0xffffff;
+    if (ahead != 0) {
+      if (t.selective_repeat && ahead < transport::kSrWindowPkts)
+        t.ahead.emplace(p.pkt.bth.psn, uint32_t(p.pkt.payload.size()));
+      continue;
+    }
+    t.bytes += p.pkt.payload.size();
+    t.expected_psn = (t.expected_psn + 1) & 0xffffff;
+    // The packets placed ahead that this one was the gap before.
+    for (auto a = t.ahead.find(t.expected_psn); a != t.ahead.end();
+         a = t.ahead.find(t.expected_psn)) {
+      t.bytes += a->second;
+      t.expected_psn = (t.expected_psn + 1) & 0xffffff;
+      t.ahead.erase(a);
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -39,6 +40,13 @@ struct QpParams {
   // Resend from the oldest unacknowledged PSN after a probe timeout derived from the measured
   // round trip (QpInit::early_retransmit): a device's default.
   bool early_retransmit = true;
+  // Selective repeat (QpInit::selective_repeat, docs/selective-repeat.md), off by default: the
+  // simulator's experiments and labs show RoCE as RNICs run it, go-back-N, and keep their
+  // numbers; --sr turns it on for every QP (both ends of every flow, so they use it).
+  bool selective_repeat = false;
+  // With selective repeat: the UDP source ports (paths) a QP sprays its split WRITE packets over
+  // (QpInit::paths), 1..64; 1: one, the QPN's.
+  uint8_t paths = 1;
 };
 
 struct HostConfig {
@@ -60,9 +68,18 @@ class QpUser {
 // Counts the application bytes a receiving QP accepts: the payload of request packets that
 // arrive with the PSN the responder expects (IBTA 9.7.5: in order, once) — what goes into
 // memory. Duplicates and packets a go-back-N gap discards do not count.
+//
+// Under selective repeat the responder also places WRITE packets that arrive ahead of the
+// expected PSN (up to transport::kSrWindowPkts ahead); the tap remembers their payload and counts
+// it when the PSNs before it have arrived — the bytes count once the application could read
+// them in order, as under go-back-N. A packet ahead that the responder did not place (a WRITE of
+// the connection's first round trip, still go-back-N's) is counted a little early, at the
+// arrival that fills the gap, instead of at its resend: the total is the same.
 struct GoodputTap {
   uint32_t expected_psn = 0;
   uint64_t bytes = 0;
+  bool selective_repeat = false;
+  std::map<uint32_t, uint32_t> ahead;  // selective repeat: PSN (24 bits) → payload bytes
 };
 
 class Host final : public FrameSink, public EgressOwner, public EventHandler, public NicQueue {
@@ -84,7 +101,8 @@ class Host final : public FrameSink, public EgressOwner, public EventHandler, pu
                uint32_t rq_psn);
   // Posts `wqe` on `qp` now (inside or outside a pass) and lets the dispatch send what it can.
   int post(transport::Qp* qp, const transport::SendWqe& wqe);
-  // Counts what `qpn` accepts (a receiving QP), starting at PSN `rq_psn`.
+  // Counts what `qpn` accepts (a receiving QP), starting at PSN `rq_psn` (with the host's
+  // selective repeat setting).
   GoodputTap& tap(uint32_t qpn, uint32_t rq_psn);
   // A synthetic region of `len` bytes at `base`; returns its key.
   uint32_t reg(uint64_t base, uint64_t len) {

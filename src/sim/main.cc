@@ -138,6 +138,10 @@ std::string fabric_options(const cli::FabricFlags& f, FabricOptions& o) {
   o.hash = parse_ecmp_hash(f.hash).value_or(EcmpHash::kCrc32);
   o.ring = f.ring;
   o.qp_timeout = uint8_t(f.qp_timeout);
+  if (f.paths != 1 && !f.sr) return "--paths needs --sr (spraying reorders: go-back-N resends it)";
+  o.selective_repeat = f.sr;
+  o.paths = uint8_t(f.paths);
+  o.loss = f.loss;
   o.seed = f.seed;
   o.sample = Time(std::llround(f.sample_us * 1000));
   if (!f.pcap_link.empty() && f.pcap.empty()) return "--pcap-link needs --pcap";
@@ -145,6 +149,7 @@ std::string fabric_options(const cli::FabricFlags& f, FabricOptions& o) {
   o.csv = f.csv;
   o.pcap = f.pcap;
   o.pcap_link = f.pcap_link;
+  o.pfc_report = f.pfc_report;
   return "";
 }
 

@@ -53,6 +53,8 @@ HostConfig host_config(const FabricOptions& o) {
   h.cc = o.cc;
   h.qp.mtu = o.mtu;
   h.qp.timeout = o.qp_timeout;
+  h.qp.selective_repeat = o.selective_repeat;
+  h.qp.paths = o.paths;
   h.data_dscp = o.dscp;
   return h;
 }
@@ -153,8 +155,9 @@ DumbbellResult run_dumbbell(const DumbbellOptions& o) {
   f.add_switch("s0", sc);
   f.add_switch("s1", sc);
   const LinkSpec l{o.fabric.link_bps, o.fabric.delay};
-  for (uint32_t i = 0; i < o.flows; ++i) f.connect({NK::kHost, i}, {NK::kSwitch, 0}, l);
-  f.connect({NK::kHost, o.flows}, {NK::kSwitch, 1}, l);
+  const LinkSpec hl{o.fabric.link_bps, o.fabric.delay, o.fabric.loss};
+  for (uint32_t i = 0; i < o.flows; ++i) f.connect({NK::kHost, i}, {NK::kSwitch, 0}, hl);
+  f.connect({NK::kHost, o.flows}, {NK::kSwitch, 1}, hl);
   const uint32_t bottleneck = f.connect({NK::kSwitch, 0}, {NK::kSwitch, 1}, l);
   f.compute_routes();
   apply_link_mtus(f, o.fabric);
@@ -192,7 +195,7 @@ IncastResult run_incast(const IncastOptions& o) {
   for (uint32_t i = 0; i < o.senders; ++i) f.add_host(numbered("h", i), hc);
   f.add_host("rx", hc);
   f.add_switch("s0", switch_config(o.fabric));
-  const LinkSpec l{o.fabric.link_bps, o.fabric.delay};
+  const LinkSpec l{o.fabric.link_bps, o.fabric.delay, o.fabric.loss};
   for (uint32_t i = 0; i < o.senders; ++i) f.connect({NK::kHost, i}, {NK::kSwitch, 0}, l);
   const uint32_t down = f.connect({NK::kHost, o.senders}, {NK::kSwitch, 0}, l);
   f.compute_routes();

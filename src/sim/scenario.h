@@ -37,9 +37,17 @@ struct FabricOptions {
   std::vector<std::pair<std::string, uint32_t>> link_mtu;
   uint32_t ring = 16;  // NIC transmit ring, frames
   uint8_t qp_timeout = 14;
+  // Every QP's selective repeat and paths (QpParams): go-back-N and one path unless told.
+  bool selective_repeat = false;
+  uint8_t paths = 1;
+  // Probability that each frame a switch sends to a host is lost (LinkSpec::loss_to_a): every
+  // packet, data or ACK, crosses exactly one such link in every topology, so this is the
+  // end-to-end loss rate per packet and direction. Drawn from each link's seeded stream.
+  double loss = 0;
   uint64_t seed = 1;
   Time sample = 0;                         // CSV sampling interval; 0 = duration / 1000
   std::string csv, json, pcap, pcap_link;  // output files ("" = none) and the captured link
+  std::string pfc_report;                  // the PFC counters as text ("" = none, "-": stdout)
 };
 
 // Per-flow results.
@@ -99,8 +107,15 @@ struct RunResult {
   uint64_t cnps = 0;       // CNPs sent by NPs
   uint64_t pfc_pause_frames = 0, pfc_resume_frames = 0;  // sent by switches
   double pfc_pause_time_us = 0;                          // summed over every paused port and class
+  uint64_t lost_frames = 0;  // dropped by the links' random loss (--loss)
   uint64_t retransmitted_packets = 0, timeouts = 0, probe_timeouts = 0;
+  uint64_t sr_ooo_accepted = 0, sr_sacks_sent = 0, sr_selective_resends = 0;  // selective repeat
   uint64_t errors = 0;  // completions in error
+  // Every completed message of every flow whose completion falls in the window: completion
+  // time (post, or arrival when open loop, to the send completion), µs.
+  uint64_t messages = 0;
+  double message_fct_mean_us = 0, message_fct_p50_us = 0, message_fct_p99_us = 0,
+         message_fct_max_us = 0;
   std::vector<FlowResult> flows;
   std::vector<PortPause> pauses;  // ports that sent or received any PAUSE
   std::vector<LinkUse> links;     // every direction of every link
@@ -193,6 +208,11 @@ std::string to_json(const LeafSpineOptions& o, const LeafSpineResult& r);
 std::optional<transport::cc::CcConfig> fabric_cc(const std::string& algorithm,
                                                  const std::string& preset, const std::string& set,
                                                  std::string* err);
+
+// The PFC counters of every port over the window, one line per port and priority — the
+// priorities PFC acts on, and any other with a PAUSE — as a switch's `show interface …
+// priority-flow-control` lists them (`--pfc-report`, docs/simulator.md).
+std::string pfc_report(const FabricOptions& o, const RunResult& r);
 
 class JsonWriter;
 // The "flows" key of the summaries: every flow's name, hosts, UDP source port, goodput,

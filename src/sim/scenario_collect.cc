@@ -1,6 +1,7 @@
 // A run's results (scenario_internal.h): the fabric's counters at the window's edges, the CSV
 // time series, the paths flows take, and RunResult from them.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -87,6 +88,7 @@ Snapshot snapshot(const Fabric& f) {
       s.mtu_drops += sp.c.mtu_drops;
     }
   }
+  for (const FabricLink& l : f.links()) s.lost += l.ab->counters().lost + l.ba->counters().lost;
   for (uint32_t i = 0; i < f.host_count(); ++i) {
     const Host& h = f.host(i);
     const transport::QpCounters q = h.qp_totals();
@@ -94,6 +96,9 @@ Snapshot snapshot(const Fabric& f) {
     s.retransmitted += q.retransmitted_pkts;
     s.timeouts += q.local_ack_timeout_err;
     s.probes += q.early_retransmits;
+    s.sr_ooo += q.sr_ooo_accepted;
+    s.sr_sacks += q.sr_sack_sent;
+    s.sr_resends += q.sr_selective_resends;
     for (int c = 0; c < kPriorities; ++c) s.pause_ns += h.nic().counters().pfc[c].pause_ns;
   }
   return s;
@@ -192,6 +197,10 @@ RunResult collect(Fabric& f, const Snapshot& begin, double wall_s) {
   r.retransmitted_packets = end.retransmitted - begin.retransmitted;
   r.timeouts = end.timeouts - begin.timeouts;
   r.probe_timeouts = end.probes - begin.probes;
+  r.lost_frames = end.lost - begin.lost;
+  r.sr_ooo_accepted = end.sr_ooo - begin.sr_ooo;
+  r.sr_sacks_sent = end.sr_sacks - begin.sr_sacks;
+  r.sr_selective_resends = end.sr_resends - begin.sr_resends;
   const Time wlen = std::min(w.end, f.queue().now()) - std::min(w.begin, f.queue().now());
   for (const auto& fl : f.flows()) {
     FlowResult x;
@@ -215,6 +224,27 @@ RunResult collect(Fabric& f, const Snapshot& begin, double wall_s) {
     x.errors = fl->errors();
     r.errors += fl->errors();
     r.flows.push_back(std::move(x));
+  }
+  std::vector<double> fcts;
+  const Time wend = std::min(w.end, f.queue().now());
+  for (const auto& fl : f.flows())
+    for (auto [posted, done] : fl->messages())
+      if (done >= w.begin && done <= wend) fcts.push_back(double(done - posted) / 1000.0);
+  if (!fcts.empty()) {
+    std::sort(fcts.begin(), fcts.end());
+    double sum = 0;
+    for (double x : fcts) sum += x;
+    // The nearest-rank percentiles: the smallest value with at least p of the messages at or
+    // below it.
+    auto pct = [&](double p) {
+      const size_t rank = size_t(std::ceil(p * double(fcts.size())));
+      return fcts[std::min(fcts.size(), std::max<size_t>(rank, 1)) - 1];
+    };
+    r.messages = fcts.size();
+    r.message_fct_mean_us = sum / double(fcts.size());
+    r.message_fct_p50_us = pct(0.50);
+    r.message_fct_p99_us = pct(0.99);
+    r.message_fct_max_us = fcts.back();
   }
   auto pause_of = [](const std::string& name, const EgressCounters& c,
                      std::vector<PortPause>& out) {

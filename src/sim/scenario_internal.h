@@ -46,6 +46,7 @@ RunResult run_fabric(Fabric& f, Sampler& sampler, const FabricOptions& o,
 template <typename Options, typename Result>
 void write_outputs(const Options& o, const Result& r) {
   write_file(o.fabric.csv, r.run.series);
+  if (!o.fabric.pfc_report.empty()) write_file(o.fabric.pfc_report, pfc_report(o.fabric, r.run));
   if (!o.fabric.json.empty()) write_file(o.fabric.json, to_json(o, r));
 }
 
@@ -57,6 +58,8 @@ struct Snapshot {
   uint64_t drops = 0, mtu_drops = 0, marks = 0, cnps = 0, pause = 0, resume = 0;
   Time pause_ns = 0;
   uint64_t retransmitted = 0, timeouts = 0, probes = 0;
+  uint64_t lost = 0;  // by the links' random loss
+  uint64_t sr_ooo = 0, sr_sacks = 0, sr_resends = 0;
   std::vector<PortReport> ports;
 };
 Snapshot snapshot(const Fabric& f);

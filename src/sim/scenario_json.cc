@@ -1,5 +1,7 @@
 // The summaries `uroce-sim … --json` writes (scenario.h): a run's totals, its flows and the
 // ports that paused, around each topology's own keys.
+#include <cstdio>
+
 #include "sim/json.h"
 #include "sim/scenario.h"
 
@@ -24,6 +26,22 @@ void run_json(JsonWriter& j, const RunResult& r) {
   j.key("timeouts").num(double(r.timeouts));
   j.key("probe_timeouts").num(double(r.probe_timeouts));
   j.key("completion_errors").num(double(r.errors));
+  j.key("lost_frames").num(double(r.lost_frames));
+  j.key("sr_ooo_accepted").num(double(r.sr_ooo_accepted));
+  j.key("sr_sacks_sent").num(double(r.sr_sacks_sent));
+  j.key("sr_selective_resends").num(double(r.sr_selective_resends));
+  j.key("messages_completed").num(double(r.messages));
+  j.key("message_fct_mean_us").num(r.message_fct_mean_us);
+  j.key("message_fct_p50_us").num(r.message_fct_p50_us);
+  j.key("message_fct_p99_us").num(r.message_fct_p99_us);
+  j.key("message_fct_max_us").num(r.message_fct_max_us);
+}
+
+// The transport options every QP ran with.
+void qp_json(JsonWriter& j, const FabricOptions& o) {
+  j.key("selective_repeat").boolean(o.selective_repeat);
+  j.key("paths").num(o.paths);
+  j.key("loss").num(o.loss);
 }
 
 void pauses_json(JsonWriter& j, const RunResult& r) {
@@ -35,6 +53,21 @@ void pauses_json(JsonWriter& j, const RunResult& r) {
     j.key("rx_pause").num(double(p.rx_pause)).key("rx_resume").num(double(p.rx_resume));
     j.key("pause_us").num(p.pause_us);
     j.end_object();
+  }
+  j.end_array();
+  // Per port and priority, over the window: the ones with any PAUSE sent, received or obeyed.
+  j.key("pfc_counters").begin_array();
+  for (const PortReport& p : r.ports) {
+    for (int k = 0; k < kPriorities; ++k) {
+      const PortReport::Class& c = p.prio[k];
+      if (c.tx_pause + c.rx_pause + c.tx_resume + c.rx_resume == 0 && c.pause_us == 0) continue;
+      j.begin_object();
+      j.key("port").str(p.port).key("host").boolean(p.host).key("prio").num(k);
+      j.key("rx_pause").num(double(c.rx_pause)).key("tx_pause").num(double(c.tx_pause));
+      j.key("rx_resume").num(double(c.rx_resume)).key("tx_resume").num(double(c.tx_resume));
+      j.key("pause_us").num(c.pause_us);
+      j.end_object();
+    }
   }
   j.end_array();
 }
@@ -57,6 +90,35 @@ std::string close_summary(JsonWriter& j, const RunResult& r) {
 }
 
 }  // namespace
+
+std::string pfc_report(const FabricOptions& o, const RunResult& r) {
+  char buf[160];
+  std::string out;
+  std::snprintf(buf, sizeof buf,
+                "# PFC counters per port and priority, %.3f-%.3f µs (PFC %s, lossless "
+                "priorities",
+                r.window_begin_us, r.window_end_us, o.pfc.enabled ? "on" : "off");
+  out += buf;
+  for (int k = 0; k < kPriorities; ++k)
+    if (o.pfc.classes & (1u << k)) out.append(" ").append(std::to_string(k));
+  out += ")\n";
+  std::snprintf(buf, sizeof buf, "%-24s %4s %10s %10s %10s %10s %14s\n", "Port", "Prio", "RxPause",
+                "TxPause", "RxResume", "TxResume", "PauseTime(us)");
+  out += buf;
+  for (const PortReport& p : r.ports) {
+    for (int k = 0; k < kPriorities; ++k) {
+      const PortReport::Class& c = p.prio[k];
+      const bool any = c.tx_pause + c.rx_pause + c.tx_resume + c.rx_resume != 0 || c.pause_us != 0;
+      if (!any && !(o.pfc.enabled && (o.pfc.classes & (1u << k)))) continue;
+      std::snprintf(buf, sizeof buf, "%-24s %4d %10llu %10llu %10llu %10llu %14.3f\n",
+                    p.port.c_str(), k, (unsigned long long)c.rx_pause,
+                    (unsigned long long)c.tx_pause, (unsigned long long)c.rx_resume,
+                    (unsigned long long)c.tx_resume, c.pause_us);
+      out += buf;
+    }
+  }
+  return out;
+}
 
 void flows_json(JsonWriter& j, const RunResult& r) {
   j.key("flows").begin_array();
@@ -82,6 +144,7 @@ void flows_json(JsonWriter& j, const RunResult& r) {
 
 std::string to_json(const DumbbellOptions& o, const DumbbellResult& r) {
   JsonWriter j = open_summary("dumbbell");
+  qp_json(j, o.fabric);
   j.key("flows_n").num(o.flows);
   j.key("util_pct").num(r.util_pct);
   j.key("jain").num(r.jain);
@@ -97,6 +160,7 @@ std::string to_json(const DumbbellOptions& o, const DumbbellResult& r) {
 
 std::string to_json(const IncastOptions& o, const IncastResult& r) {
   JsonWriter j = open_summary("incast");
+  qp_json(j, o.fabric);
   j.key("senders").num(o.senders);
   j.key("msg_bytes").num(double(o.msg_bytes));
   j.key("completed").boolean(r.completed);
@@ -109,6 +173,7 @@ std::string to_json(const IncastOptions& o, const IncastResult& r) {
 
 std::string to_json(const LeafSpineOptions& o, const LeafSpineResult& r) {
   JsonWriter j = open_summary("leafspine");
+  qp_json(j, o.fabric);
   j.key("leaves")
       .num(o.leaves)
       .key("spines")

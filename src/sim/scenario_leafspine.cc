@@ -107,7 +107,7 @@ LeafSpineResult run_leafspine(const LeafSpineOptions& o) {
   for (uint32_t i = 0; i < L * H; ++i) f.add_host(numbered("h", i), hc);
   for (uint32_t l = 0; l < L; ++l) f.add_switch(numbered("leaf", l), sc);
   for (uint32_t s = 0; s < S; ++s) f.add_switch(numbered("spine", s), sc);
-  const LinkSpec hl{o.fabric.link_bps, o.fabric.delay};
+  const LinkSpec hl{o.fabric.link_bps, o.fabric.delay, o.fabric.loss};
   const LinkSpec fl{o.fabric.fabric_bps ? o.fabric.fabric_bps : o.fabric.link_bps, o.fabric.delay};
   for (uint32_t i = 0; i < L * H; ++i) f.connect({NK::kHost, i}, {NK::kSwitch, i / H}, hl);
   // uplink[l][s]: leaf l's port towards spine s.
