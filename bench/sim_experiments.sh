@@ -3,6 +3,7 @@
 # uroce-sim: summary tables (CSV, and Markdown on stdout) and plots (SVG) into docs/sim/, the
 # raw JSON and time series into a scratch directory.
 #   bench/sim_experiments.sh [BUILD_DIR] [OUT_DIR] [SCRATCH_DIR]
+#   SIM_EXPERIMENTS="6 7" bench/sim_experiments.sh …   (only those experiments)
 # Deterministic: the same build gives the same tables (but for wall time and events per second,
 # which measure this machine). About half a minute of CPU, most of it experiment 5.
 set -euo pipefail
@@ -42,11 +43,15 @@ PY
 
 plot() { "$sim" plot "$@"; }
 
+# want N: experiment N is among those asked for (SIM_EXPERIMENTS="6 7", default all).
+want() { [[ " ${SIM_EXPERIMENTS:-1 2 3 4 5 6 7 8} " == *" $1 "* ]]; }
+
 # The option experiment 4 measures: uroce's in-flight cap of about one bandwidth-delay product
 # (the dumbbell's three 40 Gb/s hops of 1 µs: ~6.7 µs, 33 KB), a gentle first cut, and at most
 # one rate cut per 100 µs (about twice the round trip with the queue at Kmax).
 option="max_inflight=32768,initial_alpha_value=64,rate_reduce_monitor_period=100"
 
+if want 1; then
 echo "## Experiment 1: N long flows into one 40 Gb/s bottleneck"
 e1=$out/exp1.csv
 echo "flows,cc,mark,util_pct,jain,queue_mean_kib,queue_p99_kib,queue_max_kib,cnp_per_s" >"$e1"
@@ -91,7 +96,9 @@ for n in 4 16; do
     --title "Experiment 1: $n flows, DCQCN (paper), marking at dequeue: bottleneck queue" \
     --xlabel "time [ms]" --ylabel "KiB" --svg "$out/exp1_${n}_queue.svg"
 done
+fi
 
+if want 2; then
 echo "## Experiment 2: 16:1 incast"
 e2=$out/exp2.csv
 echo "msg_bytes,fabric,cc,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,retransmitted,timeouts,probe_timeouts,pfc_pause_frames,pfc_pause_time_us,cnps,queue_max_kib" >"$e2"
@@ -127,7 +134,9 @@ plot --csv "$raw/exp2_bars.csv" --x case --y fct_max_over_ideal,fct_mean_over_id
   --title "Experiment 2: 16:1 incast, completion time / ideal" \
   --xlabel "message size, fabric (512 KiB buffer or PFC), congestion control" --ylabel "x ideal" \
   --svg "$out/exp2_fct.svg"
+fi
 
+if want 3; then
 echo "## Experiment 3: PFC pause spreading on a leaf-spine, and what mitigates it"
 e3=$out/exp3.csv
 echo "case,victim_gbps,elephant_gbps_mean,pfc_pause_frames,victim_host_paused_us,spine0_pauses_sent" >"$e3"
@@ -170,7 +179,9 @@ plot --csv "$e3" --x case --y victim_gbps,elephant_gbps_mean --bars \
 plot --csv "$raw/exp3_pfc-only.csv" --x t_us --x-scale 0.001 --y 'victim_gbps,elephant?_gbps' \
   --title "Experiment 3: PFC alone — the victim is paused with the elephants" \
   --xlabel "time [ms]" --ylabel "Gb/s" --svg "$out/exp3_pfc_only_series.svg"
+fi
 
+if want 4; then
 echo "## Experiment 4: beyond DCQCN — 16:1 incast of 1 MiB"
 e4=$out/exp4.csv
 echo "case,set,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,pfc_pause_frames,cnps,queue_max_kib" >"$e4"
@@ -201,7 +212,9 @@ for name in dcqcn dcqcn+option; do
     --title "Experiment 4: $name — the receiver's switch port" --xlabel "time [ms]" \
     --ylabel "KiB" --svg "$out/exp4_${name}_queue.svg"
 done
+fi
 
+if want 5; then
 echo "## Experiment 5: scale — a leaf-spine with a mixed workload"
 e5=$out/exp5.csv
 echo "hosts,leaves,spines,hosts_per_leaf,sim_ms,events,wall_s,events_per_s,goodput_gbps_total,short_messages,short_fct_mean_us,short_fct_p99_us,drops,pfc_pause_frames,cnps,completion_errors" >"$e5"
@@ -213,4 +226,176 @@ for topo in "16 8 16 1" "32 8 16 0.5"; do
   echo "$((l * h)),$l,$s,$h,$ms,$(get "$j" events wall_s events_per_s goodput_gbps_total short_messages short_fct_mean_us short_fct_p99_us drops pfc_pause_frames cnps completion_errors)" >>"$e5"
 done
 table "$e5"
+fi
+
+if want 6; then
+echo "## Experiment 6: a lossy fabric without PFC — go-back-N against selective repeat"
+# 6a: random loss. Four 1 MiB WRITE streams into one 40 Gb/s bottleneck (experiment 1's
+# dumbbell, DCQCN, unlimited buffer: no drop but the random ones), each frame a switch sends to
+# a host lost with probability P (--loss: the end-to-end loss of every packet and every ACK).
+e6=$out/exp6.csv
+echo "transport,loss_pct,goodput_gbps,of_lossless,message_fct_p50_us,message_fct_p99_us,messages,lost_frames,retransmitted,selective_resends,timeouts,probe_timeouts" >"$e6"
+for tr in gbn sr; do
+  lossless=
+  for loss in 0 0.0001 0.001 0.01; do
+    args=()
+    [[ $tr == sr ]] && args=(--sr)
+    j=$raw/exp6_${tr}_${loss}.json
+    "$sim" dumbbell --flows 4 --start sync --duration-ms 50 --window-ms 10:50 --link-gbps 40 \
+      --delay-us 1 --mtu 1024 --cc dcqcn --preset paper --loss "$loss" "${args[@]}" --seed 1 \
+      --json "$j"
+    g=$(python3 -c "import json,sys; print('%.2f' % sum(json.load(open(sys.argv[1]))['flow_gbps']))" "$j")
+    [[ -z $lossless ]] && lossless=$g
+    ratio=$(python3 -c "import sys; print('%.3f' % (float(sys.argv[1]) / float(sys.argv[2])))" "$g" "$lossless")
+    pct=$(python3 -c "import sys; print('%g' % (100 * float(sys.argv[1])))" "$loss")
+    echo "$tr,$pct,$g,$ratio,$(get "$j" message_fct_p50_us message_fct_p99_us messages_completed lost_frames retransmitted_packets sr_selective_resends timeouts probe_timeouts)" >>"$e6"
+  done
+done
+table "$e6"
+python3 - "$e6" "$raw/exp6_bars.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+with open(sys.argv[2], "w") as f:
+    w = csv.writer(f)
+    w.writerow(["loss", "go-back-N", "selective repeat"])
+    for loss in dict.fromkeys(r["loss_pct"] for r in rows):
+        g = {r["transport"]: r["goodput_gbps"] for r in rows if r["loss_pct"] == loss}
+        w.writerow([loss + " %", g["gbn"], g["sr"]])
+PY
+plot --csv "$raw/exp6_bars.csv" --x loss --y 'go-back-N,selective repeat' --bars \
+  --title "Experiment 6: 4 flows into a 40 Gb/s bottleneck, random loss: total goodput" \
+  --xlabel "loss per packet (every packet and ACK)" --ylabel "Gb/s" --svg "$out/exp6_goodput.svg"
+
+# 6b: incast-driven drops: experiment 2's 16:1 incast into a 512 KiB shared buffer, no PFC.
+e6b=$out/exp6b.csv
+echo "msg_bytes,cc,transport,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,retransmitted,selective_resends,timeouts,probe_timeouts" >"$e6b"
+for size in 262144 1048576; do
+  for cc in none dcqcn; do
+    for tr in gbn sr; do
+      args=()
+      [[ $tr == sr ]] && args=(--sr)
+      j=$raw/exp6b_${size}_${cc}_${tr}.json
+      "$sim" incast --senders 16 --msg-bytes "$size" --buffer-kb 512 --cc "$cc" --preset paper \
+        "${args[@]}" --seed 1 --json "$j"
+      v=$(get "$j" fct_max_us fct_mean_us ideal_us)
+      ratio=$(python3 -c "import sys; a=sys.argv[1].split(','); print('%.2f' % (float(a[0]) / float(a[2])))" "$v")
+      echo "$size,$cc,$tr,$v,$ratio,$(get "$j" drops retransmitted_packets sr_selective_resends timeouts probe_timeouts)" >>"$e6b"
+    done
+  done
+done
+table "$e6b"
+fi
+
+# The leaf-spine of experiments 7 and 8: 8 leaves × 8 hosts at 100 Gb/s, 4 spines, leaf-spine
+# links at 200 Gb/s (non-blocking: each leaf's 800 Gb/s of hosts has 800 Gb/s of uplinks), path
+# MTU 4096, PFC; every host sends to one other, a random permutation (seeded) in which no host
+# sends under its own leaf: every flow crosses a spine, ECMP hashes each leaf's 8 flows onto
+# its 4 uplinks, and a spine's port down to a leaf takes the flows of every leaf that hashed
+# there.
+ls_args=(--leaves 8 --spines 4 --hosts-per-leaf 8 --link-gbps 100 --fabric-gbps 200 --mtu 4096
+         --delay-us 1 --preset paper --seed 1 --pfc)
+# permutation FILE MSG_BYTES MESSAGES DEPTH [FLOWS]: the workload (MESSAGES 0: streams); with
+# FLOWS, only the first FLOWS flows.
+permutation() {
+  python3 - "$@" <<'PY'
+import random, sys
+path, size, n, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+flows = int(sys.argv[5]) if len(sys.argv) > 5 else 64
+r = random.Random(1)
+while True:
+    p = list(range(64))
+    r.shuffle(p)
+    if all(p[i] // 8 != i // 8 for i in range(64)):
+        break
+with open(path, "w") as f:
+    for i in range(flows):
+        f.write("p%d %d %d %d %d %d 0\n" % (i, i, p[i], size, n, depth))
+PY
+}
+
+if want 7; then
+echo "## Experiment 7: the PFC storm — ECMP collisions on a 64-host leaf-spine, one path against spraying"
+# Every flow an elephant of 4 MiB, written as 16 WRITEs of 256 KiB, 4 outstanding (selective
+# repeat splits — and sprays — a WRITE only once the peer's first response showed it speaks
+# selective repeat: the first WRITEs of a connection leave whole, docs/selective-repeat.md).
+e7=$out/exp7.csv
+permutation "$raw/exp7_flows.txt" 262144 16 4
+permutation "$raw/exp7_solo.txt" 262144 16 4 1
+echo "cc,transport,paths,fct_p50_us,fct_p99_us,ideal_us,p99_over_ideal,pfc_pause_frames,spine_pause_frames,pfc_pause_time_us,paused_ports,max_flows_per_uplink,retransmitted,completed" >"$e7"
+# flowstats JSON [IDEAL]: flow completion p50, p99 (nearest rank: of 64 flows, the slowest), …
+flowstats() {
+  python3 - "$@" <<'PY'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+f = sorted(x["fct_us"] for x in d["flows"] if x["messages"] == x["wanted"])
+pct = lambda p: f[max(1, math.ceil(p * len(f))) - 1]
+if len(sys.argv) == 2:
+    print("%.1f" % f[-1]); sys.exit()
+ideal = float(sys.argv[2])
+paused = len({p["port"] for p in d["pfc_counters"] if p["pause_us"] > 0})
+spine = sum(p["tx_pause"] for p in d["pfc_counters"] if p["port"].startswith("spine"))
+# The most flows ECMP put on one uplink by their QPN's source port (two fill a 200 Gb/s uplink).
+ups = {}
+for x in d["flows"]:
+    ups[x["path"][0]] = ups.get(x["path"][0], 0) + 1
+up = max(ups.values())
+print("%.1f,%.1f,%.1f,%.3f,%d,%d,%.1f,%d,%d,%d,%d" % (
+    pct(0.5), pct(0.99), ideal, pct(0.99) / ideal, d["pfc_pause_frames"], spine,
+    d["pfc_pause_time_us"], paused, up, d["retransmitted_packets"], len(f)))
+PY
+}
+for cc in none dcqcn; do
+  # The ideal: the same flow alone on the idle fabric (headers, start-up and round trips included).
+  j=$raw/exp7_${cc}_solo.json
+  "$sim" leafspine "${ls_args[@]}" --cc "$cc" --workload "$raw/exp7_solo.txt" --duration-ms 3 \
+    --window-ms 0:3 --json "$j"
+  ideal=$(flowstats "$j")
+  for c in "gbn 1" "sr 1" "sr 4" "sr 16" "sr 64"; do
+    read -r tr paths <<<"$c"
+    args=(--paths "$paths")
+    [[ $tr == sr ]] && args+=(--sr)
+    j=$raw/exp7_${cc}_${tr}_${paths}.json
+    "$sim" leafspine "${ls_args[@]}" --cc "$cc" "${args[@]}" --workload "$raw/exp7_flows.txt" \
+      --duration-ms 3 --window-ms 0:3 --json "$j" --pfc-report "$raw/exp7_${cc}_${tr}_${paths}_pfc.txt"
+    echo "$cc,$tr,$paths,$(flowstats "$j" "$ideal")" >>"$e7"
+  done
+done
+table "$e7"
+# The switches' view of the storm (PFC alone, go-back-N, one path; then spraying over 16 paths):
+# the ports that sent, received or obeyed a PAUSE.
+for c in gbn_1 sr_16; do
+  {
+    head -2 "$raw/exp7_none_${c}_pfc.txt"
+    tail -n +3 "$raw/exp7_none_${c}_pfc.txt" | awk '$3 + $4 + $5 + $6 > 0 || $7 > 0'
+  } >"$out/exp7_pfc_report_${c}.txt"
+done
+echo '```'
+cat "$out/exp7_pfc_report_gbn_1.txt"
+echo '```'
+fi
+
+if want 8; then
+echo "## Experiment 8: permutation traffic on the leaf-spine — fabric utilisation against paths per QP"
+e8=$out/exp8.csv
+permutation "$raw/exp8_flows.txt" 1048576 0 2
+echo "transport,paths,goodput_gbps_total,per_host_gbps,uplink_util_mean_pct,uplink_util_min_pct,uplink_util_max_pct,pfc_pause_frames,retransmitted" >"$e8"
+for c in "gbn 1" "sr 1" "sr 4" "sr 16" "sr 64"; do
+  read -r tr paths <<<"$c"
+  args=(--paths "$paths")
+  [[ $tr == sr ]] && args+=(--sr)
+  j=$raw/exp8_${tr}_${paths}.json
+  "$sim" leafspine "${ls_args[@]}" --cc dcqcn "${args[@]}" --workload "$raw/exp8_flows.txt" \
+    --duration-ms 3 --window-ms 1:3 --json "$j"
+  u=$(python3 - "$j" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+up = [l["util_pct"] for l in d["links"] if l["link"].startswith("leaf") and "->spine" in l["link"]]
+print("%.2f,%.1f,%.1f,%.1f" % (d["goodput_gbps_total"] / 64, sum(up) / len(up), min(up), max(up)))
+PY
+)
+  echo "$tr,$paths,$(get "$j" goodput_gbps_total),$u,$(get "$j" pfc_pause_frames retransmitted_packets)" >>"$e8"
+done
+table "$e8"
+fi
+
 echo "sim_experiments: tables and plots in $out, raw results in $raw"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The small variants of docs/congestion-control.md's five experiments ("Experiments"), each
+# The small variants of docs/congestion-control.md's experiments ("Experiments"), each
 # asserting only its qualitative result; the full experiments are bench/sim_experiments.sh.
-#   experiments.sh path/to/uroce-sim 1|2|3|4|5
+#   experiments.sh path/to/uroce-sim 1|2|3|4|5|6|7
 # Every run is deterministic (virtual time, seeded), so the bounds below cannot flake: they
 # are margins against the model changing, not against the machine.
 set -euo pipefail
@@ -138,8 +138,72 @@ assert x["goodput_gbps_total"] > 0.25 * 64 * 37, "the streams move"
 assert x["events_per_s"] > 0
 PY
     ;;
+6)  # A lossy fabric without PFC: at 1 % random loss (each frame a switch sends to a host),
+    # selective repeat resends what was lost and keeps the goodput; go-back-N resends windows
+    # and loses most of it. Lossless, the two carry the same (the goodput tap counts packets
+    # placed ahead once their gap fills). --paths needs --sr.
+    for c in "gbn0 0" "gbn1 0.01" "sr0 0 --sr" "sr1 0.01 --sr"; do
+      read -r name loss sr <<<"$c"
+      dumbbell "$name" 2 --cc dcqcn --loss "$loss" ${sr:-}
+    done
+    rc=0
+    "$sim" dumbbell --flows 2 --duration-ms 1 --paths 4 2>"$tmp/err" || rc=$?
+    [[ $rc == 2 ]] && grep -q -- "--paths needs --sr" "$tmp/err" || { echo "--paths without --sr: status $rc" >&2; exit 1; }
+    check "$tmp/gbn0.json" "$tmp/gbn1.json" "$tmp/sr0.json" "$tmp/sr1.json" <<'PY'
+gbn0, gbn1, sr0, sr1 = d
+g = lambda x: sum(x["flow_gbps"])
+assert not gbn0["selective_repeat"] and sr0["selective_repeat"] and sr1["paths"] == 1
+assert gbn0["lost_frames"] == 0 and sr0["lost_frames"] == 0
+assert gbn1["lost_frames"] > 0 and sr1["lost_frames"] > 0, "--loss drops"
+assert gbn1["sr_selective_resends"] == 0 and sr1["sr_selective_resends"] > 0
+assert sr1["sr_ooo_accepted"] > 0 and sr1["sr_sacks_sent"] > 0
+assert abs(g(sr0) - g(gbn0)) < 0.03 * g(gbn0), "lossless: the same goodput"
+assert sr1["retransmitted_packets"] < gbn1["retransmitted_packets"] / 2, "SR resends less"
+assert sr1["retransmitted_packets"] <= 2 * sr1["lost_frames"], "SR resends about what was lost"
+assert g(sr1) > 0.9 * g(sr0), "SR at 1 % keeps 0.9 of its lossless goodput"
+assert g(gbn1) < 0.5 * g(gbn0), "go-back-N at 1 % loses half or more"
+for x in d:
+    assert x["drops"] == 0 and x["completion_errors"] == 0
+PY
+    ;;
+7)  # PFC counters per port and priority: the collision of pfc-spread pauses ports, and a PAUSE
+    # one port sends is one its neighbour receives (TxPause of a->b is RxPause of b->a, but for
+    # one still on the wire at the end); the text report (--pfc-report) says what the JSON says.
+    "$sim" leafspine --leaves 4 --spines 4 --hosts-per-leaf 4 --scenario pfc-spread --pfc \
+      --cc none --preset paper --duration-ms 4 --window-ms 0:4 --seed 1 --json "$tmp/ps.json" \
+      --pfc-report "$tmp/ps.txt"
+    "$sim" leafspine --leaves 4 --spines 4 --hosts-per-leaf 4 --scenario pfc-spread --pfc \
+      --cc none --preset paper --duration-ms 4 --window-ms 0:4 --seed 1 --sr --paths 16 \
+      --json "$tmp/spray.json"
+    python3 - "$tmp/ps.json" "$tmp/ps.txt" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+lines = [l.split() for l in open(sys.argv[2]) if not l.startswith(("#", "Port"))]
+text = {(l[0], int(l[1])): [int(x) for x in l[2:6]] + [float(l[6])] for l in lines}
+c = {(p["port"], p["prio"]): p for p in d["pfc_counters"]}
+assert c, "the collision pauses ports"
+assert any(p["tx_pause"] > 0 for (n, _), p in c.items() if n.startswith("spine0->")), "spine 0 pauses"
+assert any(p["rx_pause"] > 0 and p["host"] for p in c.values()), "hosts are paused"
+for (port, prio), p in c.items():
+    a, b = port.split("->")
+    back = c.get((b + "->" + a, prio), {"rx_pause": 0, "rx_resume": 0})
+    assert 0 <= p["tx_pause"] - back["rx_pause"] <= 1, ("TxPause/RxPause", port, prio)
+    assert 0 <= p["tx_resume"] - back["rx_resume"] <= 1, ("TxResume/RxResume", port, prio)
+    t = text[(port, prio)]
+    assert t[:4] == [p["rx_pause"], p["tx_pause"], p["rx_resume"], p["tx_resume"]], ("text", port)
+    assert abs(t[4] - p["pause_us"]) < 0.001, ("text pause time", port)
+assert sum(p["tx_pause"] for p in c.values()) == d["pfc_pause_frames"], "the total is the ports' sum"
+assert len(text) == len(d["links"]), "every port's class 3 is listed (links: each direction)"
+PY
+    check "$tmp/ps.json" "$tmp/spray.json" <<'PY'
+one, spray = d
+assert spray["selective_repeat"] and spray["paths"] == 16 and not one["selective_repeat"]
+for x in d:
+    assert x["drops"] == 0 and x["completion_errors"] == 0 and x["pfc_pause_frames"] > 0
+PY
+    ;;
 *)
-  echo "experiments.sh: no experiment '$exp' (1..5)" >&2
+  echo "experiments.sh: no experiment '$exp' (1..7)" >&2
   exit 2
   ;;
 esac
