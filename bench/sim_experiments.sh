@@ -266,20 +266,26 @@ plot --csv "$raw/exp6_bars.csv" --x loss --y 'go-back-N,selective repeat' --bars
   --title "Experiment 6: 4 flows into a 40 Gb/s bottleneck, random loss: total goodput" \
   --xlabel "loss per packet (every packet and ACK)" --ylabel "Gb/s" --svg "$out/exp6_goodput.svg"
 
-# 6b: incast-driven drops: experiment 2's 16:1 incast into a 512 KiB shared buffer, no PFC.
+# 6b: incast-driven drops: experiment 2's 16:1 incast into a 512 KiB shared buffer, no PFC;
+# without congestion control, with DCQCN, and with the in-flight cap alone (IRN's BDP cap:
+# max_inflight 32 KiB, about one bandwidth-delay product). Selective repeat cold (every QP's
+# one message is its connection's first WRITE, which leaves whole: docs/selective-repeat.md)
+# and warm (--warmup: 64 bytes first, the message 100 µs later, so it is split).
 e6b=$out/exp6b.csv
-echo "msg_bytes,cc,transport,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,retransmitted,selective_resends,timeouts,probe_timeouts" >"$e6b"
+echo "msg_bytes,cc,transport,fct_max_us,fct_mean_us,ideal_us,fct_over_ideal,drops,retransmitted,sr_ooo_accepted,selective_resends,probe_timeouts,timeouts" >"$e6b"
 for size in 262144 1048576; do
-  for cc in none dcqcn; do
-    for tr in gbn sr; do
-      args=()
-      [[ $tr == sr ]] && args=(--sr)
+  for cc in none dcqcn cap; do
+    for tr in gbn sr sr-warm; do
+      args=(--cc "$cc")
+      [[ $cc == cap ]] && args=(--cc none --set max_inflight=32768)
+      [[ $tr == sr* ]] && args+=(--sr)
+      [[ $tr == sr-warm ]] && args+=(--warmup)
       j=$raw/exp6b_${size}_${cc}_${tr}.json
-      "$sim" incast --senders 16 --msg-bytes "$size" --buffer-kb 512 --cc "$cc" --preset paper \
-        "${args[@]}" --seed 1 --json "$j"
+      "$sim" incast --senders 16 --msg-bytes "$size" --buffer-kb 512 --preset paper "${args[@]}" \
+        --seed 1 --json "$j"
       v=$(get "$j" fct_max_us fct_mean_us ideal_us)
       ratio=$(python3 -c "import sys; a=sys.argv[1].split(','); print('%.2f' % (float(a[0]) / float(a[2])))" "$v")
-      echo "$size,$cc,$tr,$v,$ratio,$(get "$j" drops retransmitted_packets sr_selective_resends timeouts probe_timeouts)" >>"$e6b"
+      echo "$size,$cc,$tr,$v,$ratio,$(get "$j" drops retransmitted_packets sr_ooo_accepted sr_selective_resends probe_timeouts timeouts)" >>"$e6b"
     done
   done
 done

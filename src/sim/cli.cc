@@ -184,6 +184,8 @@ spec::Schema<Flags> make_schema() {
                                "", "message size, bytes")));
   k.push_back(decimal("limit-ms", kIncast, FIELD(incast.limit_ms), 0.001, 1e6, false, "1000",
                       "give up after this much simulated time, ms"));
+  k.push_back(flag("warmup", kIncast, FIELD(incast.warmup),
+                   "warm connections: 64 bytes at 0, the messages at 100 µs"));
   // leafspine.
   k.push_back(required(
       integer("leaves", kLeafSpine, FIELD(leafspine.leaves), 1, 1024, "", "leaf switches")));

@@ -81,6 +81,7 @@ struct IncastFlags {
   uint32_t senders = 16;
   uint64_t msg_bytes = 1 << 20;
   double limit_ms = 1000;
+  bool warmup = false;
 };
 
 struct LeafSpineFlags {

@@ -194,6 +194,8 @@ int run_incast_command(const cli::FabricFlags& fabric, const cli::IncastFlags& f
   o.senders = f.senders;
   o.msg_bytes = f.msg_bytes;
   o.limit = Time(std::llround(f.limit_ms * 1e6));
+  o.warmup = f.warmup;
+  if (o.warmup && o.limit <= kIncastWarmup) return fail("--warmup needs --limit-ms above 0.1");
   const IncastResult r = run_incast(o);
   if (o.fabric.json.empty()) std::fputs(to_json(o, r).c_str(), stdout);
   return r.completed ? 0 : 1;

@@ -203,7 +203,13 @@ IncastResult run_incast(const IncastOptions& o) {
   f.window().begin = 0;
   f.window().end = o.limit;
   for (uint32_t i = 0; i < o.senders; ++i)
-    f.add_flow({.src = i, .dst = o.senders, .msg_bytes = o.msg_bytes, .messages = 1, .depth = 1});
+    f.add_flow({.src = i,
+                .dst = o.senders,
+                .msg_bytes = o.msg_bytes,
+                .messages = 1,
+                .depth = 1,
+                .start = o.warmup ? kIncastWarmup : 0,
+                .warmup = o.warmup});
   EgressPort& q = *f.links()[down].b_tx;  // the switch's port towards the receiver
   const Time ideal =
       Time(double(o.senders) * double(o.msg_bytes) * 8e9 / double(o.fabric.link_bps));

@@ -147,7 +147,11 @@ struct IncastOptions {
   uint32_t senders = 16;
   uint64_t msg_bytes = 1 << 20;
   Time limit = 1000 * kMs;  // the run stops here if messages are still incomplete
+  // Warm connections (FlowSpec::warmup): every sender writes 64 bytes at time 0 and its message
+  // at kIncastWarmup; completion times count from then.
+  bool warmup = false;
 };
+inline constexpr Time kIncastWarmup = 100 * kUs;
 struct IncastResult {
   RunResult run;
   double fct_max_us = 0, fct_mean_us = 0, ideal_us = 0;

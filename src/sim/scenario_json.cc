@@ -163,6 +163,7 @@ std::string to_json(const IncastOptions& o, const IncastResult& r) {
   qp_json(j, o.fabric);
   j.key("senders").num(o.senders);
   j.key("msg_bytes").num(double(o.msg_bytes));
+  j.key("warmup").boolean(o.warmup);
   j.key("completed").boolean(r.completed);
   j.key("fct_max_us").num(r.fct_max_us);
   j.key("fct_mean_us").num(r.fct_mean_us);

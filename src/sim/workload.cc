@@ -1,5 +1,6 @@
 #include "sim/workload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -10,6 +11,8 @@ namespace {
 
 // Where each flow's buffers sit in its hosts' (synthetic) address spaces.
 constexpr uint64_t kBase = 0x10'0000'0000ull;
+// The warm-up WRITE's work request id and event argument.
+constexpr uint64_t kWarmup = ~uint64_t{0};
 
 }  // namespace
 
@@ -39,6 +42,11 @@ Flow::Flow(EventQueue& q, const FlowSpec& spec, uint32_t index, Host& src, Host&
   lkey_ = src.reg(kBase, s_.msg_bytes);
   rkey_ = dst.reg(kBase, s_.msg_bytes);
   tap_ = &dst.tap(rq_->qpn(), kPsn);
+  if (s_.warmup) {
+    if (s_.start == 0)
+      throw std::runtime_error("flow " + name_ + ": a warm-up needs a later start");
+    q.schedule(0, EventClass::kTimer, this, kWarmup);
+  }
   q.schedule(s_.start, EventClass::kTimer, this);
 }
 
@@ -74,7 +82,20 @@ void Flow::post_more(Time now) {
   }
 }
 
-void Flow::on_event(Time now, uint64_t) {
+void Flow::on_event(Time now, uint64_t arg) {
+  if (arg == kWarmup) {
+    transport::SendWqe w;
+    w.wr_id = kWarmup;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.sge[0] =
+        transport::Sge{kBase, uint32_t(std::min<uint64_t>(kWarmupBytes, s_.msg_bytes)), lkey_};
+    w.remote_addr = kBase;
+    w.rkey = rkey_;
+    src_.post(sq_, w);
+    return;
+  }
   if (s_.mean_gap != 0) {
     // An arrival; the next one after an exponential gap (inverse transform of a uniform).
     if (s_.messages == 0 ? now < s_.stop : arrived_ < s_.messages) {
@@ -89,6 +110,7 @@ void Flow::on_event(Time now, uint64_t) {
 }
 
 void Flow::on_completion(const ibv_wc& wc, Time now) {
+  if (wc.wr_id == kWarmup && wc.status == IBV_WC_SUCCESS) return;  // not one of the messages
   if (wc.status != IBV_WC_SUCCESS) {
     ++errors_;
   } else {

@@ -34,10 +34,17 @@ struct FlowSpec {
   // QPNs of the sending and receiving QP (the UDP source port, hence the ECMP path, follows
   // from the sender's: transport/context.h src_port_for_qpn); 0: the fabric assigns them.
   uint32_t src_qpn = 0, dst_qpn = 0;
+  // A warm connection: one WRITE of kWarmupBytes at time 0, before the flow's messages (which
+  // must start later; not counted among them). A QP with selective repeat splits a WRITE only
+  // once its peer's first response showed the peer speaks it (docs/selective-repeat.md), so
+  // without this the messages of a one-shot flow leave whole and recover as go-back-N does.
+  bool warmup = false;
 };
 
 class Flow final : public QpUser, public EventHandler {
  public:
+  static constexpr uint32_t kWarmupBytes = 64;
+
   // Creates and connects the QP pair; throws std::runtime_error if the transport refuses.
   // `finished` (may be null) is incremented once when the flow completes its messages or fails.
   Flow(EventQueue& q, const FlowSpec& spec, uint32_t index, Host& src, Host& dst,

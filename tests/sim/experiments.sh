@@ -146,6 +146,16 @@ PY
       read -r name loss sr <<<"$c"
       dumbbell "$name" 2 --cc dcqcn --loss "$loss" ${sr:-}
     done
+    # Incast drops into a 512 KiB buffer: warm SR QPs (their messages split) finish well before
+    # go-back-N's.
+    incast inc_gbn --msg-bytes 262144 --buffer-kb 512 --cc dcqcn
+    incast inc_sr --msg-bytes 262144 --buffer-kb 512 --cc dcqcn --sr --warmup
+    check "$tmp/inc_gbn.json" "$tmp/inc_sr.json" <<'PY'
+gbn, sr = d
+assert gbn["completed"] and sr["completed"] and gbn["drops"] > 0 and sr["drops"] > 0
+assert sr["warmup"] and sr["sr_ooo_accepted"] > 0 and gbn["sr_ooo_accepted"] == 0
+assert sr["fct_max_us"] < 0.5 * gbn["fct_max_us"], "warm SR recovers the incast's drops faster"
+PY
     rc=0
     "$sim" dumbbell --flows 2 --duration-ms 1 --paths 4 2>"$tmp/err" || rc=$?
     [[ $rc == 2 ]] && grep -q -- "--paths needs --sr" "$tmp/err" || { echo "--paths without --sr: status $rc" >&2; exit 1; }
