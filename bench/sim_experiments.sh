@@ -232,14 +232,17 @@ if want 6; then
 echo "## Experiment 6: a lossy fabric without PFC — go-back-N against selective repeat"
 # 6a: random loss. Four 1 MiB WRITE streams into one 40 Gb/s bottleneck (experiment 1's
 # dumbbell, DCQCN, unlimited buffer: no drop but the random ones), each frame a switch sends to
-# a host lost with probability P (--loss: the end-to-end loss of every packet and every ACK).
+# a host lost with probability P (--loss: the end-to-end loss of every packet and every ACK);
+# warm connections (--warmup), and selective repeat's cold start once for contrast.
 e6=$out/exp6.csv
 echo "transport,loss_pct,goodput_gbps,of_lossless,message_fct_p50_us,message_fct_p99_us,messages,lost_frames,retransmitted,selective_resends,timeouts,probe_timeouts" >"$e6"
-for tr in gbn sr; do
+for tr in gbn sr sr-cold; do
   lossless=
   for loss in 0 0.0001 0.001 0.01; do
-    args=()
-    [[ $tr == sr ]] && args=(--sr)
+    [[ $tr == sr-cold && $loss != 0 && $loss != 0.01 ]] && continue
+    args=(--warmup)
+    [[ $tr == sr ]] && args=(--warmup --sr)
+    [[ $tr == sr-cold ]] && args=(--sr)
     j=$raw/exp6_${tr}_${loss}.json
     "$sim" dumbbell --flows 4 --start sync --duration-ms 50 --window-ms 10:50 --link-gbps 40 \
       --delay-us 1 --mtu 1024 --cc dcqcn --preset paper --loss "$loss" "${args[@]}" --seed 1 \
@@ -258,7 +261,7 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 with open(sys.argv[2], "w") as f:
     w = csv.writer(f)
     w.writerow(["loss", "go-back-N", "selective repeat"])
-    for loss in dict.fromkeys(r["loss_pct"] for r in rows):
+    for loss in dict.fromkeys(r["loss_pct"] for r in rows if r["transport"] == "gbn"):
         g = {r["transport"]: r["goodput_gbps"] for r in rows if r["loss_pct"] == loss}
         w.writerow([loss + " %", g["gbn"], g["sr"]])
 PY
@@ -297,9 +300,9 @@ fi
 # MTU 4096, PFC; every host sends to one other, a random permutation (seeded) in which no host
 # sends under its own leaf: every flow crosses a spine, ECMP hashes each leaf's 8 flows onto
 # its 4 uplinks, and a spine's port down to a leaf takes the flows of every leaf that hashed
-# there.
+# there. Warm connections (--warmup): the flows start at 100 µs.
 ls_args=(--leaves 8 --spines 4 --hosts-per-leaf 8 --link-gbps 100 --fabric-gbps 200 --mtu 4096
-         --delay-us 1 --preset paper --seed 1 --pfc)
+         --delay-us 1 --preset paper --seed 1 --pfc --warmup)
 # permutation FILE MSG_BYTES MESSAGES DEPTH [FLOWS]: the workload (MESSAGES 0: streams); with
 # FLOWS, only the first FLOWS flows.
 permutation() {
@@ -321,9 +324,9 @@ PY
 
 if want 7; then
 echo "## Experiment 7: the PFC storm — ECMP collisions on a 64-host leaf-spine, one path against spraying"
-# Every flow an elephant of 4 MiB, written as 16 WRITEs of 256 KiB, 4 outstanding (selective
-# repeat splits — and sprays — a WRITE only once the peer's first response showed it speaks
-# selective repeat: the first WRITEs of a connection leave whole, docs/selective-repeat.md).
+# Every flow an elephant of 4 MiB, written as 16 WRITEs of 256 KiB, 4 outstanding, on a warm
+# connection (selective repeat splits — and sprays — a WRITE only once the peer's first
+# response showed it speaks selective repeat: docs/simulator.md, "Cold and warm connections").
 e7=$out/exp7.csv
 permutation "$raw/exp7_flows.txt" 262144 16 4
 permutation "$raw/exp7_solo.txt" 262144 16 4 1

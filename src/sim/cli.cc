@@ -184,8 +184,6 @@ spec::Schema<Flags> make_schema() {
                                "", "message size, bytes")));
   k.push_back(decimal("limit-ms", kIncast, FIELD(incast.limit_ms), 0.001, 1e6, false, "1000",
                       "give up after this much simulated time, ms"));
-  k.push_back(flag("warmup", kIncast, FIELD(incast.warmup),
-                   "warm connections: 64 bytes at 0, the messages at 100 µs"));
   // leafspine.
   k.push_back(required(
       integer("leaves", kLeafSpine, FIELD(leafspine.leaves), 1, 1024, "", "leaf switches")));
@@ -291,6 +289,8 @@ spec::Schema<Flags> make_schema() {
                       "QP local ACK timeout exponent (4.096 µs · 2^t)"));
   k.push_back(flag("sr", kFabric, FIELD(fabric.sr),
                    "selective repeat on every QP (default: go-back-N, as RNICs)"));
+  k.push_back(flag("warmup", kFabric, FIELD(fabric.warmup),
+                   "warm connections: 64 bytes at 0, every flow's messages 100 µs later"));
   k.push_back(integer("paths", kFabric, FIELD(fabric.paths), 1, 64, "1",
                       "UDP source ports (paths) each QP sprays over, 1..64 (needs --sr)"));
   k.push_back(decimal("loss", kFabric, FIELD(fabric.loss), 0, 1, false, "0",

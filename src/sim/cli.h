@@ -61,6 +61,7 @@ struct FabricFlags {
   uint32_t ring = 16;
   uint32_t qp_timeout = 14;
   bool sr = false;
+  bool warmup = false;
   uint32_t paths = 1;
   double loss = 0;
   uint64_t seed = 1;
@@ -81,7 +82,6 @@ struct IncastFlags {
   uint32_t senders = 16;
   uint64_t msg_bytes = 1 << 20;
   double limit_ms = 1000;
-  bool warmup = false;
 };
 
 struct LeafSpineFlags {

@@ -140,6 +140,7 @@ std::string fabric_options(const cli::FabricFlags& f, FabricOptions& o) {
   o.qp_timeout = uint8_t(f.qp_timeout);
   if (f.paths != 1 && !f.sr) return "--paths needs --sr (spraying reorders: go-back-N resends it)";
   o.selective_repeat = f.sr;
+  o.warmup = f.warmup;
   o.paths = uint8_t(f.paths);
   o.loss = f.loss;
   o.seed = f.seed;
@@ -194,8 +195,7 @@ int run_incast_command(const cli::FabricFlags& fabric, const cli::IncastFlags& f
   o.senders = f.senders;
   o.msg_bytes = f.msg_bytes;
   o.limit = Time(std::llround(f.limit_ms * 1e6));
-  o.warmup = f.warmup;
-  if (o.warmup && o.limit <= kIncastWarmup) return fail("--warmup needs --limit-ms above 0.1");
+  if (o.fabric.warmup && o.limit <= kWarmupLead) return fail("--warmup needs --limit-ms above 0.1");
   const IncastResult r = run_incast(o);
   if (o.fabric.json.empty()) std::fputs(to_json(o, r).c_str(), stdout);
   return r.completed ? 0 : 1;

@@ -168,8 +168,9 @@ DumbbellResult run_dumbbell(const DumbbellOptions& o) {
                 .dst = o.flows,
                 .msg_bytes = o.msg_bytes,
                 .depth = 2,
-                .start = Time(i) * gap,
-                .stop = o.duration});
+                .start = Time(i) * gap + (o.fabric.warmup ? kWarmupLead : 0),
+                .stop = o.duration,
+                .warmup = o.fabric.warmup});
   }
   EgressPort& q = *f.links()[bottleneck].a_tx;
   Sampler sampler(f, sample_interval(o.fabric, o.duration), o.duration);
@@ -208,8 +209,8 @@ IncastResult run_incast(const IncastOptions& o) {
                 .msg_bytes = o.msg_bytes,
                 .messages = 1,
                 .depth = 1,
-                .start = o.warmup ? kIncastWarmup : 0,
-                .warmup = o.warmup});
+                .start = o.fabric.warmup ? kWarmupLead : 0,
+                .warmup = o.fabric.warmup});
   EgressPort& q = *f.links()[down].b_tx;  // the switch's port towards the receiver
   const Time ideal =
       Time(double(o.senders) * double(o.msg_bytes) * 8e9 / double(o.fabric.link_bps));

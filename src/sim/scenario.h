@@ -40,6 +40,9 @@ struct FabricOptions {
   // Every QP's selective repeat and paths (QpParams): go-back-N and one path unless told.
   bool selective_repeat = false;
   uint8_t paths = 1;
+  // Warm connections (FlowSpec::warmup): every flow writes 64 bytes at time 0 and starts
+  // kWarmupLead later than it would (completion times count from its start).
+  bool warmup = false;
   // Probability that each frame a switch sends to a host is lost (LinkSpec::loss_to_a): every
   // packet, data or ACK, crosses exactly one such link in every topology, so this is the
   // end-to-end loss rate per packet and direction. Drawn from each link's seeded stream.
@@ -49,6 +52,8 @@ struct FabricOptions {
   std::string csv, json, pcap, pcap_link;  // output files ("" = none) and the captured link
   std::string pfc_report;                  // the PFC counters as text ("" = none, "-": stdout)
 };
+
+inline constexpr Time kWarmupLead = 100 * kUs;
 
 // Per-flow results.
 struct FlowResult {
@@ -147,11 +152,7 @@ struct IncastOptions {
   uint32_t senders = 16;
   uint64_t msg_bytes = 1 << 20;
   Time limit = 1000 * kMs;  // the run stops here if messages are still incomplete
-  // Warm connections (FlowSpec::warmup): every sender writes 64 bytes at time 0 and its message
-  // at kIncastWarmup; completion times count from then.
-  bool warmup = false;
 };
-inline constexpr Time kIncastWarmup = 100 * kUs;
 struct IncastResult {
   RunResult run;
   double fct_max_us = 0, fct_mean_us = 0, ideal_us = 0;

@@ -41,6 +41,7 @@ void run_json(JsonWriter& j, const RunResult& r) {
 void qp_json(JsonWriter& j, const FabricOptions& o) {
   j.key("selective_repeat").boolean(o.selective_repeat);
   j.key("paths").num(o.paths);
+  j.key("warmup").boolean(o.warmup);
   j.key("loss").num(o.loss);
 }
 
@@ -163,7 +164,6 @@ std::string to_json(const IncastOptions& o, const IncastResult& r) {
   qp_json(j, o.fabric);
   j.key("senders").num(o.senders);
   j.key("msg_bytes").num(double(o.msg_bytes));
-  j.key("warmup").boolean(o.warmup);
   j.key("completed").boolean(r.completed);
   j.key("fct_max_us").num(r.fct_max_us);
   j.key("fct_mean_us").num(r.fct_mean_us);

@@ -193,6 +193,10 @@ LeafSpineResult run_leafspine(const LeafSpineOptions& o) {
   for (const FlowSpec& s : flows) {
     FlowSpec x = s;
     if (x.stop == kNever && x.messages == 0) x.stop = o.duration;
+    if (o.fabric.warmup) {
+      x.start += kWarmupLead;
+      x.warmup = true;
+    }
     f.add_flow(x);
   }
 
