@@ -88,7 +88,12 @@ struct QpInit {
   // carrying one (wire::kBthExtAck) is taken whatever this says. Off in a bare QpInit; the device
   // turns it on (UROCE_ACK_RIDERS, default 1).
   bool ack_riders = false;
-  // RC with selective repeat: spread split RDMA WRITE packets over this many UDP source ports (paths). 1: one.
+  // RC with selective repeat: spread split RDMA WRITE packets over this many UDP source ports
+  // (paths). 1: one. Once the peer shows it speaks selective repeat, each RDMA WRITE packet the
+  // responder may place ahead goes on the next of `paths` UDP source ports (ECMP entropy values) in
+  // turn, and a hole counts as lost only when a packet sent after it on its own path has arrived
+  // (transport/multipath.h). 1 (and any QP without selective repeat): the QP's one source port,
+  // as before. The device sets it from DeviceConfig (UROCE_PATHS, default 1); at most kMaxPaths.
   uint8_t paths = 1;
   // Congestion control (transport/cc, docs/congestion-control.md): the device's configuration,
   // copied per QP. The default, `none`, keeps the behaviour without it: no pacing, no CNPs.

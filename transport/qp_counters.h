@@ -87,6 +87,10 @@
   X(sr_sack_rcvd, "sr_sack_rcvd", kInfo)                                                           \
   /* Requester: packets resent for a hole below a SACKed PSN (also in retransmitted_pkts). */      \
   X(sr_selective_resends, "sr_selective_resends", kInfo)                                           \
+  /* Multipath (QpInit::paths > 1, transport/multipath.h): WRITE packets sprayed over the */       \
+  /* QP's paths, and paths given a new UDP source port after one of their packets was lost. */     \
+  X(mp_sprayed_pkts, "mp_sprayed_pkts", kInfo)                                                     \
+  X(mp_path_rotations, "mp_path_rotations", kInfo)                                                 \
   /* ACKs that arrived riding on the peer's requests (transport/ack_rider.h): each one an ACK */   \
   /* packet the peer did not send. No rxe equivalent. */                                           \
   X(ack_riders_rcvd, "ack_riders_rcvd", kInfo)

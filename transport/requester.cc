@@ -64,6 +64,18 @@ void Requester::on_sack(const Sacked& ev) {
     sr_sacked_[i / 64] |= uint64_t{1} << (i % 64);
     sr_marks_ = true;
     if (*ev.sacked >= sr_high_) sr_high_ = *ev.sacked + 1;
+    if (paths_.on()) paths_.delivered(*ev.sacked);
+  }
+  if (paths_.on()) {
+    // Multipath: which holes are lost is PathSet's per-path rule, not the PSN order (a SACK of a
+    // later PSN says nothing of a packet on another path); spray_resend() looks at them all.
+    sr_rescan_ = true;
+    if (!sr_episode_) {
+      sr_episode_ = true;
+      sr_episode_end_ = sent_end_;
+      ack_req_next_ = true;
+    }
+    return;
   }
   // A hole resent and lost again: the responder still lacks a hole already resent, and a SACK
   // names a packet sent after that resend: one first sent after it (at or after the mark), or a
@@ -109,6 +121,13 @@ void Requester::seek(Psn psn, const SendQueue& sq) {
 void Requester::on_acked(const AckedThrough& ev, const SendQueue& sq) {
   if (ev.next_unacked > unacked_) {
     window_.on_acked(psn_span(unacked_, ev.next_unacked));
+    if (paths_.on()) {
+      // Everything acknowledged arrived: each one's path has delivered up to it. (Bounded: an
+      // ACK may cover a long READ, whose PSNs PathSet records alike.)
+      const uint32_t n = std::min<uint32_t>(psn_span(unacked_, ev.next_unacked), 1024);
+      for (uint32_t k = 0; k < n; ++k) paths_.delivered(ev.next_unacked - (n - k));
+      if (sr_marks_) sr_rescan_ = true;
+    }
     clear_sacked(unacked_, ev.next_unacked);
     unacked_ = ev.next_unacked;
     sr_probed_ = false;
@@ -150,6 +169,10 @@ void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, boo
       sr_probe_ = last;
       sr_probed_ = true;
       sr_next_ = unacked_;  // the holes may go again: their resends may be what was lost
+      if (paths_.on()) {
+        paths_.expire_all();  // a stall: nothing sent so far is still merely late
+        sr_rescan_ = true;
+      }
       ack_req_next_ = true;
       // A lost tail under selective repeat costs only itself, as a hole does (on_sack): only a
       // timeout shrinks the window.
@@ -225,6 +248,15 @@ Requester::State Requester::state(Time now, const QpContext& ctx, const SendQueu
   // A READ counts every PSN of its response stream (pump() moves the cursor past them at once),
   // so a READ longer than the window may overshoot it; nothing new starts until it is back under.
   if (psn_span(unacked_, cursor_psn_) >= limit(ctx)) return State::kWindowFull;
+  // Multipath: a new packet that keeps slot 0 (a SEND, a READ or ATOMIC request, a WRITE with
+  // immediate) would overtake sprayed WRITE packets still on slower paths, and the responder
+  // takes such a packet only in PSN order: it would drop it and NAK the gap, and the requester
+  // would rewind over packets that were merely late. So it waits until every sprayed packet
+  // before it is acknowledged — about a round trip, paid only where spraying turns to something
+  // else (a WRITE stream's closing SEND, say). Placing SENDs ahead (a per-packet offset into the
+  // receive WQE, as IRN and UET carry) would remove the wait.
+  if (paths_.on() && cursor_psn_ >= sent_end_ && unacked_ < spray_end_ && !sprays(ctx, e))
+    return State::kSprayWait;
   return State::kSending;
 }
 
@@ -236,8 +268,17 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   if (not_before_ != 0 && now >= not_before_) not_before_ = 0;
   bool sent = false, timed = false;
   Psn timed_psn;
+  if (ctx.init.paths > 1 && !paths_.on() && ctx.sr() && ctx.service == wire::Service::kRc) {
+    // Selective repeat is agreed (the peer's first response said so): spraying may start.
+    paths_.reset(ctx.init.qpn, ctx.src_port, ctx.init.paths);
+    spray_end_ = sent_end_;
+  }
   if (ctx.sr() && not_before_ == 0 && selective_resend_pending()) {
-    selective_resend(now, ctx, sq, tx, pacer, out);
+    if (paths_.on()) {
+      spray_resend(now, ctx, sq, tx, pacer, out);
+    } else {
+      selective_resend(now, ctx, sq, tx, pacer, out);
+    }
     // Holes first: new packets wait while one is still to go (the port or the pacer said no).
     if (selective_resend_pending() || out.local_error) return out;
   }
@@ -392,6 +433,34 @@ void Requester::selective_resend(Time now, const QpContext& ctx, SendQueue& sq, 
   }
 }
 
+void Requester::spray_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
+                             cc::Pacer& pacer, RequesterOutcome& out) {
+  // Every hole below the highest SACKed PSN, in PSN order; PathSet says which are lost (a packet
+  // sent after it on its path has arrived) and which may still be on their way. A resend gets a
+  // new transmission number, so it is not taken for lost again until its own path shows it.
+  const Psn end = std::min(sr_high_, cursor_psn_);
+  SendQueue::Seq s = sq.begin();
+  for (Psn p = unacked_; p < end; ++p) {
+    if (sacked(p) || !paths_.lost(p)) continue;
+    while (s < sq.end() && sq.at(s).state == WqeState::kInFlight && sq.at(s).end_psn() <= p) ++s;
+    if (s >= sq.end() || sq.at(s).state != WqeState::kInFlight || p < sq.at(s).first_psn)
+      continue;  // no packet of ours holds it (a local operation's place)
+    SendEntry& e = sq.at(s);
+    // The route that lost it is replaced (once per route), so what follows on that slot hashes
+    // elsewhere: a lossy or overloaded path is used less.
+    if (paths_.rotate(p)) ++ctx.counters.mp_path_rotations;
+    bool ack_req = false;
+    if (transmit(now, ctx, e, p, tx, pacer, out, ack_req) != Tx::kSent) return;  // rescan later
+    ++ctx.counters.retransmitted_pkts;
+    ++ctx.counters.sr_selective_resends;
+    out.sent = PacketsSent{sent_end_, false, Psn{}};
+    // A READ resent from p asks for the rest of its responses: its whole range is covered.
+    if (is_read_or_atomic(e.wqe.opcode)) p = e.end_psn() - 1;
+  }
+  sr_rescan_ = false;
+  if (sr_probe_) selective_resend(now, ctx, sq, tx, pacer, out);  // the probe: as without paths
+}
+
 bool Requester::execute_local(const QpContext& ctx, SendEntry& e) {
   // Binding and invalidation act when the cursor reaches the WQE, never again on a resend
   // (the entry leaves kQueued). Failures complete the WQE in error and the QP enters ERR, with
@@ -519,6 +588,15 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, Psn psn, 
     buf->len = static_cast<uint32_t>(hdr + len + p.bth.pad);
   }
   stamp_route(buf, data_route(ctx));
+  if (paths_.on()) {
+    // Multipath: a packet the responder may place ahead goes on the next path in turn; the rest
+    // keep slot 0. A READ request stands for its responses' PSNs.
+    buf->src_port = paths_.send(psn, place, rd_atomic ? psn_span(psn, e.end_psn()) : 1);
+    if (place) {
+      ++ctx.counters.mp_sprayed_pkts;
+      if (psn >= spray_end_) spray_end_ = psn + 1;
+    }
+  }
   return ack_req;
 }
 

@@ -15,6 +15,7 @@
 #include "transport/context.h"
 #include "transport/dma.h"
 #include "transport/events.h"
+#include "transport/multipath.h"
 #include "transport/send_queue.h"
 
 namespace uroce::transport {
@@ -79,6 +80,8 @@ class Requester {
     kBlocked,       // the cursor's WQE is kLocalError or SQD stops new WQEs
     kRdAtomicWait,  // the cursor's new WQE is a READ/ATOMIC and max_rd_atomic are outstanding,
                     // or it is fenced (IBV_SEND_FENCE) and a READ/ATOMIC is outstanding
+    kSprayWait,     // multipath: the cursor's new packet keeps slot 0 and sprayed packets before
+                    // it are not yet acknowledged (pump() says why)
   };
 
   // RTR→RTS: the first PSN the requester uses is sq_psn.
@@ -150,8 +153,18 @@ class Requester {
   void selective_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
                         cc::Pacer& pacer, RequesterOutcome& out);
   bool holes_pending() const {
+    // Multipath: a scan is due when a SACK, an ACK or a probe brought news (sr_rescan_).
+    if (paths_.on()) return sr_rescan_ && unacked_ < sr_high_ && unacked_ < cursor_psn_;
     const Psn lo = std::max(sr_next_, unacked_);
     return lo < sr_high_ && lo < cursor_psn_;
+  }
+  // Multipath: selective_resend's form for a QP that sprays (PathSet says which holes are lost).
+  void spray_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx, cc::Pacer& pacer,
+                    RequesterOutcome& out);
+  // Multipath: the cursor's packet would be sprayed (an RDMA WRITE the responder may place ahead).
+  bool sprays(const QpContext& ctx, const SendEntry& e) const {
+    return paths_.on() && ctx.sr() && ctx.service == wire::Service::kRc &&
+           e.wqe.opcode == IBV_WR_RDMA_WRITE && !inv_pending_;
   }
   bool sacked(Psn p) const {
     const uint32_t d = psn_span(unacked_, p);
@@ -201,6 +214,14 @@ class Requester {
   // whole unacknowledged tail. pump() sends it after the holes.
   std::optional<Psn> sr_probe_;
   bool sr_probed_ = false;  // a probe went since the last ACK progress
+
+  // Multipath spraying (QpInit::paths > 1, with selective repeat; transport/multipath.h). Set up
+  // by the first pump() that finds selective repeat agreed. sr_rescan_: a SACK, ACK or probe
+  // came since spray_resend() last looked at every hole. spray_end_: one past the last PSN
+  // sprayed; a new packet that keeps slot 0 waits until it is acknowledged (kSprayWait).
+  PathSet paths_;
+  bool sr_rescan_ = false;
+  Psn spray_end_;
   // The in-flight WQE holding `psn`, or sq.end().
   SendQueue::Seq find(const SendQueue& sq, Psn psn) const;
 };

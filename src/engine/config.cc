@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <string_view>
 
 #include "engine/config_values.h"
 #include "engine/stats_shm.h"
 #include "transport/cc/parse.h"
+#include "transport/multipath.h"
 #include "util/log.h"
 
 namespace uroce {
@@ -214,6 +216,24 @@ spec::Schema<Environment> make_environment_schema() {
   k.push_back(switch_var("UROCE_SR", &Environment::selective_repeat, "1",
                          "0: RC QPs never use selective repeat (1: with every peer that shows it "
                          "speaks it, go-back-N with others)"));
+  k.push_back(EnvKey{
+      .name = "UROCE_PATHS",
+      .set =
+          [](Environment& e, std::string_view v, std::string* why) {
+            uint32_t n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size() || n < 1 ||
+                n > transport::kMaxPaths) {
+              (*why = "'").append(v).append("' is not a number of paths from 1 to 64");
+              return false;
+            }
+            e.paths = static_cast<uint8_t>(n);
+            return true;
+          },
+      .get = [](const Environment& e) { return std::to_string(e.paths); },
+      .def = "1",
+      .doc = "RC QPs spray RDMA WRITE packets over this many UDP source ports (ECMP paths) to a "
+             "peer that speaks selective repeat (1: one port per QP)"});
   k.push_back(switch_var("UROCE_ACK_RIDERS", &Environment::ack_riders, "1",
                          "0: every RC ACK is a packet of its own (1: an ACK rides on a request "
                          "of its QP leaving with it, to a peer that takes riders)"));
@@ -402,6 +422,7 @@ std::optional<std::vector<DeviceConfig>> load_device_config(std::string* err) {
     d.early_retransmit = env.early_retransmit;
     d.selective_repeat = env.selective_repeat;
     d.ack_riders = env.ack_riders;
+    d.paths = env.paths;
     d.share = env.share;
     d.rnr_grace_ns = env.rnr_grace_ns;
     d.icrc = env.icrc;

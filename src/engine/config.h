@@ -110,6 +110,9 @@ struct DeviceConfig {
   // takes them (uroce), and take those of their peer (transport QpInit::ack_riders,
   // transport/ack_rider.h). 0: every ACK is a packet of its own, and no mark on the wire.
   bool ack_riders = true;
+  // UROCE_PATHS=1..64 (default 1): RC QPs spray their RDMA WRITE packets over this many UDP source
+  // ports to a peer that speaks selective repeat (transport QpInit::paths, transport/multipath.h).
+  uint8_t paths = 1;
   // UROCE_RNR_GRACE=duration (default 10ms, 0 = off): how long an RC message that finds no receive
   // WQE may wait for one before the RNR NAK, at most the QP's min_rnr_timer (transport
   // QpInit::rnr_grace_ns).
@@ -173,6 +176,7 @@ struct Environment {
   bool early_retransmit = true;
   bool selective_repeat = true;
   bool ack_riders = true;
+  uint8_t paths = 1;
   bool share = true;
   uint64_t rnr_grace_ns = DeviceConfig::kDefaultRnrGraceNs;
   DeviceConfig::Gso gso = DeviceConfig::Gso::kAuto;

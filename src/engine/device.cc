@@ -333,6 +333,7 @@ transport::Qp* Device::create_qp(transport::QpInit init, int* err) {
   init.early_retransmit = cfg_.early_retransmit;
   init.selective_repeat = cfg_.selective_repeat && init.type == IBV_QPT_RC;
   init.ack_riders = cfg_.ack_riders && init.type == IBV_QPT_RC;
+  init.paths = init.selective_repeat ? cfg_.paths : 1;
   init.rnr_grace_ns = cfg_.rnr_grace_ns;
   init.cc = cfg_.cc;  // UROCE_CC (docs/congestion-control.md); line rate: the QpInit default
   if (!init.events) init.events = this;

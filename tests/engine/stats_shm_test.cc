@@ -101,6 +101,8 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "sr_sack_sent",
                                          "sr_sack_rcvd",
                                          "sr_selective_resends",
+                                         "mp_sprayed_pkts",
+                                         "mp_path_rotations",
                                          "ack_riders_rcvd"};
   EXPECT_EQ(names, want);
   EXPECT_EQ(names.size(), transport::kQpCounterCount);

@@ -187,6 +187,8 @@ Link::Link(Node& a, Node& b, LinkParams p, Time start) : nodes_{&a, &b}, rng_(p.
   for (int i = 0; i < 2; ++i) {
     ends_[i].link = this;
     ends_[i].idx = i;
+    detours_[i].link = this;
+    detours_[i].idx = i;
     to_[i] = std::make_unique<sim::Channel>(q_, pool_, rng_, cp, &ends_[i]);
     // Frames towards node i were sent by node 1 - i.
     to_[i]->drop_if = [this, from = 1 - i](const sim::Frame& f) {
@@ -233,12 +235,21 @@ void Link::collect() {
         f->src_port = b.src_port;
         f->tos = b.ecn;
         f->payload.assign(b.data, b.data + b.len);
-        to_[1 - from]->send(f);
+        const Time extra = path_delay ? path_delay(from, b.src_port) : 0;
+        if (extra == kNever) {
+          ++path_lost;
+          pool_.put(f);
+        } else if (extra == 0) {
+          to_[1 - from]->send(f);
+        } else {
+          q_.schedule(q_.now() + extra, sim::EventClass::kArrival, &detours_[1 - from],
+                      reinterpret_cast<uint64_t>(f));
+        }
       }
       sent.pop_front();
     }
   }
-  lost = to_[0]->counters().lost + to_[1]->counters().lost;
+  lost = to_[0]->counters().lost + to_[1]->counters().lost + path_lost;
   duplicated = to_[0]->counters().duplicated + to_[1]->counters().duplicated;
 }
 

@@ -183,6 +183,10 @@ class Link {
   // Returns true to drop this packet (sent by node `from`, 0 = a, 1 = b); applied before the
   // random loss.
   std::function<bool(int from, const wire::Packet&)> drop_if;
+  // Extra one-way delay of a packet by its sender and UDP source port: paths of different
+  // lengths (multipath tests). Each path stays FIFO, as one ECMP route is. kNever: the packet
+  // is lost (a dead route; counted in `lost`). Null: none.
+  std::function<Time(int from, uint16_t src_port)> path_delay;
 
   // Runs events until done() or no event remains before `limit`. Returns done().
   bool run_until(const std::function<bool()>& done, Time limit);
@@ -193,6 +197,7 @@ class Link {
 
   Time now = 0;
   uint64_t delivered = 0, lost = 0, duplicated = 0, parse_errors = 0;
+  uint64_t path_lost = 0;  // of `lost`: by path_delay
 
  private:
   // Node `idx`'s end of the link: parses what arrives and hands it to the node's dispatch.
@@ -202,6 +207,14 @@ class Link {
     void on_frame(sim::Frame* f, Time now) override;
     void on_event(Time, uint64_t) override {}  // a deadline: step() runs the progress
   };
+  // Holds frames for their path's extra delay, then hands them to the channel towards node idx.
+  struct Detour : sim::EventHandler {
+    Link* link = nullptr;
+    int idx = 0;
+    void on_event(Time, uint64_t arg) override {
+      link->to_[idx]->send(reinterpret_cast<sim::Frame*>(arg));
+    }
+  };
   void collect();
   bool step(Time limit);
 
@@ -210,6 +223,7 @@ class Link {
   sim::FramePool pool_;
   sim::Rng rng_;
   End ends_[2];
+  Detour detours_[2];
   std::unique_ptr<sim::Channel> to_[2];  // to_[i]: towards node i
   std::unique_ptr<sim::Timer> wake_[2];  // node i's next QP deadline
   uint64_t steps_ = 0;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "harness.h"
 #include "transport/requester.h"
@@ -283,10 +284,11 @@ TEST(SrRequester, NoWriteIsPlaceableAheadWhileASendWithInvalidateIsUnacknowledge
 // Two QPs over the link.
 
 struct Pair {
-  Pair(test::PathParams pp, bool sr, std::optional<bool> b_sr = std::nullopt)
+  Pair(test::PathParams pp, bool sr, std::optional<bool> b_sr = std::nullopt, uint8_t paths = 1)
       : a(kQpnA, kIpA), b(kQpnB, kIpB) {
     a.init.selective_repeat = sr;
     b.init.selective_repeat = b_sr.value_or(sr);
+    a.init.paths = b.init.paths = paths;
     a.init.early_retransmit = b.init.early_retransmit = true;
     a.rebuild();
     b.rebuild();
@@ -601,8 +603,10 @@ struct MixedResult {
   uint64_t lost = 0, retransmitted = 0, selective = 0, timeouts = 0;
 };
 
-MixedResult mixed(const LossCase& lc, bool sr) {
-  Pair p(path(), sr);
+// `paths` > 1: both ends spray (multipath_test.cc) over paths of different lengths (0-9 µs
+// extra, FIFO each), on top of the link's random reordering.
+MixedResult mixed(const LossCase& lc, bool sr, uint8_t paths = 1) {
+  Pair p(path(), sr, std::nullopt, paths);
   enum Kind { kSend, kWrite, kRead, kAtomic };
   struct Op {
     Kind kind;
@@ -624,6 +628,13 @@ MixedResult mixed(const LossCase& lc, bool sr) {
   const Time t0 = negotiate(p);
   Link link(p.a, p.b, LinkParams{.loss = lc.loss, .dup = 0.01, .reorder = 0.05, .seed = lc.seed},
             t0);
+  std::set<uint16_t> ports;
+  if (paths > 1) {
+    link.path_delay = [&ports](int from, uint16_t port) -> Time {
+      if (from == 0) ports.insert(port);
+      return Time((port * 2654435761u >> 20) % 4) * 3'000;
+    };
+  }
   int posted = 0, posted_recvs = 0;
   std::vector<int> recv_op;
   for (int i = 0; i < kOps; ++i) {
@@ -716,6 +727,10 @@ MixedResult mixed(const LossCase& lc, bool sr) {
   if (sr) {
     EXPECT_GT(p.b.qp->counters().sr_ooo_accepted, 0u);
   }
+  if (paths > 1) {
+    EXPECT_GT(p.a.qp->counters().mp_sprayed_pkts, 0u);
+    EXPECT_GE(ports.size(), size_t(paths));  // and more: routes replaced after losses
+  }
   const QpCounters& c = p.a.qp->counters();
   return {link.lost, c.retransmitted_pkts, c.sr_selective_resends, c.local_ack_timeout_err};
 }
@@ -724,13 +739,17 @@ TEST_P(SrLossy, MixedOpsExactlyOnceInOrder) {
   const LossCase lc = GetParam();
   const MixedResult sr = mixed(lc, true);
   const MixedResult gbn = mixed(lc, false);
+  const MixedResult mp = mixed(lc, true, 4);
   std::printf(
       "mixed, %.0f%% loss seed %llu: GBN lost %llu resent %llu timeouts %llu; SR lost "
-      "%llu resent %llu (selective %llu) timeouts %llu\n",
+      "%llu resent %llu (selective %llu) timeouts %llu; SR over 4 paths lost %llu resent %llu "
+      "timeouts %llu\n",
       lc.loss * 100, (unsigned long long)lc.seed, (unsigned long long)gbn.lost,
       (unsigned long long)gbn.retransmitted, (unsigned long long)gbn.timeouts,
       (unsigned long long)sr.lost, (unsigned long long)sr.retransmitted,
-      (unsigned long long)sr.selective, (unsigned long long)sr.timeouts);
+      (unsigned long long)sr.selective, (unsigned long long)sr.timeouts,
+      (unsigned long long)mp.lost, (unsigned long long)mp.retransmitted,
+      (unsigned long long)mp.timeouts);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loss, SrLossy,
