@@ -387,22 +387,24 @@ if want 8; then
 echo "## Experiment 8: permutation traffic on the leaf-spine — fabric utilisation against paths per QP"
 e8=$out/exp8.csv
 permutation "$raw/exp8_flows.txt" 1048576 0 2
-echo "transport,paths,goodput_gbps_total,per_host_gbps,uplink_util_mean_pct,uplink_util_min_pct,uplink_util_max_pct,pfc_pause_frames,retransmitted" >"$e8"
-for c in "gbn 1" "sr 1" "sr 4" "sr 16" "sr 64"; do
-  read -r tr paths <<<"$c"
-  args=(--paths "$paths")
-  [[ $tr == sr ]] && args+=(--sr)
-  j=$raw/exp8_${tr}_${paths}.json
-  "$sim" leafspine "${ls_args[@]}" --cc dcqcn "${args[@]}" --workload "$raw/exp8_flows.txt" \
-    --duration-ms 3 --window-ms 1:3 --json "$j"
-  u=$(python3 - "$j" <<'PY'
+echo "cc,transport,paths,goodput_gbps_total,per_host_gbps,uplink_util_mean_pct,uplink_util_min_pct,uplink_util_max_pct,pfc_pause_frames,ecn_marks,retransmitted" >"$e8"
+for cc in dcqcn none; do
+  for c in "gbn 1" "sr 1" "sr 4" "sr 16" "sr 64"; do
+    read -r tr paths <<<"$c"
+    args=(--paths "$paths")
+    [[ $tr == sr ]] && args+=(--sr)
+    j=$raw/exp8_${cc}_${tr}_${paths}.json
+    "$sim" leafspine "${ls_args[@]}" --cc "$cc" "${args[@]}" --workload "$raw/exp8_flows.txt" \
+      --duration-ms 3 --window-ms 1:3 --json "$j"
+    u=$(python3 - "$j" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 up = [l["util_pct"] for l in d["links"] if l["link"].startswith("leaf") and "->spine" in l["link"]]
 print("%.2f,%.1f,%.1f,%.1f" % (d["goodput_gbps_total"] / 64, sum(up) / len(up), min(up), max(up)))
 PY
 )
-  echo "$tr,$paths,$(get "$j" goodput_gbps_total),$u,$(get "$j" pfc_pause_frames retransmitted_packets)" >>"$e8"
+    echo "$cc,$tr,$paths,$(get "$j" goodput_gbps_total),$u,$(get "$j" pfc_pause_frames ecn_marks retransmitted_packets)" >>"$e8"
+  done
 done
 table "$e8"
 fi
