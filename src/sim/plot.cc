@@ -17,7 +17,11 @@ constexpr const char* kColors[] = {"#377eb8", "#e41a1c", "#4daf4a", "#984ea3", "
                                    "#e7298a", "#66a61e", "#e6ab02", "#666666"};
 constexpr size_t kNColors = sizeof kColors / sizeof kColors[0];
 
-std::vector<std::string> split(const std::string& line) {
+// The cells of one line. A line may end in CR: CSV's own line break is CRLF (RFC 4180), which
+// Python's csv module writes — read as a character of the last cell, it hid the last column of
+// bench/sim_experiments.sh's tables from every pattern that named it.
+std::vector<std::string> split(std::string line) {
+  if (!line.empty() && line.back() == '\r') line.pop_back();
   std::vector<std::string> out;
   std::string cell;
   std::istringstream s(line);
@@ -44,7 +48,7 @@ std::string plot_csv(const std::string& csv, const PlotSpec& spec, std::string* 
   const std::vector<std::string> head = split(line);
   std::vector<std::vector<std::string>> rows;
   while (std::getline(in, line))
-    if (!line.empty()) rows.push_back(split(line));
+    if (!line.empty() && line != "\r") rows.push_back(split(line));
   if (rows.empty()) {
     *err = "the CSV has no rows";
     return "";

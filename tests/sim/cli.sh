@@ -78,11 +78,17 @@ fi
   --title "two flows" --xlabel "time [ms]" --ylabel "Gb/s"
 printf 'case,fct,ideal\nA,3.5,3.3\nB,5.6,3.3\n' >"$tmp/bars.csv"
 "$sim" plot --csv "$tmp/bars.csv" --x case --y fct,ideal --bars --svg "$tmp/bars.svg"
-for f in lines bars; do
+# CRLF line ends (RFC 4180's, Python's csv module's): the last column is a column like the others.
+printf 'case,fct,ideal\r\nA,3.5,3.3\r\nB,5.6,3.3\r\n' >"$tmp/crlf.csv"
+"$sim" plot --csv "$tmp/crlf.csv" --x case --y fct,ideal --bars --svg "$tmp/crlf.svg"
+for f in lines bars crlf; do
   python3 -c "import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); \
     assert d.documentElement.tagName == 'svg'; \
     assert d.getElementsByTagName('polyline' if sys.argv[2] == 'lines' else 'rect')" \
     "$tmp/$f.svg" "$f" || fail "$f.svg is not a plot"
+done
+for f in bars crlf; do
+  grep -q '>ideal</text>' "$tmp/$f.svg" || fail "$f.svg: the last column 'ideal' is not plotted"
 done
 
 # Bad flags: exit status 2 and a message naming the flag.
