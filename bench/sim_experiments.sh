@@ -381,6 +381,20 @@ done
 echo '```'
 cat "$out/exp7_pfc_report_gbn_1.txt"
 echo '```'
+python3 - "$e7" "$raw/exp7_bars.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["transport"] == "sr" or r["paths"] == "1"]
+with open(sys.argv[2], "w") as f:
+    w = csv.writer(f)
+    w.writerow(["case", "p99_over_ideal", "pauses_per_100"])
+    for r in rows:
+        w.writerow(["%s %s %s" % (r["cc"], r["transport"], r["paths"]), r["p99_over_ideal"],
+                    int(r["pfc_pause_frames"]) / 100])
+PY
+plot --csv "$raw/exp7_bars.csv" --x case --y p99_over_ideal,pauses_per_100 --bars \
+  --title "Experiment 7: 64-host leaf-spine, PFC: flow completion p99 / ideal and PAUSE frames / 100" \
+  --xlabel "congestion control, transport, paths per QP" --ylabel "x ideal; PAUSEs / 100" \
+  --svg "$out/exp7_storm.svg"
 fi
 
 if want 8; then
@@ -407,6 +421,19 @@ PY
   done
 done
 table "$e8"
+python3 - "$e8" "$raw/exp8_bars.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+with open(sys.argv[2], "w") as f:
+    w = csv.writer(f)
+    w.writerow(["case", "dcqcn", "none"])
+    for case in dict.fromkeys((r["transport"], r["paths"]) for r in rows):
+        g = {r["cc"]: r["per_host_gbps"] for r in rows if (r["transport"], r["paths"]) == case}
+        w.writerow(["%s %s" % case, g["dcqcn"], g["none"]])
+PY
+plot --csv "$raw/exp8_bars.csv" --x case --y dcqcn,none --bars \
+  --title "Experiment 8: permutation on a 64-host leaf-spine, goodput per host (most: 97.7)" \
+  --xlabel "transport, paths per QP" --ylabel "Gb/s" --svg "$out/exp8_goodput.svg"
 fi
 
 echo "sim_experiments: tables and plots in $out, raw results in $raw"
