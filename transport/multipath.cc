@@ -45,10 +45,9 @@ void PathSet::delivered(Psn psn) {
   if (r.tsn == 0) return;
   s.max_delivered = std::max(s.max_delivered, r.tsn);
   Slot& sl = s.slot[r.slot];
-  if (r.gen == sl.gen) {
-    sl.mark = std::max(sl.mark, r.tsn);
-  } else if (uint8_t(r.gen + 1) == sl.gen) {
-    sl.prev_mark = std::max(sl.prev_mark, r.tsn);
+  if (uint8_t(sl.gen - r.gen) < kGens) {
+    uint32_t& m = sl.mark[r.gen % kGens];
+    m = std::max(m, r.tsn);
   }
 }
 
@@ -60,11 +59,15 @@ bool PathSet::lost(Psn psn) const {
 }
 
 bool PathSet::seen_behind(const Sent& r) const {
-  const State& s = *st_;
-  const Slot& sl = s.slot[r.slot];
-  if (r.gen == sl.gen) return sl.mark > r.tsn;
-  if (uint8_t(r.gen + 1) == sl.gen) return sl.prev_mark > r.tsn;
-  return true;  // two rotations ago: that route has had its chance
+  const Slot& sl = st_->slot[r.slot];
+  if (uint8_t(sl.gen - r.gen) >= kGens) return true;  // a route long replaced: it had its chance
+  return sl.mark[r.gen % kGens] > r.tsn;
+}
+
+void PathSet::replace(Slot& sl) {
+  ++sl.gen;
+  sl.current() = 0;
+  sl.port = draw_port();
 }
 
 bool PathSet::rotate(Psn psn) {
@@ -76,12 +79,20 @@ bool PathSet::rotate(Psn psn) {
   // none. A route already replaced is not replaced again.
   if (r.tsn == 0 || r.gen != s.slot[r.slot].gen) return false;
   if (!seen_behind(r) && !(r.tsn <= s.expired && r.tsn < s.max_delivered)) return false;
-  Slot& sl = s.slot[r.slot];
-  sl.prev_mark = sl.mark;
-  sl.mark = 0;
-  ++sl.gen;
-  sl.port = draw_port();
+  replace(s.slot[r.slot]);
   return true;
+}
+
+bool PathSet::marked(uint16_t port) {
+  State& s = *st_;
+  for (uint32_t i = 0; i < s.n; ++i) {
+    Slot& sl = s.slot[i];
+    if (sl.port != port) continue;
+    if (sl.gen != 0 && sl.current() == 0) return false;  // its new route is not tried yet
+    replace(sl);
+    return true;
+  }
+  return false;  // a route already replaced, or not ours
 }
 
 void PathSet::expire_all() {

@@ -22,9 +22,11 @@
 //
 // A path that loses is used less: the slot that lost a packet gets a fresh entropy value (UET's
 // and UCCL's entropy rotation), so the next packets on that slot hash onto another route. A
-// rotation starts a new generation of the slot; packets still in flight on the old route are
-// judged by that route's mark (one generation is remembered), so stragglers of the old route are
-// not taken for lost by deliveries on the new one.
+// rotation starts a new generation of the slot; packets still in flight on an old route are
+// judged by that route's mark (the last kGens routes of a slot are remembered), so stragglers of
+// the old route are not taken for lost by deliveries on the new one. A path whose packets are
+// CE-marked moves too (marked()): a uroce notification point sends its CNP from the marked
+// packet's UDP source port, which names the path.
 //
 // Pure bookkeeping: no clock, no packets. Allocated only for QPs with paths > 1.
 #pragma once
@@ -61,15 +63,24 @@ class PathSet {
   bool rotate(Psn psn);
   // The tail probe or the ACK timer: every packet sent so far counts as lost.
   void expire_all();
+  // The peer's CNP came from UDP source port `port`: a uroce notification point sends it from
+  // the port of the CE-marked packet, so it names the congested path. The slot on that route gets
+  // a new one — unless it was replaced before and its new route has delivered nothing yet, so
+  // that a slot moves at most about once a round trip however many marks arrive. Returns true
+  // when it moved.
+  bool marked(uint16_t port);
   // The UDP source port of slot `i`'s current route (tests, stats).
   uint16_t port(uint32_t i) const { return st_->slot[i].port; }
 
  private:
+  // A slot's routes: the current one and the kGens - 1 before it, each with the highest TSN
+  // delivered on it (0: none), indexed by generation modulo kGens.
+  static constexpr uint8_t kGens = 4;
   struct Slot {
     uint16_t port = 0;
-    uint8_t gen = 0;         // generation: +1 per rotation (wraps; only parity of 1 matters)
-    uint32_t mark = 0;       // highest TSN delivered on the current route (0: none)
-    uint32_t prev_mark = 0;  // the same for the route before the last rotation
+    uint8_t gen = 0;  // +1 per rotation (wraps)
+    std::array<uint32_t, kGens> mark{};
+    uint32_t& current() { return mark[gen % kGens]; }
   };
   // What a PSN's latest transmission was: its slot, the slot's generation then, and its TSN.
   struct Sent {
@@ -92,8 +103,9 @@ class PathSet {
     std::array<Sent, kRing> sent{};
   };
   uint16_t draw_port();
-  // A packet sent after `r` on r's route (or the route before, for a straggler of it) arrived.
+  // A packet sent after `r` on r's route (one of the slot's last kGens routes) arrived.
   bool seen_behind(const Sent& r) const;
+  void replace(Slot& sl);
   std::unique_ptr<State> st_;
 };
 

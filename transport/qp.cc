@@ -190,6 +190,10 @@ void Qp::Impl::on_cnp(const RxInfo& rx, Time now) {
   }
   // Every service is rate-controlled per QP (a UD QP's rate covers all its destinations, as a
   // ConnectX reaction point's does).
+  // Multipath: a uroce NP sends its CNP from the marked packet's source port, the congested
+  // path; that path moves (PathSet::marked).
+  if (init.type == IBV_QPT_RC && ctx.peer_sr && requester.path_marked(rx.src_port))
+    ++counters.mp_ecn_rotations;
   if (sending_state() && rate->on_cnp(now)) {
     ++counters.rp_cnp_handled;
     sync_pacer();
@@ -207,15 +211,16 @@ void Qp::Impl::on_marked(const wire::Packet& pkt, const RxInfo& rx, Time now) {
     return;
   cnp_pending = true;
   if (init.type == IBV_QPT_UD)
-    cnp_to = {rx.src_ip, pkt.deth.src_qp, rx.roce_v1};
+    cnp_to = {rx.src_ip, pkt.deth.src_qp, rx.roce_v1, ctx.src_port};
   else
-    cnp_to = {ctx.remote_ip, attr.dest_qp_num, ctx.roce_v1};
+    cnp_to = {ctx.remote_ip, attr.dest_qp_num, ctx.roce_v1,
+              ctx.peer_sr && rx.src_port != 0 ? rx.src_port : ctx.src_port};
 }
 
 void Qp::Impl::write_cnp(TxBuf* buf) {
   buf->len = static_cast<uint32_t>(wire::build_headers(wire::cnp_packet(cnp_to.qpn), buf->data));
   stamp_route(buf, Route{.dst_ip = cnp_to.ip,
-                         .src_port = ctx.src_port,
+                         .src_port = cnp_to.src_port,
                          .ecn = kEcnNotEct,  // a CNP is not ECN-capable: marking it says nothing
                          .dscp = init.cc.np.cnp_dscp,
                          .pcp = init.cc.np.cnp_802p_prio,

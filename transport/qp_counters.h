@@ -91,6 +91,8 @@
   /* QP's paths, and paths given a new UDP source port after one of their packets was lost. */     \
   X(mp_sprayed_pkts, "mp_sprayed_pkts", kInfo)                                                     \
   X(mp_path_rotations, "mp_path_rotations", kInfo)                                                 \
+  /* Multipath: paths given a new UDP source port because the peer's CNP named them (marked). */   \
+  X(mp_ecn_rotations, "mp_ecn_rotations", kInfo)                                                   \
   /* ACKs that arrived riding on the peer's requests (transport/ack_rider.h): each one an ACK */   \
   /* packet the peer did not send. No rxe equivalent. */                                           \
   X(ack_riders_rcvd, "ack_riders_rcvd", kInfo)

@@ -122,6 +122,10 @@ struct Qp::Impl {
     wire::IpAddr ip{};
     uint32_t qpn = 0;
     bool roce_v1 = false;
+    // The CNP's UDP source port. To a uroce peer (it marks its packets, QpContext::peer_sr), the
+    // marked packet's own source port: with multipath that names the congested path
+    // (PathSet::marked). To others the QP's port, as before.
+    uint16_t src_port = 0;
   } cnp_to;
 
   // Dispatcher steps (qp.cc).

@@ -93,6 +93,8 @@ class Requester {
   void on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, bool sr = false);
   // Selective repeat: a SACK (events.h). Records the SACKed PSN and opens a loss episode.
   void on_sack(const Sacked& ev);
+  // Multipath: a CNP came from UDP source port `port` (PathSet::marked). True when a path moved.
+  bool path_marked(uint16_t port) { return paths_.on() && paths_.marked(port); }
 
   // Sends what the window, the RNR timer, the QP's pacer (congestion control) and the port
   // allow. `may_start` is false in SQD: WQEs already started finish, new ones wait (IBTA 10.3.1

@@ -103,6 +103,7 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "sr_selective_resends",
                                          "mp_sprayed_pkts",
                                          "mp_path_rotations",
+                                         "mp_ecn_rotations",
                                          "ack_riders_rcvd"};
   EXPECT_EQ(names, want);
   EXPECT_EQ(names.size(), transport::kQpCounterCount);

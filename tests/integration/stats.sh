@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `uroce stats` looks at a running program from the outside: runs the unmodified ibv_rc_pingpong
-# over uroce, reads the server's live counters with `uroce stats --json` while it runs, and checks
-# that the published file goes away when it exits (and that a dead process's file is removed).
+# over uroce, reads the server's live counters with `uroce stats --json` while it runs, then stops
+# the pair and checks that the file a killed process leaves is removed by the next reader; a
+# second, short pair checks that the published file goes away when a process exits normally.
 #
 #   stats.sh UROCE_RUN UROCE SERVER_IP CLIENT_IP TCP_PORT
 set -uo pipefail
@@ -31,7 +32,11 @@ if mine:
 # Poll while the pair runs, until one round sees the server with traffic. A round copies the
 # server's file, reads the human-readable view, then the JSON; it counts only when the JSON (read
 # last) shows the server alive with sent_pkts > 0 and the earlier steps saw it too, so every check
-# below looked at the running process.
+# below looked at the running process. Then the pair has served its purpose and the poller stops
+# it: it runs until seen, not for a fixed time (a round — python, two `uroce stats` — can outlast
+# a short run on a loaded machine; 50 000 round trips once ended before a round saw them).
+# 2 000 000 round trips (a minute or more) only bound it.
+pair_cmd="ibv_rc_pingpong -d uroce0 -g 0 -p $port -s 64 -n 2000000"
 (
   pid=
   while [[ ! -e $log/done ]]; do
@@ -45,7 +50,7 @@ if mine:
       grep -Eq '^ +sent_pkts +[1-9]' "$log/round.txt"; then
       cp "$log/poll.json" "$log/live.json"
       mv "$log/round.txt" "$log/live.txt"
-      mv "$log/round.copy" "$log/published.copy"
+      pkill -KILL -f -- "$pair_cmd" 2>/dev/null
       exit
     fi
     pid=${now_pid:-}
@@ -54,15 +59,14 @@ if mine:
 ) &
 poller=$!
 
-# Long enough (50000 round trips: 1.5-3 s here) for a few polling rounds even on a loaded
-# machine, where each round (python, two `uroce stats`) takes a few hundred milliseconds; 5000
-# once ended before a round saw it.
-server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 50000)
+server_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 2000000)
 client_cmd=("${server_cmd[@]}" "$srv_ip")
 run_pair "$srv_ip" "$cli_ip" "$port"
 touch "$log/done"
 wait "$poller"
-((srv_rc != 0 || cli_rc != 0)) && fail="server exit $srv_rc, client exit $cli_rc"
+# Stopped by the poller once it saw the server: then their exit statuses are the signal's.
+[[ -s $log/live.json ]] || ((srv_rc == 0 && cli_rc == 0)) ||
+  failing "server exit $srv_rc, client exit $cli_rc"
 
 echo "--- uroce stats while running"
 cat "$log/live.txt" 2>/dev/null
@@ -74,24 +78,40 @@ else
   echo "server pid $pid, sent_pkts $sent"
   grep -Eq "^uroce0  pid $pid \(ibv_rc_pingpong\)  $srv_ip  netdev lo  mtu 4096  port ACTIVE" \
     "$log/live.txt" || failing "human-readable stats lack the server device line"
-  # Gone once the process exits.
-  [[ -e /dev/shm/uroce.$pid.uroce0 ]] && failing "/dev/shm/uroce.$pid.uroce0 outlives its process"
+  # Killed with its device open (SIGKILL: no exit handler ran), the server left its file: the
+  # next reader removes it, with a note — unless a device that opened meanwhile (a test beside
+  # this one) removed it first (stats_shm::remove_dead_files): then there is nothing to note,
+  # and it is gone all the same.
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$pid" 2>/dev/null && failing "the stopped server $pid still runs"
+  "$uroce" stats >"$log/stale.out" 2>&1 || failing "uroce stats failed on a stale file"
+  cat "$log/stale.out"
+  grep -q "no longer runs" "$log/stale.out" || grep -q "pid $pid " "$log/stale.out" ||
+    echo "note: a device opened meanwhile removed the stale file before uroce stats saw it"
+  grep -q "pid $pid " "$log/stale.out" && failing "a dead process was listed"
+  [[ -e /dev/shm/uroce.$pid.uroce0 ]] && { rm -f "/dev/shm/uroce.$pid.uroce0"; failing "stale file not removed"; }
+fi
+
+# A normal exit removes the published file itself. A short pair to completion; the server's pid
+# is the shell's that execs uroce-run, which execs the program (the same process).
+echo "--- a short run, exiting normally"
+server_cmd=(sh -c 'echo $$ >"$0"; exec "$@"' "$log/server.pid" "$run" /usr/bin/ibv_rc_pingpong
+  -d uroce0 -g 0 -p "$port" -s 64 -n 2000)
+client_cmd=("$run" /usr/bin/ibv_rc_pingpong -d uroce0 -g 0 -p "$port" -s 64 -n 2000 "$srv_ip")
+run_pair "$srv_ip" "$cli_ip" "$port"
+((srv_rc != 0 || cli_rc != 0)) && failing "short run: server exit $srv_rc, client exit $cli_rc"
+spid=$(cat "$log/server.pid" 2>/dev/null)
+if [[ -z $spid ]]; then
+  failing "the short run's server did not record its pid"
+else
+  grep -q "2000 iters" "$log/server.out" || failing "the short run's server did not finish its iterations"
+  [[ -e /dev/shm/uroce.$spid.uroce0 ]] && failing "/dev/shm/uroce.$spid.uroce0 outlives its process"
   "$uroce" stats --json >"$log/after.json" || failing "uroce stats failed after the run"
-  [[ -n $(server_entry "$log/after.json") ]] && failing "the server is still listed after exit"
-  # A process killed with its device open leaves its file: the reader removes it, with a note —
-  # unless a device that opened meanwhile (a test beside this one) removed it first
-  # (stats_shm::remove_dead_files): then there is nothing to note, and it is gone all the same.
-  if [[ -s $log/published.copy ]]; then
-    cp "$log/published.copy" "/dev/shm/uroce.$pid.uroce0"
-    "$uroce" stats >"$log/stale.out" 2>&1 || failing "uroce stats failed on a stale file"
-    cat "$log/stale.out"
-    grep -q "no longer runs" "$log/stale.out" || grep -q "pid $pid " "$log/stale.out" ||
-      echo "note: a device opened meanwhile removed the stale file before uroce stats saw it"
-    grep -q "pid $pid " "$log/stale.out" && failing "a dead process was listed"
-    [[ -e /dev/shm/uroce.$pid.uroce0 ]] && { rm -f "/dev/shm/uroce.$pid.uroce0"; failing "stale file not removed"; }
-  else
-    failing "could not copy the published file"
-  fi
+  python3 -c '
+import json, sys
+doc = json.load(open(sys.argv[1]))
+sys.exit(any(d["pid"] == int(sys.argv[2]) for d in doc["devices"]))' "$log/after.json" "$spid" ||
+    failing "the short run's server is still listed after exit"
 fi
 
 # Bad arguments are an error; no matching process is not.

@@ -234,6 +234,7 @@ void Link::collect() {
         f->dst_ip = b.dst_ip.v4();
         f->src_port = b.src_port;
         f->tos = b.ecn;
+        if (ce_if && (b.ecn & 3) != 0 && ce_if(from, b.src_port)) f->tos |= 3;  // ECT only
         f->payload.assign(b.data, b.data + b.len);
         const Time extra = path_delay ? path_delay(from, b.src_port) : 0;
         if (extra == kNever) {

@@ -187,6 +187,9 @@ class Link {
   // lengths (multipath tests). Each path stays FIFO, as one ECMP route is. kNever: the packet
   // is lost (a dead route; counted in `lost`). Null: none.
   std::function<Time(int from, uint16_t src_port)> path_delay;
+  // Marks a packet CE (ECN 11) by its sender and UDP source port, as a congested switch on its
+  // path would. Null: none.
+  std::function<bool(int from, uint16_t src_port)> ce_if;
 
   // Runs events until done() or no event remains before `limit`. Returns done().
   bool run_until(const std::function<bool()>& done, Time limit);

@@ -100,6 +100,46 @@ TEST(PathSet, AStallCountsEverythingSentAsLostButBlamesNoRoute) {
   EXPECT_FALSE(p.lost(Psn(8)));  // sent after the stall
 }
 
+TEST(PathSet, AMarkedPathMovesAtOnceAndAgainOnlyOnceItsNewRouteWasTried) {
+  PathSet p;
+  p.reset(kQpnA, kBase, 2);
+  for (uint32_t i = 0; i < 4; ++i) p.send(Psn(i), true);  // slot 1: 1 3
+  const uint16_t hot = p.port(1);
+  EXPECT_TRUE(p.marked(hot));  // a slot's first route moves at its first mark
+  const uint16_t second = p.port(1);
+  EXPECT_NE(second, hot);
+  EXPECT_FALSE(p.marked(hot));     // no slot is on that route any more
+  EXPECT_FALSE(p.marked(second));  // the new route has not delivered yet: not tried
+  EXPECT_FALSE(p.marked(0x1234));  // not ours
+  p.send(Psn(4), true);
+  p.send(Psn(5), true);  // slot 1, the second route
+  p.delivered(Psn(5));
+  EXPECT_TRUE(p.marked(second));  // tried, and marked again: it moves too
+  EXPECT_NE(p.port(1), second);
+  // 3, in flight on the first route, is judged by that route; 5 arrived on another.
+  EXPECT_FALSE(p.lost(Psn(3)));
+}
+
+TEST(PathSet, StragglersOfRoutesReplacedInQuickSuccessionAreNotTakenForLost) {
+  PathSet p;
+  p.reset(kQpnA, kBase, 2);
+  p.send(Psn(0), true);  // slot 0, route A
+  p.send(Psn(1), true);  // slot 1
+  p.send(Psn(2), true);  // slot 0, route A
+  p.delivered(Psn(2));
+  ASSERT_TRUE(p.marked(p.port(0)));  // route A → B (a first route moves at once)
+  p.send(Psn(3), true);
+  p.send(Psn(4), true);  // slot 0, route B
+  p.delivered(Psn(4));
+  ASSERT_TRUE(p.marked(p.port(0)));  // route B → C
+  p.send(Psn(5), true);
+  p.send(Psn(6), true);  // slot 0, route C
+  p.delivered(Psn(6));
+  // 0 was sent before 2 on route A: lost. Nothing is known against 3 (slot 1).
+  EXPECT_TRUE(p.lost(Psn(0)));
+  EXPECT_FALSE(p.lost(Psn(3)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Two QPs over the link.
 
@@ -306,6 +346,42 @@ TEST(Multipath, ABlackHoledPathIsAbandoned) {
   EXPECT_LE(r.lost, 256u / 4 + 4);
   EXPECT_LE(r.a.retransmitted_pkts, r.lost + 4);
   EXPECT_LE(r.a.local_ack_timeout_err + r.a.early_retransmits, 1u);
+}
+
+TEST(Multipath, AMarkedPathIsLeftForAnother) {
+  Pair p(4);
+  p.b.init.cc.np.enabled = true;  // b answers CE marks with CNPs, as the device does by default
+  p.b.init.cc.np.min_time_between_cnps = 0;
+  p.b.rebuild();
+  p.b.connect(kIpA, kQpnA, 0xfffe00, 0xffff00, path());
+  p.rkey = p.b.mem.reg(p.b.pd, p.rmem.data(), p.rmem.size(),
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  Link link(p.a, p.b);
+  Paths paths;
+  paths.attach(link);
+  // One of a's ports crosses a congested switch: every ECN-capable packet on it is marked CE.
+  uint16_t hot = 0;
+  std::map<uint16_t, uint64_t> marked;
+  link.ce_if = [&](int from, uint16_t port) {
+    if (from != 0) return false;
+    if (hot == 0 && paths.ports.size() >= 3) hot = std::next(paths.ports.begin(), 2)->first;
+    if (port != hot) return false;
+    ++marked[port];
+    return true;
+  };
+  const Outcome r = writes(p, link, 32, 64 * 1024);
+  std::printf("marked path: %llu packets marked, %llu CNPs, %llu ECN rotations, %zu ports\n",
+              (unsigned long long)marked[hot], (unsigned long long)p.b.qp->counters().np_cnp_sent,
+              (unsigned long long)r.a.mp_ecn_rotations, paths.ports.size());
+  ASSERT_NE(hot, 0);
+  EXPECT_GT(p.b.qp->counters().np_cnp_sent, 0u);
+  EXPECT_GE(r.a.mp_ecn_rotations, 1u);
+  // The marked route was left at the first CNP. The link's rate is infinite, so the first
+  // window (256 packets, a quarter of them on that route) was out before any CNP came back; no
+  // packet crossed the route after it. Without moving, a quarter of the 2048 would have.
+  EXPECT_LE(marked[hot], 256u / 4);
+  EXPECT_EQ(r.a.mp_ecn_rotations, 1u);
+  EXPECT_EQ(r.a.retransmitted_pkts, 0u);
 }
 
 TEST(Multipath, ASendBehindSprayedWritesWaitsForThemInsteadOfOvertaking) {
