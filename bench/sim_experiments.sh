@@ -330,7 +330,7 @@ echo "## Experiment 7: the PFC storm — ECMP collisions on a 64-host leaf-spine
 e7=$out/exp7.csv
 permutation "$raw/exp7_flows.txt" 262144 16 4
 permutation "$raw/exp7_solo.txt" 262144 16 4 1
-echo "cc,transport,paths,fct_p50_us,fct_p99_us,ideal_us,p99_over_ideal,pfc_pause_frames,spine_pause_frames,pfc_pause_time_us,paused_ports,max_flows_per_uplink,retransmitted,completed" >"$e7"
+echo "cc,transport,paths,fct_p50_us,fct_p99_us,ideal_us,p99_over_ideal,pfc_pause_frames,spine_pause_frames,pfc_pause_time_us,paused_ports,max_flows_per_uplink,retransmitted,ecn_rotations,loss_rotations,completed" >"$e7"
 # flowstats JSON [IDEAL]: flow completion p50, p99 (nearest rank: of 64 flows, the slowest), …
 flowstats() {
   python3 - "$@" <<'PY'
@@ -348,9 +348,10 @@ ups = {}
 for x in d["flows"]:
     ups[x["path"][0]] = ups.get(x["path"][0], 0) + 1
 up = max(ups.values())
-print("%.1f,%.1f,%.1f,%.3f,%d,%d,%.1f,%d,%d,%d,%d" % (
+print("%.1f,%.1f,%.1f,%.3f,%d,%d,%.1f,%d,%d,%d,%d,%d,%d" % (
     pct(0.5), pct(0.99), ideal, pct(0.99) / ideal, d["pfc_pause_frames"], spine,
-    d["pfc_pause_time_us"], paused, up, d["retransmitted_packets"], len(f)))
+    d["pfc_pause_time_us"], paused, up, d["retransmitted_packets"], d["mp_ecn_rotations"],
+    d["mp_path_rotations"], len(f)))
 PY
 }
 for cc in none dcqcn; do
@@ -401,7 +402,7 @@ if want 8; then
 echo "## Experiment 8: permutation traffic on the leaf-spine — fabric utilisation against paths per QP"
 e8=$out/exp8.csv
 permutation "$raw/exp8_flows.txt" 1048576 0 2
-echo "cc,transport,paths,goodput_gbps_total,per_host_gbps,uplink_util_mean_pct,uplink_util_min_pct,uplink_util_max_pct,pfc_pause_frames,ecn_marks,retransmitted" >"$e8"
+echo "cc,transport,paths,goodput_gbps_total,per_host_gbps,uplink_util_mean_pct,uplink_util_min_pct,uplink_util_max_pct,pfc_pause_frames,ecn_marks,retransmitted,ecn_rotations" >"$e8"
 for cc in dcqcn none; do
   for c in "gbn 1" "sr 1" "sr 4" "sr 16" "sr 64"; do
     read -r tr paths <<<"$c"
@@ -417,7 +418,7 @@ up = [l["util_pct"] for l in d["links"] if l["link"].startswith("leaf") and "->s
 print("%.2f,%.1f,%.1f,%.1f" % (d["goodput_gbps_total"] / 64, sum(up) / len(up), min(up), max(up)))
 PY
 )
-    echo "$cc,$tr,$paths,$(get "$j" goodput_gbps_total),$u,$(get "$j" pfc_pause_frames ecn_marks retransmitted_packets)" >>"$e8"
+    echo "$cc,$tr,$paths,$(get "$j" goodput_gbps_total),$u,$(get "$j" pfc_pause_frames ecn_marks retransmitted_packets mp_ecn_rotations)" >>"$e8"
   done
 done
 table "$e8"

@@ -115,6 +115,7 @@ struct RunResult {
   uint64_t lost_frames = 0;  // dropped by the links' random loss (--loss)
   uint64_t retransmitted_packets = 0, timeouts = 0, probe_timeouts = 0;
   uint64_t sr_ooo_accepted = 0, sr_sacks_sent = 0, sr_selective_resends = 0;  // selective repeat
+  uint64_t mp_sprayed = 0, mp_rotations = 0, mp_ecn_rotations = 0;            // multipath
   uint64_t errors = 0;  // completions in error
   // Every completed message of every flow whose completion falls in the window: completion
   // time (post, or arrival when open loop, to the send completion), µs.

@@ -99,6 +99,9 @@ Snapshot snapshot(const Fabric& f) {
     s.sr_ooo += q.sr_ooo_accepted;
     s.sr_sacks += q.sr_sack_sent;
     s.sr_resends += q.sr_selective_resends;
+    s.mp_sprayed += q.mp_sprayed_pkts;
+    s.mp_rotations += q.mp_path_rotations;
+    s.mp_ecn_rotations += q.mp_ecn_rotations;
     for (int c = 0; c < kPriorities; ++c) s.pause_ns += h.nic().counters().pfc[c].pause_ns;
   }
   return s;
@@ -201,6 +204,9 @@ RunResult collect(Fabric& f, const Snapshot& begin, double wall_s) {
   r.sr_ooo_accepted = end.sr_ooo - begin.sr_ooo;
   r.sr_sacks_sent = end.sr_sacks - begin.sr_sacks;
   r.sr_selective_resends = end.sr_resends - begin.sr_resends;
+  r.mp_sprayed = end.mp_sprayed - begin.mp_sprayed;
+  r.mp_rotations = end.mp_rotations - begin.mp_rotations;
+  r.mp_ecn_rotations = end.mp_ecn_rotations - begin.mp_ecn_rotations;
   const Time wlen = std::min(w.end, f.queue().now()) - std::min(w.begin, f.queue().now());
   for (const auto& fl : f.flows()) {
     FlowResult x;

@@ -60,6 +60,7 @@ struct Snapshot {
   uint64_t retransmitted = 0, timeouts = 0, probes = 0;
   uint64_t lost = 0;  // by the links' random loss
   uint64_t sr_ooo = 0, sr_sacks = 0, sr_resends = 0;
+  uint64_t mp_sprayed = 0, mp_rotations = 0, mp_ecn_rotations = 0;
   std::vector<PortReport> ports;
 };
 Snapshot snapshot(const Fabric& f);

@@ -30,6 +30,9 @@ void run_json(JsonWriter& j, const RunResult& r) {
   j.key("sr_ooo_accepted").num(double(r.sr_ooo_accepted));
   j.key("sr_sacks_sent").num(double(r.sr_sacks_sent));
   j.key("sr_selective_resends").num(double(r.sr_selective_resends));
+  j.key("mp_sprayed_pkts").num(double(r.mp_sprayed));
+  j.key("mp_path_rotations").num(double(r.mp_rotations));
+  j.key("mp_ecn_rotations").num(double(r.mp_ecn_rotations));
   j.key("messages_completed").num(double(r.messages));
   j.key("message_fct_mean_us").num(r.message_fct_mean_us);
   j.key("message_fct_p50_us").num(r.message_fct_p50_us);
