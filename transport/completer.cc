@@ -114,8 +114,20 @@ void Completer::on_sent(const PacketsSent& ev, Time now, const QpContext& ctx) {
 
 bool Completer::advance(Psn next_unacked, Time now, const QpContext& ctx, SendQueue& sq) {
   if (next_unacked <= unacked_) return false;
+  if (rd_marks_) {
+    // Placed READ responses now behind unacked_ leave the bitmap (it covers what is ahead).
+    if (psn_span(unacked_, next_unacked) >= kRdBits) {
+      rd_placed_.fill(0);
+      rd_marks_ = false;
+      rd_count_ = 0;
+    } else {
+      for (Psn p = unacked_; p < next_unacked; ++p) set_placed(p, false);
+    }
+  }
   unacked_ = next_unacked;
   if (resend_asked_ && unacked_ > resend_from_) resend_asked_ = false;
+  if (hole_asked_ && unacked_ > hole_from_) hole_asked_ = false;
+  if (hole_open_ && unacked_ >= hole_to_) hole_open_ = false;
   if (rtt_timing_ && unacked_ > rtt_psn_) {
     rtt_timing_ = false;
     rtt_sample(now - rtt_start_);
@@ -245,20 +257,102 @@ CompleterOutcome Completer::on_read_response(const wire::Packet& pkt, Time now,
   }
   const Psn limit = ack_limit(sq);
   if (psn != limit) {
-    // Responses arrive in PSN order; a later one means those from `limit` on were lost.
+    // Responses arrive in PSN order; a later one means those from `limit` on were lost. With
+    // selective repeat the later one is placed now and only the hole is asked for.
+    if (ctx.sr() && psn > limit && psn_span(unacked_, psn) < kRdBits) {
+      place_ahead(pkt, *w, limit, now, ctx, sq, out);
+      return out;
+    }
     implicit_nak(limit, now, ctx, out);
     return out;
   }
   // Response packet k of a READ carries bytes [k * PMTU, ...) of the message, whichever request
-  // (the first or a resumed one) it answers; LAST/ONLY only at the READ's last PSN (9.7.5.1.5).
+  // (the first or a resumed one) it answers; LAST/ONLY only at the READ's last PSN (9.7.5.1.5) —
+  // or, under selective repeat, at the end of a hole asked for alone (ReadHole).
   const uint64_t off = uint64_t{psn_span(w->first_psn, psn)} * ctx.mtu;
   const uint32_t want = static_cast<uint32_t>(std::min<uint64_t>(ctx.mtu, w->length - off));
-  const bool last = psn == w->last_psn();
-  if (pkt.payload.size() != want || last != bool(pkt.info->flags & wire::kLast)) {
+  const bool is_last = pkt.info->flags & wire::kLast;
+  const bool shape_ok =
+      is_last == (psn == w->last_psn()) || (is_last && hole_open_ && psn + 1 == hole_to_);
+  if (pkt.payload.size() != want || !shape_ok) {
     ++ctx.counters.dropped_pkts;  // malformed: the timer resends what it should have carried
     return out;
   }
-  return place_response(w->first_psn, psn, off, pkt.payload.data(), want, now, ctx, sq);
+  out = place_response(w->first_psn, psn, off, pkt.payload.data(), want, now, ctx, sq);
+  if (rd_marks_ && !out.fatal) {
+    // Step over the responses placed ahead that now follow in order; a hole after them is
+    // asked for at once.
+    Psn next = unacked_;
+    while (placed(next)) ++next;
+    if (advance(next, now, ctx, sq)) out.acked = AckedThrough{unacked_};
+    // Responses placed ahead remain: if one is in the READ now awaited, what lies before it
+    // is a hole (the responder sends in order), asked for at once.
+    const Psn lim = ack_limit(sq);
+    const SendEntry* r = rd_marks_ && lim < sent_end_ ? find(sq, lim) : nullptr;
+    if (r != nullptr && r->wqe.opcode == IBV_WR_RDMA_READ) {
+      for (Psn p = lim + 1; p < r->end_psn() && psn_span(unacked_, p) < kRdBits; ++p) {
+        if (placed(p)) {
+          ask_hole(lim, now, ctx, sq, out);
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void Completer::set_placed(Psn p, bool on) {
+  const uint32_t i = p.value() % kRdBits;
+  const uint64_t bit = uint64_t{1} << (i % 64);
+  if (bool(rd_placed_[i / 64] & bit) == on) return;
+  rd_placed_[i / 64] ^= bit;
+  rd_count_ = on ? rd_count_ + 1 : rd_count_ - 1;
+  rd_marks_ = rd_count_ != 0;
+}
+
+void Completer::place_ahead(const wire::Packet& pkt, SendEntry& w, Psn limit, Time now,
+                            const QpContext& ctx, SendQueue& sq, CompleterOutcome& out) {
+  const Psn psn(pkt.bth.psn);
+  if (!placed(psn)) {
+    const uint64_t off = uint64_t{psn_span(w.first_psn, psn)} * ctx.mtu;
+    const uint32_t want = static_cast<uint32_t>(std::min<uint64_t>(ctx.mtu, w.length - off));
+    const bool last = psn == w.last_psn();
+    if (pkt.payload.size() != want || last != bool(pkt.info->flags & wire::kLast)) {
+      ++ctx.counters.dropped_pkts;
+      return;
+    }
+    // A bad SGE is not failed here, ahead of WQEs that may still complete: the packet is left
+    // unplaced and fails the WQE when it is taken in order.
+    if (scatter(ctx.mem, ctx.init.pd, w.wqe.sge.data(), w.wqe.num_sge, off, pkt.payload.data(),
+                want) != MemStatus::kOk)
+      return;
+    set_placed(psn, true);
+    ++ctx.counters.sr_read_placed;
+  }
+  // Like a READ response (9.7.5.1.1), an early one says every request before its READ arrived;
+  // the responses from `limit` up to it (or to its READ's first PSN) are what is missing.
+  ask_hole(limit, now, ctx, sq, out);
+}
+
+void Completer::ask_hole(Psn from, Time now, const QpContext& ctx, SendQueue& sq,
+                         CompleterOutcome& out) {
+  const SendEntry* w = find(sq, from);
+  if (w == nullptr || w->wqe.opcode != IBV_WR_RDMA_READ) {
+    implicit_nak(from, now, ctx, out);
+    return;
+  }
+  // Asked already: once per hole, and not again while the responses to it are coming.
+  if ((hole_asked_ && hole_from_ == from) || (hole_open_ && from >= hole_from_ && from < hole_to_))
+    return;
+  Psn to = from + 1;
+  while (to < w->end_psn() && !placed(to)) ++to;
+  hole_asked_ = hole_open_ = true;
+  hole_from_ = from;
+  hole_to_ = to;
+  ++ctx.counters.implied_nak_seq_err;
+  out.read_hole = ReadHole{from, to};
+  rtt_timing_ = false;  // Karn: the timed PSN may be answered by the resend
+  arm_probe(now, ctx);  // the probe watches the resend; a lost one falls to it or the timer
 }
 
 CompleterOutcome Completer::on_atomic_ack(const wire::Packet& pkt, Time now, const QpContext& ctx,
@@ -317,9 +411,15 @@ CompleterOutcome Completer::on_ack(const wire::Packet& pkt, Time now, const QpCo
     }
     const Psn limit = ack_limit(sq);
     if (psn >= limit) {
-      // The responder is past a READ/ATOMIC whose data we lack: its responses were lost.
+      // The responder is past a READ/ATOMIC whose data we lack: its responses were lost. Under
+      // selective repeat a READ's are asked for alone: the requests after it arrived (the ACK
+      // says so) and need no resend.
       if (advance(limit, now, ctx, sq)) out.acked = AckedThrough{unacked_};
-      implicit_nak(limit, now, ctx, out);
+      if (ctx.sr()) {
+        ask_hole(limit, now, ctx, sq, out);
+      } else {
+        implicit_nak(limit, now, ctx, out);
+      }
       return out;
     }
     if (advance(psn + 1, now, ctx, sq)) out.acked = AckedThrough{unacked_};
@@ -425,8 +525,9 @@ CompleterOutcome Completer::on_sack(const wire::Packet& pkt, Time now, const QpC
   if (psn > unacked_) {
     const Psn limit = ack_limit(sq);
     if (advance(std::min(psn, limit), now, ctx, sq)) out.acked = AckedThrough{unacked_};
-    // The responder is past a READ/ATOMIC whose responses we lack: they were lost.
-    if (psn > limit) implicit_nak(limit, now, ctx, out);
+    // The responder is past a READ/ATOMIC whose responses we lack: they were lost. A READ's
+    // are asked for alone (ReadHole), an ATOMIC's by the implicit NAK.
+    if (psn > limit) ask_hole(limit, now, ctx, sq, out);
   }
   out.sack = s;
   return out;
@@ -442,7 +543,7 @@ CompleterOutcome Completer::on_timer(Time now, const QpContext& ctx, SendQueue& 
   // Local ACK timeout (IBTA 9.7.6.1.3): resend everything from the oldest unacknowledged PSN
   // (inside a READ: from its first missing response packet).
   ++ctx.counters.local_ack_timeout_err;
-  resend_asked_ = false;
+  resend_asked_ = hole_asked_ = hole_open_ = false;
   if (retry_left_ == 0) {
     ++ctx.counters.retry_exceeded_err;
     return fail_front(Error::kRetryExceeded, ctx, sq);
@@ -465,7 +566,8 @@ CompleterOutcome Completer::on_probe(Time now, const QpContext& ctx) {
   // No ACK progress for a PTO: go back to the oldest unacknowledged PSN (the requester sets
   // AckReq on it), as the ACK timer would, but leave that timer and the retry budget alone.
   ++ctx.counters.early_retransmits;
-  resend_asked_ = false;  // like the timer: a later implicit NAK for the same READ may ask again
+  // Like the timer: a later implicit NAK or hole for the same READ may ask again.
+  resend_asked_ = hole_asked_ = hole_open_ = false;
   rtt_timing_ = false;
   if (probe_backoff_ < kMaxProbeBackoff) ++probe_backoff_;
   arm_probe(now, ctx);

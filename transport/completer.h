@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "transport/context.h"
@@ -87,6 +88,25 @@ class Completer {
   void arm_probe(Time now, const QpContext& ctx);
   CompleterOutcome on_probe(Time now, const QpContext& ctx);
   void rtt_sample(Time r);
+  // Selective repeat: READ response packets that arrived ahead of a missing one are placed at
+  // their offset at once (IRN's and MRC's placement; response k of a READ carries bytes
+  // k * PMTU on, whichever request it answers) and marked here, a bit per PSN in [unacked_,
+  // unacked_ + kRdBits), indexed by PSN modulo its size. The requester is asked for the missing
+  // ones only (ReadHole), once per hole; reaching a placed PSN in order steps over it.
+  static constexpr uint32_t kRdBits = 1024;
+  bool placed(Psn p) const {
+    if (!rd_marks_ || p < unacked_ || psn_span(unacked_, p) >= kRdBits) return false;
+    const uint32_t i = p.value() % kRdBits;
+    return (rd_placed_[i / 64] >> (i % 64)) & 1;
+  }
+  void set_placed(Psn p, bool on);
+  // Places an early READ response (selective repeat) and asks for the hole before it.
+  void place_ahead(const wire::Packet& pkt, SendEntry& w, Psn limit, Time now, const QpContext& ctx,
+                   SendQueue& sq, CompleterOutcome& out);
+  // The responses from `from` (the first PSN still awaited) are missing: for a READ, asks for
+  // them up to the next placed PSN within it (ReadHole), once per hole; otherwise (an ATOMIC)
+  // the implicit NAK.
+  void ask_hole(Psn from, Time now, const QpContext& ctx, SendQueue& sq, CompleterOutcome& out);
 
   Psn unacked_;             // oldest PSN not yet acknowledged
   Psn sent_end_;            // one past the highest PSN sent (from PacketsSent)
@@ -114,6 +134,15 @@ class Completer {
   std::optional<Time> new_rtt_;  // a sample taken while handling the current response
   Time probe_at_ = kNever;       // probe timer; kNever when stopped
   uint8_t probe_backoff_ = 0;    // probes since the last progress: the PTO doubles per probe
+
+  std::array<uint64_t, kRdBits / 64> rd_placed_{};
+  bool rd_marks_ = false;  // some bit of rd_placed_ is set (rd_count_ of them)
+  uint32_t rd_count_ = 0;
+  // A ReadHole went for [hole_from_, hole_to_): hole_asked_ until progress past hole_from_ or the
+  // timer (so it is asked once), hole_open_ until progress reaches hole_to_ (the responses to it
+  // end with a LAST there).
+  bool hole_asked_ = false, hole_open_ = false;
+  Psn hole_from_, hole_to_;
 };
 
 }  // namespace uroce::transport

@@ -56,6 +56,14 @@ struct PacketsSent {
   Psn timed_psn;
 };
 
+// Completer → requester, selective repeat only: the READ responses at PSNs [from, to) of one
+// READ are missing while a later one arrived and was placed (completer.h). The requester asks
+// for just those: a READ request at `from` for (to - from) packets' bytes, which a uroce
+// responder answers from its responder resources like any duplicate READ (9.7.4.1.3.2).
+struct ReadHole {
+  Psn from, to;
+};
+
 // Any role → QP: the QP must enter the error state (the role has already completed the WQE that
 // caused it with its error status). IBTA 10.3.1: RC errors move the QP to ERR.
 struct QpFatal {};
@@ -68,6 +76,7 @@ struct CompleterOutcome {
   std::optional<Time> rtt;
   std::optional<RetransmitFrom> retransmit;
   std::optional<Sacked> sack;
+  std::optional<ReadHole> read_hole;
   std::optional<QpFatal> fatal;
 };
 

@@ -162,6 +162,7 @@ void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
   }
   if (o.retransmit) requester.on_retransmit(*o.retransmit, sq, ctx.sr());
   if (o.sack) requester.on_sack(*o.sack);
+  if (o.read_hole) requester.on_read_hole(*o.read_hole);
   // A WQE the requester could not execute completes once everything before it has.
   if (!sq.empty() && sq.front().state == WqeState::kLocalError) {
     handle(completer.complete_local_error(ctx, sq), now);

@@ -87,6 +87,8 @@
   X(sr_sack_rcvd, "sr_sack_rcvd", kInfo)                                                           \
   /* Requester: packets resent for a hole below a SACKed PSN (also in retransmitted_pkts). */      \
   X(sr_selective_resends, "sr_selective_resends", kInfo)                                           \
+  /* Requester: READ response packets placed ahead of a missing one (only the hole is asked). */   \
+  X(sr_read_placed, "sr_read_placed", kInfo)                                                       \
   /* Multipath (QpInit::paths > 1, transport/multipath.h): WRITE packets sprayed over the */       \
   /* QP's paths, and paths given a new UDP source port after one of their packets was lost. */     \
   X(mp_sprayed_pkts, "mp_sprayed_pkts", kInfo)                                                     \

@@ -274,9 +274,13 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
     spray_end_ = sent_end_;
   }
   if (ctx.sr() && not_before_ == 0 && selective_resend_pending()) {
+    if (rd_hole_) {
+      send_read_hole(now, ctx, sq, tx, pacer, out);
+      if (rd_hole_) return out;  // the port or the pacer said no: the hole goes first, later
+    }
     if (paths_.on()) {
-      spray_resend(now, ctx, sq, tx, pacer, out);
-    } else {
+      if (holes_pending() || sr_probe_) spray_resend(now, ctx, sq, tx, pacer, out);
+    } else if (holes_pending() || sr_probe_) {
       selective_resend(now, ctx, sq, tx, pacer, out);
     }
     // Holes first: new packets wait while one is still to go (the port or the pacer said no).
@@ -433,6 +437,30 @@ void Requester::selective_resend(Time now, const QpContext& ctx, SendQueue& sq, 
   }
 }
 
+void Requester::send_read_hole(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
+                               cc::Pacer& pacer, RequesterOutcome& out) {
+  const ReadHole h = *rd_hole_;
+  const SendQueue::Seq s = find(sq, h.from);
+  // Acknowledged meanwhile, or not a READ (the completer asks only for READs): nothing to ask.
+  if (h.from < unacked_ || s == sq.end() || sq.at(s).wqe.opcode != IBV_WR_RDMA_READ ||
+      h.to <= h.from) {
+    rd_hole_.reset();
+    return;
+  }
+  rd_hole_end_ = std::min(h.to, sq.at(s).end_psn());
+  bool ack_req = false;
+  const Tx r = transmit(now, ctx, sq.at(s), h.from, tx, pacer, out, ack_req);
+  rd_hole_end_.reset();
+  if (r != Tx::kSent) {
+    if (r == Tx::kLocalError) rd_hole_.reset();
+    return;
+  }
+  rd_hole_.reset();
+  ++ctx.counters.retransmitted_pkts;
+  ++ctx.counters.sr_selective_resends;
+  out.sent = PacketsSent{sent_end_, false, Psn{}};
+}
+
 void Requester::spray_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
                              cc::Pacer& pacer, RequesterOutcome& out) {
   // Every hole below the highest SACKed PSN, in PSN order; PathSet says which are lost (a packet
@@ -562,6 +590,10 @@ bool Requester::write_packet(const QpContext& ctx, const SendEntry& e, Psn psn, 
     p.reth.va = e.wqe.remote_addr + seg.offset;
     p.reth.rkey = e.wqe.rkey;
     p.reth.dma_len = sr_split ? len : static_cast<uint32_t>(e.length - seg.offset);
+    // A READ hole (selective repeat): only the responses up to the next one placed.
+    if (rd_atomic && rd_hole_end_)
+      p.reth.dma_len = static_cast<uint32_t>(
+          std::min<uint64_t>(p.reth.dma_len, uint64_t{psn_span(psn, *rd_hole_end_)} * ctx.mtu));
   }
   if (info.flags & wire::kHasAtomicEth) {
     p.atomic.va = e.wqe.remote_addr;

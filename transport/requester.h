@@ -93,6 +93,9 @@ class Requester {
   void on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, bool sr = false);
   // Selective repeat: a SACK (events.h). Records the SACKed PSN and opens a loss episode.
   void on_sack(const Sacked& ev);
+  // Selective repeat: READ responses [from, to) are missing while later ones were placed: a READ
+  // request for just those goes before anything else (pump).
+  void on_read_hole(const ReadHole& ev) { rd_hole_ = ev; }
   // Multipath: a CNP came from UDP source port `port` (PathSet::marked). True when a path moved.
   bool path_marked(uint16_t port) { return paths_.on() && paths_.marked(port); }
 
@@ -111,7 +114,9 @@ class Requester {
   }
   // Selective repeat: PSNs below the highest SACKed one are still to be looked at for a resend
   // (pump() sends the holes among them first, before anything new).
-  bool selective_resend_pending() const { return holes_pending() || sr_probe_.has_value(); }
+  bool selective_resend_pending() const {
+    return holes_pending() || sr_probe_.has_value() || rd_hole_.has_value();
+  }
   // What pump() would do now, ignoring the port; kRnrWait while the RNR timer runs.
   State state(Time now, const QpContext& ctx, const SendQueue& sq, bool may_start) const;
   // The RNR timer's expiry while it runs, else kNever.
@@ -224,6 +229,13 @@ class Requester {
   PathSet paths_;
   bool sr_rescan_ = false;
   Psn spray_end_;
+  // Selective repeat: a READ hole to ask for (on_read_hole), and while its request is written,
+  // the PSN where the request's length stops (write_packet).
+  std::optional<ReadHole> rd_hole_;
+  std::optional<Psn> rd_hole_end_;
+  // Sends the READ request for rd_hole_ (pump's first step).
+  void send_read_hole(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
+                      cc::Pacer& pacer, RequesterOutcome& out);
   // The in-flight WQE holding `psn`, or sq.end().
   SendQueue::Seq find(const SendQueue& sq, Psn psn) const;
 };

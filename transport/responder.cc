@@ -496,15 +496,20 @@ void Responder::duplicate_read(const wire::Packet& pkt, const QpContext& ctx) {
     if (res.kind != Resource::Kind::kRead || psn < res.first_psn || psn > res.last_psn) continue;
     // Executed again from `psn` (9.7.4.1.3.2): the request must name the rest of the original
     // READ, which was validated when it executed; response k still carries bytes k * PMTU on.
+    // Under selective repeat a uroce requester may ask for only part of the rest — the hole
+    // before responses it placed ahead (completer.h): whole packets, ending with a LAST there.
     const uint64_t off = uint64_t{psn_span(res.first_psn, psn)} * ctx.mtu;
-    const bool consistent = off <= res.dma_len && pkt.reth.rkey == res.rkey &&
-                            pkt.reth.va == res.va + off && pkt.reth.dma_len == res.dma_len - off;
+    const bool rest = off <= res.dma_len && pkt.reth.dma_len == res.dma_len - off;
+    const bool hole = ctx.sr() && off < res.dma_len && pkt.reth.dma_len != 0 &&
+                      pkt.reth.dma_len < res.dma_len - off && pkt.reth.dma_len % ctx.mtu == 0;
+    const bool consistent =
+        (rest || hole) && pkt.reth.rkey == res.rkey && pkt.reth.va == res.va + off;
     if (!consistent || responses_.size() >= kMaxQueuedResponses) break;
     Response r;
     r.kind = Response::Kind::kRead;
     r.replay = true;
     r.psn = psn;
-    r.last_psn = res.last_psn;
+    r.last_psn = rest ? res.last_psn : psn + (pkt.reth.dma_len / ctx.mtu - 1);
     r.va = pkt.reth.va;
     r.rkey = res.rkey;
     r.left = pkt.reth.dma_len;

@@ -101,6 +101,7 @@ TEST(StatsShmTest, QpCountersArePublishedFromTheirOneList) {
                                          "sr_sack_sent",
                                          "sr_sack_rcvd",
                                          "sr_selective_resends",
+                                         "sr_read_placed",
                                          "mp_sprayed_pkts",
                                          "mp_path_rotations",
                                          "mp_ecn_rotations",

@@ -537,6 +537,64 @@ TEST(SrLink, LostSacksOnlyCostDuplicates) {
 
 // Overlapping WRITEs with the first one's packet lost: the later WRITE's bytes stay, as in PSN
 // order.
+// `reads` RDMA READs of `len` bytes from b's memory into a's; `drop` picks READ response packets
+// (b's, in order of first transmission) to lose once. Returns the response packets b sent.
+struct ReadResult {
+  uint64_t responses = 0, placed = 0, holes = 0, timeouts = 0;
+};
+ReadResult bulk_read(bool sr, int reads, uint32_t len,
+                     const std::function<bool(uint32_t nth_response)>& drop) {
+  Pair p(path(), sr);
+  const Time t0 = negotiate(p);
+  Link link(p.a, p.b, {}, t0);
+  ReadResult res;
+  std::set<uint32_t> seen;
+  uint32_t nth = 0;
+  link.drop_if = [&](int from, const wire::Packet& pkt) {
+    if (from != 1 || !(pkt.info->flags & wire::kRead)) return false;
+    ++res.responses;
+    if (!seen.insert(pkt.bth.psn).second) return false;
+    return drop(nth++);
+  };
+  for (int i = 0; i < reads; ++i) {
+    EXPECT_EQ(
+        p.a.qp->post_send(test::rdma_wqe(i, IBV_WR_RDMA_READ, p.at(p.lbuf, uint64_t(i) * len), len,
+                                         p.lkey, p.at(p.rmem, uint64_t(i) * len + i), p.rkey),
+                          link.now),
+        0);
+  }
+  EXPECT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == size_t(reads); }, 60 * kSecond));
+  for (int i = 0; i < reads; ++i) {
+    EXPECT_EQ(p.a.scq.wcs[i].wr_id, uint64_t(i));
+    EXPECT_EQ(p.a.scq.wcs[i].status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(std::equal(p.rmem.begin() + i * len + i, p.rmem.begin() + (i + 1) * len + i,
+                           p.lbuf.begin() + i * len))
+        << "READ " << i;
+  }
+  const QpCounters& c = p.a.qp->counters();
+  res.placed = c.sr_read_placed;
+  res.holes = c.implied_nak_seq_err;
+  res.timeouts = c.local_ack_timeout_err;
+  return res;
+}
+
+TEST(SrLink, ALostReadResponseIsAskedForAlone) {
+  // 8 READs of 64 packets; response 100 (in READ 1) and 300 and 301 (READ 4) lost once.
+  const auto drop = [](uint32_t n) { return n == 100 || n == 300 || n == 301; };
+  const ReadResult sr = bulk_read(true, 8, 64 * 1024, drop);
+  const ReadResult gbn = bulk_read(false, 8, 64 * 1024, drop);
+  std::printf("READ responses: SR sent %llu (placed ahead %llu, holes %llu), GBN sent %llu\n",
+              (unsigned long long)sr.responses, (unsigned long long)sr.placed,
+              (unsigned long long)sr.holes, (unsigned long long)gbn.responses);
+  // 512 responses; selective repeat resends just the three that were lost, go-back-N the rest
+  // of each READ from its hole (and every READ queued behind).
+  EXPECT_EQ(sr.responses, 512u + 3);
+  EXPECT_EQ(sr.holes, 2u);
+  EXPECT_GT(sr.placed, 0u);
+  EXPECT_EQ(sr.timeouts, 0u);
+  EXPECT_GT(gbn.responses, 512u + 100);
+}
+
 TEST(SrLink, OverlappingWritesEndAsInOrder) {
   Pair p(path(), true);
   const Time t0 = negotiate(p);
