@@ -6,6 +6,8 @@
 # UROCE_STATS=1) per run; the figures are in docs/selective-repeat.md.
 #
 #   bench/sr_loss.sh [BUILD_DIR] [ITERATIONS] [LOSS…]      (defaults: build, 3000, 0 0.001 0.01)
+#   TOOL=ib_read_bw bench/sr_loss.sh …   the same with RDMA READs (the responses are what is lost
+#                                        and, with selective repeat, placed as they arrive)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -14,8 +16,9 @@ shift 2 2>/dev/null || shift $#
 losses=("$@")
 ((${#losses[@]})) || losses=(0 0.001 0.01)
 run=$build/bin/uroce-run
-command -v ib_write_bw >/dev/null || {
-  echo "ib_write_bw (perftest) is not installed" >&2
+tool=${TOOL:-ib_write_bw}
+command -v "$tool" >/dev/null || {
+  echo "$tool (perftest) is not installed" >&2
   exit 1
 }
 tmp=$(mktemp -d /tmp/uroce-sr-loss.XXXXXX)
@@ -27,21 +30,21 @@ for loss in "${losses[@]}"; do
     faults=""
     [[ $loss != 0 ]] && faults="loss=$loss,seed=7"
     UROCE_SR=$sr UROCE_FAULTS=$faults UROCE_DEVICES=uroce0=127.0.0.1 timeout 120 "$run" \
-      ib_write_bw -d uroce0 -s 65536 -n "$iters" -F -p $port >"$tmp/srv" 2>&1 &
+      "$tool" -d uroce0 -s 65536 -n "$iters" -F -p $port >"$tmp/srv" 2>&1 &
     srv=$!
     for _ in $(seq 100); do
       ss -ltnH "sport = :$port" | grep -q . && break
       sleep 0.05
     done
     UROCE_SR=$sr UROCE_FAULTS=$faults UROCE_STATS=1 UROCE_DEVICES=uroce0=127.0.0.2 timeout 120 \
-      "$run" ib_write_bw -d uroce0 -s 65536 -n "$iters" -F -p $port 127.0.0.1 >"$tmp/cli" 2>&1
+      "$run" "$tool" -d uroce0 -s 65536 -n "$iters" -F -p $port 127.0.0.1 >"$tmp/cli" 2>&1
     wait "$srv"
     # UROCE_STATS prints the non-zero counters only.
     counter() { awk -v n="$1" '$1 == n {v = $2} END {print v + 0}' "$tmp/cli"; }
     bw=$(awk '$1 == 65536 {print $4}' "$tmp/cli" | tail -1)
-    printf 'loss %-6s %-17s %8s MB/s  resent %6s (selective %s), ACK timeouts %s\n' "$loss" \
-      "$([[ $sr == 1 ]] && echo selective-repeat || echo go-back-N)" "${bw:-?}" \
+    printf 'loss %-6s %-17s %8s MB/s  resent %6s (selective %s), ACK timeouts %s, READ responses placed ahead %s\n' \
+      "$loss" "$([[ $sr == 1 ]] && echo selective-repeat || echo go-back-N)" "${bw:-?}" \
       "$(counter retransmitted_pkts)" "$(counter sr_selective_resends)" \
-      "$(counter local_ack_timeout_err)"
+      "$(counter local_ack_timeout_err)" "$(counter sr_read_placed)"
   done
 done

@@ -131,6 +131,7 @@ void Requester::on_acked(const AckedThrough& ev, const SendQueue& sq) {
     clear_sacked(unacked_, ev.next_unacked);
     unacked_ = ev.next_unacked;
     sr_probed_ = false;
+    nak_since_progress_ = false;
     // Selective repeat's marks never fall behind unacked_: a PSN compares correctly only within
     // half the PSN space of another, and these would otherwise stay put for ever on a QP
     // without it (or without losses), until they read as ahead again.
@@ -164,8 +165,17 @@ void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, boo
     while (last > unacked_ && sacked(last)) last = last - 1;
     const SendQueue::Seq s = find(sq, last);
     // Only a packet of a SEND or WRITE: a READ or ATOMIC is resent by the rewind below, which
-    // the completer's READ bookkeeping expects.
-    if (last > unacked_ && s != sq.end() && !is_read_or_atomic(sq.at(s).wqe.opcode)) {
+    // the completer's READ bookkeeping expects. And only one the responder can answer: a split
+    // WRITE packet it places ahead of any gap, or — while it has NAKed no gap since the last
+    // progress — any packet (if everything before arrived it is the expected one; if not, it
+    // opens a gap, and its NAK rewinds). After such a NAK the responder drops what it cannot
+    // place without a word (one NAK per gap, IBTA 9.7.5.2.2): when the rewind's first packet
+    // was lost too, a probe it cannot place would only be dropped, and the stall would last to
+    // the next timeout (seen in the simulator at 1 % loss: unsplit WRITEs of a fresh
+    // connection stalled 15 ms). Then the probe is the rewind itself.
+    const bool answerable =
+        s != sq.end() && (!nak_since_progress_ || (sq.at(s).sr_split && !inv_pending_));
+    if (last > unacked_ && s != sq.end() && !is_read_or_atomic(sq.at(s).wqe.opcode) && answerable) {
       sr_probe_ = last;
       sr_probed_ = true;
       sr_next_ = unacked_;  // the holes may go again: their resends may be what was lost
@@ -192,6 +202,7 @@ void Requester::on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, boo
   not_before_ = ev.not_before;
   since_ack_req_ = 0;
   ack_req_next_ = true;
+  if (ev.cause == Cause::kSequenceNak) nak_since_progress_ = true;
   // Loss signals shrink the window before the resend starts, so the resend itself is already
   // limited. An RNR NAK lost nothing: the window stays.
   if (ev.cause == Cause::kSequenceNak || ev.cause == Cause::kImplicitNak) {

@@ -221,6 +221,8 @@ class Requester {
   // whole unacknowledged tail. pump() sends it after the holes.
   std::optional<Psn> sr_probe_;
   bool sr_probed_ = false;  // a probe went since the last ACK progress
+  // A sequence NAK (a gap the responder reports once) came since the last ACK progress.
+  bool nak_since_progress_ = false;
 
   // Multipath spraying (QpInit::paths > 1, with selective repeat; transport/multipath.h). Set up
   // by the first pump() that finds selective repeat agreed. sr_rescan_: a SACK, ACK or probe

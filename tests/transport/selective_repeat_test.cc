@@ -595,6 +595,57 @@ TEST(SrLink, ALostReadResponseIsAskedForAlone) {
   EXPECT_GT(gbn.responses, 512u + 100);
 }
 
+TEST(SrLink, ALostRewindOfAnUnsplitWriteIsProbedWithARewind) {
+  // A fresh connection: its first WRITE goes whole (FIRST/MIDDLE/LAST, not split), so the
+  // responder can place nothing ahead. Packet 100 is lost (after the ACKs of the first ones
+  // gave a round-trip sample: no probe without one), and so is its first resend: the
+  // responder NAKed that gap once and drops what follows without a word. The probe must then
+  // rewind — a one-packet probe of the tail would be dropped too, and the stall would last to
+  // the next probe (seen in the simulator at 1 % loss: 15 ms).
+  test::PathParams pp = path();
+  pp.timeout = 14;  // 67 ms, perftest's default: room for the 5 ms probe below it
+  Pair p(pp, true);
+  // At most 32 packets in flight, so the first ones are acknowledged (and time the round trip)
+  // while the WRITE is still going, as on a real link.
+  p.a.init.cc.max_inflight = 32 * 1024;
+  p.a.rebuild();
+  p.a.connect(kIpB, kQpnB, 0xffff00, 0xfffe00, pp);
+  p.skey = p.a.mem.reg(p.a.pd, p.src.data(), p.src.size(), 0);
+  Link link(p.a, p.b);
+  constexpr uint32_t kLen = 256 * 1024;  // 256 packets of 1 KiB
+  int copies = 0;
+  uint32_t lost_psn = 0;
+  link.drop_if = [&](int from, const wire::Packet& pkt) {
+    if (from != 0 || !(pkt.info->flags & wire::kWrite)) return false;
+    if (copies == 0 && pkt.bth.opcode == uint8_t(Opcode::kRcWriteMiddle)) {
+      static int n = 0;
+      if (++n == 100) {
+        lost_psn = pkt.bth.psn;
+        ++copies;
+        return true;
+      }
+      return false;
+    }
+    if (copies == 1 && pkt.bth.psn == lost_psn) {
+      ++copies;
+      return true;  // the rewind's first packet, lost as well
+    }
+    return false;
+  };
+  ASSERT_EQ(p.a.qp->post_send(test::rdma_wqe(1, IBV_WR_RDMA_WRITE, p.at(p.src, 0), kLen, p.skey,
+                                             p.at(p.rmem, 0), p.rkey),
+                              link.now),
+            0);
+  ASSERT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == 1; }, 60 * kSecond));
+  EXPECT_EQ(p.a.scq.wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(copies, 2);
+  EXPECT_TRUE(std::equal(p.src.begin(), p.src.begin() + kLen, p.rmem.begin()));
+  const QpCounters& c = p.a.qp->counters();
+  EXPECT_EQ(c.local_ack_timeout_err, 0u);
+  EXPECT_EQ(c.early_retransmits, 1u);
+  EXPECT_LT(link.now, Time(10'000'000)) << "one probe (5 ms), not two";
+}
+
 TEST(SrLink, OverlappingWritesEndAsInOrder) {
   Pair p(path(), true);
   const Time t0 = negotiate(p);
