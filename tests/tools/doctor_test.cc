@@ -345,6 +345,13 @@ TEST(DoctorDevice, InterfaceMtuBelowRoce4096Warns) {
   EXPECT_TRUE(contains(c.evidence, "active MTU 1024"));
   EXPECT_TRUE(contains(c.evidence, "at least 4160"));
   EXPECT_EQ(mtu_verdict_device("eth0", 0).status, Status::kSkip);
+  // An IPv6 device needs 20 bytes more: MTU 4160 is enough for 4096 over IPv4, not over IPv6.
+  EXPECT_EQ(mtu_verdict_device("eth0", 4160).status, Status::kPass);
+  const Check v6 = mtu_verdict_device("eth0", 4160, {}, /*ipv6=*/true);
+  EXPECT_EQ(v6.status, Status::kWarn);
+  EXPECT_TRUE(contains(v6.evidence, "active MTU 2048 (RoCE packets of up to 2132 bytes over IPv6)"))
+      << v6.evidence;
+  EXPECT_TRUE(contains(v6.evidence, "at least 4180"));
 }
 
 TEST(DoctorDevice, AnIpv6DeviceIsCheckedOnItsOwnAddressAndGid) {
