@@ -57,14 +57,14 @@ TEST(DoctorCounters, RetransmissionsAreLossBetweenTheDevicesWithTheWorstPeer) {
   v.device = "uroce0";
   v.ip = wire::IpAddr(0x0a000001);
   v.counters = {{"qp_sent_pkts", 1000}, {"retransmitted_pkts", 50}, {"rcvd_seq_err", 7}};
-  v.peers[0x0a000002] = {.retransmitted_pkts = 45};
-  v.peers[0x0a000003] = {.retransmitted_pkts = 5};
+  v.peers[wire::IpAddr(0x0a000002u)] = {.retransmitted_pkts = 45};
+  v.peers[*wire::IpAddr::parse("fd00::3")] = {.retransmitted_pkts = 5};
   const Check c = find(diagnose_counters(v), "counters.loss");
   EXPECT_EQ(c.status, Status::kFail);
   EXPECT_TRUE(contains(c.evidence, "packets are lost between the two devices"));
   EXPECT_TRUE(contains(c.evidence, "retransmitted_pkts 50 of qp_sent_pkts 1000 (5%)"));
   EXPECT_TRUE(contains(c.evidence, "rcvd_seq_err 7"));
-  EXPECT_TRUE(contains(c.evidence, "towards 10.0.0.2 (45), 10.0.0.3 (5)"));
+  EXPECT_TRUE(contains(c.evidence, "towards 10.0.0.2 (45), fd00::3 (5)"));
   EXPECT_FALSE(c.fix.empty());
 }
 

@@ -156,9 +156,9 @@ std::vector<Section> counter_sections(const tools::Published& pub, const std::st
     v.port_active = v.port_active && s.port_state == stats_shm::kPortActive;
     for (const auto& [name, value] : s.counters) v.counters[name] += value;
     for (const stats_shm::QpRow& q : s.qps) {
-      // The path checks are IPv4's (ping, a UDP probe from the device address).
-      if (!q.peer_ip.is_v4() || q.peer_ip.v4() == 0) continue;
-      PeerFigures& f = v.peers[q.peer_ip.v4()];
+      // No peer yet (UD, before RTR): all zeros, or 0.0.0.0 from an older publisher.
+      if (q.peer_ip == wire::IpAddr{} || q.peer_ip == wire::IpAddr(0u)) continue;
+      PeerFigures& f = v.peers[q.peer_ip];
       f.retransmitted_pkts += q.counters.retransmitted_pkts;
       f.local_ack_timeout_err += q.counters.local_ack_timeout_err;
       f.rnr += q.counters.rcvd_rnr_err + q.counters.send_rnr_err;
