@@ -25,8 +25,11 @@
 #            path check passes (ICMPv6 echo, the SIDR probe over UDP/IPv6, MTU 4096 in 4180-byte
 #            packets); the peer by a name with A and AAAA records (the netns's own /etc/hosts):
 #            the IPv6 address is probed; an IPv4 peer from the IPv6 device: ✗ address family
+#            (and with a tc rule dropping UDP 4791 at the peer: unanswered, inconclusive)
 #   ipv6mtu  the same addresses, the peer's end of the veth at MTU 1500: ✗ path MTU (2132-byte
 #            echo requests vanish), exit 1
+#   ipv6dscp, ipv6ecn  the same addresses, a tc rule rewriting the Traffic Class's DSCP to 0 or
+#            clearing its ECN field: ✗ DSCP kept / ✗ ECN kept, exit 1
 set -uo pipefail
 uroce=$1 run=$2 idx=$3 mode=$4
 skip() {
@@ -242,6 +245,22 @@ case $mode in
     expect_rc 1
     doctor "peer4only$idx"
     expect "✗ address family: $dev is on IPv6 ($ip6_a) and peer4only$idx resolves only to $ip_b, an IPv4 address"
+    expect_rc 1
+    tc_rule "$ns_b" "$veth_b" ingress -DDROP_UDP_DPORT=4791
+    doctor "$ip6_b"
+    expect "! UDP 4791: no answer to 3 SIDR REQs to [$ip6_b]:4791 (inconclusive): a filter drops UDP 4791"
+    ;;
+  ipv6dscp)
+    tc_rule "$ns_a" "$veth_a" egress -DTOS_MASK=0xfc -DTOS_SET=0
+    doctor "$ip6_b"
+    expect "✗ DSCP kept: an echo request sent with DSCP 26 came back with DSCP 0" "✓ ECN kept"
+    expect_rc 1
+    ;;
+  ipv6ecn)
+    tc_rule "$ns_a" "$veth_a" egress -DTOS_MASK=0x03 -DTOS_SET=0
+    doctor "$ip6_b"
+    expect "✗ ECN kept: an echo request sent ECT(0) came back Not-ECT: the path clears ECN" \
+      "✓ DSCP kept"
     expect_rc 1
     ;;
   ipv6mtu)
