@@ -20,6 +20,16 @@
 #            waiting ibv_rc_pingpong: doctor reads the NIC figures its process publishes (link
 #            speed and duplex, the NIC's errors, its flow-control setting — af_packet reports
 #            10 Gb/s full duplex and no setting)
+#   ipv6     the device on fd00:93:INDEX::1, the peer on fd00:93:INDEX::2 (nodad): nothing
+#            listens, ✗ (ICMPv6 port unreachable); an rdma_cm listener on the IPv6 address: every
+#            path check passes (ICMPv6 echo, the SIDR probe over UDP/IPv6, MTU 4096 in 4180-byte
+#            packets); the peer by a name with A and AAAA records (the netns's own /etc/hosts):
+#            the IPv6 address is probed; an IPv4 peer from the IPv6 device: ✗ address family
+#            (and with a tc rule dropping UDP 4791 at the peer: unanswered, inconclusive)
+#   ipv6mtu  the same addresses, the peer's end of the veth at MTU 1500: ✗ path MTU (2132-byte
+#            echo requests vanish), exit 1
+#   ipv6dscp, ipv6ecn  the same addresses, a tc rule rewriting the Traffic Class's DSCP to 0 or
+#            clearing its ECN field: ✗ DSCP kept / ✗ ECN kept, exit 1
 set -uo pipefail
 uroce=$1 run=$2 idx=$3 mode=$4
 skip() {
@@ -31,6 +41,8 @@ command -v ip >/dev/null || skip "needs iproute2"
 
 ns_a=uroce-da$idx ns_b=uroce-db$idx veth_a=uda$idx veth_b=udb$idx
 ip_a=10.93.$idx.1 ip_b=10.93.$idx.2 dev=dr$idx
+ip6_a=fd00:93:$idx::1 ip6_b=fd00:93:$idx::2
+dev_ip=$ip_a  # the address of doctor's device (the ipv6 modes: ip6_a)
 work=$(mktemp -d /tmp/uroce-doctor.XXXXXX)
 pids=()
 cleanup() {
@@ -38,7 +50,7 @@ cleanup() {
   wait 2>/dev/null
   ip netns del "$ns_a" 2>/dev/null
   ip netns del "$ns_b" 2>/dev/null
-  rm -rf "$work"
+  rm -rf "$work" "/etc/netns/$ns_a"
 }
 trap cleanup EXIT
 ip netns del "$ns_a" 2>/dev/null
@@ -48,6 +60,11 @@ ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" 
   skip "cannot create a veth pair"
 ip -n "$ns_a" addr add "$ip_a/24" dev "$veth_a"
 ip -n "$ns_b" addr add "$ip_b/24" dev "$veth_b"
+if [[ $mode == ipv6* ]]; then  # nodad: usable at once
+  ip -n "$ns_a" -6 addr add "$ip6_a/64" dev "$veth_a" nodad
+  ip -n "$ns_b" -6 addr add "$ip6_b/64" dev "$veth_b" nodad
+  dev_ip=$ip6_a
+fi
 for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
 ip -n "$ns_a" link set "$veth_a" mtu 9000 up
 ip -n "$ns_b" link set "$veth_b" mtu 9000 up
@@ -71,7 +88,7 @@ tc_rule() {
 
 fail=
 doctor() {  # doctor ARGS…: runs doctor in ns_a for device $dev; output in $out, status in $rc
-  out=$(UROCE_DEVICES=$dev=$ip_a ip netns exec "$ns_a" "$uroce" doctor -d "$dev" --wait-ms 300 \
+  out=$(UROCE_DEVICES=$dev=$dev_ip ip netns exec "$ns_a" "$uroce" doctor -d "$dev" --wait-ms 300 \
     "$@" 2>&1)
   rc=$?
   echo "--- uroce doctor $* (exit $rc)"
@@ -92,10 +109,12 @@ expect_rc() {
   }
 }
 
-# An rdma_cm listener at the peer (its CM answers SIDR on QP1); READY: it listens.
+# An rdma_cm listener at the peer (its CM answers SIDR on QP1), on ADDRESS (default ip_b);
+# returns once it listens.
 start_listener() {
-  UROCE_DEVICES=$dev=$ip_b UROCE_LOG=info ip netns exec "$ns_b" timeout 60 "$run" \
-    rping -s -a "$ip_b" -p 7471 >"$work/peer.out" 2>&1 &
+  local at=${1:-$ip_b}
+  UROCE_DEVICES=$dev=$at UROCE_LOG=info ip netns exec "$ns_b" timeout 60 "$run" \
+    rping -s -a "$at" -p 7471 >"$work/peer.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 200); do
     grep -q "rdma_cm: listening" "$work/peer.out" && return
@@ -198,6 +217,58 @@ case $mode in
       "– PAUSE / PFC on the NIC: the DPDK port net_af_packet0" \
       "the driver does not report its flow-control setting"
     [[ -n $fail ]] && cat "$work/holder.out"
+    ;;
+  ipv6)
+    doctor "$ip6_b"
+    expect "✗ UDP 4791: nothing listens on [$ip6_b]:4791: port unreachable from $ip6_b"
+    expect_rc 1
+    start_listener "$ip6_b"
+    doctor "$ip6_b"
+    expect "Path from $dev ($ip6_a) to $ip6_b" \
+      "✓ reachable: $ip6_b answers ICMPv6 echo (5/5)" \
+      "✓ UDP 4791: a RoCE CM at $ip6_b answered the SIDR REQ on QP1 (SIDR REP: service ID not supported)" \
+      "✓ path MTU: echo requests of 4180 bytes unfragmented come back" \
+      "✓ DSCP kept" "✓ ECN kept" \
+      "✓ MTU: $veth_a MTU 9000: the device reports active MTU 4096 (RoCE packets of up to 4180 bytes over IPv6)"
+    expect_rc 0
+    # A name with both families (ip netns exec mounts /etc/netns/NS/hosts on /etc/hosts): the
+    # IPv6 device probes its AAAA address.
+    mkdir -p "/etc/netns/$ns_a"
+    printf '%s peer%s\n%s peer%s\n%s peer4only%s\n' "$ip_b" "$idx" "$ip6_b" "$idx" "$ip_b" "$idx" \
+      >"/etc/netns/$ns_a/hosts"
+    doctor "peer$idx"
+    expect "Path from $dev ($ip6_a) to $ip6_b" "✓ UDP 4791: a RoCE CM at $ip6_b answered"
+    expect_rc 0
+    # The other family: a clear failure, no probe from the wrong address.
+    doctor "$ip_b"
+    expect "✗ address family: $dev is on IPv6 ($ip6_a) and $ip_b is an IPv4 address"
+    expect_rc 1
+    doctor "peer4only$idx"
+    expect "✗ address family: $dev is on IPv6 ($ip6_a) and peer4only$idx resolves only to $ip_b, an IPv4 address"
+    expect_rc 1
+    tc_rule "$ns_b" "$veth_b" ingress -DDROP_UDP_DPORT=4791
+    doctor "$ip6_b"
+    expect "! UDP 4791: no answer to 3 SIDR REQs to [$ip6_b]:4791 (inconclusive): a filter drops UDP 4791"
+    ;;
+  ipv6dscp)
+    tc_rule "$ns_a" "$veth_a" egress -DTOS_MASK=0xfc -DTOS_SET=0
+    doctor "$ip6_b"
+    expect "✗ DSCP kept: an echo request sent with DSCP 26 came back with DSCP 0" "✓ ECN kept"
+    expect_rc 1
+    ;;
+  ipv6ecn)
+    tc_rule "$ns_a" "$veth_a" egress -DTOS_MASK=0x03 -DTOS_SET=0
+    doctor "$ip6_b"
+    expect "✗ ECN kept: an echo request sent ECT(0) came back Not-ECT: the path clears ECN" \
+      "✓ DSCP kept"
+    expect_rc 1
+    ;;
+  ipv6mtu)
+    ip -n "$ns_b" link set "$veth_b" mtu 1500
+    doctor "$ip6_b"
+    expect "✗ path MTU: the largest RoCE packet that fits is of MTU 1024: 2132-byte echo requests unfragmented get" \
+      "but the device reports active MTU 4096 (interface MTU 9000)"
+    expect_rc 1
     ;;
   *)
     echo "unknown mode $mode"

@@ -13,11 +13,13 @@
 #include "cm/mad.h"
 #include "tools/doctor/counter_rules.h"
 #include "tools/doctor/device_checks.h"
+#include "tools/doctor/doctor.h"
 #include "tools/doctor/nic_checks.h"
 #include "tools/doctor/path_checks.h"
 #include "tools/doctor/report.h"
 #include "tools/doctor/roce_probe.h"
 #include "transport/wire/icrc.h"
+#include "transport/wire/ip.h"
 #include "transport/wire/wire.h"
 
 namespace uroce::doctor {
@@ -32,6 +34,9 @@ Check find(const std::vector<Check>& checks, const std::string& id) {
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
+
+const wire::IpAddr kPeer4(0x0a000002u);  // 10.0.0.2
+const wire::IpAddr kPeer6 = *wire::IpAddr::parse("fd00::2");
 
 // ---- counters ------------------------------------------------------------------------------
 
@@ -52,14 +57,14 @@ TEST(DoctorCounters, RetransmissionsAreLossBetweenTheDevicesWithTheWorstPeer) {
   v.device = "uroce0";
   v.ip = wire::IpAddr(0x0a000001);
   v.counters = {{"qp_sent_pkts", 1000}, {"retransmitted_pkts", 50}, {"rcvd_seq_err", 7}};
-  v.peers[0x0a000002] = {.retransmitted_pkts = 45};
-  v.peers[0x0a000003] = {.retransmitted_pkts = 5};
+  v.peers[wire::IpAddr(0x0a000002u)] = {.retransmitted_pkts = 45};
+  v.peers[*wire::IpAddr::parse("fd00::3")] = {.retransmitted_pkts = 5};
   const Check c = find(diagnose_counters(v), "counters.loss");
   EXPECT_EQ(c.status, Status::kFail);
   EXPECT_TRUE(contains(c.evidence, "packets are lost between the two devices"));
   EXPECT_TRUE(contains(c.evidence, "retransmitted_pkts 50 of qp_sent_pkts 1000 (5%)"));
   EXPECT_TRUE(contains(c.evidence, "rcvd_seq_err 7"));
-  EXPECT_TRUE(contains(c.evidence, "towards 10.0.0.2 (45), 10.0.0.3 (5)"));
+  EXPECT_TRUE(contains(c.evidence, "towards 10.0.0.2 (45), fd00::3 (5)"));
   EXPECT_FALSE(c.fix.empty());
 }
 
@@ -140,7 +145,7 @@ TEST(DoctorPath, MtuLadderThatStopsBelowTheDevicesMtuFails) {
   EXPECT_TRUE(contains(c.evidence, "black hole"));
   EXPECT_TRUE(contains(c.fix, "-m 1024"));
   // A router that says so is named.
-  IcmpError e{.type = 3, .code = 4, .info = 1500, .offender = 0x0a000101};
+  IcmpError e{.type = 3, .code = 4, .info = 1500, .offender = wire::IpAddr(0x0a000101u)};
   steps.back().error = e;
   EXPECT_TRUE(contains(mtu_verdict(steps, 4096, 9000).evidence,
                        "fragmentation needed (next hop MTU 1500) from 10.0.1.1"));
@@ -173,39 +178,164 @@ TEST(DoctorPath, Udp4791OutcomesSayWhatIsConclusive) {
   r.sidr_status = 1;
   r.rtt_us = 80;
   r.reply_tos = 2;
-  Check c = udp_verdict(0x0a000002, r);
+  Check c = udp_verdict(kPeer4, r);
   EXPECT_EQ(c.status, Status::kPass);
   EXPECT_TRUE(contains(c.evidence, "SIDR REP: service ID not supported"));
   EXPECT_TRUE(contains(c.evidence, "DSCP 0, ECT(0)"));
   r.outcome = O::kPortUnreachable;
   r.detail = "port unreachable from 10.0.0.2";
-  c = udp_verdict(0x0a000002, r);
+  c = udp_verdict(kPeer4, r);
   EXPECT_EQ(c.status, Status::kFail);
   EXPECT_TRUE(contains(c.evidence, "nothing listens on 10.0.0.2:4791"));
   r.outcome = O::kSilence;
   r.attempts = 3;
-  c = udp_verdict(0x0a000002, r);
+  c = udp_verdict(kPeer4, r);
   EXPECT_EQ(c.status, Status::kWarn);
   EXPECT_TRUE(contains(c.evidence, "inconclusive"));
   EXPECT_TRUE(contains(c.evidence, "a filter drops UDP 4791"));
   r.outcome = O::kCannotRun;
   r.detail = "why";
-  EXPECT_EQ(udp_verdict(0x0a000002, r).status, Status::kSkip);
+  EXPECT_EQ(udp_verdict(kPeer4, r).status, Status::kSkip);
 }
 
 TEST(DoctorPath, UnreachablePeerFailsUnlessRoceAnswered) {
   EchoSummary e;
   e.sent = 5;
-  EXPECT_EQ(reach_verdict(0x0a000002, e, nullptr).status, Status::kFail);
+  EXPECT_EQ(reach_verdict(kPeer4, e, nullptr).status, Status::kFail);
   RoceProbeResult r;
   r.outcome = RoceProbeResult::Outcome::kAnswered;
-  EXPECT_EQ(reach_verdict(0x0a000002, e, &r).status, Status::kWarn);
+  EXPECT_EQ(reach_verdict(kPeer4, e, &r).status, Status::kWarn);
   e.answered = 5;
   e.min_rtt_us = 40;
   e.avg_rtt_us = 55;
-  const Check c = reach_verdict(0x0a000002, e, &r);
+  const Check c = reach_verdict(kPeer4, e, &r);
   EXPECT_EQ(c.status, Status::kPass);
   EXPECT_TRUE(contains(c.evidence, "round trip 40 µs min, 55 µs average"));
+}
+
+// ---- the path over IPv6 ----------------------------------------------------------------------
+
+TEST(DoctorPathIpv6, VerdictsNameIcmpv6AndBracketThePort) {
+  EchoSummary e;
+  e.sent = 5;
+  Check c = reach_verdict(kPeer6, e, nullptr);
+  EXPECT_EQ(c.status, Status::kFail);
+  EXPECT_TRUE(contains(c.evidence, "fd00::2 does not answer ICMPv6 echo (0/5)")) << c.evidence;
+  EXPECT_TRUE(contains(c.fix, "ip route get fd00::2"));
+  e.answered = 5;
+  e.min_rtt_us = e.avg_rtt_us = 30;
+  EXPECT_TRUE(contains(reach_verdict(kPeer6, e, nullptr).evidence, "answers ICMPv6 echo (5/5)"));
+  RoceProbeResult r;
+  r.outcome = RoceProbeResult::Outcome::kPortUnreachable;
+  r.detail = "port unreachable from fd00::2";
+  c = udp_verdict(kPeer6, r);
+  EXPECT_EQ(c.status, Status::kFail);
+  EXPECT_TRUE(contains(c.evidence, "nothing listens on [fd00::2]:4791")) << c.evidence;
+  r.outcome = RoceProbeResult::Outcome::kSilence;
+  r.attempts = 3;
+  EXPECT_TRUE(contains(udp_verdict(kPeer6, r).evidence, "3 SIDR REQs to [fd00::2]:4791"));
+}
+
+TEST(DoctorPathIpv6, MtuLadderCountsTheLongerHeader) {
+  // An IPv6 RoCE packet of MTU m is m + 84 bytes: 2048 needs 2132, which a 1500 hop refuses.
+  std::vector<MtuStep> steps = {
+      {256, 340, true, {}}, {512, 596, true, {}}, {1024, 1108, true, {}}, {2048, 2132, false, {}}};
+  steps.back().error =
+      IcmpError{.type = 2, .info = 1500, .offender = *wire::IpAddr::parse("fd00::1"), .v6 = true};
+  const Check c = mtu_verdict(steps, 4096, 9000, kRoceIpv6Overhead);
+  EXPECT_EQ(c.status, Status::kFail);
+  EXPECT_TRUE(contains(c.evidence,
+                       "2132-byte echo requests unfragmented get packet too big "
+                       "(next hop MTU 1500) from fd00::1"))
+      << c.evidence;
+  EXPECT_TRUE(contains(c.fix, "at least 4180")) << c.fix;
+  steps.back().answered = true;
+  steps.back().error.reset();
+  steps.push_back({4096, 4180, true, {}});
+  EXPECT_TRUE(contains(mtu_verdict(steps, 4096, 9000, kRoceIpv6Overhead).evidence,
+                       "echo requests of 4180 bytes unfragmented come back"));
+}
+
+TEST(DoctorPathIpv6, Icmpv6ErrorsReadAsTheirIcmpCounterparts) {
+  const wire::IpAddr peer = kPeer6;
+  IcmpError e{.type = 1, .code = 4, .offender = peer, .v6 = true};
+  EXPECT_TRUE(e.port_unreachable());
+  EXPECT_EQ(e.text(), "port unreachable from fd00::2");
+  e.code = 1;
+  EXPECT_FALSE(e.port_unreachable());
+  EXPECT_TRUE(contains(e.text(), "administratively prohibited"));
+  e.code = 3;
+  EXPECT_EQ(e.text(), "address unreachable from fd00::2");
+  // ICMP's port unreachable is 3/3; the same numbers in ICMPv6 are "time exceeded".
+  IcmpError v4{.type = 3, .code = 3, .offender = kPeer4};
+  EXPECT_TRUE(v4.port_unreachable());
+  EXPECT_EQ(v4.text(), "port unreachable from 10.0.0.2");
+  v4.v6 = true;
+  EXPECT_FALSE(v4.port_unreachable());
+  EXPECT_TRUE(contains(v4.text(), "time exceeded"));
+}
+
+TEST(DoctorPathIpv6, PeerOfTheOtherFamilyIsAClearFailure) {
+  const auto p4 = kPeer4;
+  EXPECT_FALSE(family_mismatch("uroce0", "fd00::1", true, "fd00::2", kPeer6));
+  EXPECT_FALSE(family_mismatch("uroce0", "10.0.0.1", false, "10.0.0.2", p4));
+  auto k = family_mismatch("uroce0", "fd00::1", true, "10.0.0.2", p4);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->id, "path.family");
+  EXPECT_EQ(k->status, Status::kFail);
+  EXPECT_TRUE(contains(k->evidence, "uroce0 is on IPv6 (fd00::1) and 10.0.0.2 is an IPv4 address"))
+      << k->evidence;
+  EXPECT_TRUE(contains(k->fix, "the peer's IPv6 address (or a name with an AAAA record)"));
+  k = family_mismatch("uroce0", "10.0.0.1", false, "peer.example", kPeer6);
+  ASSERT_TRUE(k);
+  EXPECT_TRUE(contains(k->evidence, "peer.example resolves only to fd00::2, an IPv6 address"))
+      << k->evidence;
+  EXPECT_TRUE(contains(k->fix, "a device on IPv6 (-d)"));
+}
+
+TEST(DoctorPathIpv6, NameWithBothFamiliesGivesTheDevicesOwn) {
+  const std::vector<wire::IpAddr> both = {kPeer4, kPeer6};
+  EXPECT_EQ(choose_peer(both, true), kPeer6);
+  EXPECT_EQ(choose_peer(both, false), kPeer4);
+  EXPECT_EQ(choose_peer({kPeer4}, true), kPeer4);  // family_mismatch then says why
+  EXPECT_EQ(choose_peer({}, false), wire::IpAddr{});
+}
+
+// The IPv6 probe's ICRC follows the IPv6 masking rules: the framing overload's value is what
+// wire::icrc_ipv6 computes over the whole packet as it would leave (header fields the kernel
+// picks — Traffic Class, Flow Label, Hop Limit — set to anything), and it differs from the
+// IPv4 rules' value for the same bytes.
+TEST(DoctorRoceProbe, SidrReqOverIpv6CarriesTheIpv6Icrc) {
+  const wire::IpAddr src = *wire::IpAddr::parse("fd00:7::1"),
+                     dst = *wire::IpAddr::parse("fd00:7::2");
+  const uint16_t sport = 40001;
+  const auto p = build_sidr_probe(src, dst, sport, 0x2345678, 7);
+  ASSERT_EQ(p.size(), wire::kBthBytes + wire::kDethBytes + cm::kMadBytes + 4);
+  const uint32_t carried = wire::load_le32(p.data() + p.size() - 4);
+  wire::Ipv6UdpFraming f{.src = src, .dst = dst, .src_port = sport};
+  EXPECT_EQ(wire::icrc(f, {p.data(), p.size() - 4}), carried);
+  // The packet on the wire: IPv6 header (version 6, TC 0x68, flow label 0xabcde, hop limit 17),
+  // UDP header (checksum anything), the probe without its ICRC.
+  const size_t udp_len = 8 + p.size();
+  std::vector<uint8_t> ip = {0x66, 0x8a, 0xbc, 0xde, uint8_t(udp_len >> 8), uint8_t(udp_len),
+                             17,   17};
+  ip.insert(ip.end(), src.bytes().begin(), src.bytes().end());
+  ip.insert(ip.end(), dst.bytes().begin(), dst.bytes().end());
+  const uint8_t udp[8] = {uint8_t(sport >> 8),   uint8_t(sport),   0x12, 0xb7,
+                          uint8_t(udp_len >> 8), uint8_t(udp_len), 0x5a, 0xa5};
+  ip.insert(ip.end(), udp, udp + 8);
+  ip.insert(ip.end(), p.begin(), p.end() - 4);
+  EXPECT_EQ(wire::icrc_ipv6(ip), carried);
+  ip[1] ^= 0xff;  // Traffic Class and Flow Label are masked
+  ip[7] = 1;      // so is the Hop Limit
+  EXPECT_EQ(wire::icrc_ipv6(ip), carried);
+  ip[8 + 15] ^= 1;  // the source address is covered
+  EXPECT_NE(wire::icrc_ipv6(ip), carried);
+  // The same request between IPv4 addresses gets the IPv4 rules' ICRC, not this one.
+  const auto p4 =
+      build_sidr_probe(wire::IpAddr(0x0a000001u), wire::IpAddr(0x0a000002u), sport, 0x2345678, 7);
+  EXPECT_TRUE(std::equal(p.begin(), p.end() - 4, p4.begin()));
+  EXPECT_NE(wire::load_le32(p4.data() + p4.size() - 4), carried);
 }
 
 TEST(DoctorDevice, InterfaceMtuBelowRoce4096Warns) {
@@ -215,6 +345,13 @@ TEST(DoctorDevice, InterfaceMtuBelowRoce4096Warns) {
   EXPECT_TRUE(contains(c.evidence, "active MTU 1024"));
   EXPECT_TRUE(contains(c.evidence, "at least 4160"));
   EXPECT_EQ(mtu_verdict_device("eth0", 0).status, Status::kSkip);
+  // An IPv6 device needs 20 bytes more: MTU 4160 is enough for 4096 over IPv4, not over IPv6.
+  EXPECT_EQ(mtu_verdict_device("eth0", 4160).status, Status::kPass);
+  const Check v6 = mtu_verdict_device("eth0", 4160, {}, /*ipv6=*/true);
+  EXPECT_EQ(v6.status, Status::kWarn);
+  EXPECT_TRUE(contains(v6.evidence, "active MTU 2048 (RoCE packets of up to 2132 bytes over IPv6)"))
+      << v6.evidence;
+  EXPECT_TRUE(contains(v6.evidence, "at least 4180"));
 }
 
 TEST(DoctorDevice, AnIpv6DeviceIsCheckedOnItsOwnAddressAndGid) {
@@ -354,7 +491,7 @@ TEST(DoctorNic, ReadsAKernelInterfaceFromSysfs) {
 
 TEST(DoctorRoceProbe, SidrReqIsAValidRoceV2DatagramToQp1) {
   const uint32_t src = 0x0a000001, dst = 0x0a000002;
-  const auto p = build_sidr_probe(src, dst, 50000, 0x1234567, 42);
+  const auto p = build_sidr_probe(wire::IpAddr(src), wire::IpAddr(dst), 50000, 0x1234567, 42);
   ASSERT_EQ(p.size(), wire::kBthBytes + wire::kDethBytes + cm::kMadBytes + 4);
   wire::Packet pkt;
   ASSERT_EQ(wire::parse({p.data(), p.size() - 4}, pkt), wire::ParseError::kOk);
@@ -391,7 +528,7 @@ TEST(DoctorRoceProbe, RecognisesTheSidrRepToItsRequestOnly) {
   EXPECT_EQ(a->status, uint8_t(cm::SidrStatus::kServiceIdNotSupported));
   EXPECT_FALSE(parse_sidr_answer(d, 78));  // another request's answer
   // Our own request is no answer.
-  const auto req = build_sidr_probe(1, 2, 3, 77, 9);
+  const auto req = build_sidr_probe(wire::IpAddr(1u), wire::IpAddr(2u), 3, 77, 9);
   EXPECT_FALSE(parse_sidr_answer(req, 77));
   EXPECT_FALSE(parse_sidr_answer(std::span<const uint8_t>(d.data(), 10), 77));
 }

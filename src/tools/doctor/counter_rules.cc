@@ -32,16 +32,20 @@ std::string percent(uint64_t part, uint64_t whole) {
   return buf;
 }
 
-// The peers with the most of `field`, largest first: "10.0.0.2 (120), 10.0.0.3 (4)".
+// The peers with the most of `field`, largest first: "10.0.0.2 (120), fd00::3 (4)".
 template <typename F>
 std::string worst_peers(const DeviceCounterView& v, F field) {
-  std::vector<std::pair<uint64_t, uint32_t>> by;
+  std::vector<std::pair<uint64_t, wire::IpAddr>> by;
   for (const auto& [ip, f] : v.peers)
     if (field(f) > 0) by.emplace_back(field(f), ip);
   std::sort(by.rbegin(), by.rend());
   std::string out;
   for (size_t i = 0; i < by.size() && i < 3; ++i)
-    out += (i ? ", " : "") + format_ipv4(by[i].second) + " (" + std::to_string(by[i].first) + ")";
+    out.append(i ? ", " : "")
+        .append(by[i].second.to_string())
+        .append(" (")
+        .append(std::to_string(by[i].first))
+        .append(")");
   return out;
 }
 

@@ -30,8 +30,8 @@ struct DeviceCounterView {
   wire::IpAddr ip{};
   std::vector<pid_t> pids;
   bool port_active = true;
-  std::map<std::string, uint64_t> counters;  // absent counters read as 0
-  std::map<uint32_t, PeerFigures> peers;     // by peer IPv4 (host order), from the QP tables
+  std::map<std::string, uint64_t> counters;   // absent counters read as 0
+  std::map<wire::IpAddr, PeerFigures> peers;  // by peer address (either family), from the QP tables
 };
 
 // One check per reading (port, loss, retries, RNR, ICRC, ECN/CNP, drops by cause, PFC), each

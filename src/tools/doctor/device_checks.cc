@@ -185,21 +185,23 @@ std::vector<Check> dpdk_checks(const DeviceConfig& c, const tools::Published& pu
 
 }  // namespace
 
-Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu, const std::string& fix) {
+Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu, const std::string& fix,
+                         bool ipv6) {
   Check k{"device.mtu", "MTU"};
   if (if_mtu == 0) {
     k.status = Status::kSkip;
     k.evidence = "cannot read the MTU of " + netdev;
     return k;
   }
-  const uint32_t active = tools::ib_mtu_for(if_mtu);
+  const uint32_t overhead = ipv6 ? kRoceIpv6Overhead : kRoceIpOverhead;
+  const uint32_t active = tools::ib_mtu_for(ipv6 && if_mtu > 20 ? if_mtu - 20 : if_mtu);
   k.evidence = netdev + " MTU " + std::to_string(if_mtu) + ": the device reports active MTU " +
                std::to_string(active) + " (RoCE packets of up to " +
-               std::to_string(active + kRoceIpOverhead) + " bytes)";
+               std::to_string(active + overhead) + " bytes" + (ipv6 ? " over IPv6)" : ")");
   if (active < 4096) {
     k.status = Status::kWarn;
-    k.evidence += "; RoCE MTU 4096 needs an interface MTU of at least " +
-                  std::to_string(4096 + kRoceIpOverhead);
+    k.evidence +=
+        "; RoCE MTU 4096 needs an interface MTU of at least " + std::to_string(4096 + overhead);
     k.fix = (fix.empty() ? "ip link set dev " + netdev + " mtu 9000" : fix) +
             " (and the same on every hop and the peer)";
   }
@@ -239,7 +241,7 @@ std::vector<Check> check_device(const DeviceConfig& c, const tools::Published& p
   out.push_back(address_check(c));
   if (c.netdev.empty()) return out;  // nothing more to look at without an interface
   out.push_back(link_check(c));
-  out.push_back(mtu_verdict_device(c.netdev, tools::netdev_mtu(c.netdev)));
+  out.push_back(mtu_verdict_device(c.netdev, tools::netdev_mtu(c.netdev), {}, c.is_ipv6()));
   out.push_back({"device.gid", "GID table", Status::kPass,
                  "index 0: " + gid0_text(c) +
                      (c.is_ipv6() ? " (RoCE v2, the IPv6 address itself"

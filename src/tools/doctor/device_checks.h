@@ -29,7 +29,10 @@ std::vector<Check> check_device(const DeviceConfig& c, const tools::Published& p
 // ---- verdicts (pure) -----------------------------------------------------------------------
 // The interface MTU against RoCE's: the active IB MTU it gives the device, and whether a
 // 4096-byte RoCE MTU fits (an interface MTU of at least 4160). `fix`: how to raise it, when
-// not `ip link set dev NETDEV mtu 9000`.
-Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu, const std::string& fix = {});
+// not `ip link set dev NETDEV mtu 9000`. ipv6: the device is on an IPv6 address, whose 40-byte
+// header leaves 20 bytes less for RoCE (src/engine/device.cc gives it the active MTU of an
+// interface 20 bytes smaller).
+Check mtu_verdict_device(const std::string& netdev, uint32_t if_mtu, const std::string& fix = {},
+                         bool ipv6 = false);
 
 }  // namespace uroce::doctor

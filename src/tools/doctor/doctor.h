@@ -7,9 +7,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "tools/doctor/report.h"
 #include "tools/qp_view.h"
+#include "transport/wire/ip.h"
 
 namespace uroce::doctor {
 
@@ -28,5 +32,16 @@ CLI::App* add_command(CLI::App& app, DoctorOptions* o);
 // Prints the report on stdout; returns its exit code (report.h), or 2 when PEER or the device
 // named cannot be found.
 int cmd_doctor(const DoctorOptions& o, const tools::Collect& collect);
+
+// ---- the peer's address (pure) -------------------------------------------------------------
+// The address to probe among a name's: the first of the device's family, else the first (which
+// family_mismatch then reports).
+wire::IpAddr choose_peer(const std::vector<wire::IpAddr>& candidates, bool device_ipv6);
+// A failed "path.family" check when the peer is of the other family than the device (an IPv6
+// device asked about an IPv4 peer, or the reverse): no probe can tell anything about that path.
+// peer_text: the peer as given (a name or a literal).
+std::optional<Check> family_mismatch(const std::string& device, const std::string& device_addr,
+                                     bool device_ipv6, const std::string& peer_text,
+                                     const wire::IpAddr& peer);
 
 }  // namespace uroce::doctor

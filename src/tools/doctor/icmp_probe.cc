@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/icmp6.h>
 #include <netinet/ip_icmp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,8 +12,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-#include "engine/config.h"
 
 namespace uroce::doctor {
 namespace {
@@ -27,38 +26,44 @@ uint16_t inet_checksum(const uint8_t* p, size_t n) {
 
 }  // namespace
 
-std::unique_ptr<Pinger> Pinger::open(uint32_t src_ip, uint32_t dst_ip, std::string* why) {
+std::unique_ptr<Pinger> Pinger::open(const wire::IpAddr& src, const wire::IpAddr& dst,
+                                     uint32_t scope_id, std::string* why) {
+  const bool v6 = !dst.is_v4();
+  const int family = v6 ? AF_INET6 : AF_INET;
+  const int proto = v6 ? int{IPPROTO_ICMPV6} : int{IPPROTO_ICMP};
   bool raw = false;
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_ICMP);
+  int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, proto);
   if (fd < 0) {
-    fd = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP);
+    fd = socket(family, SOCK_RAW | SOCK_CLOEXEC, proto);
     raw = true;
   }
   if (fd < 0) {
-    *why =
-        "no ICMP socket: needs net.ipv4.ping_group_range to include this group, or root "
-        "(CAP_NET_RAW)";
+    *why = std::string("no ") + (v6 ? "ICMPv6" : "ICMP") +
+           " socket: needs net.ipv4.ping_group_range to include this group, or root "
+           "(CAP_NET_RAW)";
     return nullptr;
   }
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(src_ip);
-  sockaddr_in d{};
-  d.sin_family = AF_INET;
-  d.sin_addr.s_addr = htonl(dst_ip);
-  // PROBE: DF on every request, and the kernel's cached path MTU ignored, so each size is
-  // really tried on the wire (only the interface's own MTU stops one here, with EMSGSIZE).
-  int pmtu = IP_PMTUDISC_PROBE, on = 1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&d), sizeof d) != 0 ||
-      setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
-      setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0 || !enable_recverr(fd)) {
-    *why = "ICMP socket from " + format_ipv4(src_ip) + " to " + format_ipv4(dst_ip) + ": " +
-           std::strerror(errno);
+  sockaddr_storage a, d;
+  const socklen_t alen = make_sockaddr(src, 0, scope_id, &a);
+  const socklen_t dlen = make_sockaddr(dst, 0, scope_id, &d);
+  // PROBE: DF on every request (IPv6: no fragmenting here), and the kernel's cached path MTU
+  // ignored, so each size is really tried on the wire (only the interface's own MTU stops one
+  // here, with EMSGSIZE).
+  int on = 1;
+  int pmtu = v6 ? IPV6_PMTUDISC_PROBE : IP_PMTUDISC_PROBE;
+  const bool opts = v6 ? setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
+                             setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof on) == 0
+                       : setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) == 0 &&
+                             setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) == 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), alen) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&d), dlen) != 0 || !opts ||
+      !enable_recverr(fd, family)) {
+    *why = std::string(v6 ? "ICMPv6" : "ICMP") + " socket from " + src.to_string() + " to " +
+           dst.to_string() + ": " + std::strerror(errno);
     close(fd);
     return nullptr;
   }
-  auto p = std::unique_ptr<Pinger>(new Pinger(fd, raw));
+  auto p = std::unique_ptr<Pinger>(new Pinger(fd, raw, v6));
   std::random_device rd;
   p->id_ = static_cast<uint16_t>(rd());
   return p;
@@ -70,30 +75,44 @@ Pinger::~Pinger() {
 
 EchoResult Pinger::echo(size_t ip_bytes, uint8_t tos, int wait_ms) {
   EchoResult r;
-  constexpr size_t kIpIcmp = 20 + 8;
-  if (ip_bytes < kIpIcmp) ip_bytes = kIpIcmp;
+  const size_t ip_header = v6_ ? 40 : 20;
+  if (ip_bytes < ip_header + 8) ip_bytes = ip_header + 8;
   int t = tos;
-  setsockopt(fd_, IPPROTO_IP, IP_TOS, &t, sizeof t);
+  if (v6_) {
+    setsockopt(fd_, IPPROTO_IPV6, IPV6_TCLASS, &t, sizeof t);
+  } else {
+    setsockopt(fd_, IPPROTO_IP, IP_TOS, &t, sizeof t);
+  }
   while (read_icmp_error(fd_)) {
   }  // errors of earlier probes are theirs
   const uint16_t seq = ++seq_;
-  std::vector<uint8_t> pkt(ip_bytes - 20);
-  pkt[0] = ICMP_ECHO;
+  std::vector<uint8_t> pkt(ip_bytes - ip_header);
+  pkt[0] = v6_ ? ICMP6_ECHO_REQUEST : ICMP_ECHO;
   pkt[4] = uint8_t(id_ >> 8);
   pkt[5] = uint8_t(id_);
   pkt[6] = uint8_t(seq >> 8);
   pkt[7] = uint8_t(seq);
   for (size_t i = 8; i < pkt.size(); ++i) pkt[i] = uint8_t(i);
-  const uint16_t ck = inet_checksum(pkt.data(), pkt.size());
-  pkt[2] = uint8_t(ck >> 8);
-  pkt[3] = uint8_t(ck);
+  if (!v6_) {
+    // ICMPv6's checksum covers a pseudo-header with the addresses: the kernel fills it in on
+    // ICMPv6 sockets, raw and datagram alike (RFC 3542 3.1).
+    const uint16_t ck = inet_checksum(pkt.data(), pkt.size());
+    pkt[2] = uint8_t(ck >> 8);
+    pkt[3] = uint8_t(ck);
+  }
   const auto sent_at = std::chrono::steady_clock::now();
   if (send(fd_, pkt.data(), pkt.size(), 0) < 0) {
     IcmpError e;
     e.local = true;
     e.err = errno;
     socklen_t len = sizeof e.info;
-    if (errno == EMSGSIZE) getsockopt(fd_, IPPROTO_IP, IP_MTU, &e.info, &len);
+    if (errno == EMSGSIZE) {
+      if (v6_) {
+        getsockopt(fd_, IPPROTO_IPV6, IPV6_MTU, &e.info, &len);
+      } else {
+        getsockopt(fd_, IPPROTO_IP, IP_MTU, &e.info, &len);
+      }
+    }
     r.error = e;
     return r;
   }
@@ -110,14 +129,17 @@ EchoResult Pinger::echo(size_t ip_bytes, uint8_t tos, int wait_ms) {
     if (n <= 0) continue;
     size_t off = 0;
     uint8_t tos_in = d.tos;
-    if (raw_) {  // a raw socket sees the IP header, and every ICMP message to this host
+    // A raw ICMPv6 socket sees every ICMPv6 message to this host (our own request too, on
+    // loopback), without the IPv6 header: the Traffic Class comes with IPV6_RECVTCLASS.
+    if (raw_ && v6_ && (size_t(n) < 8 || (uint16_t(buf[4]) << 8 | buf[5]) != id_)) continue;
+    if (raw_ && !v6_) {  // a raw socket sees the IP header, and every ICMP message to this host
       const size_t ihl = size_t(buf[0] & 0xf) * 4;
       if (size_t(n) < ihl + 8) continue;
       tos_in = buf[1];
       off = ihl;
       if ((uint16_t(buf[off + 4]) << 8 | buf[off + 5]) != id_) continue;
     }
-    if (size_t(n) < off + 8 || buf[off] != ICMP_ECHOREPLY ||
+    if (size_t(n) < off + 8 || buf[off] != (v6_ ? ICMP6_ECHO_REPLY : ICMP_ECHOREPLY) ||
         (uint16_t(buf[off + 6]) << 8 | buf[off + 7]) != seq)
       continue;
     r.answered = true;

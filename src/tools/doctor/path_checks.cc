@@ -18,31 +18,35 @@ constexpr uint32_t kLadder[] = {256, 512, 1024, 2048, 4096};
 
 }  // namespace
 
-Check reach_verdict(uint32_t peer, const EchoSummary& e, const RoceProbeResult* roce) {
+Check reach_verdict(const wire::IpAddr& peer, const EchoSummary& e, const RoceProbeResult* roce) {
   Check k{"path.reach", "reachable"};
-  const std::string p = format_ipv4(peer);
+  const std::string p = peer.to_string();
+  const char* icmp = peer.is_v4() ? "ICMP" : "ICMPv6";
   if (e.answered > 0) {
-    k.evidence = p + " answers ICMP echo (" + std::to_string(e.answered) + "/" +
+    k.evidence = p + " answers " + icmp + " echo (" + std::to_string(e.answered) + "/" +
                  std::to_string(e.sent) + "), round trip " + us(e.min_rtt_us) + " min, " +
                  us(e.avg_rtt_us) + " average";
     return k;
   }
   const bool roce_answered = roce && roce->outcome == RoceProbeResult::Outcome::kAnswered;
   k.status = roce_answered ? Status::kWarn : Status::kFail;
-  k.evidence = p + " does not answer ICMP echo (0/" + std::to_string(e.sent) + ")";
+  k.evidence = p + " does not answer " + icmp + " echo (0/" + std::to_string(e.sent) + ")";
   if (e.error) k.evidence += ": " + e.error->text();
   if (roce_answered)
-    k.evidence += ", but its RoCE CM answered: ICMP is filtered, the MTU and TOS checks cannot run";
-  k.fix = roce_answered
-              ? "let ICMP echo through to measure the path MTU and TOS"
-              : "check the address, the route (ip route get " + p + ") and that the peer is up";
+    k.evidence.append(", but its RoCE CM answered: ")
+        .append(icmp)
+        .append(" is filtered, the MTU and TOS checks cannot run");
+  k.fix =
+      roce_answered
+          ? std::string("let ").append(icmp).append(" echo through to measure the path MTU and TOS")
+          : "check the address, the route (ip route get " + p + ") and that the peer is up";
   return k;
 }
 
-Check udp_verdict(uint32_t peer, const RoceProbeResult& r) {
+Check udp_verdict(const wire::IpAddr& peer, const RoceProbeResult& r) {
   using O = RoceProbeResult::Outcome;
   Check k{"path.udp4791", "UDP 4791"};
-  const std::string p = format_ipv4(peer);
+  const std::string p = peer.to_string(), p4791 = host_port(peer, 4791);
   switch (r.outcome) {
     case O::kAnswered:
       k.evidence = "a RoCE CM at " + p +
@@ -53,20 +57,20 @@ Check udp_verdict(uint32_t peer, const RoceProbeResult& r) {
       break;
     case O::kPortUnreachable:
       k.status = Status::kFail;
-      k.evidence = "nothing listens on " + p + ":4791: " + r.detail +
+      k.evidence = "nothing listens on " + p4791 + ": " + r.detail +
                    " (conclusive: the host itself said so, or a filter REJECTs the port)";
       k.fix = "start the peer program on a RoCE device with address " + p +
               " (uroce devices there), or remove the REJECT rule";
       break;
     case O::kIcmpError:
       k.status = Status::kFail;
-      k.evidence = "the SIDR REQ to " + p + ":4791 was refused: " + r.detail;
+      k.evidence = "the SIDR REQ to " + p4791 + " was refused: " + r.detail;
       k.fix = "fix the route or the filter that answers for " + p;
       break;
     case O::kSilence:
       k.status = Status::kWarn;
-      k.evidence = "no answer to " + std::to_string(r.attempts) + " SIDR REQs to " + p +
-                   ":4791 (inconclusive): a filter drops UDP 4791 on the way there or back, or "
+      k.evidence = "no answer to " + std::to_string(r.attempts) + " SIDR REQs to " + p4791 +
+                   " (inconclusive): a filter drops UDP 4791 on the way there or back, or "
                    "no program there has a RoCE CM on QP1 (a uroce peer only while it uses "
                    "rdma_cm; ibv_rc_pingpong and other verbs-only programs stay silent)";
       k.fix =
@@ -81,8 +85,11 @@ Check udp_verdict(uint32_t peer, const RoceProbeResult& r) {
   return k;
 }
 
-Check mtu_verdict(const std::vector<MtuStep>& steps, uint32_t device_mtu, uint32_t if_mtu) {
+Check mtu_verdict(const std::vector<MtuStep>& steps, uint32_t device_mtu, uint32_t if_mtu,
+                  uint32_t ip_overhead) {
   Check k{"path.mtu", "path MTU"};
+  // IPv6 has no DF bit: its routers never fragment, and the probes are sent unfragmented.
+  const std::string df = ip_overhead == kRoceIpv6Overhead ? "unfragmented" : "with DF";
   uint32_t best = 0;
   const MtuStep* first_bad = nullptr;
   for (const MtuStep& s : steps) {
@@ -94,7 +101,7 @@ Check mtu_verdict(const std::vector<MtuStep>& steps, uint32_t device_mtu, uint32
   }
   if (!first_bad) {
     k.evidence = "echo requests of " + std::to_string(steps.empty() ? 0 : steps.back().ip_bytes) +
-                 " bytes with DF come back: a RoCE packet of MTU " + std::to_string(best) +
+                 " bytes " + df + " come back: a RoCE packet of MTU " + std::to_string(best) +
                  " fits both ways (the device uses " + std::to_string(device_mtu) + ")";
     return k;
   }
@@ -102,13 +109,14 @@ Check mtu_verdict(const std::vector<MtuStep>& steps, uint32_t device_mtu, uint32
   if (first_bad->error) why = first_bad->error->text();
   k.evidence = "the largest RoCE packet that fits is of MTU " +
                (best ? std::to_string(best) : std::string("none")) + ": " +
-               std::to_string(first_bad->ip_bytes) + "-byte echo requests with DF get " + why;
+               std::to_string(first_bad->ip_bytes) + "-byte echo requests " + df + " get " + why;
   if (best >= device_mtu) {
     // The device never sends larger packets than its MTU: the path is large enough for it.
     k.evidence += "; the device uses " + std::to_string(device_mtu) + ", which fits";
     if (device_mtu < 4096) {
       k.status = Status::kWarn;
-      k.fix = "for RoCE MTU 4096 every hop needs an MTU of at least 4160 (9000 is usual)";
+      k.fix = "for RoCE MTU 4096 every hop needs an MTU of at least " +
+              std::to_string(4096 + ip_overhead) + " (9000 is usual)";
     }
     return k;
   }
@@ -117,7 +125,7 @@ Check mtu_verdict(const std::vector<MtuStep>& steps, uint32_t device_mtu, uint32
                 (if_mtu ? " (interface MTU " + std::to_string(if_mtu) + ")" : "") +
                 ": programs that use it lose every full-size packet";
   if (!first_bad->error) k.evidence += " (an MTU black hole: nothing says why)";
-  k.fix = "set an MTU of at least " + std::to_string(device_mtu + kRoceIpOverhead) +
+  k.fix = "set an MTU of at least " + std::to_string(device_mtu + ip_overhead) +
           " on every hop (and the peer), or have programs use path MTU " + std::to_string(best) +
           " (ibv_rc_pingpong -m " + std::to_string(best) + ")";
   return k;
@@ -159,7 +167,7 @@ Check ecn_verdict(uint8_t sent_tos, uint8_t reply_tos) {
 std::vector<Check> check_path(const PathOptions& o) {
   std::vector<Check> out;
   std::string why;
-  auto pinger = Pinger::open(o.src_ip, o.peer_ip, &why);
+  auto pinger = Pinger::open(o.src, o.peer, o.scope_id, &why);
   EchoSummary es;
   if (pinger) {
     double sum = 0;
@@ -174,15 +182,18 @@ std::vector<Check> check_path(const PathOptions& o) {
     }
     if (es.answered) es.avg_rtt_us = sum / es.answered;
   }
-  const RoceProbeResult roce = probe_udp4791(o.src_ip, o.peer_ip, o.attempts, o.wait_ms);
+  const RoceProbeResult roce = probe_udp4791(o.src, o.peer, o.scope_id, o.attempts, o.wait_ms);
   if (pinger) {
-    out.push_back(reach_verdict(o.peer_ip, es, &roce));
+    out.push_back(reach_verdict(o.peer, es, &roce));
   } else {
     out.push_back({"path.reach", "reachable", Status::kSkip, why});
   }
-  out.push_back(udp_verdict(o.peer_ip, roce));
+  out.push_back(udp_verdict(o.peer, roce));
+  const bool v6 = !o.peer.is_v4();
   if (!pinger || es.answered == 0) {
-    const std::string reason = pinger ? "needs answers to ICMP echo" : why;
+    const std::string reason =
+        pinger ? std::string("needs answers to ").append(v6 ? "ICMPv6" : "ICMP").append(" echo")
+               : why;
     out.push_back({"path.mtu", "path MTU", Status::kSkip, reason});
     out.push_back({"path.dscp", "DSCP kept", Status::kSkip, reason});
     out.push_back({"path.ecn", "ECN kept", Status::kSkip, reason});
@@ -190,11 +201,12 @@ std::vector<Check> check_path(const PathOptions& o) {
   }
   // The ladder, smallest first; it stops at the first size that does not come back (retried:
   // one lost echo is not an MTU) or that something refuses.
+  const uint32_t overhead = v6 ? kRoceIpv6Overhead : kRoceIpOverhead;
   std::vector<MtuStep> steps;
   for (uint32_t m : kLadder) {
     MtuStep s;
     s.ib_mtu = m;
-    s.ip_bytes = m + kRoceIpOverhead;
+    s.ip_bytes = m + overhead;
     for (int a = 0; a < o.attempts && !s.answered; ++a) {
       EchoResult r = pinger->echo(s.ip_bytes, 0, o.wait_ms);
       s.answered = r.answered;
@@ -206,7 +218,7 @@ std::vector<Check> check_path(const PathOptions& o) {
     steps.push_back(s);
     if (!s.answered) break;
   }
-  out.push_back(mtu_verdict(steps, o.device_mtu, o.if_mtu));
+  out.push_back(mtu_verdict(steps, o.device_mtu, o.if_mtu, overhead));
   const uint8_t tos = static_cast<uint8_t>(o.dscp << 2 | 2);  // ECT(0), as RoCE data
   std::optional<EchoResult> tr;
   for (int a = 0; a < o.attempts && !(tr && tr->answered); ++a)

@@ -15,6 +15,10 @@
 // request's source port): the probe listens there itself when nothing else does, else (a uroce
 // process holds the port) reads a copy of every UDP datagram through a raw socket (root or
 // CAP_NET_RAW), else it cannot see the answer and says so.
+//
+// Over IPv6 the probe is the same datagram in UDP/IPv6, its ICRC computed with the IPv6 rules
+// (wire::Ipv6UdpFraming: Traffic Class, Flow Label and Hop Limit masked), and ICMPv6 errors read
+// as ICMP ones are (port unreachable is ICMPv6 type 1 code 4).
 #pragma once
 
 #include <cstdint>
@@ -23,17 +27,20 @@
 #include <string>
 #include <vector>
 
+#include "transport/wire/ip.h"
+
 namespace uroce::doctor {
 
 // The service ID the probe asks for: in the RDMA IP CM range (Annex A11: 0x0000000001 PS port)
 // with a port space no rdma_cm uses (0x00ff), so no listener can match it.
 inline constexpr uint64_t kProbeServiceId = 0x0000000001ff0000ULL;
 
-// The UDP payload of the probe (BTH, DETH, the SIDR REQ MAD, ICRC) as sent from src_ip:src_port
-// to dst_ip:4791 with DF and IP ID 0 — what the kernel gives an unconnected DF datagram, which
-// the ICRC covers (docs/wire-format.md).
-std::vector<uint8_t> build_sidr_probe(uint32_t src_ip, uint32_t dst_ip, uint16_t src_port,
-                                      uint32_t request_id, uint64_t tid);
+// The UDP payload of the probe (BTH, DETH, the SIDR REQ MAD, ICRC) as sent from src:src_port
+// to dst:4791. IPv4(-mapped) addresses: with DF and IP ID 0 — what the kernel gives an
+// unconnected DF datagram, which the ICRC covers (docs/wire-format.md); IPv6 ones: the ICRC of
+// UDP/IPv6, which covers no field the kernel chooses. src and dst are of one family.
+std::vector<uint8_t> build_sidr_probe(const wire::IpAddr& src, const wire::IpAddr& dst,
+                                      uint16_t src_port, uint32_t request_id, uint64_t tid);
 
 // The SIDR REP answering request_id in a RoCEv2 UDP payload, or nullopt when it is none.
 struct SidrAnswer {
@@ -52,8 +59,9 @@ struct RoceProbeResult {
   std::string detail;     // ICMP error text and who sent it, or why it cannot run
   int attempts = 0;
 };
-// Sends the probe (up to `attempts` times, `wait_ms` apart) from src_ip to dst_ip and waits for
-// an answer.
-RoceProbeResult probe_udp4791(uint32_t src_ip, uint32_t dst_ip, int attempts, int wait_ms);
+// Sends the probe (up to `attempts` times, `wait_ms` apart) from src to dst (one family;
+// scope_id: the interface of a link-local IPv6 pair) and waits for an answer.
+RoceProbeResult probe_udp4791(const wire::IpAddr& src, const wire::IpAddr& dst, uint32_t scope_id,
+                              int attempts, int wait_ms);
 
 }  // namespace uroce::doctor
