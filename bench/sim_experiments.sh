@@ -354,10 +354,14 @@ print("%.1f,%.1f,%.1f,%.3f,%d,%d,%.1f,%d,%d,%d,%d,%d,%d" % (
     d["mp_path_rotations"], len(f)))
 PY
 }
-for cc in none dcqcn; do
+# Three congestion-control settings: none at all (PFC alone); `np`, uroce's device default (the
+# NP answers CE marks with CNPs, no rate control: the CNPs only steer sprayed paths); DCQCN.
+for cc in none np dcqcn; do
+  ccargs=(--cc "$cc")
+  [[ $cc == np ]] && ccargs=(--cc none --set np=1)
   # The ideal: the same flow alone on the idle fabric (headers, start-up and round trips included).
   j=$raw/exp7_${cc}_solo.json
-  "$sim" leafspine "${ls_args[@]}" --cc "$cc" --workload "$raw/exp7_solo.txt" --duration-ms 3 \
+  "$sim" leafspine "${ls_args[@]}" "${ccargs[@]}" --workload "$raw/exp7_solo.txt" --duration-ms 3 \
     --window-ms 0:3 --json "$j"
   ideal=$(flowstats "$j")
   for c in "gbn 1" "sr 1" "sr 4" "sr 16" "sr 64"; do
@@ -365,7 +369,7 @@ for cc in none dcqcn; do
     args=(--paths "$paths")
     [[ $tr == sr ]] && args+=(--sr)
     j=$raw/exp7_${cc}_${tr}_${paths}.json
-    "$sim" leafspine "${ls_args[@]}" --cc "$cc" "${args[@]}" --workload "$raw/exp7_flows.txt" \
+    "$sim" leafspine "${ls_args[@]}" "${ccargs[@]}" "${args[@]}" --workload "$raw/exp7_flows.txt" \
       --duration-ms 3 --window-ms 0:3 --json "$j" --pfc-report "$raw/exp7_${cc}_${tr}_${paths}_pfc.txt"
     echo "$cc,$tr,$paths,$(flowstats "$j" "$ideal")" >>"$e7"
   done
