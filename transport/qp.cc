@@ -154,6 +154,7 @@ void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
   if (o.rtt) {
     rate->on_rtt_sample(now, *o.rtt);
     sync_pacer();
+    requester.on_rtt_sample(*o.rtt);
   }
   if (o.acked) requester.on_acked(*o.acked, sq);
   if (o.fatal) {
@@ -161,7 +162,7 @@ void Qp::Impl::handle(const CompleterOutcome& o, Time now) {
     return;
   }
   if (o.retransmit) requester.on_retransmit(*o.retransmit, sq, ctx.sr());
-  if (o.sack) requester.on_sack(*o.sack);
+  if (o.sack) requester.on_sack(*o.sack, now);
   if (o.read_hole) requester.on_read_hole(*o.read_hole);
   // A WQE the requester could not execute completes once everything before it has.
   if (!sq.empty() && sq.front().state == WqeState::kLocalError) {

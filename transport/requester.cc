@@ -55,7 +55,7 @@ void Requester::clear_sacked(Psn from, Psn to) {
   }
 }
 
-void Requester::on_sack(const Sacked& ev) {
+void Requester::on_sack(const Sacked& ev, Time now) {
   bool fresh = false;  // a PSN not SACKed before
   if (ev.sacked && *ev.sacked >= unacked_ && psn_span(unacked_, *ev.sacked) < kSrSackBits &&
       *ev.sacked < sent_end_) {
@@ -63,7 +63,19 @@ void Requester::on_sack(const Sacked& ev) {
     const uint32_t i = ev.sacked->value() % kSrSackBits;
     sr_sacked_[i / 64] |= uint64_t{1} << (i % 64);
     sr_marks_ = true;
-    if (*ev.sacked >= sr_high_) sr_high_ = *ev.sacked + 1;
+    if (*ev.sacked >= sr_high_) {
+      // PSNs skipped between the old sr_high_ and this one are holes revealed now (the reorder
+      // window runs from here).
+      const bool reveals = *ev.sacked > sr_high_;
+      sr_high_ = *ev.sacked + 1;
+      if (!reveals) {
+      } else if (reveal_count_ == kReveals) {
+        reveals_[(reveal_head_ + kReveals - 1) % kReveals] = Reveal{sr_high_, now};
+      } else {
+        reveals_[(reveal_head_ + reveal_count_) % kReveals] = Reveal{sr_high_, now};
+        ++reveal_count_;
+      }
+    }
     if (paths_.on()) paths_.delivered(*ev.sacked);
   }
   if (paths_.on()) {
@@ -277,6 +289,7 @@ RequesterOutcome Requester::pump(Time now, const QpContext& ctx, SendQueue& sq, 
   ctx.counters.send_window_cuts += cuts_unreported_;
   cuts_unreported_ = 0;
   if (not_before_ != 0 && now >= not_before_) not_before_ = 0;
+  if (sr_waiting_ && now >= sr_wait_until_) sr_waiting_ = false;  // the reorder window is over
   bool sent = false, timed = false;
   Psn timed_psn;
   if (ctx.init.paths > 1 && !paths_.on() && ctx.sr() && ctx.service == wire::Service::kRc) {
@@ -398,15 +411,34 @@ inline Requester::Tx Requester::transmit(Time now, const QpContext& ctx, SendEnt
   return Tx::kSent;
 }
 
+Time Requester::revealed_at(Psn p) {
+  // Entries at or below p are of holes the scan has passed: dropped.
+  while (reveal_count_ != 0 && reveals_[reveal_head_].high <= p) {
+    reveal_head_ = (reveal_head_ + 1) % kReveals;
+    --reveal_count_;
+  }
+  return reveal_count_ != 0 ? reveals_[reveal_head_].at : 0;
+}
+
 void Requester::selective_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx,
                                  cc::Pacer& pacer, RequesterOutcome& out) {
   if (sr_next_ < unacked_) sr_next_ = unacked_;
+  if (sr_waiting_ && now >= sr_wait_until_) sr_waiting_ = false;
   SendQueue::Seq s = sq.begin();
   while (holes_pending()) {
     const Psn p = sr_next_;
     if (sacked(p)) {
       ++sr_next_;
       continue;
+    }
+    // The reorder window: a hole shown by a SACK less than reorder_window() ago may only have
+    // been overtaken (RACK, RFC 8985 6.2); it waits, and so does every hole after it (shown no
+    // earlier). A resend pass after a loss of a resend (on_sack) finds the holes long shown.
+    const Time due = revealed_at(p) + reorder_window();
+    if (reorder_window() != 0 && now < due) {
+      sr_waiting_ = true;
+      sr_wait_until_ = due;
+      break;
     }
     // The WQE holding p: in flight, PSN order, so the scan resumes where the last one ended.
     while (s < sq.end() && (sq.at(s).state != WqeState::kInFlight || sq.at(s).end_psn() <= p)) {

@@ -91,8 +91,17 @@ class Requester {
   void on_acked(const AckedThrough& ev, const SendQueue& sq);
   // `sr`: the QP uses selective repeat (a timeout or probe then resends one packet).
   void on_retransmit(const RetransmitFrom& ev, const SendQueue& sq, bool sr = false);
-  // Selective repeat: a SACK (events.h). Records the SACKed PSN and opens a loss episode.
-  void on_sack(const Sacked& ev);
+  // Selective repeat: a SACK (events.h), at `now`. Records the SACKed PSN and opens a loss
+  // episode.
+  void on_sack(const Sacked& ev, Time now = 0);
+  // A round-trip sample (the completer's): the smallest sets the reorder window.
+  void on_rtt_sample(Time rtt) {
+    if (min_rtt_ == 0 || rtt < min_rtt_) min_rtt_ = rtt;
+  }
+  // Selective repeat's reorder window: a hole is resent only this long after a SACK first
+  // showed it (RACK's reo_wnd, RFC 8985 6.2: a quarter of the minimum round trip), so a packet
+  // merely overtaken is not taken for lost. 0 before the first sample.
+  Time reorder_window() const { return min_rtt_ / 4; }
   // Selective repeat: READ responses [from, to) are missing while later ones were placed: a READ
   // request for just those goes before anything else (pump).
   void on_read_hole(const ReadHole& ev) { rd_hole_ = ev; }
@@ -110,7 +119,7 @@ class Requester {
   // several times a round trip with nothing to send; Qp::pump skips the call then.
   bool idle(const SendQueue& sq) const {
     return cursor_seq_ >= sq.end() && not_before_ == 0 && cuts_unreported_ == 0 &&
-           !selective_resend_pending();
+           !selective_resend_pending() && !sr_waiting_;
   }
   // Selective repeat: PSNs below the highest SACKed one are still to be looked at for a resend
   // (pump() sends the holes among them first, before anything new).
@@ -119,8 +128,12 @@ class Requester {
   }
   // What pump() would do now, ignoring the port; kRnrWait while the RNR timer runs.
   State state(Time now, const QpContext& ctx, const SendQueue& sq, bool may_start) const;
-  // The RNR timer's expiry while it runs, else kNever.
-  Time wake_time() const { return not_before_ ? not_before_ : kNever; }
+  // The RNR timer's expiry while it runs, or the end of the reorder window a hole waits out,
+  // else kNever.
+  Time wake_time() const {
+    const Time rnr = not_before_ ? not_before_ : kNever;
+    return sr_waiting_ ? std::min(rnr, sr_wait_until_) : rnr;
+  }
 
   // PSNs the requester may have unacknowledged: the loss-adaptive window, capped by
   // CcConfig::max_inflight (in packets of the path MTU) when that is set.
@@ -163,7 +176,7 @@ class Requester {
     // Multipath: a scan is due when a SACK, an ACK or a probe brought news (sr_rescan_).
     if (paths_.on()) return sr_rescan_ && unacked_ < sr_high_ && unacked_ < cursor_psn_;
     const Psn lo = std::max(sr_next_, unacked_);
-    return lo < sr_high_ && lo < cursor_psn_;
+    return !sr_waiting_ && lo < sr_high_ && lo < cursor_psn_;
   }
   // Multipath: selective_resend's form for a QP that sprays (PathSet says which holes are lost).
   void spray_resend(Time now, const QpContext& ctx, SendQueue& sq, PacketSink& tx, cc::Pacer& pacer,
@@ -223,6 +236,27 @@ class Requester {
   bool sr_probed_ = false;  // a probe went since the last ACK progress
   // A sequence NAK (a gap the responder reports once) came since the last ACK progress.
   bool nak_since_progress_ = false;
+
+  // The reorder window (reorder_window()): when each hole was first shown by a SACK. sr_high_
+  // only grows, and holes are revealed in PSN order, so a ring of (sr_high_ after a SACK moved
+  // it, the time) answers "when was PSN p revealed" for the holes ahead of sr_next_: the first
+  // entry above p. Only a SACK that skips PSNs reveals holes (one that names sr_high_ itself
+  // moves it by one and reveals none), so a stream of in-order SACKs adds no entries. Full, the
+  // newest entry takes the new threshold and time (its holes then count as revealed later than
+  // they were: they wait a little longer, never less). sr_waiting_: selective_resend() stopped
+  // at a hole whose window ends at sr_wait_until_ (wake_time()).
+  struct Reveal {
+    Psn high;
+    Time at = 0;
+  };
+  static constexpr uint32_t kReveals = 64;
+  std::array<Reveal, kReveals> reveals_{};
+  uint32_t reveal_head_ = 0, reveal_count_ = 0;
+  bool sr_waiting_ = false;
+  Time sr_wait_until_ = 0;
+  Time min_rtt_ = 0;
+  // When PSN p (a hole at or after sr_next_) was revealed, or 0 when it is not known.
+  Time revealed_at(Psn p);
 
   // Multipath spraying (QpInit::paths > 1, with selective repeat; transport/multipath.h). Set up
   // by the first pump() that finds selective repeat agreed. sr_rescan_: a SACK, ACK or probe

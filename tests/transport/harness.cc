@@ -236,7 +236,8 @@ void Link::collect() {
         f->tos = b.ecn;
         if (ce_if && (b.ecn & 3) != 0 && ce_if(from, b.src_port)) f->tos |= 3;  // ECT only
         f->payload.assign(b.data, b.data + b.len);
-        const Time extra = path_delay ? path_delay(from, b.src_port) : 0;
+        const Time extra =
+            (path_delay ? path_delay(from, b.src_port) : 0) + (delay_if ? delay_if(from, pkt) : 0);
         if (extra == kNever) {
           ++path_lost;
           pool_.put(f);

@@ -187,6 +187,9 @@ class Link {
   // lengths (multipath tests). Each path stays FIFO, as one ECMP route is. kNever: the packet
   // is lost (a dead route; counted in `lost`). Null: none.
   std::function<Time(int from, uint16_t src_port)> path_delay;
+  // Extra one-way delay of one packet, by its sender and contents (a packet overtaken by those
+  // behind it: reordering within a path). Null: none.
+  std::function<Time(int from, const wire::Packet&)> delay_if;
   // Marks a packet CE (ECN 11) by its sender and UDP source port, as a congested switch on its
   // path would. Null: none.
   std::function<bool(int from, uint16_t src_port)> ce_if;

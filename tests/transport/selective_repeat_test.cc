@@ -646,6 +646,41 @@ TEST(SrLink, ALostRewindOfAnUnsplitWriteIsProbedWithARewind) {
   EXPECT_LT(link.now, Time(10'000'000)) << "one probe (5 ms), not two";
 }
 
+TEST(SrLink, APacketOvertakenIsNotResent) {
+  // Every 50th WRITE packet is held back 0.8 µs (the link's one-way latency is 2 µs, so a round
+  // trip is 4 µs and the reorder window 1 µs): the packets behind it arrive first and are
+  // SACKed, but it arrives within the window, so nothing is resent.
+  Pair p(path(), true);
+  const Time t0 = negotiate(p);
+  Link link(p.a, p.b, {}, t0);
+  uint32_t n = 0, held = 0;
+  link.delay_if = [&](int from, const wire::Packet& pkt) -> Time {
+    if (from != 0 || pkt.bth.opcode != uint8_t(Opcode::kRcWriteOnly) || ++n % 50 != 0) return 0;
+    ++held;
+    return 800;
+  };
+  constexpr int kWrites = 16;
+  constexpr uint32_t kLen = 64 * 1024;
+  for (int i = 0; i < kWrites; ++i) {
+    ASSERT_EQ(p.a.qp->post_send(test::rdma_wqe(i, IBV_WR_RDMA_WRITE, p.at(p.src, i * kLen), kLen,
+                                               p.skey, p.at(p.rmem, i * kLen), p.rkey),
+                                link.now),
+              0);
+  }
+  ASSERT_TRUE(link.run_until([&] { return p.a.scq.wcs.size() == kWrites; }, 60 * kSecond));
+  EXPECT_TRUE(std::equal(p.src.begin(), p.src.begin() + kWrites * kLen, p.rmem.begin()));
+  const QpCounters& c = p.a.qp->counters();
+  std::printf(
+      "overtaken: %u held back, %llu SACKs, %llu resent, %llu selective, %llu probes, %llu "
+      "timeouts\n",
+      held, (unsigned long long)c.sr_sack_rcvd, (unsigned long long)c.retransmitted_pkts,
+      (unsigned long long)c.sr_selective_resends, (unsigned long long)c.early_retransmits,
+      (unsigned long long)c.local_ack_timeout_err);
+  EXPECT_GT(held, 10u);
+  EXPECT_GT(c.sr_sack_rcvd, 10u);  // they were overtaken
+  EXPECT_EQ(c.retransmitted_pkts, 0u);
+}
+
 TEST(SrLink, OverlappingWritesEndAsInOrder) {
   Pair p(path(), true);
   const Time t0 = negotiate(p);
@@ -892,11 +927,14 @@ TEST(SrCost, BulkWriteResendsAboutWhatWasLost) {
     // window, which a SACK no longer cuts (IRN's fixed cap), keeps ~250 packets behind each hole,
     // and the holes' second and third passes resend packets the responder had (a SACK names one
     // PSN; a lost one hides it): about 2.7x what was lost, a quarter of go-back-N's resends, in a
-    // twentieth of its time (docs/selective-repeat.md).
+    // twentieth of its time (docs/selective-repeat.md). The reorder window (a hole waits a
+    // quarter of the minimum round trip before it is resent, so an overtaken packet is not) keeps
+    // more packets in flight behind each resend and takes it to 3.2x (responder duplicates 1599
+    // -> 1950); SACKs naming several PSNs would remove most of these.
     if (loss <= 0.01)
       EXPECT_LE(sr.retransmitted, sr.lost + sr.lost / 8 + 8) << loss;
     else
-      EXPECT_LE(sr.retransmitted, 3 * sr.lost) << loss;
+      EXPECT_LE(sr.retransmitted, 7 * sr.lost / 2) << loss;
     EXPECT_LE(sr.timeouts, gbn.timeouts) << loss;
     EXPECT_LE(sr.retransmitted, gbn.retransmitted) << loss;
     EXPECT_LE(sr.virtual_ns, gbn.virtual_ns) << loss;
