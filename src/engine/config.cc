@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <string_view>
 
@@ -26,6 +25,7 @@ using config_values::duration_text;
 using config_values::kCcVar;
 using config_values::kDevicesVar;
 using config_values::kFaultsVar;
+using config_values::read_count;
 using config_values::read_duration;
 using config_values::set_err;
 
@@ -221,10 +221,9 @@ spec::Schema<Environment> make_environment_schema() {
       .set =
           [](Environment& e, std::string_view v, std::string* why) {
             uint32_t n = 0;
-            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-            if (ec != std::errc() || end != v.data() + v.size() || n < 1 ||
-                n > transport::kMaxPaths) {
-              (*why = "'").append(v).append("' is not a number of paths from 1 to 64");
+            std::string w;
+            if (!read_count(v, transport::kMaxPaths, &n, &w)) {
+              (*why = "'").append(v).append("' ").append(w);
               return false;
             }
             e.paths = static_cast<uint8_t>(n);

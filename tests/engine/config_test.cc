@@ -276,6 +276,30 @@ TEST(ConfigTest, EarlyRetransmitSwitch) {
   }
 }
 
+// UROCE_PATHS: how many UDP source ports an RC QP sprays over (docs/configuration.md).
+TEST(ConfigTest, PathsCount) {
+  ScopedEnv d("UROCE_DEVICES", "u0=127.0.0.1,u1=127.0.0.2");
+  std::string err;
+  {
+    ScopedEnv e("UROCE_PATHS", nullptr);
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_EQ((*c)[0].paths, 1);  // one port per QP unless asked
+  }
+  {
+    ScopedEnv e("UROCE_PATHS", "16");
+    auto c = load_device_config(&err);
+    ASSERT_TRUE(c.has_value()) << err;
+    EXPECT_EQ((*c)[0].paths, 16);
+    EXPECT_EQ((*c)[1].paths, 16);
+  }
+  for (const char* bad : {"0", "65", "4x", "-1"}) {
+    ScopedEnv e("UROCE_PATHS", bad);
+    EXPECT_FALSE(load_device_config(&err).has_value()) << bad;
+    EXPECT_NE(err.find("UROCE_PATHS"), std::string::npos) << err;
+  }
+}
+
 // UROCE_GSO batches the socket datapath: auto (on loopback interfaces) unless 0 or 1 says
 // otherwise (docs/configuration.md says why).
 TEST(ConfigTest, GsoSwitch) {
